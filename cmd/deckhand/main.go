@@ -1,0 +1,38 @@
+// Command deckhand runs the deckhand operators in one manager.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/deckhand-dev/deckhand/operator/manager"
+)
+
+func main() {
+	cfg, err := manager.Load(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deckhand:", err)
+		os.Exit(2)
+	}
+	logOpts, err := manager.Logger(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deckhand:", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(logOpts))
+
+	// SIGTERM cancels the context: reconciles get the graceful-shutdown
+	// timeout and the leader Lease is released.
+	if err := manager.Run(ctrl.SetupSignalHandler(), cfg); err != nil {
+		ctrl.Log.Error(err, "deckhand stopped")
+		os.Exit(1)
+	}
+}

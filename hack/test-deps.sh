@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs that Go does not bring: Debian packages
+# (as root, through apt) and the pinned toolchain.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+need=()
+command -v yamllint >/dev/null || need+=(yamllint)
+command -v curl >/dev/null || need+=(curl)
+if [[ ${#need[@]} -gt 0 ]]; then
+  echo ">> installing Debian packages: ${need[*]}" >&2
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "need root to apt-get install ${need[*]}; install them and re-run" >&2
+    exit 1
+  fi
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+fi
+"$root/hack/tools.sh" build

@@ -1,0 +1,165 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/deckhand-dev/deckhand/operator"
+)
+
+// inClusterNamespaceFile holds the pod's namespace when running in a cluster.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Logger builds the JSON (or console) logger the configuration asks for.
+func Logger(cfg Config) (zap.Opts, error) {
+	level, err := parseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	return func(o *zap.Options) {
+		// controller-runtime's production mode writes JSON; development mode
+		// writes console lines for people running the operator by hand.
+		o.Development = cfg.LogFormat == "console"
+		o.Level = level
+		o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder
+	}, nil
+}
+
+func parseLevel(s string) (zapcore.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug", "info", "warn", "error":
+		return zapcore.ParseLevel(strings.ToLower(s))
+	}
+	return 0, fmt.Errorf("log-level %q: must be debug, info, warn or error", s)
+}
+
+// RESTConfig loads the API client configuration: --kubeconfig, else
+// in-cluster, else $KUBECONFIG, with the configured rate limits.
+func RESTConfig(cfg Config) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	} else {
+		rc, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
+	return rc, nil
+}
+
+// New builds a manager running the selected controllers.
+func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, error) {
+	selected, err := operator.Select(cfg.Controllers)
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	for _, c := range selected {
+		if err := c.AddToScheme(scheme); err != nil {
+			return nil, nil, fmt.Errorf("registering %s types: %w", c.Name, err)
+		}
+	}
+
+	leNamespace, err := leaderElectionNamespace(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
+		HealthProbeBindAddress:        cfg.HealthProbeBindAddress,
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       leNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
+	}
+	if len(cfg.WatchNamespaces) > 0 {
+		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{}}
+		for _, ns := range cfg.WatchNamespaces {
+			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(rc, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if cfg.HealthProbeBindAddress != "0" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return nil, nil, err
+		}
+		if err := mgr.AddReadyzCheck("informers", informersSynced(mgr)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, c := range selected {
+		if err := c.Setup(mgr); err != nil {
+			return nil, nil, fmt.Errorf("setting up controller %s: %w", c.Name, err)
+		}
+	}
+	return mgr, selected, nil
+}
+
+// informersSynced makes /readyz fail until the caches have synced, so a
+// rolling update waits for a replica that can actually reconcile.
+func informersSynced(mgr ctrl.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("informer caches not synced")
+		}
+		return nil
+	}
+}
+
+// leaderElectionNamespace is the configured one, else the operator's own.
+func leaderElectionNamespace(cfg Config) (string, error) {
+	if !cfg.LeaderElect || cfg.LeaderElectionNamespace != "" {
+		return cfg.LeaderElectionNamespace, nil
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns, nil
+	}
+	if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", fmt.Errorf("leader-elect needs a namespace for its Lease: set --leader-election-namespace (or POD_NAMESPACE) when running outside a cluster")
+}
+
+// Run starts the manager and blocks until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	rc, err := RESTConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mgr, selected, err := New(cfg, rc)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, c := range selected {
+		names = append(names, c.Name)
+	}
+	ctrl.Log.WithName("setup").Info("starting deckhand", "controllers", names,
+		"host", rc.Host, "leaderElect", cfg.LeaderElect, "watchNamespaces", cfg.WatchNamespaces)
+	return mgr.Start(ctx)
+}

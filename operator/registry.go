@@ -1,0 +1,83 @@
+// Package operator names every deckhand controller and turns a
+// --controllers selection into the set to run.
+package operator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	iximiuzv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/iximiuz/v1alpha1"
+	"github.com/deckhand-dev/deckhand/operator/blogpost"
+)
+
+// Controller is one reconciler deckhand can run, known by its name.
+type Controller struct {
+	// Name is used in --controllers and in the chart's values.
+	Name string
+	// AddToScheme registers the API types the controller serves.
+	AddToScheme func(*runtime.Scheme) error
+	// Setup registers the controller with the manager.
+	Setup func(ctrl.Manager) error
+}
+
+// Controllers is the registry: every controller deckhand has, by name.
+var Controllers = []Controller{
+	{Name: blogpost.Name, AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
+}
+
+// Names lists the known controller names, sorted.
+func Names() []string { return namesOf(Controllers) }
+
+func namesOf(registry []Controller) []string {
+	names := make([]string, 0, len(registry))
+	for _, c := range registry {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Select resolves a --controllers selection with cert-manager's grammar:
+// "*" is every controller, "a" adds a, "-a" removes a; removals win. The
+// result keeps the registry's order.
+func Select(items []string) ([]Controller, error) { return selectFrom(Controllers, items) }
+
+func selectFrom(registry []Controller, items []string) ([]Controller, error) {
+	known := namesOf(registry)
+	all, enabled, disabled := false, map[string]bool{}, map[string]bool{}
+	for _, raw := range items {
+		item := strings.TrimSpace(raw)
+		switch {
+		case item == "":
+			continue
+		case item == "*":
+			all = true
+			continue
+		}
+		name, off := strings.CutPrefix(item, "-")
+		if !slices.Contains(known, name) {
+			return nil, fmt.Errorf("unknown controller %q in --controllers; known controllers: %s (use * for all, -name to leave one out)",
+				name, strings.Join(known, ", "))
+		}
+		if off {
+			disabled[name] = true
+		} else {
+			enabled[name] = true
+		}
+	}
+	var selected []Controller
+	for _, c := range registry {
+		if (all || enabled[c.Name]) && !disabled[c.Name] {
+			selected = append(selected, c)
+		}
+	}
+	if len(selected) == 0 {
+		return nil, fmt.Errorf("--controllers %q selects no controller; known controllers: %s",
+			strings.Join(items, ","), strings.Join(known, ", "))
+	}
+	return selected, nil
+}
