@@ -83,11 +83,18 @@ func Load(args []string) (Config, error) {
 		}
 	}
 
+	sources := fmt.Sprintf("flags, %s_* environment", envPrefix)
+	if file := v.GetString(configFileKey); file != "" {
+		sources += ", config file " + file
+	}
 	var cfg Config
 	if err := v.Unmarshal(&cfg); err != nil {
-		return Config{}, fmt.Errorf("configuration from flags and %s_* environment: %w", envPrefix, err)
+		return Config{}, fmt.Errorf("configuration (%s): %w", sources, err)
 	}
-	return cfg, cfg.validate()
+	if err := cfg.validate(); err != nil {
+		return Config{}, fmt.Errorf("configuration (%s): %w", sources, err)
+	}
+	return cfg, nil
 }
 
 // checkConfigFile decodes the file on its own, strictly, so an unknown key

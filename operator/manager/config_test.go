@@ -1,0 +1,97 @@
+package manager
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"*"}, cfg.Controllers)
+	assert.False(t, cfg.LeaderElect)
+	assert.Equal(t, ":8080", cfg.MetricsBindAddress)
+	assert.Equal(t, ":8081", cfg.HealthProbeBindAddress)
+	assert.Equal(t, "json", cfg.LogFormat)
+	assert.Equal(t, 30*time.Second, cfg.GracefulShutdownTimeout)
+	assert.GreaterOrEqual(t, cfg.KubeAPIQPS, float32(100), "client-go's default 5 QPS throttles every write")
+}
+
+func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
+	file := writeFile(t, "controllers: [blogpost]\nlog-level: debug\nmetrics-bind-address: \":9000\"\nleader-elect: true\n")
+	t.Setenv("DECKHAND_CONFIG", file)
+	t.Setenv("DECKHAND_LOG_LEVEL", "warn")
+	t.Setenv("DECKHAND_METRICS_BIND_ADDRESS", ":9100")
+
+	cfg, err := Load([]string{"--metrics-bind-address=0"})
+	require.NoError(t, err)
+	assert.Equal(t, "0", cfg.MetricsBindAddress, "flag wins over env and file")
+	assert.Equal(t, "warn", cfg.LogLevel, "env wins over file")
+	assert.Equal(t, []string{"blogpost"}, cfg.Controllers, "file wins over default")
+	assert.True(t, cfg.LeaderElect)
+}
+
+func TestEnvList(t *testing.T) {
+	t.Setenv("DECKHAND_CONTROLLERS", "*,-blogpost")
+	cfg, err := Load(nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"*", "-blogpost"}, cfg.Controllers)
+}
+
+func TestMalformedConfigFileNamesFileAndField(t *testing.T) {
+	for name, tc := range map[string]struct{ body, field string }{
+		"wrong type":  {"leader-elect: perhaps\n", "leader-elect"},
+		"unknown key": {"leader-elekt: true\n", "leader-elekt"},
+		"bad yaml":    {"controllers: [blogpost\n", ""},
+		"bad value":   {"log-format: xml\n", "log-format"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := writeFile(t, tc.body)
+			_, err := Load([]string{"--config", file})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), file)
+			assert.Contains(t, err.Error(), tc.field)
+		})
+	}
+}
+
+func TestMissingConfigFile(t *testing.T) {
+	_, err := Load([]string{"--config", "/nonexistent/deckhand.yaml"})
+	require.ErrorContains(t, err, "/nonexistent/deckhand.yaml")
+}
+
+func TestBadFlags(t *testing.T) {
+	_, err := Load([]string{"--log-level", "loud"})
+	require.ErrorContains(t, err, `log-level "loud"`)
+	_, err = Load([]string{"--no-such-flag"})
+	require.ErrorContains(t, err, "no-such-flag")
+}
+
+func TestLeaderElectionNamespace(t *testing.T) {
+	ns, err := leaderElectionNamespace(Config{LeaderElect: true, LeaderElectionNamespace: "ops"})
+	require.NoError(t, err)
+	assert.Equal(t, "ops", ns)
+
+	t.Setenv("POD_NAMESPACE", "deckhand-system")
+	ns, err = leaderElectionNamespace(Config{LeaderElect: true})
+	require.NoError(t, err)
+	assert.Equal(t, "deckhand-system", ns)
+
+	t.Setenv("POD_NAMESPACE", "")
+	if _, statErr := os.Stat(inClusterNamespaceFile); statErr != nil {
+		_, err = leaderElectionNamespace(Config{LeaderElect: true})
+		require.ErrorContains(t, err, "--leader-election-namespace")
+	}
+}
