@@ -219,6 +219,7 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 		KubeAPIQPS:              200,
 		KubeAPIBurst:            400,
 		GracefulShutdownTimeout: 5 * time.Second,
+		ManyPerProcess:          true,
 	}
 	mgr, _, err := manager.New(cfg, RESTConfig(t))
 	require.NoError(t, err)

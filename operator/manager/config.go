@@ -31,6 +31,10 @@ type Config struct {
 	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
 	KubeAPIBurst            int           `mapstructure:"kube-api-burst"`
 	GracefulShutdownTimeout time.Duration `mapstructure:"graceful-shutdown-timeout"`
+
+	// ManyPerProcess lets tests start several managers in one process
+	// (controller-runtime otherwise rejects a second controller name).
+	ManyPerProcess bool `mapstructure:"-"`
 }
 
 // envPrefix prefixes every environment variable deckhand reads.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -93,6 +94,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		LeaderElectionNamespace:       leNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
 	}
 	if len(cfg.WatchNamespaces) > 0 {
 		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{}}
