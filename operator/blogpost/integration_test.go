@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/deckhand-dev/deckhand/internal/testenv"
 	blogv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/iximiuz/v1alpha1"
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
-	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
 // seedPost is seed 002's blog-post-1, read from the file users apply.
