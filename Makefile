@@ -42,6 +42,7 @@ generate: ## regenerate deepcopy code and CRDs from the Go API types
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./operator/apis/...
 	rm -f crds/*.yaml
 	$(CONTROLLER_GEN) crd paths=./operator/apis/... output:crd:dir=crds
+	go run ./hack/genchart --controller-gen $(CONTROLLER_GEN)
 
 .PHONY: verify
 verify: generate ## fail when a generated file is stale
@@ -65,13 +66,13 @@ test-deps: ## install what the tests need (Debian packages, tools)
 
 .PHONY: test
 test: test-deps verify lint ## every test: unit and integration (real API server), with the race detector
-	@eval "$$($(CLUSTER) up | tail -n 1)"; \
-	  DECKHAND_TEST_KUBECONFIG=$$KUBECONFIG go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	@$(CLUSTER) up >/dev/null
+	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
 bench: ## benchmarks (print numbers; they are not pass/fail tests)
-	@eval "$$($(CLUSTER) up | tail -n 1)"; \
-	  DECKHAND_TEST_KUBECONFIG=$$KUBECONFIG go test -run '^$$' -bench . -benchtime 1x ./...
+	@$(CLUSTER) up >/dev/null
+	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 ##@ run
 .PHONY: run

@@ -41,8 +41,9 @@ wait_ready() {
 
 create() {
   echo ">> creating cluster $name (kwokctl, binary runtime, Kubernetes $KWOK_KUBE_VERSION)" >&2
+  # 9>&-: the cluster's processes must not inherit (and hold) the lock.
   "$kwokctl" create cluster --name "$name" --runtime binary --config "$root/hack/kwok.yaml" \
-    --kubeconfig "$kubeconfig" --wait 60s >&2
+    --kubeconfig "$kubeconfig" --wait 60s >&2 9>&-
 }
 
 # Fake nodes with room for thousands of pods; kwok marks their pods Running.
@@ -75,7 +76,8 @@ status:
 up() {
   mkdir -p "$cache"
   # Several test processes may ask for the cluster at once: one creates it.
-  exec 9>"$cache/cluster-$name.lock"
+  mkdir -p "$cache/locks"
+  exec 9>"$cache/locks/cluster-$name.lock"
   flock 9
   "$tools" build etcd kube kwok
   use_tools
@@ -84,7 +86,7 @@ up() {
   elif "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
     # Its processes are gone (reboot, end of a session): start them again.
     echo ">> restarting cluster $name" >&2
-    if ! "$kwokctl" start cluster --name "$name" >&2 || ! wait_ready; then
+    if ! "$kwokctl" start cluster --name "$name" >&2 9>&- || ! wait_ready; then
       echo ">> restart failed; recreating cluster $name" >&2
       "$kwokctl" delete cluster --name "$name" >&2 || true
       create

@@ -33,6 +33,8 @@ declare -A packages=(
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen
   [ct]=github.com/helm/chart-testing/v3/ct
 )
+# Bump a tool's recipe when its build flags change, so caches rebuild it.
+declare -A recipe=([helm]=2)
 declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
@@ -40,7 +42,10 @@ version_of() { # tool -> pinned version, read from the tool's go.mod
     "$root/hack/tools/$1/go.mod"
 }
 
-dir_of() { echo "$cache/tools/$1-$(version_of "$1")"; }
+dir_of() {
+  local r=${recipe[$1]:-1}
+  echo "$cache/tools/$1-$(version_of "$1")$([[ $r == 1 ]] || echo "-r$r")"
+}
 
 ldflags_of() {
   local v; v=$(version_of "$1")
@@ -53,7 +58,13 @@ ldflags_of() {
         printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean ' "$p" "$v" "$p" "$p" "$minor" "$p"
       done ;;
     etcd) ;;
-    helm) printf -- '-X helm.sh/helm/v3/internal/version.version=%s' "$v" ;;
+    helm)
+      # Helm's default capabilities (helm template, lint) are its client-go's
+      # Kubernetes version, stamped as upstream's Makefile does.
+      local cg; cg=$(cd "$root/hack/tools/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+      cg=${cg#v0.}; cg=${cg%%.*}
+      printf -- '-X helm.sh/helm/v3/internal/version.version=%s' "$v"
+      printf -- ' -X helm.sh/helm/v3/pkg/%s.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/%s.k8sVersionMinor=%s' chartutil chartutil "$cg" lint/rules lint/rules "$cg" ;;
     ct) printf -- '-X github.com/helm/chart-testing/v3/ct/cmd.Version=%s' "$v" ;;
   esac
 }

@@ -16,8 +16,11 @@ import (
 
 // Controller is one reconciler deckhand can run, known by its name.
 type Controller struct {
-	// Name is used in --controllers and in the chart's values.
+	// Name is used in --controllers.
 	Name string
+	// ValuesKey is the controller's key under `controllers:` in the chart's
+	// values; the chart gates its flag, RBAC rules and CRDs on it.
+	ValuesKey string
 	// AddToScheme registers the API types the controller serves.
 	AddToScheme func(*runtime.Scheme) error
 	// Setup registers the controller with the manager.
@@ -26,7 +29,7 @@ type Controller struct {
 
 // Controllers is the registry: every controller deckhand has, by name.
 var Controllers = []Controller{
-	{Name: blogpost.Name, AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
+	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
 }
 
 // Names lists the known controller names, sorted.

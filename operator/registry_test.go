@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,6 +48,8 @@ func TestRegistryEntriesAreComplete(t *testing.T) {
 		assert.Regexp(t, `^[a-z][a-z0-9]*$`, c.Name)
 		assert.False(t, seen[c.Name], "duplicate controller name %q", c.Name)
 		seen[c.Name] = true
+		assert.Regexp(t, `^[a-z][a-zA-Z0-9]*$`, c.ValuesKey, c.Name)
+		assert.Equal(t, c.Name, strings.ToLower(c.ValuesKey), "values key and name differ only in case")
 		assert.NotNil(t, c.Setup, c.Name)
 		assert.NotNil(t, c.AddToScheme, c.Name)
 	}
