@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// operatorBinary builds cmd/deckhand once per test run.
+func operatorBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deckhand-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "deckhand")
+		cmd := exec.Command("go", "build", "-o", binary, "./cmd/deckhand")
+		cmd.Dir = testenv.Root(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binary
+}
+
+// HostOperator is the operator binary running on this host the way the
+// chart's Deployment would run it: its args, its config file, its
+// environment, and a token of its ServiceAccount.
+type HostOperator struct {
+	cmd    *exec.Cmd
+	health string
+	logs   *syncBuffer
+	done   chan error
+}
+
+// RunOperatorAsChart starts the operator described by a rendered release.
+func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperator {
+	t.Helper()
+	d := Into[appsv1.Deployment](t, r.One(t, "Deployment"))
+	cm := Into[corev1.ConfigMap](t, r.One(t, "ConfigMap"))
+	container := d.Spec.Template.Spec.Containers[0]
+	dir := t.TempDir()
+
+	// The chart's config, with the listen addresses moved to free local
+	// ports so several operators can run on one host.
+	cfg := map[string]any{}
+	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg))
+	health := freeAddress(t)
+	cfg["health-probe-bind-address"] = health
+	if cfg["metrics-bind-address"] != "0" {
+		cfg["metrics-bind-address"] = freeAddress(t)
+	}
+	cfgFile := filepath.Join(dir, "config.yaml")
+	b, err := yaml.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgFile, b, 0o600))
+
+	var args []string
+	for _, a := range container.Args {
+		if strings.HasPrefix(a, "--config=") {
+			a = "--config=" + cfgFile
+		}
+		args = append(args, a)
+	}
+	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir))
+
+	cmd := exec.Command(operatorBinary(t), args...)
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	for _, e := range container.Env {
+		if e.ValueFrom == nil {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	op := &HostOperator{cmd: cmd, health: health, logs: logs, done: make(chan error, 1)}
+	go func() { op.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("operator logs:\n%s", logs.String())
+		}
+	})
+	return op
+}
+
+// WaitReady waits until /readyz answers 200.
+func (o *HostOperator) WaitReady(t testing.TB) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-o.done:
+				return false, fmt.Errorf("operator exited: %v\n%s", err, o.logs.String())
+			default:
+			}
+			resp, err := http.Get("http://" + o.health + "/readyz")
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, nil
+		})
+	require.NoError(t, err, "operator not ready:\n%s", o.logs.String())
+}
+
+// Stop sends SIGTERM and returns the exit error (nil for a clean exit).
+func (o *HostOperator) Stop(t testing.TB) error {
+	t.Helper()
+	require.NoError(t, o.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-o.done:
+		return err
+	case <-time.After(45 * time.Second):
+		return fmt.Errorf("operator did not stop within 45 s of SIGTERM")
+	}
+}
+
+// Logs is what the operator printed so far.
+func (o *HostOperator) Logs() string { return o.logs.String() }
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// ServiceAccount with a token from the TokenRequest API.
+func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
+	t.Helper()
+	admin := testenv.RESTConfig(t)
+	cs, err := kubernetes.NewForConfig(admin)
+	require.NoError(t, err)
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	require.NoError(t, err, "TokenRequest for %s/%s", namespace, sa)
+
+	ca := admin.CAData
+	if len(ca) == 0 && admin.CAFile != "" {
+		ca, err = os.ReadFile(admin.CAFile)
+		require.NoError(t, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: namespace}
+	kc.CurrentContext = "sa"
+	path := filepath.Join(dir, "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	return path
+}
+
+func freeAddress(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writers and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
