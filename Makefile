@@ -53,19 +53,24 @@ verify: generate ## fail when a generated file is stale
 
 .PHONY: build
 build: ## build bin/deckhand
-	CGO_ENABLED=0 go build -trimpath -o bin/deckhand ./cmd/deckhand
+	go build -o bin/deckhand ./cmd/deckhand
 
 .PHONY: lint
 lint: ## go vet and gofmt
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
+.PHONY: chart-lint
+chart-lint: ## helm lint --strict and ct lint (yamllint) of the chart, with every ci values file
+	@$(TOOLS) build helm ct
+	PATH="$$($(TOOLS) path):$$PATH" ct lint --all --config ct.yaml
+
 .PHONY: test-deps
 test-deps: ## install what the tests need (Debian packages, tools)
 	@hack/test-deps.sh
 
 .PHONY: test
-test: test-deps verify lint ## every test: unit and integration (real API server), with the race detector
+test: test-deps verify lint chart-lint ## every test: unit and integration (real API server), with the race detector
 	@$(CLUSTER) up >/dev/null
 	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 
@@ -78,6 +83,10 @@ bench: ## benchmarks (print numbers; they are not pass/fail tests)
 .PHONY: run
 run: build ## tools, local cluster if needed, CRDs, operator in the foreground, demo BlogPost
 	@hack/run.sh
+
+.PHONY: e2e-kind
+e2e-kind: ## chart-testing and the e2e suite in a kind cluster (needs Docker; not part of make test)
+	@hack/e2e-kind.sh
 
 .PHONY: docker-build
 docker-build: ## build the operator image (needs a Docker engine)

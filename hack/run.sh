@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # make run: a cluster (yours when KUBECONFIG works, else the local one), the
-# CRDs, the operator in the foreground with every controller, and the demo.
+# chart installed with Helm, the operator in the foreground with the chart's
+# config and RBAC, and the demo.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-hack/tools.sh build etcd kube kwok
+hack/tools.sh build etcd kube kwok helm
 kubectl=$(hack/tools.sh dir kube)/kubectl
+helm=$(hack/tools.sh dir helm)/helm
+release=deckhand namespace=deckhand-system
 
 if [[ -n ${KUBECONFIG:-} ]] && "$kubectl" get --raw /readyz >/dev/null 2>&1; then
   echo ">> using the cluster KUBECONFIG points at: $("$kubectl" config current-context)"
@@ -16,9 +19,23 @@ else
 fi
 export KUBECONFIG
 
-echo ">> installing CRDs"
-"$kubectl" apply --server-side --force-conflicts -f crds/ >/dev/null
-"$kubectl" wait --for condition=Established --timeout 60s -f crds/ >/dev/null
+# The chart installs CRDs, RBAC, the operator's config and the demo. Its
+# Deployment is scaled to 0: the local cluster runs no containers, so the
+# operator runs here, with the chart's config and ServiceAccount.
+echo ">> helm upgrade --install $release charts/deckhand -n $namespace"
+"$helm" upgrade --install "$release" charts/deckhand -n "$namespace" --create-namespace \
+  --take-ownership --wait --timeout 120s \
+  --set replicaCount=0 --set demo.enabled=true ${DECKHAND_HELM_ARGS:-} >/dev/null
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$kubectl" -n "$namespace" get configmap "$release-config" -o jsonpath='{.data.config\.yaml}' > "$work/config.yaml"
+mapfile -t args < <("$kubectl" -n "$namespace" get deployment "$release" \
+  -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}' | grep -v '^--config=')
+"$kubectl" config view --raw --minify > "$work/kubeconfig"
+token=$("$kubectl" -n "$namespace" create token "$release" --duration 24h)
+"$kubectl" --kubeconfig "$work/kubeconfig" config set-credentials deckhand-operator --token "$token" >/dev/null
+"$kubectl" --kubeconfig "$work/kubeconfig" config set-context --current --user deckhand-operator >/dev/null
 
 health=127.0.0.1:18081
 demo() {
@@ -45,8 +62,9 @@ MSG
 }
 demo &
 demo_pid=$!
-trap 'kill $demo_pid 2>/dev/null || true' EXIT
+trap 'kill $demo_pid 2>/dev/null || true; rm -rf "$work"' EXIT
 
-echo ">> starting the operator (all controllers) against $("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
-bin/deckhand --kubeconfig "$KUBECONFIG" --controllers '*' --log-format console \
+echo ">> starting the operator (${args[*]}) as ServiceAccount $namespace/$release"
+POD_NAMESPACE=$namespace bin/deckhand --config "$work/config.yaml" "${args[@]}" \
+  --kubeconfig "$work/kubeconfig" --log-format console \
   --metrics-bind-address 127.0.0.1:18080 --health-probe-bind-address "$health"
