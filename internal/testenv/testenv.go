@@ -27,6 +27,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -148,7 +149,9 @@ func InstallCRDs(t testing.TB) {
 		require.NotEmpty(t, files)
 		for _, f := range files {
 			crd := ReadCRD(t, f)
-			require.NoError(t, createOrReplace(c, crd), f)
+			// Other test processes (the chart's e2e) may be updating it too.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return createOrReplace(c, crd.DeepCopy()) })
+			require.NoError(t, err, f)
 			WaitEstablished(t, c, crd.Name)
 		}
 	})
