@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/deckhand-dev/deckhand/operator"
 )
 
 // Config is everything the manager can be told. Each field's key is its
@@ -127,6 +129,10 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("log-format %q: must be json or console", c.LogFormat))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	// Unknown controller names fail here, before any cluster is contacted.
+	if _, err := operator.Select(c.Controllers); err != nil {
 		errs = append(errs, err)
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {

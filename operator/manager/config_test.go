@@ -95,3 +95,8 @@ func TestLeaderElectionNamespace(t *testing.T) {
 		require.ErrorContains(t, err, "--leader-election-namespace")
 	}
 }
+
+func TestUnknownControllerIsAConfigError(t *testing.T) {
+	_, err := Load([]string{"--controllers=blogpost,nope"})
+	require.ErrorContains(t, err, `unknown controller "nope"`)
+}
