@@ -11,7 +11,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	iximiuzv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/iximiuz/v1alpha1"
+	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
+	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
 
 // Controller is one reconciler deckhand can run, known by its name.
@@ -30,6 +32,7 @@ type Controller struct {
 // Controllers is the registry: every controller deckhand has, by name.
 var Controllers = []Controller{
 	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
+	{Name: tdset.Name, ValuesKey: "tdset", AddToScheme: schedulev1.AddToScheme, Setup: tdset.Setup},
 }
 
 // Names lists the known controller names, sorted.

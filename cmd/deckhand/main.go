@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	// TDSet time zones work on images without /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"

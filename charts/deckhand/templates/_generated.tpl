@@ -2,6 +2,7 @@
 {{/* Values key under controllers: -> name in --controllers, for every controller this chart can run. */}}
 {{- define "deckhand.knownControllers" -}}
 blogPost: blogpost
+tdset: tdset
 {{- end }}
 
 {{/* RBAC rules of blogpost, from the +kubebuilder:rbac markers in operator/blogpost. */}}
@@ -25,6 +26,66 @@ blogPost: blogpost
   - iximiuz.com
   resources:
   - blogposts/status
+  verbs:
+  - get
+  - patch
+  - update
+{{- end }}
+
+{{/* RBAC rules of tdset, from the +kubebuilder:rbac markers in operator/tdset. */}}
+{{- define "deckhand.rules.tdset" }}
+- apiGroups:
+  - ""
+  resources:
+  - services
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - apps
+  resources:
+  - deployments
+  verbs:
+  - create
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - autoscaling
+  resources:
+  - horizontalpodautoscalers
+  verbs:
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - schedule.rs
+  resources:
+  - tdsets
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - schedule.rs
+  resources:
+  - tdsets/status
   verbs:
   - get
   - patch

@@ -43,6 +43,7 @@ type Weekday string
 type Scheduling struct {
 	// StartTime is an hour (0-23) or "HH:MM" (00:00-23:59), local time.
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 0 && self <= 23) : self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')",message="startTime must be an hour from 0 to 23 or a time \"HH:MM\" from 00:00 to 23:59"
 	// +required
 	StartTime intstr.IntOrString `json:"startTime"`
@@ -50,6 +51,7 @@ type Scheduling struct {
 	// EndTime is an hour (0-23) or "HH:MM" (00:00-23:59, or "24:00" for
 	// midnight at the end of the day), local time, exclusive.
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 0 && self <= 23) : self.matches('^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$')",message="endTime must be an hour from 0 to 23 or a time \"HH:MM\" from 00:00 to 24:00"
 	// +required
 	EndTime intstr.IntOrString `json:"endTime"`
@@ -104,6 +106,7 @@ type TDSetSpec struct {
 	// boundary inside the skipped hour takes effect when the clocks jump
 	// forward, and in the repeated hour the wall-clock times occur twice.
 	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	TimeZone string `json:"timeZone,omitempty"`
 

@@ -1,0 +1,384 @@
+// Package tdset is the TDSet controller (seed 001): it owns a Deployment
+// (and optionally a Service) and sets its replica count from a time-of-day
+// schedule, exactly at each window boundary.
+package tdset
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "tdset"
+
+// FieldManager owns the fields TDSet applies, and only those.
+const FieldManager = "deckhand-tdset"
+
+// Condition types and the label that selects a TDSet's pods.
+const (
+	ConditionReady         = "Ready"
+	ConditionScheduleValid = "ScheduleValid"
+	LabelName              = "schedule.rs/tdset"
+	containerName          = "app"
+)
+
+// +kubebuilder:rbac:groups=schedule.rs,resources=tdsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=schedule.rs,resources=tdsets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler keeps each TDSet's Deployment at its scheduled size.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+}
+
+// Setup registers the TDSet controller with the manager.
+func Setup(mgr ctrl.Manager) error {
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: time.Now}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&schedulev1.TDSet{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		// An HPA appearing or going changes who TDSet scales.
+		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(hpaToTDSet)).
+		Complete(r)
+}
+
+func hpaToTDSet(_ context.Context, o client.Object) []reconcile.Request {
+	hpa, ok := o.(*autoscalingv2.HorizontalPodAutoscaler)
+	if !ok || hpa.Spec.ScaleTargetRef.Kind != "Deployment" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: hpa.Namespace, Name: hpa.Spec.ScaleTargetRef.Name}}}
+}
+
+// Reconcile brings the Deployment, Service and HPA in line with the schedule
+// at this instant, then sleeps until the next boundary.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var td schedulev1.TDSet
+	if err := r.Client.Get(ctx, req.NamespacedName, &td); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !td.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := td.DeepCopy()
+	now := r.Now()
+	result, err := r.reconcile(ctx, &td, now)
+	td.Status.ObservedGeneration = td.Generation
+	if statusErr := r.patchStatus(ctx, before, &td); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return result, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now time.Time) (ctrl.Result, error) {
+	resync := time.Duration(max(td.Spec.IntervalMint, 1)) * time.Minute
+	schedule, err := NewSchedule(td.Spec)
+	if err != nil {
+		r.warn(td, ConditionScheduleValid, "InvalidSchedule", err.Error())
+		r.setCondition(td, ConditionScheduleValid, false, "InvalidSchedule", err.Error())
+		r.setCondition(td, ConditionReady, false, "InvalidSchedule", "nothing is scaled until the schedule is fixed")
+		return ctrl.Result{}, nil
+	}
+	r.reportOverlaps(td, schedule)
+
+	decision := schedule.Decide(now)
+	deploy, err := r.ownDeployment(ctx, td)
+	if err != nil || deploy == nil {
+		return ctrl.Result{RequeueAfter: resync}, err
+	}
+	hpa, err := r.hpaFor(ctx, td)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	previous := td.Status.DesiredReplicas
+	firstSight := td.Status.ObservedGeneration == 0 && td.Status.ScaleTarget == ""
+	recordDecision(td, decision, schedule)
+	if err := r.applyDeployment(ctx, td, deploy, decision.Replicas, hpa); err != nil {
+		r.setCondition(td, ConditionReady, false, "ApplyFailed", err.Error())
+		return ctrl.Result{}, err
+	}
+	if err := r.scaleHPA(ctx, td, hpa, decision.Replicas); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ok, err := r.applyService(ctx, td); err != nil || !ok {
+		return ctrl.Result{RequeueAfter: resync}, err
+	}
+	if !td.Spec.Suspend && !firstSight && previous != decision.Replicas {
+		r.Recorder.Eventf(td, nil, corev1.EventTypeNormal, "Scaled", "Scale",
+			"%s in force: %s set to %d replicas (was %d)", schedule.Describe(decision.Window), td.Status.ScaleTarget, decision.Replicas, previous)
+	}
+	r.reportReadiness(td, deploy, hpa)
+	return ctrl.Result{RequeueAfter: requeueAfter(now, decision.Next, resync)}, nil
+}
+
+// requeueAfter wakes the controller at the next boundary, or after the
+// resync interval if that comes first.
+func requeueAfter(now, next time.Time, resync time.Duration) time.Duration {
+	if next.IsZero() {
+		return resync
+	}
+	// A millisecond past the boundary so the clock is surely on its far side.
+	return min(next.Sub(now)+time.Millisecond, resync)
+}
+
+func recordDecision(td *schedulev1.TDSet, d Decision, s *Schedule) {
+	td.Status.DesiredReplicas = d.Replicas
+	td.Status.ActiveWindow = nil
+	if d.Window >= 0 {
+		td.Status.ActiveWindow = ptr.To(int32(d.Window))
+	}
+	td.Status.NextTransitionTime, td.Status.NextReplicas = nil, nil
+	if !d.Next.IsZero() {
+		td.Status.NextTransitionTime = &metav1.Time{Time: d.Next}
+		td.Status.NextReplicas = ptr.To(d.NextReplicas)
+	}
+}
+
+func (r *Reconciler) reportOverlaps(td *schedulev1.TDSet, s *Schedule) {
+	overlaps := s.Overlaps()
+	if len(overlaps) == 0 {
+		r.setCondition(td, ConditionScheduleValid, true, "Valid", "the windows do not overlap")
+		return
+	}
+	msg := ""
+	for i, o := range overlaps {
+		if i > 0 {
+			msg += "; "
+		}
+		msg += fmt.Sprintf("%s and %s overlap", s.Describe(o[0]), s.Describe(o[1]))
+	}
+	msg += "; where they overlap the highest replica count applies"
+	r.setCondition(td, ConditionScheduleValid, false, "OverlappingWindows", msg)
+}
+
+// ownDeployment returns the TDSet's Deployment (nil if not created yet),
+// or reports and returns nil when a Deployment of that name is not ours.
+func (r *Reconciler) ownDeployment(ctx context.Context, td *schedulev1.TDSet) (*appsv1.Deployment, error) {
+	var d appsv1.Deployment
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(td), &d)
+	if apierrors.IsNotFound(err) {
+		return &appsv1.Deployment{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if owner := metav1.GetControllerOf(&d); owner == nil || owner.UID != td.UID {
+		msg := fmt.Sprintf("Deployment %s exists and is not owned by this TDSet; it is left untouched (rename the TDSet or delete the Deployment)", d.Name)
+		r.warn(td, ConditionReady, "DeploymentNotOwned", msg)
+		r.setCondition(td, ConditionReady, false, "DeploymentNotOwned", msg)
+		return nil, nil
+	}
+	return &d, nil
+}
+
+// hpaFor finds a HorizontalPodAutoscaler that scales the TDSet's Deployment.
+func (r *Reconciler) hpaFor(ctx context.Context, td *schedulev1.TDSet) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	var list autoscalingv2.HorizontalPodAutoscalerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		ref := list.Items[i].Spec.ScaleTargetRef
+		if ref.Kind == "Deployment" && ref.Name == td.Name {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func podLabels(td *schedulev1.TDSet) map[string]string {
+	return map[string]string{LabelName: td.Name}
+}
+
+func objectLabels(td *schedulev1.TDSet) map[string]string {
+	return map[string]string{
+		LabelName:                      td.Name,
+		"app.kubernetes.io/name":       td.Name,
+		"app.kubernetes.io/managed-by": "deckhand",
+	}
+}
+
+func ownerReference(td *schedulev1.TDSet) *metav1ac.OwnerReferenceApplyConfiguration {
+	gvk := schedulev1.GroupVersion.WithKind("TDSet")
+	return metav1ac.OwnerReference().WithAPIVersion(gvk.GroupVersion().String()).WithKind(gvk.Kind).
+		WithName(td.Name).WithUID(td.UID).WithController(true).WithBlockOwnerDeletion(true)
+}
+
+// applyDeployment server-side applies the fields TDSet owns, and only when
+// one of them differs, so a steady state makes no API writes. With an HPA
+// the replica count is the HPA's: TDSet keeps whatever it finds.
+func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, current *appsv1.Deployment, desired int32, hpa *autoscalingv2.HorizontalPodAutoscaler) error {
+	replicas := desired
+	switch {
+	case td.Spec.Suspend && current.Name != "":
+		replicas = ptr.Deref(current.Spec.Replicas, desired)
+	case hpa != nil && current.Name != "":
+		replicas = ptr.Deref(current.Spec.Replicas, desired)
+	}
+	td.Status.ScaleTarget = "Deployment/" + td.Name
+	if hpa != nil {
+		td.Status.ScaleTarget = "HorizontalPodAutoscaler/" + hpa.Name
+	}
+	if current.Name != "" && deploymentMatches(current, td, replicas) {
+		return nil
+	}
+	apply := appsv1ac.Deployment(td.Name, td.Namespace).
+		WithLabels(objectLabels(td)).
+		WithOwnerReferences(ownerReference(td)).
+		WithSpec(appsv1ac.DeploymentSpec().
+			WithReplicas(replicas).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(td))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(podLabels(td)).
+				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().
+					WithName(containerName).
+					WithImage(td.Spec.Container.Image).
+					WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(td.Spec.Container.Port).WithProtocol(corev1.ProtocolTCP))))))
+	return r.Client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+}
+
+func deploymentMatches(d *appsv1.Deployment, td *schedulev1.TDSet, replicas int32) bool {
+	if ptr.Deref(d.Spec.Replicas, 1) != replicas || len(d.Spec.Template.Spec.Containers) == 0 {
+		return false
+	}
+	for k, v := range objectLabels(td) {
+		if d.Labels[k] != v {
+			return false
+		}
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	return c.Name == containerName && c.Image == td.Spec.Container.Image &&
+		len(c.Ports) == 1 && c.Ports[0].ContainerPort == td.Spec.Container.Port
+}
+
+// scaleHPA schedules the HPA's floor instead of fighting its replica count.
+// minReplicas is at least 1 and at most maxReplicas, as the HPA API requires.
+func (r *Reconciler) scaleHPA(ctx context.Context, td *schedulev1.TDSet, hpa *autoscalingv2.HorizontalPodAutoscaler, desired int32) error {
+	if hpa == nil || td.Spec.Suspend {
+		return nil
+	}
+	floor := min(max(desired, 1), hpa.Spec.MaxReplicas)
+	if ptr.Deref(hpa.Spec.MinReplicas, 1) == floor {
+		return nil
+	}
+	patch := client.MergeFrom(hpa.DeepCopy())
+	hpa.Spec.MinReplicas = ptr.To(floor)
+	if err := r.Client.Patch(ctx, hpa, patch, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("setting minReplicas of HorizontalPodAutoscaler %s: %w", hpa.Name, err)
+	}
+	return nil
+}
+
+// applyService creates, updates or (when spec.service is removed) deletes
+// the TDSet's own Service. It reports false, with a condition, when a
+// Service of that name belongs to someone else.
+func (r *Reconciler) applyService(ctx context.Context, td *schedulev1.TDSet) (bool, error) {
+	var svc corev1.Service
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(td), &svc)
+	if client.IgnoreNotFound(err) != nil {
+		return false, err
+	}
+	exists := err == nil
+	ours := exists && metav1.IsControlledBy(&svc, td)
+	if td.Spec.Service == nil {
+		if ours {
+			return true, client.IgnoreNotFound(r.Client.Delete(ctx, &svc))
+		}
+		return true, nil
+	}
+	if exists && !ours {
+		msg := fmt.Sprintf("Service %s exists and is not owned by this TDSet; it is left untouched (rename the TDSet or delete the Service)", svc.Name)
+		r.warn(td, ConditionReady, "ServiceNotOwned", msg)
+		r.setCondition(td, ConditionReady, false, "ServiceNotOwned", msg)
+		return false, nil
+	}
+	if ours && len(svc.Spec.Ports) == 1 && svc.Spec.Ports[0].Port == td.Spec.Service.Port &&
+		svc.Spec.Ports[0].TargetPort == intstr.FromInt32(td.Spec.Container.Port) && equality.Semantic.DeepEqual(svc.Spec.Selector, podLabels(td)) {
+		return true, nil
+	}
+	apply := corev1ac.Service(td.Name, td.Namespace).
+		WithLabels(objectLabels(td)).
+		WithOwnerReferences(ownerReference(td)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithSelector(podLabels(td)).
+			WithPorts(corev1ac.ServicePort().WithName("http").WithPort(td.Spec.Service.Port).
+				WithTargetPort(intstr.FromInt32(td.Spec.Container.Port)).WithProtocol(corev1.ProtocolTCP)))
+	return true, r.Client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+}
+
+func (r *Reconciler) reportReadiness(td *schedulev1.TDSet, d *appsv1.Deployment, hpa *autoscalingv2.HorizontalPodAutoscaler) {
+	td.Status.ReadyReplicas = d.Status.ReadyReplicas
+	switch {
+	case td.Spec.Suspend:
+		r.setCondition(td, ConditionReady, true, "Suspended", "scaling is suspended; the Deployment keeps its replica count")
+	case hpa != nil:
+		r.setCondition(td, ConditionReady, true, "ScalingHPA",
+			fmt.Sprintf("HorizontalPodAutoscaler %s scales the Deployment; TDSet sets its minReplicas", hpa.Name))
+	case d.Name == "" || d.Status.ReadyReplicas != td.Status.DesiredReplicas || d.Status.ObservedGeneration < d.Generation:
+		r.setCondition(td, ConditionReady, false, "Scaling",
+			fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, td.Status.DesiredReplicas))
+	default:
+		r.setCondition(td, ConditionReady, true, "Ready", fmt.Sprintf("%d replicas ready", d.Status.ReadyReplicas))
+	}
+}
+
+func (r *Reconciler) setCondition(td *schedulev1.TDSet, kind string, ok bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&td.Status.Conditions, metav1.Condition{
+		Type: kind, Status: status, Reason: reason, Message: msg, ObservedGeneration: td.Generation,
+	})
+}
+
+// warn emits a Warning event unless the condition already reports this
+// reason, so a lasting problem is announced once, not on every resync.
+func (r *Reconciler) warn(td *schedulev1.TDSet, kind, reason, msg string) {
+	if c := meta.FindStatusCondition(td.Status.Conditions, kind); c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason {
+		return
+	}
+	r.Recorder.Eventf(td, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, before, td *schedulev1.TDSet) error {
+	if equality.Semantic.DeepEqual(before.Status, td.Status) {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, td, client.MergeFrom(before))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
