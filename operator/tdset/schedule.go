@@ -215,8 +215,8 @@ func overlap(a, b window) bool {
 // Describe renders a window as people write it, for events and messages.
 func (s *Schedule) Describe(index int) string {
 	if index < 0 || index >= len(s.windows) {
-		return "the default"
+		return "defaultReplica"
 	}
 	w := s.windows[index]
-	return fmt.Sprintf("window %d (%02d:%02d-%02d:%02d)", index, w.start/60, w.start%60, w.end/60, w.end%60)
+	return fmt.Sprintf("schedulingConfig[%d] (%02d:%02d-%02d:%02d)", index, w.start/60, w.start%60, w.end/60, w.end%60)
 }

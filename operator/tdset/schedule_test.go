@@ -176,5 +176,5 @@ func TestOverlapsResolveToTheHighestCount(t *testing.T) {
 	d := s.Decide(time.Date(2026, 11, 22, 11, 0, 0, 0, time.UTC))
 	assert.Equal(t, int32(6), d.Replicas)
 	assert.Equal(t, 1, d.Window)
-	assert.Equal(t, "window 1 (10:00-14:00)", s.Describe(d.Window))
+	assert.Equal(t, "schedulingConfig[1] (10:00-14:00)", s.Describe(d.Window))
 }
