@@ -28,7 +28,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/operator"
@@ -226,6 +231,33 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 	}
 	mgr, _, err := manager.New(cfg, RESTConfig(t))
 	require.NoError(t, err)
+	run(t, mgr)
+}
+
+// StartController runs one controller, registered by setup (for example
+// with a clock of the test's), watching only the given namespaces, until
+// the test ends.
+func StartController(t testing.TB, setup func(ctrl.Manager) error, namespaces ...string) {
+	t.Helper()
+	opts := ctrl.Options{
+		Scheme:                 Scheme(t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{}},
+	}
+	for _, ns := range namespaces {
+		opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+	}
+	mgr, err := ctrl.NewManager(RESTConfig(t), opts)
+	require.NoError(t, err)
+	require.NoError(t, setup(mgr))
+	run(t, mgr)
+}
+
+// run starts mgr until the test ends and waits for its caches.
+func run(t testing.TB, mgr ctrl.Manager) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -59,9 +59,15 @@ type Reconciler struct {
 	Now func() time.Time
 }
 
-// Setup registers the TDSet controller with the manager.
+// Setup registers the TDSet controller, on the wall clock, with the manager.
 func Setup(mgr ctrl.Manager) error {
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: time.Now}
+	return SetupWithClock(mgr, time.Now)
+}
+
+// SetupWithClock registers the controller with a clock of the caller's, so
+// tests can put a window boundary seconds away.
+func SetupWithClock(mgr ctrl.Manager, now func() time.Time) error {
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: now}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&schedulev1.TDSet{}).

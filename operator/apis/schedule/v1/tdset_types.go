@@ -161,7 +161,9 @@ type TDSetStatus struct {
 // +kubebuilder:resource:scope=Namespaced,categories=deckhand
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
-// +kubebuilder:printcolumn:name="Next change",type=date,JSONPath=`.status.nextTransitionTime`
+// A future date column would print as "<invalid>", so the time is a string.
+// +kubebuilder:printcolumn:name="Next change",type=string,JSONPath=`.status.nextTransitionTime`
+// +kubebuilder:printcolumn:name="Next",type=integer,JSONPath=`.status.nextReplicas`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TDSet struct {
 	metav1.TypeMeta   `json:",inline"`
