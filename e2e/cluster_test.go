@@ -230,12 +230,19 @@ func countBlogPosts(t *testing.T, c client.Client, namespace string) int {
 
 func canI(t *testing.T, c client.Client, user, group, resource, verb string) bool {
 	t.Helper()
+	return canIIn(t, c, "", user, group, resource, verb)
+}
+
+// canIIn asks whether user may do verb on resource in namespace ("" for
+// every namespace).
+func canIIn(t *testing.T, c client.Client, namespace, user, group, resource, verb string) bool {
+	t.Helper()
 	res, sub, _ := strings.Cut(resource, "/")
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:   user,
 		Groups: []string{"system:serviceaccounts", "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Group: group, Resource: res, Subresource: sub, Verb: verb,
+			Namespace: namespace, Group: group, Resource: res, Subresource: sub, Verb: verb,
 		},
 	}}
 	require.NoError(t, c.Create(context.Background(), sar))

@@ -46,16 +46,26 @@ demo() {
   "$kubectl" apply -f examples/blogpost.yaml >/dev/null
   "$kubectl" wait --for jsonpath='{.status.publishedAt}' --timeout 30s blogpost/blog-post-1 >/dev/null
   local took; took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+  # Seed 001's TDSet, verbatim, in the namespace it names.
+  "$kubectl" create namespace temp --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+  "$kubectl" apply -f examples/tdset.yaml >/dev/null
+  "$kubectl" wait --for condition=Ready --timeout 60s -n temp tdset/tdset-hello-world >/dev/null ||
+    echo ">> demo: TDSet tdset-hello-world is not Ready yet (kubectl describe tdset -n temp)" >&2
   cat >&2 <<MSG
 
 >> demo: BlogPost blog-post-1 applied; publishedAt stamped ${took}s after kubectl apply
 $("$kubectl" get blogposts -o wide)
+
+>> demo: TDSet tdset-hello-world (seed 001) in namespace temp runs its current window
+$("$kubectl" get tdsets,deployments -n temp)
 
 Try next, in another shell:
   eval "\$(make -s env)"                  # kubectl, helm, kwokctl on PATH; KUBECONFIG set
   kubectl get blogposts                   # Title, Author, Published, Age
   kubectl describe blogpost blog-post-1   # Ready condition and the Published event
   kubectl explain blogpost.spec
+  kubectl describe tdset -n temp          # schedule, next change, Scaled events at each boundary
+  kubectl explain tdset.spec.schedulingConfig
 The operator runs in this terminal: Ctrl-C stops it.
 
 MSG
