@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -235,9 +237,10 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 }
 
 // StartController runs one controller, registered by setup (for example
-// with a clock of the test's), watching only the given namespaces, until
-// the test ends.
-func StartController(t testing.TB, setup func(ctrl.Manager) error, namespaces ...string) {
+// with a clock of the test's), with the given client config (benchmarks
+// count its requests), watching only the given namespaces, until the test
+// ends.
+func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) error, namespaces ...string) {
 	t.Helper()
 	opts := ctrl.Options{
 		Scheme:                 Scheme(t),
@@ -249,15 +252,19 @@ func StartController(t testing.TB, setup func(ctrl.Manager) error, namespaces ..
 	for _, ns := range namespaces {
 		opts.Cache.DefaultNamespaces[ns] = cache.Config{}
 	}
-	mgr, err := ctrl.NewManager(RESTConfig(t), opts)
+	mgr, err := ctrl.NewManager(rc, opts)
 	require.NoError(t, err)
 	require.NoError(t, setup(mgr))
 	run(t, mgr)
 }
 
+var loggerOnce sync.Once
+
 // run starts mgr until the test ends and waits for its caches.
 func run(t testing.TB, mgr ctrl.Manager) {
 	t.Helper()
+	// Reconcile errors reach the test output; the rest would drown it.
+	loggerOnce.Do(func() { ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel))) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -70,6 +71,9 @@ func SetupWithClock(mgr ctrl.Manager, now func() time.Time) error {
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: now}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
+		// Reconciles are short and mostly wait on one API write: a few in
+		// parallel converge 1,000 TDSets several times faster.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		For(&schedulev1.TDSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).

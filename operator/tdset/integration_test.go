@@ -156,7 +156,7 @@ func TestAWindowStartingAMinuteAheadScalesOnTime(t *testing.T) {
 	boundary := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	lead := 3 * time.Second
 	now := clockAhead(boundary, lead)
-	testenv.StartController(t, func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, now) }, ns)
+	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, now) }, ns)
 	realBoundary := time.Now().Add(lead)
 
 	td := newTDSet(ns, "noon", schedulev1.Scheduling{StartTime: intstr.FromString("12:00"), EndTime: intstr.FromString("12:30"), Replica: 4})

@@ -1,0 +1,323 @@
+package tdset_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
+	"github.com/deckhand-dev/deckhand/operator/tdset"
+)
+
+// replicasSeen records when a watch saw each replica count of a Deployment.
+type replicasSeen struct {
+	mu     sync.Mutex
+	seen   map[int32][]time.Time
+	annots map[string]time.Time
+}
+
+func watchDeployment(b *testing.B, ns, name string) *replicasSeen {
+	b.Helper()
+	wc, err := client.NewWithWatch(testenv.RESTConfig(b), client.Options{Scheme: testenv.Scheme(b)})
+	require.NoError(b, err)
+	w, err := wc.Watch(context.Background(), &appsv1.DeploymentList{}, client.InNamespace(ns))
+	require.NoError(b, err)
+	b.Cleanup(w.Stop)
+	r := &replicasSeen{seen: map[int32][]time.Time{}, annots: map[string]time.Time{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			at := time.Now()
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || d.Name != name || ev.Type == watch.Deleted {
+				continue
+			}
+			r.mu.Lock()
+			r.seen[ptr.Deref(d.Spec.Replicas, 0)] = append(r.seen[ptr.Deref(d.Spec.Replicas, 0)], at)
+			if v, ok := d.Annotations["bench/ping"]; ok {
+				if _, dup := r.annots[v]; !dup {
+					r.annots[v] = at
+				}
+			}
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// firstAfter is the first time the watch saw replicas at or after since.
+func (r *replicasSeen) firstAfter(replicas int32, since time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, at := range r.seen[replicas] {
+		if !at.Before(since) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (r *replicasSeen) annotation(v string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.annots[v]
+	return at, ok
+}
+
+func waitFor(b *testing.B, what string, f func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1)+0.5)]
+}
+
+// BenchmarkBoundaryLag measures, over 20 window boundaries, the time from
+// the boundary instant to the moment a watch sees the Deployment's new
+// replica count, next to the floor: a write seen by the same watch.
+func BenchmarkBoundaryLag(b *testing.B) {
+	const transitions = 20
+	const lead = 500 * time.Millisecond
+	testenv.InstallCRDs(b)
+	c := testenv.Client(b)
+	ns := testenv.Namespace(b, c)
+
+	// The operator's clock is the wall clock plus an offset the benchmark
+	// moves, so each boundary is lead away in real time.
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	setClock := func(sched time.Time) { offset.Store(int64(sched.Sub(time.Now()))) }
+	day := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	setClock(day.Add(11 * time.Hour))
+	testenv.StartController(b, testenv.RESTConfig(b), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, now) }, ns)
+
+	td := newTDSet(ns, "lag", schedulev1.Scheduling{StartTime: intstr.FromString("12:00"), EndTime: intstr.FromString("12:01"), Replica: 2})
+	td.Spec.DefaultReplica = 1
+	seen := watchDeployment(b, ns, td.Name)
+	require.NoError(b, c.Create(context.Background(), td))
+	waitFor(b, "the Deployment at 1 replica", func() bool { _, ok := seen.firstAfter(1, time.Time{}); return ok })
+
+	var lags []time.Duration
+	for i := range transitions {
+		boundary, want := day.Add(12*time.Hour), int32(2) // into the window
+		if i%2 == 1 {
+			boundary, want = day.Add(12*time.Hour+time.Minute), 1 // out of it
+		}
+		setClock(boundary.Add(-lead))
+		realBoundary := time.Now().Add(lead)
+		poke(b, c, td, i) // a reconcile now, so the controller sees the moved clock
+		waitFor(b, fmt.Sprintf("transition %d to %d replicas", i, want), func() bool {
+			_, ok := seen.firstAfter(want, realBoundary.Add(-lead))
+			return ok
+		})
+		at, _ := seen.firstAfter(want, realBoundary.Add(-lead))
+		if at.Before(realBoundary) {
+			b.Fatalf("transition %d landed %v before its boundary", i, realBoundary.Sub(at))
+		}
+		lags = append(lags, at.Sub(realBoundary))
+	}
+
+	// The floor: a write to the Deployment and the same watch seeing it.
+	var floor []time.Duration
+	for i := range transitions {
+		v := fmt.Sprint(i)
+		start := time.Now()
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"bench/ping":%q}}}`, v)
+		require.NoError(b, c.Patch(context.Background(), &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: td.Name}},
+			client.RawPatch(types.MergePatchType, patch)))
+		waitFor(b, "the ping", func() bool { _, ok := seen.annotation(v); return ok })
+		at, _ := seen.annotation(v)
+		floor = append(floor, at.Sub(start))
+	}
+
+	fmt.Printf("\nTDSet boundary lag over %d transitions (boundary instant -> watch sees new replicas)\n", transitions)
+	fmt.Printf("%-34s %10s %10s\n", "", "p50", "max")
+	fmt.Printf("%-34s %10v %10v\n", "boundary lag (target max < 1s)", percentile(lags, 0.5).Round(100*time.Microsecond), slices.Max(lags).Round(100*time.Microsecond))
+	fmt.Printf("%-34s %10v %10v\n", "floor: write -> watch, same run", percentile(floor, 0.5).Round(100*time.Microsecond), slices.Max(floor).Round(100*time.Microsecond))
+	b.ReportMetric(float64(percentile(lags, 0.5).Microseconds())/1000, "lag-p50-ms")
+	b.ReportMetric(float64(slices.Max(lags).Microseconds())/1000, "lag-max-ms")
+	b.ReportMetric(float64(percentile(floor, 0.5).Microseconds())/1000, "floor-p50-ms")
+}
+
+func poke(b *testing.B, c client.Client, td *schedulev1.TDSet, i int) {
+	b.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"bench/poke":"%d"}}}`, i)
+	require.NoError(b, c.Patch(context.Background(), td.DeepCopy(), client.RawPatch(types.MergePatchType, patch)))
+}
+
+// writeCounter counts the requests that change something.
+type writeCounter struct {
+	next   http.RoundTripper
+	writes atomic.Int64
+}
+
+func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		w.writes.Add(1)
+	}
+	return w.next.RoundTrip(req)
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func rssKiB() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+// BenchmarkSteadyState1000 runs 1,000 TDSets whose windows do not change
+// and counts the operator's API writes over a minute of resyncs
+// (intervalMint 1): the target is none.
+func BenchmarkSteadyState1000(b *testing.B) {
+	const count = 1000
+	testenv.InstallCRDs(b)
+	c := testenv.Client(b)
+	ns := testenv.Namespace(b, c)
+
+	createTDSets(b, c, ns, count)
+	heapBefore := heapInUse()
+	counter := &writeCounter{}
+	rc := rest.CopyConfig(testenv.RESTConfig(b))
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	start := time.Now()
+	testenv.StartController(b, rc, tdset.Setup, ns)
+	waitConverged(b, c, ns, count)
+	converged := time.Since(start)
+	convergeWrites := counter.writes.Load()
+	heapAfter := heapInUse()
+
+	counter.writes.Store(0)
+	reconcilesBefore := reconciles(b)
+	const idle = 65 * time.Second // every TDSet resyncs at least once
+	time.Sleep(idle)
+	idleWrites := counter.writes.Load()
+	idleReconciles := reconciles(b) - reconcilesBefore
+	require.GreaterOrEqual(b, idleReconciles, float64(count), "the TDSets did not resync while idle: the write count proves nothing")
+
+	fmt.Printf("\nTDSet steady state with %d TDSets (in-process operator, local cluster)\n", count)
+	fmt.Printf("%-48s %v\n", "converge (operator start -> all Ready)", converged.Round(10*time.Millisecond))
+	fmt.Printf("%-48s %d (%.1f per TDSet)\n", "API writes to converge", convergeWrites, float64(convergeWrites)/count)
+	fmt.Printf("%-48s %.0f\n", "reconciles while idle (65 s)", idleReconciles)
+	fmt.Printf("%-48s %.1f (target 0)\n", "API writes per minute, idle, intervalMint=1", float64(idleWrites)/idle.Minutes())
+	fmt.Printf("%-48s %.1f MiB\n", "operator heap in use (after GC, TDSets+Deployments cached)", float64(heapAfter-min(heapBefore, heapAfter))/(1<<20))
+	fmt.Printf("%-48s %s\n", "process RSS (test binary incl. operator)", rssKiB())
+	b.ReportMetric(float64(idleWrites)/idle.Minutes(), "idle-writes/min")
+	b.ReportMetric(converged.Seconds(), "converge-s")
+}
+
+// reconciles reads controller-runtime's reconcile counter for TDSet.
+func reconciles(b *testing.B) float64 {
+	b.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(b, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == tdset.Name {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+func createTDSets(b *testing.B, c client.Client, ns string, count int) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, count)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < count; i += 8 {
+				td := newTDSet(ns, fmt.Sprintf("td-%04d", i), schedulev1.Scheduling{StartTime: intstr.FromInt32(0), EndTime: intstr.FromString("24:00"), Replica: 0})
+				td.Spec.DefaultReplica = 0
+				td.Spec.IntervalMint = 1
+				if err := c.Create(context.Background(), td); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(b, err)
+	}
+}
+
+func waitConverged(b *testing.B, c client.Client, ns string, count int) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var list schedulev1.TDSetList
+		require.NoError(b, c.List(context.Background(), &list, client.InNamespace(ns)))
+		ready := 0
+		for _, td := range list.Items {
+			if td.Status.ObservedGeneration == td.Generation && td.Status.ScaleTarget != "" && isReady(&td) {
+				ready++
+			}
+		}
+		if ready == count {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d TDSets Ready after 5 minutes", ready, count)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func isReady(td *schedulev1.TDSet) bool {
+	for _, c := range td.Status.Conditions {
+		if c.Type == tdset.ConditionReady {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
