@@ -11,8 +11,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	iximiuzv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/iximiuz/v1alpha1"
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
+	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
 
@@ -32,6 +34,7 @@ type Controller struct {
 // Controllers is the registry: every controller deckhand has, by name.
 var Controllers = []Controller{
 	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
+	{Name: configmonitor.Name, ValuesKey: "configMonitor", AddToScheme: magalixv1.AddToScheme, Setup: configmonitor.Setup},
 	{Name: tdset.Name, ValuesKey: "tdset", AddToScheme: schedulev1.AddToScheme, Setup: tdset.Setup},
 }
 

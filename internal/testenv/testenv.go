@@ -247,7 +247,7 @@ func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) err
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{}},
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{}, DefaultTransform: manager.SlimCachedObjects},
 	}
 	for _, ns := range namespaces {
 		opts.Cache.DefaultNamespaces[ns] = cache.Config{}

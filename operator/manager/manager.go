@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"go.uber.org/zap/zapcore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -96,8 +97,9 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
 	}
+	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects}
 	if len(cfg.WatchNamespaces) > 0 {
-		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{}}
+		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {
 			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
 		}
@@ -120,6 +122,20 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		}
 	}
 	return mgr, selected, nil
+}
+
+// SlimCachedObjects drops what no controller reads from the cache:
+// managedFields everywhere, and the annotations of metadata-only objects
+// (ConfigMaps watched by ConfigMonitor), where kubectl's last-applied copy
+// would otherwise keep every ConfigMap's data in memory after all.
+func SlimCachedObjects(in any) (any, error) {
+	if obj, ok := in.(metav1.Object); ok {
+		obj.SetManagedFields(nil)
+	}
+	if m, ok := in.(*metav1.PartialObjectMetadata); ok {
+		m.Annotations = nil
+	}
+	return in, nil
 }
 
 // informersSynced makes /readyz fail until the caches have synced, so a

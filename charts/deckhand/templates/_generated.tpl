@@ -2,6 +2,7 @@
 {{/* Values key under controllers: -> name in --controllers, for every controller this chart can run. */}}
 {{- define "deckhand.knownControllers" -}}
 blogPost: blogpost
+configMonitor: configmonitor
 tdset: tdset
 {{- end }}
 
@@ -26,6 +27,64 @@ tdset: tdset
   - iximiuz.com
   resources:
   - blogposts/status
+  verbs:
+  - get
+  - patch
+  - update
+{{- end }}
+
+{{/* RBAC rules of configmonitor, from the +kubebuilder:rbac markers in operator/configmonitor. */}}
+{{- define "deckhand.rules.configMonitor" }}
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  - secrets
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - pods
+  verbs:
+  - delete
+  - list
+- apiGroups:
+  - apps
+  resources:
+  - daemonsets
+  - deployments
+  - statefulsets
+  verbs:
+  - get
+  - patch
+- apiGroups:
+  - apps
+  resources:
+  - replicasets
+  verbs:
+  - get
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - magalix.com
+  resources:
+  - configmonitors
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - magalix.com
+  resources:
+  - configmonitors/status
   verbs:
   - get
   - patch

@@ -1,0 +1,288 @@
+// Package configmonitor is the ConfigMonitor controller (seed 000): when a
+// ConfigMap's (or Secret's) data changes, it restarts the workloads whose
+// pods match the monitor's podSelector, once per change.
+//
+// The state is a hash (Wave's design): the SHA-256 of the configuration is
+// kept in the monitor's status and stamped on each restarted workload's pod
+// template. A reconcile compares them, so it is idempotent, survives
+// operator restarts and catches up on changes made while it was down.
+package configmonitor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "configmonitor"
+
+// FieldManager owns the pod-template annotations ConfigMonitor writes.
+const FieldManager = "deckhand-configmonitor"
+
+// Condition types.
+const (
+	ConditionReady       = "Ready"
+	ConditionConfigFound = "ConfigFound"
+)
+
+// Field indexes: which monitors name a ConfigMap or a Secret.
+const (
+	indexConfigMap = "configmonitor.spec.configMap"
+	indexSecret    = "configmonitor.spec.secret"
+)
+
+// Rollout rate limit shared by every monitor in the process (Wave's: a
+// config storm must not flood the API server with new ReplicaSets).
+const (
+	DefaultRestartsPerSecond = 1
+	DefaultRestartBurst      = 100
+)
+
+// +kubebuilder:rbac:groups=magalix.com,resources=configmonitors,verbs=get;list;watch
+// +kubebuilder:rbac:groups=magalix.com,resources=configmonitors/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler restarts the workloads of each ConfigMonitor when its
+// configuration changes.
+type Reconciler struct {
+	// Client reads ConfigMonitors from the cache and writes.
+	Client client.Client
+	// Reader reads ConfigMaps, Secrets, pods and workloads straight from the
+	// API server: nothing of theirs but ConfigMap/Secret metadata is cached.
+	Reader   client.Reader
+	Recorder events.EventRecorder
+	// Limiter paces restarts across all monitors.
+	Limiter *rate.Limiter
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+
+	// changedAt remembers when a ConfigMap or Secret event arrived, for the
+	// event-to-patch latency metric.
+	changedAt sync.Map
+}
+
+// Setup registers the ConfigMonitor controller with the manager.
+func Setup(mgr ctrl.Manager) error {
+	r := &Reconciler{
+		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("deckhand-" + Name),
+		Limiter:  rate.NewLimiter(DefaultRestartsPerSecond, DefaultRestartBurst),
+		Now:      time.Now,
+	}
+	return r.SetupWithManager(mgr)
+}
+
+// SetupWithManager indexes monitors by what they watch and wires the watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &magalixv1.ConfigMonitor{}, indexConfigMap, func(o client.Object) []string {
+		return []string{o.(*magalixv1.ConfigMonitor).Spec.ConfigMapName()}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &magalixv1.ConfigMonitor{}, indexSecret, func(o client.Object) []string {
+		if s := o.(*magalixv1.ConfigMonitor).Spec.Secret; s != "" {
+			return []string{s}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		For(&magalixv1.ConfigMonitor{}).
+		// Metadata only: a ConfigMap nobody monitors costs its name and
+		// labels in memory, not its data.
+		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap))).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret))).
+		Complete(r)
+}
+
+// monitorsNaming maps a ConfigMap or Secret event to the monitors in its
+// namespace that name it, through the field index: no other monitor wakes.
+func (r *Reconciler) monitorsNaming(index string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list magalixv1.ConfigMonitorList
+		if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing ConfigMonitors", "index", index, "name", o.GetName())
+			return nil
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		r.changedAt.Store(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, time.Now())
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for _, m := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
+		}
+		return reqs
+	}
+}
+
+// Reconcile compares the configuration's hash with the one the selected
+// workloads run, and restarts them once when they differ.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var m magalixv1.ConfigMonitor
+	if err := r.Client.Get(ctx, req.NamespacedName, &m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !m.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := m.DeepCopy()
+	result, err := r.reconcile(ctx, &m)
+	m.Status.ObservedGeneration = m.Generation
+	m.Status.ConfigMap = m.Spec.ConfigMapName()
+	m.Status.Selector = labels.SelectorFromSet(m.Spec.PodSelector).String()
+	if statusErr := r.patchStatus(ctx, before, &m); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return result, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) (ctrl.Result, error) {
+	selector, err := labels.ValidatedSelectorFromSet(m.Spec.PodSelector)
+	if err != nil {
+		setCondition(m, ConditionReady, false, "InvalidSelector", "podSelector is not a valid label selector: "+err.Error())
+		return ctrl.Result{}, nil
+	}
+	hash, missing, err := r.configHash(ctx, m)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if missing != "" {
+		// Forget the baseline: the configuration's return is a new baseline,
+		// not a change. The ConfigMap/Secret watch wakes us when it appears.
+		msg := missing + " not found in namespace " + m.Namespace + "; nothing is restarted until it exists"
+		m.Status.ObservedHash, m.Status.PendingHash, m.Status.PendingSince = "", "", nil
+		setCondition(m, ConditionConfigFound, false, "NotFound", msg)
+		setCondition(m, ConditionReady, false, "ConfigNotFound", msg)
+		return ctrl.Result{}, nil
+	}
+	setCondition(m, ConditionConfigFound, true, "Found", "configuration hash "+short(hash))
+
+	switch {
+	case m.Status.ObservedHash == "":
+		m.Status.ObservedHash = hash
+		skipped.WithLabelValues("Baseline").Inc()
+		setCondition(m, ConditionReady, true, "Baseline", "configuration recorded; its next change restarts the selected workloads")
+		return ctrl.Result{}, nil
+	case m.Status.ObservedHash == hash:
+		m.Status.PendingHash, m.Status.PendingSince = "", nil
+		setCondition(m, ConditionReady, true, "UpToDate", "the selected workloads run configuration "+short(hash))
+		return ctrl.Result{}, nil
+	}
+
+	now := r.Now()
+	if m.Status.PendingHash != hash {
+		m.Status.PendingHash, m.Status.PendingSince = hash, &metav1.Time{Time: now}
+	}
+	if m.Spec.Suspend {
+		skipped.WithLabelValues("Suspended").Inc()
+		setCondition(m, ConditionReady, false, "Suspended", "configuration changed; restarts are suspended until spec.suspend is false")
+		return ctrl.Result{}, nil
+	}
+	if wait := debounceLeft(m, now); wait > 0 {
+		setCondition(m, ConditionReady, false, "Debouncing", fmt.Sprintf("configuration changed; restarting after %s without further change", m.Spec.Debounce.Duration))
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+
+	restarted, err := r.restart(ctx, m, selector, hash)
+	if err != nil {
+		setCondition(m, ConditionReady, false, "RestartFailed", err.Error())
+		return ctrl.Result{}, err
+	}
+	m.Status.ObservedHash, m.Status.PendingHash, m.Status.PendingSince = hash, "", nil
+	m.Status.RestartedWorkloads = restarted
+	m.Status.LastRestartTime = &metav1.Time{Time: now}
+	setCondition(m, ConditionReady, true, "Restarted", fmt.Sprintf("configuration %s rolled out to %d workload(s)", short(hash), len(restarted)))
+	return ctrl.Result{}, nil
+}
+
+// debounceLeft is how long the pending change must still stay unchanged.
+func debounceLeft(m *magalixv1.ConfigMonitor, now time.Time) time.Duration {
+	if m.Spec.Debounce == nil || m.Spec.Debounce.Duration <= 0 || m.Status.PendingSince == nil {
+		return 0
+	}
+	return m.Status.PendingSince.Add(m.Spec.Debounce.Duration).Sub(now)
+}
+
+// configHash reads the ConfigMap (and Secret) from the API server and hashes
+// their data. missing names what does not exist.
+func (r *Reconciler) configHash(ctx context.Context, m *magalixv1.ConfigMonitor) (hash, missing string, err error) {
+	var cm corev1.ConfigMap
+	err = r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ConfigMapName()}, &cm)
+	if apierrors.IsNotFound(err) {
+		return "", "ConfigMap " + m.Spec.ConfigMapName(), nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading ConfigMap %s: %w", m.Spec.ConfigMapName(), err)
+	}
+	var secret *corev1.Secret
+	if m.Spec.Secret != "" {
+		secret = &corev1.Secret{}
+		err = r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Secret}, secret)
+		if apierrors.IsNotFound(err) {
+			return "", "Secret " + m.Spec.Secret, nil
+		}
+		if err != nil {
+			// The error names the Secret, never its data.
+			return "", "", fmt.Errorf("reading Secret %s: %w", m.Spec.Secret, err)
+		}
+	}
+	return Hash(&cm, secret), "", nil
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, before, m *magalixv1.ConfigMonitor) error {
+	if equality.Semantic.DeepEqual(before.Status, m.Status) {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, m, client.MergeFrom(before))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func setCondition(m *magalixv1.ConfigMonitor, kind string, ok bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+		Type: kind, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation,
+	})
+}
+
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}

@@ -1,0 +1,364 @@
+package configmonitor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+)
+
+const ns = "default"
+
+func configMap(msg string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "flaskapp-config", Namespace: ns},
+		Data:       map[string]string{"config.cfg": `MSG="` + msg + `"`},
+	}
+}
+
+func TestHashIsTheDataOnly(t *testing.T) {
+	a := configMap("Welcome to Kubernetes!")
+	b := a.DeepCopy()
+	b.Labels = map[string]string{"edited": "yes"}
+	b.Annotations = map[string]string{"note": "x"}
+	assert.Equal(t, Hash(a, nil), Hash(b, nil), "labels and annotations changed the hash")
+
+	b.Data["config.cfg"] = `MSG="Welcome to Operators!"`
+	assert.NotEqual(t, Hash(a, nil), Hash(b, nil))
+
+	// Keys and values cannot run into each other.
+	x := &corev1.ConfigMap{Data: map[string]string{"a": "bc"}}
+	y := &corev1.ConfigMap{Data: map[string]string{"ab": "c"}}
+	assert.NotEqual(t, Hash(x, nil), Hash(y, nil))
+	// data and binaryData are told apart.
+	z := &corev1.ConfigMap{BinaryData: map[string][]byte{"a": []byte("bc")}}
+	assert.NotEqual(t, Hash(x, nil), Hash(z, nil))
+
+	s1 := &corev1.Secret{Data: map[string][]byte{"password": []byte("one")}}
+	s2 := &corev1.Secret{Data: map[string][]byte{"password": []byte("two")}}
+	assert.NotEqual(t, Hash(a, s1), Hash(a, s2))
+	assert.NotEqual(t, Hash(a, nil), Hash(a, &corev1.Secret{}), "adding an empty Secret is a different configuration")
+	assert.Len(t, Hash(a, nil), 64)
+}
+
+func TestAnnotationKeyFitsAndIsShared(t *testing.T) {
+	spec := magalixv1.ConfigMonitorSpec{Configmap: "flaskapp-config"}
+	assert.Equal(t, "deckhand.dev/configmap-flaskapp-config", AnnotationKey(&spec))
+	other := magalixv1.ConfigMonitorSpec{ConfigMap: "flaskapp-config"}
+	assert.Equal(t, AnnotationKey(&spec), AnnotationKey(&other), "both spellings must share the key")
+	spec.Secret = "db"
+	assert.Equal(t, "deckhand.dev/configmap-flaskapp-config.secret-db", AnnotationKey(&spec))
+
+	long := magalixv1.ConfigMonitorSpec{ConfigMap: strings.Repeat("a", 200), Secret: strings.Repeat("b", 200)}
+	name := strings.TrimPrefix(AnnotationKey(&long), AnnotationPrefix)
+	assert.LessOrEqual(t, len(name), 63)
+	long.Secret = strings.Repeat("b", 199) + "c"
+	assert.NotEqual(t, name, strings.TrimPrefix(AnnotationKey(&long), AnnotationPrefix))
+}
+
+// The seed's frontend: Deployment → ReplicaSet → Pod, as the API server
+// would hold them.
+func frontend() []client.Object {
+	labels := map[string]string{"app": "frontend"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "frontend", Namespace: ns, UID: "deploy-uid"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}},
+		},
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "frontend-7f8d89fb68", Namespace: ns, UID: "rs-uid",
+		OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "Deployment", "frontend", "deploy-uid")}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "frontend-7f8d89fb68-77qv4", Namespace: ns, Labels: labels, UID: "pod-uid",
+		OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "ReplicaSet", "frontend-7f8d89fb68", "rs-uid")}}}
+	return []client.Object{d, rs, pod}
+}
+
+func controllerRef(apiVersion, kind, name string, uid types.UID) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: &yes}
+}
+
+func monitor(name string) *magalixv1.ConfigMonitor {
+	return &magalixv1.ConfigMonitor{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Generation: 1},
+		Spec: magalixv1.ConfigMonitorSpec{
+			Configmap:   "flaskapp-config",
+			PodSelector: map[string]string{"app": "frontend"},
+			Strategy:    magalixv1.RollingRestart,
+		},
+	}
+}
+
+type fixture struct {
+	r      *Reconciler
+	c      client.Client
+	events *events.FakeRecorder
+	now    time.Time
+}
+
+func newFixture(t *testing.T, objs ...client.Object) *fixture {
+	t.Helper()
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, magalixv1.AddToScheme(s))
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&magalixv1.ConfigMonitor{}).WithObjects(objs...).Build()
+	f := &fixture{c: c, events: events.NewFakeRecorder(100), now: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
+	f.r = &Reconciler{Client: c, Reader: c, Recorder: f.events, Limiter: rate.NewLimiter(rate.Inf, 1), Now: func() time.Time { return f.now }}
+	return f
+}
+
+func (f *fixture) reconcile(t *testing.T, name string) (*magalixv1.ConfigMonitor, ctrl.Result) {
+	t.Helper()
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	require.NoError(t, err)
+	var m magalixv1.ConfigMonitor
+	require.NoError(t, f.c.Get(context.Background(), key, &m))
+	return &m, res
+}
+
+func (f *fixture) setMessage(t *testing.T, msg string) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "flaskapp-config"}, &cm))
+	cm.Data["config.cfg"] = `MSG="` + msg + `"`
+	require.NoError(t, f.c.Update(context.Background(), &cm))
+}
+
+// templateHash is what the frontend's pod template carries, "" if nothing.
+func (f *fixture) templateHash(t *testing.T) (string, string) {
+	t.Helper()
+	var d appsv1.Deployment
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "frontend"}, &d))
+	return d.Spec.Template.Annotations["deckhand.dev/configmap-flaskapp-config"], d.ResourceVersion
+}
+
+func (f *fixture) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func reason(m *magalixv1.ConfigMonitor, kind string) string {
+	if c := meta.FindStatusCondition(m.Status.Conditions, kind); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func TestCreatingAMonitorRestartsNothing(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("flakapp-config-monitor"))...)
+	_, rv := f.templateHash(t)
+	m, _ := f.reconcile(t, "flakapp-config-monitor")
+
+	hash, rvAfter := f.templateHash(t)
+	assert.Empty(t, hash)
+	assert.Equal(t, rv, rvAfter, "the Deployment was written at creation")
+	assert.Equal(t, Hash(configMap("Welcome to Kubernetes!"), nil), m.Status.ObservedHash)
+	assert.Equal(t, "Baseline", reason(m, ConditionReady))
+	assert.Equal(t, "Found", reason(m, ConditionConfigFound))
+	assert.Equal(t, "flaskapp-config", m.Status.ConfigMap)
+	assert.Equal(t, "app=frontend", m.Status.Selector)
+	assert.Empty(t, f.drainEvents())
+}
+
+func TestADataChangeRollsTheOwnerOnce(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("flakapp-config-monitor"))...)
+	f.reconcile(t, "flakapp-config-monitor")
+	f.setMessage(t, "Welcome to Operators!")
+	m, _ := f.reconcile(t, "flakapp-config-monitor")
+
+	want := Hash(configMap("Welcome to Operators!"), nil)
+	hash, rv := f.templateHash(t)
+	assert.Equal(t, want, hash, "the pod template does not carry the new configuration")
+	assert.Equal(t, want, m.Status.ObservedHash)
+	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Deployment", Name: "frontend"}}, m.Status.RestartedWorkloads)
+	require.NotNil(t, m.Status.LastRestartTime)
+	assert.Equal(t, "Restarted", reason(m, ConditionReady))
+	var pod corev1.Pod
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "frontend-7f8d89fb68-77qv4"}, &pod), "RollingRestart deleted a pod")
+	evs := f.drainEvents()
+	require.Len(t, evs, 2, "%v", evs)
+	assert.Contains(t, evs[0], "Normal Restarted ConfigMap flaskapp-config changed")
+
+	// Again: nothing to do, nothing written.
+	f.reconcile(t, "flakapp-config-monitor")
+	_, rvAgain := f.templateHash(t)
+	assert.Equal(t, rv, rvAgain)
+	assert.Empty(t, f.drainEvents())
+}
+
+func TestLabelsOnlyChangeRollsNothing(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("m"))...)
+	f.reconcile(t, "m")
+	var cm corev1.ConfigMap
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "flaskapp-config"}, &cm))
+	cm.Labels = map[string]string{"team": "web"}
+	require.NoError(t, f.c.Update(context.Background(), &cm))
+	m, _ := f.reconcile(t, "m")
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash)
+	assert.Equal(t, "UpToDate", reason(m, ConditionReady))
+}
+
+func TestTwoMonitorsOfOneConfigMapRollOnce(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("a"), monitor("b"))...)
+	f.reconcile(t, "a")
+	f.reconcile(t, "b")
+	f.setMessage(t, "Welcome to Operators!")
+	a, _ := f.reconcile(t, "a")
+	_, rv := f.templateHash(t)
+	b, _ := f.reconcile(t, "b")
+	_, rvAfter := f.templateHash(t)
+
+	assert.Len(t, a.Status.RestartedWorkloads, 1)
+	assert.Empty(t, b.Status.RestartedWorkloads, "the second monitor restarted the workload again")
+	assert.Equal(t, rv, rvAfter)
+	assert.Equal(t, a.Status.ObservedHash, b.Status.ObservedHash)
+}
+
+func TestMissingConfigMapIsReportedAndItsReturnIsABaseline(t *testing.T) {
+	f := newFixture(t, append(frontend(), monitor("m"))...)
+	m, res := f.reconcile(t, "m")
+	assert.Equal(t, "NotFound", reason(m, ConditionConfigFound))
+	assert.Equal(t, "ConfigNotFound", reason(m, ConditionReady))
+	assert.Contains(t, meta.FindStatusCondition(m.Status.Conditions, ConditionConfigFound).Message, "ConfigMap flaskapp-config not found")
+	assert.Zero(t, res, "a missing ConfigMap must not loop: its watch wakes the monitor")
+
+	require.NoError(t, f.c.Create(context.Background(), configMap("Welcome!")))
+	m, _ = f.reconcile(t, "m")
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash, "the ConfigMap's appearance restarted the workload")
+	assert.Equal(t, "Baseline", reason(m, ConditionReady))
+}
+
+func TestPausedDeploymentIsSkippedAndReported(t *testing.T) {
+	objs := frontend()
+	objs[0].(*appsv1.Deployment).Spec.Paused = true
+	f := newFixture(t, append(objs, configMap("one"), monitor("m"))...)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	m, _ := f.reconcile(t, "m")
+
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash, "a paused Deployment was patched")
+	assert.Empty(t, m.Status.RestartedWorkloads)
+	evs := f.drainEvents()
+	require.Len(t, evs, 1)
+	assert.Contains(t, evs[0], "Warning Skipped not restarted: Deployment/frontend (Paused")
+}
+
+func bare() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lonely", Namespace: ns, Labels: map[string]string{"app": "frontend"},
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))}}
+}
+
+func TestBarePodsAreDeletedOnlyUnderDeletePods(t *testing.T) {
+	f := newFixture(t, bare(), configMap("one"), monitor("m"))
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	f.reconcile(t, "m")
+	var pod corev1.Pod
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(bare()), &pod), "RollingRestart deleted a bare pod")
+	assert.Contains(t, f.drainEvents(), "Warning Skipped not restarted: Pod/lonely (BarePod: no controller to roll; strategy DeletePods restarts bare pods)")
+
+	m := monitor("seedlike")
+	m.Spec.Strategy = magalixv1.DeletePods
+	require.NoError(t, f.c.Create(context.Background(), m))
+	f.reconcile(t, "seedlike")
+	f.setMessage(t, "three")
+	got, _ := f.reconcile(t, "seedlike")
+	assert.Error(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(bare()), &pod), "DeletePods left the pod")
+	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Pod", Name: "lonely"}}, got.Status.RestartedWorkloads)
+}
+
+func TestDebounceCoalescesABurst(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Debounce = &metav1.Duration{Duration: 30 * time.Second}
+	f := newFixture(t, append(frontend(), configMap("one"), m)...)
+	f.reconcile(t, "m")
+
+	f.setMessage(t, "two")
+	got, res := f.reconcile(t, "m")
+	assert.Equal(t, 30*time.Second, res.RequeueAfter)
+	assert.Equal(t, "Debouncing", reason(got, ConditionReady))
+	f.now = f.now.Add(20 * time.Second)
+	f.setMessage(t, "three") // the burst goes on: the wait starts again
+	_, res = f.reconcile(t, "m")
+	assert.Equal(t, 30*time.Second, res.RequeueAfter)
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash, "restarted inside the debounce period")
+
+	f.now = f.now.Add(30 * time.Second)
+	got, _ = f.reconcile(t, "m")
+	hash, _ = f.templateHash(t)
+	assert.Equal(t, Hash(configMap("three"), nil), hash)
+	assert.Nil(t, got.Status.PendingSince)
+}
+
+func TestSuspendHoldsTheChangeUntilLifted(t *testing.T) {
+	m := monitor("m")
+	f := newFixture(t, append(frontend(), configMap("one"), m)...)
+	f.reconcile(t, "m")
+	got, _ := f.reconcile(t, "m")
+	got.Spec.Suspend = true
+	require.NoError(t, f.c.Update(context.Background(), got))
+	f.setMessage(t, "two")
+	got, _ = f.reconcile(t, "m")
+	assert.Equal(t, "Suspended", reason(got, ConditionReady))
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash)
+
+	got.Spec.Suspend = false
+	require.NoError(t, f.c.Update(context.Background(), got))
+	f.reconcile(t, "m")
+	hash, _ = f.templateHash(t)
+	assert.Equal(t, Hash(configMap("two"), nil), hash)
+}
+
+func TestSecretChangesRollToo(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Secret = "db"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Data: map[string][]byte{"password": []byte("hunter2")}}
+	f := newFixture(t, append(frontend(), configMap("one"), secret, m)...)
+	f.reconcile(t, "m")
+	secret.Data["password"] = []byte("correct horse")
+	require.NoError(t, f.c.Update(context.Background(), secret))
+	got, _ := f.reconcile(t, "m")
+	assert.Len(t, got.Status.RestartedWorkloads, 1)
+	for _, e := range f.drainEvents() {
+		assert.NotContains(t, e, "correct horse", "an event leaked the Secret")
+	}
+}
+
+func TestInvalidSelectorIsReported(t *testing.T) {
+	m := monitor("m")
+	m.Spec.PodSelector = map[string]string{"app": "has spaces"}
+	f := newFixture(t, configMap("one"), m)
+	got, _ := f.reconcile(t, "m")
+	assert.Equal(t, "InvalidSelector", reason(got, ConditionReady))
+}
