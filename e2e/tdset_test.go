@@ -29,9 +29,8 @@ func TestTDSetWithTheChartsNamespacedRBAC(t *testing.T) {
 	namespace := testenv.Namespace(t, c)
 	name := releaseName()
 	helm := NewHelm(t, namespace)
-	rel, err := helm.Install(name, ChartDir(t), localValues(t,
-		"controllers.blogPost.enabled=false", "controllers.tdset.enabled=true",
-		"rbac.namespaced=true", "watchNamespaces={"+namespace+"}"))
+	rel, err := helm.Install(name, ChartDir(t), localValues(t, append(disableAll(),
+		"controllers.tdset.enabled=true", "rbac.namespaced=true", "watchNamespaces={"+namespace+"}")...))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = helm.Uninstall(name) })
 	op := RunOperatorAsChart(t, &Rendered{Objects: decodeManifests(t, rel.Manifest)}, namespace)

@@ -195,7 +195,11 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 		return ctrl.Result{}, nil
 	case m.Status.ObservedHash == hash:
 		m.Status.PendingHash, m.Status.PendingSince = "", nil
-		setCondition(m, ConditionReady, true, "UpToDate", "the selected workloads run configuration "+short(hash))
+		// Keep the reason of the last action (Baseline, Restarted) when
+		// nothing happened since.
+		if !meta.IsStatusConditionTrue(m.Status.Conditions, ConditionReady) {
+			setCondition(m, ConditionReady, true, "UpToDate", "the selected workloads run configuration "+short(hash))
+		}
 		return ctrl.Result{}, nil
 	}
 

@@ -222,7 +222,7 @@ func TestLabelsOnlyChangeRollsNothing(t *testing.T) {
 	m, _ := f.reconcile(t, "m")
 	hash, _ := f.templateHash(t)
 	assert.Empty(t, hash)
-	assert.Equal(t, "UpToDate", reason(m, ConditionReady))
+	assert.Equal(t, "Baseline", reason(m, ConditionReady), "nothing happened since the baseline")
 }
 
 func TestTwoMonitorsOfOneConfigMapRollOnce(t *testing.T) {
