@@ -73,7 +73,7 @@ func TestOperatorPodIsAdmittedUnderRestrictedPodSecurity(t *testing.T) {
 	require.NoError(t, c.Create(context.Background(), restricted))
 	t.Cleanup(func() { _ = c.Delete(context.Background(), restricted) })
 
-	d := Into[appsv1.Deployment](t, MustRender(t, restricted.Name, Values(t, nil)).One(t, "Deployment"))
+	d := Into[appsv1.Deployment](t, MustRender(t, restricted.Name, Values(t, nil)).Operator(t, "Deployment"))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "deckhand-operator", Namespace: restricted.Name, Labels: d.Spec.Template.Labels},
 		Spec:       d.Spec.Template.Spec,
@@ -81,6 +81,17 @@ func TestOperatorPodIsAdmittedUnderRestrictedPodSecurity(t *testing.T) {
 	pod.Spec.ServiceAccountName = "default" // admission checks the pod, not its account
 	require.NoError(t, c.Create(context.Background(), pod.DeepCopy(), client.DryRunAll),
 		"the chart's operator pod must pass the restricted profile")
+
+	// So must the demo's Flask pod.
+	var demo *appsv1.Deployment
+	for _, o := range MustRender(t, restricted.Name, Values(t, []string{ChartDir(t) + "/ci/demo-values.yaml"})).Kind("Deployment") {
+		if o.GetName() == "frontend" {
+			demo = Into[appsv1.Deployment](t, o)
+		}
+	}
+	require.NotNil(t, demo, "the demo renders no frontend Deployment")
+	demoPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "frontend", Namespace: restricted.Name}, Spec: demo.Spec.Template.Spec}
+	require.NoError(t, c.Create(context.Background(), demoPod, client.DryRunAll), "the demo's Flask pod must pass the restricted profile")
 
 	// The check can fail: the same pod without its container securityContext is refused.
 	pod.Spec.Containers[0].SecurityContext = nil

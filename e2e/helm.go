@@ -132,6 +132,20 @@ func (r *Rendered) One(t testing.TB, kind string) *unstructured.Unstructured {
 	return objs[0]
 }
 
+// Operator returns the single rendered object of a kind that belongs to
+// the operator, not to the demo (which has its own Deployment and ConfigMap).
+func (r *Rendered) Operator(t testing.TB, kind string) *unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, o := range r.Kind(kind) {
+		if o.GetLabels()["app.kubernetes.io/component"] != "demo" {
+			objs = append(objs, o)
+		}
+	}
+	require.Len(t, objs, 1, "rendered operator %s objects", kind)
+	return objs[0]
+}
+
 // Into converts an unstructured object into a typed one.
 func Into[T any](t testing.TB, u *unstructured.Unstructured) *T {
 	t.Helper()

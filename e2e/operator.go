@@ -69,8 +69,8 @@ type HostOperator struct {
 // RunOperatorAsChart starts the operator described by a rendered release.
 func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperator {
 	t.Helper()
-	d := Into[appsv1.Deployment](t, r.One(t, "Deployment"))
-	cm := Into[corev1.ConfigMap](t, r.One(t, "ConfigMap"))
+	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
+	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
 	container := d.Spec.Template.Spec.Containers[0]
 	dir := t.TempDir()
 

@@ -21,7 +21,7 @@ const ns = "deckhand-system"
 
 func operatorContainer(t *testing.T, r *Rendered) (*appsv1.Deployment, corev1.Container) {
 	t.Helper()
-	d := Into[appsv1.Deployment](t, r.One(t, "Deployment"))
+	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
 	require.Len(t, d.Spec.Template.Spec.Containers, 1)
 	return d, d.Spec.Template.Spec.Containers[0]
 }
@@ -40,7 +40,7 @@ func controllersFlag(t *testing.T, r *Rendered) []string {
 
 func configFile(t *testing.T, r *Rendered) map[string]any {
 	t.Helper()
-	cm := Into[corev1.ConfigMap](t, r.One(t, "ConfigMap"))
+	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
 	cfg := map[string]any{}
 	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg))
 	return cfg
@@ -271,4 +271,26 @@ func TestDemoIsAHook(t *testing.T) {
 		assert.Equal(t, "post-install,post-upgrade", h.GetAnnotations()["helm.sh/hook"], h.GetName())
 	}
 	assert.Contains(t, r.Notes, "get blogposts")
+
+	// Seed 000's lab: the ConfigMonitor is a hook; its ConfigMap and app are not.
+	var hooks []string
+	for _, h := range r.Hooks {
+		hooks = append(hooks, h.GetKind()+"/"+h.GetName())
+	}
+	assert.Contains(t, hooks, "ConfigMonitor/flakapp-config-monitor")
+	var cm *corev1.ConfigMap
+	for _, o := range r.Kind("ConfigMap") {
+		if o.GetName() == "flaskapp-config" {
+			cm = Into[corev1.ConfigMap](t, o)
+		}
+	}
+	require.NotNil(t, cm, "no flaskapp-config ConfigMap")
+	assert.Equal(t, "MSG=\"Welcome to Kubernetes!\"\n", cm.Data["config.cfg"])
+	assert.Contains(t, r.Notes, "get cmon flakapp-config-monitor")
+
+	// Without the ConfigMonitor controller there is no lab to show.
+	off := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/demo-values.yaml"}, "controllers.configMonitor.enabled=false"))
+	for _, o := range append(off.Objects, off.Hooks...) {
+		assert.NotEqual(t, "frontend", o.GetName(), "the demo app without its controller")
+	}
 }

@@ -7,6 +7,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 need=()
 command -v yamllint >/dev/null || need+=(yamllint)
 command -v curl >/dev/null || need+=(curl)
+# The seed 000 demo app is tested with Debian's Python and Flask.
+/usr/bin/python3 -c 'import flask' 2>/dev/null || need+=(python3-flask)
 if [[ ${#need[@]} -gt 0 ]]; then
   echo ">> installing Debian packages: ${need[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+)
+
+// TestSeedLabFromTheChart installs the chart's demo (seed 000's lab), runs
+// the operator as the chart would, with only the ConfigMonitor controller
+// and the chart's RBAC, and changes MSG as the seed does.
+func TestSeedLabFromTheChart(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	namespace := testenv.Namespace(t, c)
+	name := releaseName()
+	helm := NewHelm(t, namespace)
+	rel, err := helm.Install(name, ChartDir(t), localValues(t, append(disableAll(),
+		"controllers.configMonitor.enabled=true", "demo.enabled=true")...))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = helm.Uninstall(name) })
+	op := RunOperatorAsChart(t, &Rendered{Objects: decodeManifests(t, rel.Manifest)}, namespace)
+	op.WaitReady(t)
+
+	frontend := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: namespace, Name: "frontend"}
+	monitor := &magalixv1.ConfigMonitor{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), key, frontend))
+		require.EqualValues(ct, 1, frontend.Status.ReadyReplicas)
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "flakapp-config-monitor"}, monitor))
+		require.True(ct, meta.IsStatusConditionTrue(monitor.Status.Conditions, "Ready"), "%+v", monitor.Status.Conditions)
+	}, 60*time.Second, 200*time.Millisecond)
+	require.EqualValues(t, 1, frontend.Generation, "installing the demo restarted the app")
+
+	out, err := testenv.Kubectl(t, "apply", "-n", namespace, "-f", filepath.Join(testenv.Root(t), "examples", "configmonitor", "configmap-changed.yml"))
+	require.NoError(t, err, out)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), key, frontend))
+		require.EqualValues(ct, 2, frontend.Generation)
+		require.EqualValues(ct, 2, frontend.Status.ObservedGeneration)
+		require.EqualValues(ct, 1, frontend.Status.UpdatedReplicas)
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.NotContains(t, op.Logs(), "forbidden", "the chart's RBAC is missing a rule")
+
+	// Least privilege: it may read configuration and roll workloads, not
+	// change configuration, delete workloads or read pods' logs.
+	sa := "system:serviceaccount:" + namespace + ":" + name + "-deckhand"
+	assert.True(t, canI(t, c, sa, "apps", "deployments", "patch"))
+	assert.True(t, canI(t, c, sa, "", "configmaps", "watch"))
+	for _, denied := range [][3]string{
+		{"", "configmaps", "update"}, {"", "secrets", "create"}, {"apps", "deployments", "delete"},
+		{"", "pods/log", "get"}, {"", "pods/exec", "create"},
+	} {
+		assert.False(t, canI(t, c, sa, denied[0], denied[1], denied[2]), "ConfigMonitor must not %s %s", denied[2], denied[1])
+	}
+}
