@@ -81,12 +81,16 @@ bench: ## benchmarks (print numbers; they are not pass/fail tests)
 
 ##@ run
 .PHONY: run
-run: build ## tools, local cluster if needed, CRDs, operator in the foreground, demo BlogPost
+run: build ## tools, local cluster if needed, the chart, operator in the foreground, the seeds' demos
 	@hack/run.sh
 
 .PHONY: e2e-kind
 e2e-kind: ## chart-testing and the e2e suite in a kind cluster (needs Docker; not part of make test)
 	@hack/e2e-kind.sh
+
+.PHONY: demo-image
+demo-image: ## build seed 000's Flask demo image deckhand-demo-flask:0.1.0 (needs a Docker engine)
+	docker build -t deckhand-demo-flask:0.1.0 demo/flask
 
 .PHONY: docker-build
 docker-build: ## build the operator image (needs a Docker engine)

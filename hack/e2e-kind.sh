@@ -29,10 +29,39 @@ export KUBECONFIG=$kubeconfig
 docker build -t "$image" .
 kind load docker-image "$image" --name "$cluster"
 repo=${image%:*} tag=${image##*:}
+# Seed 000's Flask app, for the chart's demo.
+demo_image=deckhand-demo-flask:e2e
+docker build -t "$demo_image" demo/flask
+kind load docker-image "$demo_image" --name "$cluster"
+demo_sets="--set=demo.flask.image.repository=${demo_image%:*} --set=demo.flask.image.tag=${demo_image##*:} --set=demo.flask.image.pullPolicy=Never"
 
 # ct installs each ci/*-values.yaml as its own release and runs helm test.
 ct install --config ct.yaml --all \
-  --helm-extra-set-args "--set=crds.keep=false --set=image.repository=$repo --set=image.tag=$tag --set=image.pullPolicy=Never"
+  --helm-extra-set-args "--set=crds.keep=false --set=image.repository=$repo --set=image.tag=$tag --set=image.pullPolicy=Never $demo_sets"
+
+# Seed 000's lab for real: the Flask app answers MSG; changing MSG makes the
+# operator roll it, and it answers the new message.
+ns=deckhand-demo
+helm upgrade --install demo charts/deckhand -n "$ns" --create-namespace --wait --timeout 5m \
+  --set crds.keep=false --set image.repository="$repo" --set image.tag="$tag" --set image.pullPolicy=Never \
+  $demo_sets --set demo.enabled=true
+kubectl -n "$ns" rollout status deploy/frontend --timeout 120s
+answer() {
+  kubectl -n "$ns" port-forward svc/frontend 18081:80 >/dev/null 2>&1 & local pf=$!
+  local out=""
+  for _ in $(seq 1 50); do out=$(curl -fsS localhost:18081/ 2>/dev/null) && break; sleep 0.2; done
+  kill "$pf" 2>/dev/null || true
+  echo "$out"
+}
+[[ $(answer) == "Welcome to Kubernetes!" ]] || { echo "demo: the Flask app did not answer the seed's first message" >&2; exit 1; }
+kubectl -n "$ns" apply -f examples/configmonitor/configmap-changed.yml
+for _ in $(seq 1 60); do
+  [[ $(kubectl -n "$ns" get deploy frontend -o jsonpath='{.metadata.generation}') -ge 2 ]] && break; sleep 1
+done
+kubectl -n "$ns" rollout status deploy/frontend --timeout 120s
+[[ $(answer) == "Welcome to Operators!" ]] || { echo "demo: after changing MSG the app does not answer 'Welcome to Operators!'" >&2; exit 1; }
+echo ">> demo: changing MSG rolled the frontend; it answers 'Welcome to Operators!'"
+helm uninstall demo -n "$ns"
 
 # The same e2e suite, against the kind cluster.
 DECKHAND_TEST_KUBECONFIG=$kubeconfig go test -count=1 ./e2e/...

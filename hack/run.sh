@@ -51,10 +51,29 @@ demo() {
   "$kubectl" apply -f examples/tdset.yaml >/dev/null
   "$kubectl" wait --for condition=Ready --timeout 60s -n temp tdset/tdset-hello-world >/dev/null ||
     echo ">> demo: TDSet tdset-hello-world is not Ready yet (kubectl describe tdset -n temp)" >&2
+  # Seed 000's lab: the chart installed the frontend, flaskapp-config and the
+  # ConfigMonitor flakapp-config-monitor. Change MSG as the seed does.
+  local lab=""
+  if "$kubectl" -n "$namespace" wait --for condition=Ready --timeout 60s configmonitor/flakapp-config-monitor >/dev/null 2>&1; then
+    local gen; gen=$("$kubectl" -n "$namespace" get deploy frontend -o jsonpath='{.metadata.generation}')
+    start=$EPOCHREALTIME
+    "$kubectl" -n "$namespace" apply -f examples/configmonitor/configmap-changed.yml >/dev/null
+    for _ in $(seq 1 200); do
+      [[ $("$kubectl" -n "$namespace" get deploy frontend -o jsonpath='{.metadata.generation}') -gt $gen ]] && break
+      sleep 0.05
+    done
+    took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+    lab=">> demo: MSG changed in ConfigMap flaskapp-config; ConfigMonitor rolled Deployment frontend within ${took}s"
+  else
+    lab=">> demo: ConfigMonitor flakapp-config-monitor is not Ready (kubectl -n $namespace describe cmon)"
+  fi
   cat >&2 <<MSG
 
 >> demo: BlogPost blog-post-1 applied; publishedAt stamped ${took}s after kubectl apply
 $("$kubectl" get blogposts -o wide)
+
+$lab
+$("$kubectl" -n "$namespace" get cmon; "$kubectl" -n "$namespace" get rs -l app=frontend)
 
 >> demo: TDSet tdset-hello-world (seed 001) in namespace temp runs its current window
 $("$kubectl" get tdsets,deployments -n temp)
@@ -64,6 +83,8 @@ Try next, in another shell:
   kubectl get blogposts                   # Title, Author, Published, Age
   kubectl describe blogpost blog-post-1   # Ready condition and the Published event
   kubectl explain blogpost.spec
+  kubectl -n $namespace describe cmon flakapp-config-monitor   # Restarted events, observedHash
+  kubectl -n $namespace get rs -l app=frontend  # a new ReplicaSet per change of MSG
   kubectl describe tdset -n temp          # schedule, next change, Scaled events at each boundary
   kubectl explain tdset.spec.schedulingConfig
 The operator runs in this terminal: Ctrl-C stops it.
