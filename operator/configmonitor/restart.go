@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
@@ -89,11 +91,10 @@ func (r *Reconciler) ownersOf(ctx context.Context, pods []corev1.Pod) ([]workloa
 		case ref.Kind == "ReplicaSet":
 			owner, seen := replicaSets[ref.Name]
 			if !seen {
-				var rs appsv1.ReplicaSet
-				if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}, &rs); client.IgnoreNotFound(err) != nil {
-					return nil, nil, fmt.Errorf("reading ReplicaSet %s: %w", ref.Name, err)
+				var err error
+				if owner, err = r.replicaSetOwner(ctx, pod.Namespace, ref.Name); err != nil {
+					return nil, nil, err
 				}
-				owner = metav1.GetControllerOf(&rs)
 				replicaSets[ref.Name] = owner
 			}
 			if owner != nil && owner.Kind == "Deployment" {
@@ -106,6 +107,22 @@ func (r *Reconciler) ownersOf(ctx context.Context, pods []corev1.Pod) ([]workloa
 		}
 	}
 	return targets, dedupeSkips(skips), nil
+}
+
+// replicaSetOwner reads a ReplicaSet's controller from the metadata cache,
+// or from the API server when the cache has not seen it yet.
+func (r *Reconciler) replicaSetOwner(ctx context.Context, namespace, name string) (*metav1.OwnerReference, error) {
+	rs := &metav1.PartialObjectMetadata{}
+	rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	err := r.Client.Get(ctx, key, rs)
+	if apierrors.IsNotFound(err) {
+		err = r.Reader.Get(ctx, key, rs)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("reading ReplicaSet %s: %w", name, err)
+	}
+	return metav1.GetControllerOf(rs), nil
 }
 
 func dedupeSkips(skips []skip) []skip {
@@ -123,6 +140,22 @@ func dedupeSkips(skips []skip) []skip {
 // workload already carries this hash (another monitor of the same
 // configuration got there first).
 func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (bool, *skip, error) {
+	var rolled bool
+	var why *skip
+	// The patch carries the resourceVersion it read, so a second monitor
+	// racing on the same workload fails, re-reads and finds the hash there
+	// instead of restarting it twice (and saying so). Conflicts with the
+	// workload's own status updates are retried at once, without a pause:
+	// a pause only gives the workload's controller time for the next one.
+	err := retry.RetryOnConflict(wait.Backoff{Steps: 10}, func() error {
+		var err error
+		rolled, why, err = r.rollOutOnce(ctx, m, t, hash)
+		return err
+	})
+	return rolled, why, err
+}
+
+func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (bool, *skip, error) {
 	obj, template := newWorkload(t.kind)
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, obj)
 	if apierrors.IsNotFound(err) {
@@ -142,8 +175,6 @@ func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t 
 	if err := r.Limiter.Wait(ctx); err != nil {
 		return false, nil, err
 	}
-	// The optimistic lock makes a second monitor racing on the same
-	// workload fail and re-read, instead of restarting it twice.
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	tmpl := template()
 	if tmpl.Annotations == nil {

@@ -2,7 +2,9 @@ package tdset_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,34 +80,50 @@ func warningReasons(t *testing.T, c client.Client, ns, name string) []string {
 	return reasons
 }
 
-// temp is the seed's namespace; the example names it, so the test uses it.
-func temp(t *testing.T, c client.Client) {
+// ensureTemp makes sure the seed's namespace, temp, exists for a server-side
+// dry run of the example, and removes it afterwards only if it created it
+// (make run's demo lives there).
+func ensureTemp(t *testing.T, c client.Client) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "temp"}}
 	// A previous run's temp may still be terminating: wait for it to go.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var old corev1.Namespace
 		err := c.Get(context.Background(), client.ObjectKeyFromObject(ns), &old)
-		if err == nil && old.DeletionTimestamp.IsZero() {
-			require.FailNow(ct, "namespace temp exists and is in use: delete it (kubectl delete ns temp) and rerun")
-		}
-		require.True(ct, apierrors.IsNotFound(err), "namespace temp is still terminating")
+		require.True(ct, apierrors.IsNotFound(err) || (err == nil && old.DeletionTimestamp.IsZero()), "namespace temp is terminating")
 	}, 2*time.Minute, 500*time.Millisecond)
-	require.NoError(t, c.Create(context.Background(), ns))
+	err := c.Create(context.Background(), ns)
+	if apierrors.IsAlreadyExists(err) {
+		return
+	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
 }
 
 func TestSeedExampleAppliedVerbatimRunsTheCurrentWindow(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
-	temp(t, c)
-	testenv.StartOperator(t, []string{tdset.Name}, "temp")
+	example := filepath.Join(testenv.Root(t), "examples", "tdset.yaml")
 
+	// The file, as the seed wrote it (namespace temp), is accepted.
+	ensureTemp(t, c)
+	out, err := testenv.Kubectl(t, "apply", "--dry-run=server", "-f", example)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "tdset.schedule.rs/tdset-hello-world")
+
+	// The same manifest runs in a namespace of this test's own.
+	ns := testenv.Namespace(t, c)
+	b, err := os.ReadFile(example)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "namespace: temp\n")
+	moved := filepath.Join(t.TempDir(), "tdset.yaml")
+	require.NoError(t, os.WriteFile(moved, []byte(strings.Replace(string(b), "namespace: temp\n", "namespace: "+ns+"\n", 1)), 0o600))
+	testenv.StartOperator(t, []string{tdset.Name}, ns)
 	before := time.Now()
-	out, err := testenv.Kubectl(t, "apply", "-f", filepath.Join(testenv.Root(t), "examples", "tdset.yaml"))
+	out, err = testenv.Kubectl(t, "apply", "-f", moved)
 	require.NoError(t, err, out)
 
-	td := &schedulev1.TDSet{ObjectMeta: metav1.ObjectMeta{Name: "tdset-hello-world", Namespace: "temp"}}
+	td := &schedulev1.TDSet{ObjectMeta: metav1.ObjectMeta{Name: "tdset-hello-world", Namespace: ns}}
 	var d *appsv1.Deployment
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		d = &appsv1.Deployment{}
@@ -118,7 +136,7 @@ func TestSeedExampleAppliedVerbatimRunsTheCurrentWindow(t *testing.T) {
 	assert.Equal(t, "crccheck/hello-world", d.Spec.Template.Spec.Containers[0].Image)
 
 	var pods corev1.PodList
-	require.NoError(t, c.List(context.Background(), &pods, client.InNamespace("temp"), client.MatchingLabels{tdset.LabelName: td.Name}))
+	require.NoError(t, c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{tdset.LabelName: td.Name}))
 	running := 0
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodRunning {
@@ -135,7 +153,7 @@ func TestSeedExampleAppliedVerbatimRunsTheCurrentWindow(t *testing.T) {
 		require.NotNil(ct, td.Status.NextTransitionTime)
 	}, 30*time.Second, 200*time.Millisecond)
 
-	out, err = testenv.Kubectl(t, "get", "tdsets", "-n", "temp")
+	out, err = testenv.Kubectl(t, "get", "tdsets", "-n", ns)
 	require.NoError(t, err, out)
 	assert.Regexp(t, `NAME\s+DESIRED\s+READY\s+NEXT CHANGE\s+NEXT\s+AGE`, out)
 	assert.Regexp(t, `tdset-hello-world\s+\d\s+\d\s+\d{4}-\d\d-\d\dT\d\d:00:00Z\s+\d\s+\d+s`, out)

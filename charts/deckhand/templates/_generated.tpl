@@ -66,6 +66,8 @@ tdset: tdset
   - replicasets
   verbs:
   - get
+  - list
+  - watch
 - apiGroups:
   - events.k8s.io
   resources:
