@@ -17,7 +17,6 @@ import (
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+	"github.com/deckhand-dev/deckhand/operator/status"
 )
 
 // Name is the controller's name in --controllers.
@@ -168,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	m.Status.ObservedGeneration = m.Generation
 	m.Status.ConfigMap = m.Spec.ConfigMapName()
 	m.Status.Selector = labels.SelectorFromSet(m.Spec.PodSelector).String()
-	if statusErr := r.patchStatus(ctx, before, &m); statusErr != nil && err == nil {
+	if statusErr := status.Patch(ctx, r.Client, before, &m); statusErr != nil && err == nil {
 		err = statusErr
 	}
 	return result, err
@@ -271,25 +271,8 @@ func (r *Reconciler) configHash(ctx context.Context, m *magalixv1.ConfigMonitor)
 	return Hash(&cm, secret), "", nil
 }
 
-func (r *Reconciler) patchStatus(ctx context.Context, before, m *magalixv1.ConfigMonitor) error {
-	if equality.Semantic.DeepEqual(before.Status, m.Status) {
-		return nil
-	}
-	err := r.Client.Status().Patch(ctx, m, client.MergeFrom(before))
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 func setCondition(m *magalixv1.ConfigMonitor, kind string, ok bool, reason, msg string) {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
-		Type: kind, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation,
-	})
+	status.SetCondition(&m.Status.Conditions, m.Generation, kind, ok, reason, msg)
 }
 
 func short(hash string) string {

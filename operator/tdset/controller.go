@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
+	"github.com/deckhand-dev/deckhand/operator/status"
 )
 
 // Name is the controller's name in --controllers.
@@ -104,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.Now()
 	result, err := r.reconcile(ctx, &td, now)
 	td.Status.ObservedGeneration = td.Generation
-	if statusErr := r.patchStatus(ctx, before, &td); statusErr != nil && err == nil {
+	if statusErr := status.Patch(ctx, r.Client, before, &td); statusErr != nil && err == nil {
 		err = statusErr
 	}
 	return result, err
@@ -364,13 +365,7 @@ func (r *Reconciler) reportReadiness(td *schedulev1.TDSet, d *appsv1.Deployment,
 }
 
 func (r *Reconciler) setCondition(td *schedulev1.TDSet, kind string, ok bool, reason, msg string) {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&td.Status.Conditions, metav1.Condition{
-		Type: kind, Status: status, Reason: reason, Message: msg, ObservedGeneration: td.Generation,
-	})
+	status.SetCondition(&td.Status.Conditions, td.Generation, kind, ok, reason, msg)
 }
 
 // warn emits a Warning event unless the condition already reports this
@@ -380,15 +375,4 @@ func (r *Reconciler) warn(td *schedulev1.TDSet, kind, reason, msg string) {
 		return
 	}
 	r.Recorder.Eventf(td, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
-}
-
-func (r *Reconciler) patchStatus(ctx context.Context, before, td *schedulev1.TDSet) error {
-	if equality.Semantic.DeepEqual(before.Status, td.Status) {
-		return nil
-	}
-	err := r.Client.Status().Patch(ctx, td, client.MergeFrom(before))
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
