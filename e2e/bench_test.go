@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -84,24 +82,9 @@ func operatorRSS(b *testing.B, chart *Rendered, namespace string) int {
 	op := RunOperatorAsChart(b, chart, namespace)
 	op.WaitReady(b)
 	time.Sleep(5 * time.Second)
-	rss := vmRSS(b, op.cmd.Process.Pid)
+	rss := testenv.RSS(b, op.cmd.Process.Pid)
 	require.NoError(b, op.Stop(b), op.Logs())
 	return rss
-}
-
-func vmRSS(b *testing.B, pid int) int {
-	b.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(b, err)
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			require.NoError(b, err)
-			return kib
-		}
-	}
-	b.Fatal("no VmRSS in /proc status")
-	return 0
 }
 
 // fullInformerHeap is the heap a client-go informer caching the namespace's

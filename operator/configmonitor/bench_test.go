@@ -3,8 +3,6 @@ package configmonitor_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,24 +72,6 @@ func watchValues[T client.Object](b *testing.B, list client.ObjectList, ns, name
 	return s
 }
 
-type writeCounter struct {
-	next   http.RoundTripper
-	writes atomic.Int64
-}
-
-func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet {
-		w.writes.Add(1)
-	}
-	return w.next.RoundTrip(req)
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1)+0.5)]
-}
-
 // BenchmarkReactionLatency measures, with 1, 100 and 1,000 monitors in the
 // namespace, the time from a ConfigMap update to the watch event of the
 // target Deployment's template patch, next to the floor: the same update
@@ -132,9 +111,7 @@ func benchmarkReaction(b *testing.B, monitors, updates int) {
 	key := configmonitor.AnnotationKey(&magalixv1.ConfigMonitorSpec{ConfigMap: "cm-0000"})
 	patchSeen := watchValues(b, &appsv1.DeploymentList{}, ns, "target", func(d *appsv1.Deployment) string { return d.Spec.Template.Annotations[key] })
 
-	counter := &writeCounter{}
-	rc := rest.CopyConfig(testenv.RESTConfig(b))
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	rc, writes := testenv.CountRequests(b, testenv.IsWrite)
 	testenv.StartController(b, rc, configmonitor.Setup, ns)
 	waitBaselined(b, c, ns, monitors)
 
@@ -152,30 +129,30 @@ func benchmarkReaction(b *testing.B, monitors, updates int) {
 		// milliseconds, which is not the case being measured.
 		waitFor(b, "the rollout", func() bool { return rolledOut(c, target) })
 	}
-	target99 := 2*percentile(floor, 0.99) + 20*time.Millisecond
+	target99 := 2*testenv.Percentile(floor, 0.99) + 20*time.Millisecond
 	met := "yes"
-	if percentile(patch, 0.99) > target99 {
+	if testenv.Percentile(patch, 0.99) > target99 {
 		met = "NO"
 	}
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
-	fmt.Printf("%-9d %12v %12v %12v %12v %12v %s\n", monitors, r(percentile(floor, 0.5)), r(percentile(floor, 0.99)),
-		r(percentile(patch, 0.5)), r(percentile(patch, 0.99)), r(target99), met)
-	b.ReportMetric(float64(percentile(patch, 0.99).Microseconds())/1000, fmt.Sprintf("patch-p99-ms/%d", monitors))
+	fmt.Printf("%-9d %12v %12v %12v %12v %12v %s\n", monitors, r(testenv.Percentile(floor, 0.5)), r(testenv.Percentile(floor, 0.99)),
+		r(testenv.Percentile(patch, 0.5)), r(testenv.Percentile(patch, 0.99)), r(target99), met)
+	b.ReportMetric(float64(testenv.Percentile(patch, 0.99).Microseconds())/1000, fmt.Sprintf("patch-p99-ms/%d", monitors))
 
 	if monitors == 1000 {
-		idleWrites(b, c, ns, counter)
+		idleWrites(b, writes)
 	}
 }
 
 // idleWrites counts the operator's writes over a minute in which nothing
 // changes (the monitors' last updates settle first).
-func idleWrites(b *testing.B, c client.Client, ns string, counter *writeCounter) {
+func idleWrites(b *testing.B, writes *atomic.Int64) {
 	time.Sleep(2 * time.Second)
-	counter.writes.Store(0)
+	writes.Store(0)
 	const idle = time.Minute
 	time.Sleep(idle)
-	fmt.Printf("API writes by the operator during 1 idle minute with 1000 monitors: %d (target 0)\n", counter.writes.Load())
-	b.ReportMetric(float64(counter.writes.Load()), "idle-writes/min")
+	fmt.Printf("API writes by the operator during 1 idle minute with 1000 monitors: %d (target 0)\n", writes.Load())
+	b.ReportMetric(float64(writes.Load()), "idle-writes/min")
 }
 
 func rolledOut(c client.Client, d *appsv1.Deployment) bool {

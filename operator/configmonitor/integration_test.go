@@ -18,39 +18,23 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 )
 
-// operator runs the ConfigMonitor controller in this process and counts
-// the pod deletions it sends.
-type operator struct{ podDeletes atomic.Int64 }
-
-type deleteCounter struct {
-	next http.RoundTripper
-	op   *operator
-}
-
-func (d deleteCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods" {
-		d.op.podDeletes.Add(1)
-	}
-	return d.next.RoundTrip(req)
-}
-
-func startOperator(t *testing.T, ns string) *operator {
+// startOperator runs the ConfigMonitor controller in this process and
+// counts the pod deletions it sends.
+func startOperator(t *testing.T, ns string) (podDeletes *atomic.Int64) {
 	t.Helper()
-	op := &operator{}
-	rc := rest.CopyConfig(testenv.RESTConfig(t))
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return deleteCounter{rt, op} })
+	rc, deletes := testenv.CountRequests(t, func(req *http.Request) bool {
+		return req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods"
+	})
 	testenv.StartController(t, rc, configmonitor.Setup, ns)
-	return op
+	return deletes
 }
 
 func kubectlApply(t *testing.T, ns, file string) {
@@ -107,7 +91,7 @@ func TestSeedLabChangingMSGRollsTheFrontend(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	op := startOperator(t, ns)
+	podDeletes := startOperator(t, ns)
 
 	kubectlApply(t, ns, "configmap.yml")
 	kubectlApply(t, ns, "deployment.yml")
@@ -139,7 +123,7 @@ func TestSeedLabChangingMSGRollsTheFrontend(t *testing.T) {
 		require.Len(ct, now, 1)
 		require.NotContains(ct, oldPods, now[0])
 	}, 60*time.Second, 100*time.Millisecond)
-	assert.Zero(t, op.podDeletes.Load(), "the operator deleted pods under RollingRestart")
+	assert.Zero(t, podDeletes.Load(), "the operator deleted pods under RollingRestart")
 	assert.EqualValues(t, 2, generation(t, c, d), "one change, one rollout")
 	assert.Equal(t, m.Status.ObservedHash, d.Spec.Template.Annotations["deckhand.dev/configmap-flaskapp-config"])
 
@@ -215,37 +199,15 @@ func TestLabelOnlyChangesRollNothing(t *testing.T) {
 	require.NoError(t, c.Create(context.Background(), newMonitor(ns, "m")))
 	waitReason(t, c, ns, "m", "Baseline")
 
-	before := reconciles(t)
+	before := testenv.ReconcileCount(t, configmonitor.Name)
 	out, err := testenv.Kubectl(t, "label", "-n", ns, "configmap/flaskapp-config", "team=web")
 	require.NoError(t, err, out)
 	out, err = testenv.Kubectl(t, "annotate", "-n", ns, "configmap/flaskapp-config", "note=reviewed")
 	require.NoError(t, err, out)
 	// Both edits reach the monitor, and roll nothing.
-	require.Eventually(t, func() bool { return reconciles(t) >= before+2 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return testenv.ReconcileCount(t, configmonitor.Name) >= before+2 }, 30*time.Second, 20*time.Millisecond)
 	assert.EqualValues(t, 1, generation(t, c, deploymentOf(ns)))
 	waitReason(t, c, ns, "m", "Baseline")
-}
-
-// reconciles reads controller-runtime's reconcile counter for ConfigMonitor
-// in this process.
-func reconciles(t *testing.T) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	require.NoError(t, err)
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == configmonitor.Name {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
 }
 
 func TestAChangeWhileTheOperatorIsDownRollsOnceOnReturn(t *testing.T) {
@@ -376,7 +338,7 @@ func TestDeletePodsStrategyDeletesBarePods(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	op := startOperator(t, ns)
+	podDeletes := startOperator(t, ns)
 	kubectlApply(t, ns, "configmap.yml")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lonely", Labels: map[string]string{"app": "frontend"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
@@ -389,7 +351,7 @@ func TestDeletePodsStrategyDeletesBarePods(t *testing.T) {
 	setData(t, c, ns, "flaskapp-config", "config.cfg", "MSG=new")
 	got := waitReason(t, c, ns, "m", "Restarted")
 	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Pod", Name: "lonely"}}, got.Status.RestartedWorkloads)
-	assert.EqualValues(t, 1, op.podDeletes.Load())
+	assert.EqualValues(t, 1, podDeletes.Load())
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)
 		require.True(ct, apierrors.IsNotFound(err) || !pod.DeletionTimestamp.IsZero())

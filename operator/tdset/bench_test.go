@@ -3,11 +3,9 @@ package tdset_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,11 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
@@ -95,12 +91,6 @@ func waitFor(b *testing.B, what string, f func() bool) {
 	}
 }
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1)+0.5)]
-}
-
 // BenchmarkBoundaryLag measures, over 20 window boundaries, the time from
 // the boundary instant to the moment a watch sees the Deployment's new
 // replica count, next to the floor: a write seen by the same watch.
@@ -161,11 +151,11 @@ func BenchmarkBoundaryLag(b *testing.B) {
 
 	fmt.Printf("\nTDSet boundary lag over %d transitions (boundary instant -> watch sees new replicas)\n", transitions)
 	fmt.Printf("%-34s %10s %10s\n", "", "p50", "max")
-	fmt.Printf("%-34s %10v %10v\n", "boundary lag (target max < 1s)", percentile(lags, 0.5).Round(100*time.Microsecond), slices.Max(lags).Round(100*time.Microsecond))
-	fmt.Printf("%-34s %10v %10v\n", "floor: write -> watch, same run", percentile(floor, 0.5).Round(100*time.Microsecond), slices.Max(floor).Round(100*time.Microsecond))
-	b.ReportMetric(float64(percentile(lags, 0.5).Microseconds())/1000, "lag-p50-ms")
+	fmt.Printf("%-34s %10v %10v\n", "boundary lag (target max < 1s)", testenv.Percentile(lags, 0.5).Round(100*time.Microsecond), slices.Max(lags).Round(100*time.Microsecond))
+	fmt.Printf("%-34s %10v %10v\n", "floor: write -> watch, same run", testenv.Percentile(floor, 0.5).Round(100*time.Microsecond), slices.Max(floor).Round(100*time.Microsecond))
+	b.ReportMetric(float64(testenv.Percentile(lags, 0.5).Microseconds())/1000, "lag-p50-ms")
 	b.ReportMetric(float64(slices.Max(lags).Microseconds())/1000, "lag-max-ms")
-	b.ReportMetric(float64(percentile(floor, 0.5).Microseconds())/1000, "floor-p50-ms")
+	b.ReportMetric(float64(testenv.Percentile(floor, 0.5).Microseconds())/1000, "floor-p50-ms")
 }
 
 func poke(b *testing.B, c client.Client, td *schedulev1.TDSet, i int) {
@@ -174,37 +164,11 @@ func poke(b *testing.B, c client.Client, td *schedulev1.TDSet, i int) {
 	require.NoError(b, c.Patch(context.Background(), td.DeepCopy(), client.RawPatch(types.MergePatchType, patch)))
 }
 
-// writeCounter counts the requests that change something.
-type writeCounter struct {
-	next   http.RoundTripper
-	writes atomic.Int64
-}
-
-func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet {
-		w.writes.Add(1)
-	}
-	return w.next.RoundTrip(req)
-}
-
 func heapInUse() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
-}
-
-func rssKiB() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "?"
 }
 
 // BenchmarkSteadyState1000 runs 1,000 TDSets whose windows do not change
@@ -218,22 +182,20 @@ func BenchmarkSteadyState1000(b *testing.B) {
 
 	createTDSets(b, c, ns, count)
 	heapBefore := heapInUse()
-	counter := &writeCounter{}
-	rc := rest.CopyConfig(testenv.RESTConfig(b))
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	rc, writes := testenv.CountRequests(b, testenv.IsWrite)
 	start := time.Now()
 	testenv.StartController(b, rc, tdset.Setup, ns)
 	waitConverged(b, c, ns, count)
 	converged := time.Since(start)
-	convergeWrites := counter.writes.Load()
+	convergeWrites := writes.Load()
 	heapAfter := heapInUse()
 
-	counter.writes.Store(0)
-	reconcilesBefore := reconciles(b)
+	writes.Store(0)
+	reconcilesBefore := testenv.ReconcileCount(b, tdset.Name)
 	const idle = 65 * time.Second // every TDSet resyncs at least once
 	time.Sleep(idle)
-	idleWrites := counter.writes.Load()
-	idleReconciles := reconciles(b) - reconcilesBefore
+	idleWrites := writes.Load()
+	idleReconciles := testenv.ReconcileCount(b, tdset.Name) - reconcilesBefore
 	require.GreaterOrEqual(b, idleReconciles, float64(count), "the TDSets did not resync while idle: the write count proves nothing")
 
 	fmt.Printf("\nTDSet steady state with %d TDSets (in-process operator, local cluster)\n", count)
@@ -242,30 +204,9 @@ func BenchmarkSteadyState1000(b *testing.B) {
 	fmt.Printf("%-48s %.0f\n", "reconciles while idle (65 s)", idleReconciles)
 	fmt.Printf("%-48s %.1f (target 0)\n", "API writes per minute, idle, intervalMint=1", float64(idleWrites)/idle.Minutes())
 	fmt.Printf("%-48s %.1f MiB\n", "operator heap in use (after GC, TDSets+Deployments cached)", float64(heapAfter-min(heapBefore, heapAfter))/(1<<20))
-	fmt.Printf("%-48s %s\n", "process RSS (test binary incl. operator)", rssKiB())
+	fmt.Printf("%-48s %s\n", "process RSS (test binary incl. operator)", fmt.Sprintf("%d kB", testenv.RSS(b, os.Getpid())))
 	b.ReportMetric(float64(idleWrites)/idle.Minutes(), "idle-writes/min")
 	b.ReportMetric(converged.Seconds(), "converge-s")
-}
-
-// reconciles reads controller-runtime's reconcile counter for TDSet.
-func reconciles(b *testing.B) float64 {
-	b.Helper()
-	families, err := metrics.Registry.Gather()
-	require.NoError(b, err)
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == tdset.Name {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
 }
 
 func createTDSets(b *testing.B, c client.Client, ns string, count int) {

@@ -1,0 +1,86 @@
+package testenv
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// IsWrite matches the requests that change something.
+func IsWrite(req *http.Request) bool { return req.Method != http.MethodGet }
+
+// CountRequests returns a client config for the test cluster that counts
+// the requests match accepts, for an operator under test.
+func CountRequests(t testing.TB, match func(*http.Request) bool) (*rest.Config, *atomic.Int64) {
+	t.Helper()
+	count := &atomic.Int64{}
+	rc := rest.CopyConfig(RESTConfig(t))
+	rc.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if match(req) {
+				count.Add(1)
+			}
+			return next.RoundTrip(req)
+		})
+	})
+	return rc, count
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// ReconcileCount is controller-runtime's count of reconciles of one
+// controller in this process.
+func ReconcileCount(t testing.TB, controller string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// Percentile is the p-th (0..1) of durations, nearest rank.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1)+0.5)]
+}
+
+// RSS is the resident memory of process pid, in KiB.
+func RSS(t testing.TB, pid int) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			require.NoError(t, err)
+			return kib
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
