@@ -25,19 +25,10 @@ import (
 // ConfigMap informer (what a full cache holds), all in the same run.
 func BenchmarkConfigMonitorMemory(b *testing.B) {
 	const count, size = 10000, 10 << 10
-	testenv.InstallCRDs(b)
-	c := testenv.Client(b)
-	namespace := testenv.Namespace(b, c)
-	name := releaseName()
-	helm := NewHelm(b, namespace)
-	rel, err := helm.Install(name, ChartDir(b), Values(b, nil, append(disableAll(), "replicaCount=0", "controllers.configMonitor.enabled=true")...))
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = helm.Uninstall(name) })
-	chart := &Rendered{Objects: decodeManifests(b, rel.Manifest)}
-
-	before := operatorRSS(b, chart, namespace)
+	rel := installChart(b, testenv.Client(b), localValues(b, append(disableAll(), "controllers.configMonitor.enabled=true")...))
+	before := operatorRSS(b, rel)
 	data := namespaceWithConfigMaps(b, count, size)
-	after := operatorRSS(b, chart, namespace)
+	after := operatorRSS(b, rel)
 	informer := fullInformerHeap(b, data)
 
 	mib := func(kib int) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
@@ -77,10 +68,9 @@ func namespaceWithConfigMaps(b *testing.B, count, size int) string {
 
 // operatorRSS starts the operator as the chart would, waits until it is
 // ready (its caches synced) and settled, and returns its VmRSS in KiB.
-func operatorRSS(b *testing.B, chart *Rendered, namespace string) int {
+func operatorRSS(b *testing.B, rel installed) int {
 	b.Helper()
-	op := RunOperatorAsChart(b, chart, namespace)
-	op.WaitReady(b)
+	op := rel.runOperator(b)
 	time.Sleep(5 * time.Second)
 	rss := testenv.RSS(b, op.cmd.Process.Pid)
 	require.NoError(b, op.Stop(b), op.Logs())

@@ -32,8 +32,48 @@ func releaseName() string { return "dh-" + rand.String(5) }
 
 // localValues are what the local cluster needs: it runs no containers, so
 // the chart's Deployment is scaled to 0 and the operator runs on the host.
-func localValues(t *testing.T, sets ...string) map[string]any {
+func localValues(t testing.TB, sets ...string) map[string]any {
 	return Values(t, nil, append([]string{"replicaCount=0"}, sets...)...)
+}
+
+// installed is the chart installed into a test namespace of its own.
+type installed struct {
+	name, namespace string
+	rendered        *Rendered
+}
+
+// installChart installs the chart with vals into a new namespace and
+// uninstalls it when the test ends.
+func installChart(t testing.TB, c client.Client, vals map[string]any) installed {
+	t.Helper()
+	return installChartIn(t, c, testenv.Namespace(t, c), vals)
+}
+
+// installChartIn is installChart into a namespace the caller made.
+func installChartIn(t testing.TB, c client.Client, namespace string, vals map[string]any) installed {
+	t.Helper()
+	testenv.InstallCRDs(t)
+	r := installed{name: releaseName(), namespace: namespace}
+	helm := NewHelm(t, r.namespace)
+	rel, err := helm.Install(r.name, ChartDir(t), vals)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = helm.Uninstall(r.name) })
+	r.rendered = &Rendered{Objects: decodeManifests(t, rel.Manifest)}
+	return r
+}
+
+// runOperator runs the operator as the release's Deployment would, with its
+// ServiceAccount, and waits until it is ready.
+func (r installed) runOperator(t testing.TB) *HostOperator {
+	t.Helper()
+	op := RunOperatorAsChart(t, r.rendered, r.namespace)
+	op.WaitReady(t)
+	return op
+}
+
+// serviceAccount is the release's ServiceAccount as an RBAC user name.
+func (r installed) serviceAccount() string {
+	return "system:serviceaccount:" + r.namespace + ":" + r.name + "-deckhand"
 }
 
 func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
@@ -101,19 +141,10 @@ func TestOperatorPodIsAdmittedUnderRestrictedPodSecurity(t *testing.T) {
 }
 
 func TestChartInstallRunsTheOperatorWithItsOwnRBAC(t *testing.T) {
-	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
-	namespace := testenv.Namespace(t, c)
-	name := releaseName()
-	helm := NewHelm(t, namespace)
-	only := Values(t, []string{ChartDir(t) + "/ci/only-blogpost-values.yaml"}, "replicaCount=0")
-	rel, err := helm.Install(name, ChartDir(t), only)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = helm.Uninstall(name) })
-
-	r := &Rendered{Objects: decodeManifests(t, rel.Manifest)}
-	op := RunOperatorAsChart(t, r, namespace)
-	op.WaitReady(t)
+	rel := installChart(t, c, Values(t, []string{ChartDir(t) + "/ci/only-blogpost-values.yaml"}, "replicaCount=0"))
+	namespace, name := rel.namespace, rel.name
+	op := rel.runOperator(t)
 
 	// It took the leader Lease in its own namespace.
 	leaseName := name + "-deckhand.deckhand.dev"
@@ -136,7 +167,7 @@ func TestChartInstallRunsTheOperatorWithItsOwnRBAC(t *testing.T) {
 	assert.NotContains(t, op.Logs(), "forbidden", "the chart's RBAC is missing a rule")
 
 	// Least privilege: BlogPosts yes; Secrets, ConfigMaps and Pods no.
-	sa := "system:serviceaccount:" + namespace + ":" + name + "-deckhand"
+	sa := rel.serviceAccount()
 	assert.True(t, canI(t, c, sa, "iximiuz.com", "blogposts", "watch"))
 	assert.True(t, canI(t, c, sa, "iximiuz.com", "blogposts/status", "patch"))
 	for _, res := range []string{"secrets", "configmaps", "pods"} {

@@ -20,17 +20,10 @@ import (
 // the operator as the chart would, with only the ConfigMonitor controller
 // and the chart's RBAC, and changes MSG as the seed does.
 func TestSeedLabFromTheChart(t *testing.T) {
-	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
-	namespace := testenv.Namespace(t, c)
-	name := releaseName()
-	helm := NewHelm(t, namespace)
-	rel, err := helm.Install(name, ChartDir(t), localValues(t, append(disableAll(),
-		"controllers.configMonitor.enabled=true", "demo.enabled=true")...))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = helm.Uninstall(name) })
-	op := RunOperatorAsChart(t, &Rendered{Objects: decodeManifests(t, rel.Manifest)}, namespace)
-	op.WaitReady(t)
+	rel := installChart(t, c, localValues(t, append(disableAll(), "controllers.configMonitor.enabled=true", "demo.enabled=true")...))
+	namespace := rel.namespace
+	op := rel.runOperator(t)
 
 	frontend := &appsv1.Deployment{}
 	key := client.ObjectKey{Namespace: namespace, Name: "frontend"}
@@ -55,7 +48,7 @@ func TestSeedLabFromTheChart(t *testing.T) {
 
 	// Least privilege: it may read configuration and roll workloads, not
 	// change configuration, delete workloads or read pods' logs.
-	sa := "system:serviceaccount:" + namespace + ":" + name + "-deckhand"
+	sa := rel.serviceAccount()
 	assert.True(t, canI(t, c, sa, "apps", "deployments", "patch"))
 	assert.True(t, canI(t, c, sa, "", "configmaps", "watch"))
 	for _, denied := range [][3]string{

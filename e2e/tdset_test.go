@@ -24,17 +24,12 @@ import (
 // get it from the chart, limited to one namespace by a Role, and checks it
 // can do all its work with nothing more.
 func TestTDSetWithTheChartsNamespacedRBAC(t *testing.T) {
-	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
+	// The namespace is made first: the values name it.
 	namespace := testenv.Namespace(t, c)
-	name := releaseName()
-	helm := NewHelm(t, namespace)
-	rel, err := helm.Install(name, ChartDir(t), localValues(t, append(disableAll(),
+	rel := installChartIn(t, c, namespace, localValues(t, append(disableAll(),
 		"controllers.tdset.enabled=true", "rbac.namespaced=true", "watchNamespaces={"+namespace+"}")...))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = helm.Uninstall(name) })
-	op := RunOperatorAsChart(t, &Rendered{Objects: decodeManifests(t, rel.Manifest)}, namespace)
-	op.WaitReady(t)
+	op := rel.runOperator(t)
 
 	td := &schedulev1.TDSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: namespace},
@@ -71,7 +66,7 @@ func TestTDSetWithTheChartsNamespacedRBAC(t *testing.T) {
 
 	// Least privilege: its namespace's Deployments yes; Secrets, ConfigMaps
 	// and other namespaces no.
-	sa := "system:serviceaccount:" + namespace + ":" + name + "-deckhand"
+	sa := rel.serviceAccount()
 	assert.True(t, canIIn(t, c, namespace, sa, "apps", "deployments", "patch"))
 	assert.True(t, canIIn(t, c, namespace, sa, "autoscaling", "horizontalpodautoscalers", "patch"))
 	assert.False(t, canIIn(t, c, "default", sa, "apps", "deployments", "patch"), "a namespaced install reaches other namespaces")
