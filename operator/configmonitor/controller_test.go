@@ -2,6 +2,7 @@ package configmonitor
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 )
@@ -361,4 +364,25 @@ func TestInvalidSelectorIsReported(t *testing.T) {
 	f := newFixture(t, configMap("one"), m)
 	got, _ := f.reconcile(t, "m")
 	assert.Equal(t, "InvalidSelector", reason(got, ConditionReady))
+}
+
+func TestAFailedRestartIsReportedOnBothAndRetried(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("one"), monitor("m"))...)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+			return apierrors.NewForbidden(appsv1.Resource("deployments"), o.GetName(), errors.New("denied"))
+		},
+	})
+	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
+	require.Error(t, err, "a failed restart must be retried")
+	var m magalixv1.ConfigMonitor
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &m))
+	assert.Equal(t, "RestartFailed", reason(&m, ConditionReady))
+	assert.Equal(t, Hash(configMap("one"), nil), m.Status.ObservedHash, "the change must stay pending")
+	evs := f.drainEvents()
+	require.Len(t, evs, 2, "%v", evs)
+	assert.Contains(t, evs[0], "Warning RestartFailed restarting Deployment/frontend")
+	assert.Contains(t, evs[1], "Warning RestartFailed restart for ConfigMonitor m failed")
 }

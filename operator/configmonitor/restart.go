@@ -54,7 +54,11 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 		switch {
 		case err != nil:
 			restartFailures.WithLabelValues(t.kind).Inc()
-			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "RestartFailed", "Restart", "restarting %s: %v", t, err)
+			obj, _ := newWorkload(t.kind)
+			obj.SetNamespace(m.Namespace)
+			obj.SetName(t.name)
+			r.Recorder.Eventf(m, obj, corev1.EventTypeWarning, "RestartFailed", "Restart", "restarting %s: %v", t, err)
+			r.Recorder.Eventf(obj, m, corev1.EventTypeWarning, "RestartFailed", "Restart", "restart for ConfigMonitor %s failed: %v", m.Name, err)
 			errs = append(errs, fmt.Errorf("restarting %s: %w", t, err))
 		case why != nil:
 			skips = append(skips, *why)
