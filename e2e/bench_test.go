@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
@@ -46,23 +45,11 @@ func namespaceWithConfigMaps(b *testing.B, count, size int) string {
 	c := testenv.Client(b)
 	ns := testenv.Namespace(b, c)
 	payload := strings.Repeat("x", size)
-	var wg sync.WaitGroup
-	errs := make(chan error, count)
-	for w := range 16 {
-		wg.Go(func() {
-			for i := w; i < count; i += 16 {
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("unreferenced-%05d", i)}, Data: map[string]string{"blob": payload}}
-				if err := c.Create(context.Background(), cm); err != nil {
-					errs <- err
-				}
-			}
-		})
+	objs := make([]client.Object, count)
+	for i := range objs {
+		objs[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("unreferenced-%05d", i)}, Data: map[string]string{"blob": payload}}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(b, err)
-	}
+	testenv.CreateAll(b, c, objs)
 	return ns
 }
 

@@ -165,24 +165,14 @@ func rolledOut(c client.Client, d *appsv1.Deployment) bool {
 
 func createMonitors(b *testing.B, c client.Client, ns string, n int) {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*n)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"v": "initial"}}
-				m := &magalixv1.ConfigMonitor{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("m-%04d", i)},
-					Spec: magalixv1.ConfigMonitorSpec{ConfigMap: cm.Name, PodSelector: map[string]string{"app": fmt.Sprintf("w-%04d", i)}}}
-				errs <- c.Create(context.Background(), cm)
-				errs <- c.Create(context.Background(), m)
-			}
-		})
+	var objs []client.Object
+	for i := range n {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"v": "initial"}}
+		m := &magalixv1.ConfigMonitor{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("m-%04d", i)},
+			Spec: magalixv1.ConfigMonitorSpec{ConfigMap: cm.Name, PodSelector: map[string]string{"app": fmt.Sprintf("w-%04d", i)}}}
+		objs = append(objs, cm, m)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(b, err)
-	}
+	testenv.CreateAll(b, c, objs)
 }
 
 func waitBaselined(b *testing.B, c client.Client, ns string, n int) {

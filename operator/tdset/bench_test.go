@@ -211,25 +211,14 @@ func BenchmarkSteadyState1000(b *testing.B) {
 
 func createTDSets(b *testing.B, c client.Client, ns string, count int) {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, count)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < count; i += 8 {
-				td := newTDSet(ns, fmt.Sprintf("td-%04d", i), schedulev1.Scheduling{StartTime: intstr.FromInt32(0), EndTime: intstr.FromString("24:00"), Replica: 0})
-				td.Spec.DefaultReplica = 0
-				td.Spec.IntervalMint = 1
-				if err := c.Create(context.Background(), td); err != nil {
-					errs <- err
-				}
-			}
-		})
+	objs := make([]client.Object, count)
+	for i := range objs {
+		td := newTDSet(ns, fmt.Sprintf("td-%04d", i), schedulev1.Scheduling{StartTime: intstr.FromInt32(0), EndTime: intstr.FromString("24:00"), Replica: 0})
+		td.Spec.DefaultReplica = 0
+		td.Spec.IntervalMint = 1
+		objs[i] = td
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(b, err)
-	}
+	testenv.CreateAll(b, c, objs)
 }
 
 func waitConverged(b *testing.B, c client.Client, ns string, count int) {
