@@ -41,9 +41,15 @@ wait_ready() {
 
 create() {
   echo ">> creating cluster $name (kwokctl, binary runtime, Kubernetes $KWOK_KUBE_VERSION)" >&2
+  local since
+  since=$(date +%s)
   # 9>&-: the cluster's processes must not inherit (and hold) the lock.
   "$kwokctl" create cluster --name "$name" --runtime binary --config "$root/hack/kwok.yaml" \
     --kubeconfig "$kubeconfig" --wait 60s >&2 9>&-
+  wait_ready
+  ensure_nodes
+  wait_leases_renewed_since "$since"
+  fingerprint >"$fingerprint_file"
 }
 
 # Fake nodes with room for thousands of pods; kwok marks their pods Running.
@@ -73,6 +79,88 @@ status:
   echo "$manifest" | "$kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null
 }
 
+# A cluster made from another hack/kwok.yaml is recreated: kwokctl keeps
+# the options it was created with, even across restarts.
+fingerprint() { sha256sum <"$root/hack/kwok.yaml" | cut -d' ' -f1; }
+fingerprint_file=$KWOK_WORKDIR/clusters/$name/deckhand.fingerprint
+same_config() { [[ -f $fingerprint_file && $(cat "$fingerprint_file") == "$(fingerprint)" ]]; }
+
+# "name renewTime-in-seconds" for each lease of a namespace.
+lease_renewals() {
+  local lease renewed
+  { "$kubectl" --kubeconfig "$kubeconfig" -n "$1" get lease \
+      -o jsonpath='{range .items[*]}{.metadata.name} {.spec.renewTime}{"\n"}{end}' 2>/dev/null || true; } |
+    while read -r lease renewed; do
+      echo "$lease $(date -d "${renewed:-@0}" +%s 2>/dev/null || echo 0)"
+    done
+}
+
+# After a restart the leases still name the processes that died. kwok
+# retries a node lease held by someone else only every renew interval and
+# takes it only once expired; kube-controller-manager and kube-scheduler
+# wait out the 15 s of theirs. Deleting the stale ones (renewed before
+# $since, so not the new processes') lets each create a fresh one at its
+# next try. A holder that finds its lease gone creates it again, so a race
+# with a take-over loses nothing.
+forget_stale_leases() {
+  local since=$1
+  stale_leases kube-node-lease "$since" | xargs -r "$kubectl" --kubeconfig "$kubeconfig" \
+    -n kube-node-lease delete lease --ignore-not-found >/dev/null
+  stale_leases kube-system "$since" | { grep -xE 'kube-(controller-manager|scheduler)' || true; } |
+    xargs -r "$kubectl" --kubeconfig "$kubeconfig" -n kube-system delete lease --ignore-not-found >/dev/null
+}
+
+stale_leases() { lease_renewals "$1" | awk -v since="$2" '$2 < since { print $1 }'; }
+
+# The cluster runs pods only once the processes started at $since hold
+# their leases: kwok one per fake node, kube-controller-manager and
+# kube-scheduler theirs (which a dead holder keeps for up to 15 s).
+wait_leases_renewed_since() {
+  local since=$1 i fresh
+  for i in $(seq 1 120); do
+    fresh=$({ lease_renewals kube-node-lease
+              lease_renewals kube-system | awk '$1 == "kube-controller-manager" || $1 == "kube-scheduler"'
+            } | awk -v since="$since" '$2 >= since' | wc -l)
+    if (( fresh >= nodes + 2 )); then return 0; fi
+    sleep 0.5
+  done
+  echo "the control plane did not take over its leases within 60 s; logs: $KWOK_WORKDIR/clusters/$name/logs" >&2
+  return 1
+}
+
+# kwokctl start skips a component whose recorded pid answers signal 0,
+# which a killed process not yet reaped (zombie) still does, and so does
+# an unrelated process that got the pid after a reboot. Forget such pids.
+forget_dead_pids() {
+  local file pid dir=$KWOK_WORKDIR/clusters/$name
+  for file in "$dir"/pids/*.pid; do
+    [[ -f $file ]] || continue
+    pid=$(cat "$file")
+    if [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
+      continue
+    fi
+    rm -f "$file"
+  done
+}
+
+# Processes gone (reboot, end of a session): start them again.
+restart() {
+  local since
+  since=$(date +%s)
+  echo ">> restarting cluster $name" >&2
+  forget_dead_pids
+  "$kwokctl" start cluster --name "$name" >&2 9>&- && wait_ready || return 1
+  ensure_nodes
+  forget_stale_leases "$since"
+  wait_leases_renewed_since "$since"
+}
+
+recreate() {
+  "$kwokctl" delete cluster --name "$name" >&2 || true
+  create
+}
+
 up() {
   mkdir -p "$cache"
   # Several test processes may ask for the cluster at once: one creates it.
@@ -81,20 +169,17 @@ up() {
   flock 9
   "$tools" build etcd kube kwok
   use_tools
-  if ready; then
-    :
-  elif "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
-    # Its processes are gone (reboot, end of a session): start them again.
-    echo ">> restarting cluster $name" >&2
-    if ! "$kwokctl" start cluster --name "$name" >&2 9>&- || ! wait_ready; then
-      echo ">> restart failed; recreating cluster $name" >&2
-      "$kwokctl" delete cluster --name "$name" >&2 || true
-      create
-    fi
-  else
+  if ! "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
     create
+  elif ! same_config; then
+    echo ">> hack/kwok.yaml changed since cluster $name was made; recreating it" >&2
+    recreate
+  elif ready; then
+    :
+  elif ! restart; then
+    echo ">> restart failed; recreating cluster $name" >&2
+    recreate
   fi
-  wait_ready
   ensure_nodes
   echo "export KUBECONFIG=$kubeconfig"
 }

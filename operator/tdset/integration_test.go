@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -227,10 +228,8 @@ func TestHPAGetsTheWindowAsMinReplicas(t *testing.T) {
 	}, 15*time.Second, 100*time.Millisecond)
 
 	// Replicas now belong to the HPA: a change by someone else stays.
-	var d appsv1.Deployment
-	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(td), &d))
-	d.Spec.Replicas = ptr.To[int32](6)
-	require.NoError(t, c.Update(context.Background(), &d))
+	d := appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: td.Name}}
+	require.NoError(t, c.Patch(context.Background(), &d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":6}}`))))
 	setImage(t, c, td, "crccheck/hello-world:latest") // forces a reconcile
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(td), &d))
