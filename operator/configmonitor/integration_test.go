@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,7 +267,13 @@ func TestTwoMonitorsOverOneWorkloadRollItOnce(t *testing.T) {
 		}, 30*time.Second, 50*time.Millisecond)
 		baseline = ma.Status.ObservedHash
 		assert.EqualValues(t, 2+i, generation(t, c, deploymentOf(ns)), "change %d: the workload was not rolled exactly once", i)
-		assert.Len(t, append(ma.Status.RestartedWorkloads, mb.Status.RestartedWorkloads...), 1)
+		frontend := []magalixv1.WorkloadRef{{Kind: "Deployment", Name: "frontend"}}
+		assert.Equal(t, frontend, ma.Status.RestartedWorkloads, "change %d: monitor a", i)
+		assert.Equal(t, frontend, mb.Status.RestartedWorkloads, "change %d: monitor b", i)
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			restarts := slices.DeleteFunc(eventReasons(ct, c, ns, "frontend"), func(r string) bool { return r != "Restarted" })
+			assert.Len(ct, restarts, i+1, "one Restarted event on the Deployment per change")
+		}, 10*time.Second, 100*time.Millisecond)
 	}
 }
 

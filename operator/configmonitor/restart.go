@@ -33,8 +33,19 @@ type skip struct {
 	detail string
 }
 
+// outcome is what rolling a change out did to one workload.
+type outcome int
+
+const (
+	gone           outcome = iota // deleted since its pods were listed
+	alreadyCurrent                // carries this configuration already (another monitor, or an earlier try)
+	rolled                        // restarted now
+)
+
 // restart rolls the change out to every selected workload and returns
-// those it restarted. Skips are reported in a Warning event.
+// those that run it now: restarted by this call, or already carrying it
+// (another monitor of the same configuration, or this monitor's previous
+// attempt whose status write failed). Skips are reported in a Warning event.
 func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, selector labels.Selector, hash string) ([]magalixv1.WorkloadRef, error) {
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
@@ -50,7 +61,7 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 	var restarted []magalixv1.WorkloadRef
 	var errs []error
 	for _, t := range targets {
-		done, why, err := r.rollOut(ctx, m, t, hash)
+		result, why, err := r.rollOut(ctx, m, t, hash)
 		switch {
 		case err != nil:
 			restartFailures.WithLabelValues(t.kind).Inc()
@@ -62,7 +73,7 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 			errs = append(errs, fmt.Errorf("restarting %s: %w", t, err))
 		case why != nil:
 			skips = append(skips, *why)
-		case done:
+		case result != gone:
 			restarted = append(restarted, magalixv1.WorkloadRef{Kind: t.kind, Name: t.name})
 		}
 	}
@@ -143,8 +154,8 @@ func dedupeSkips(skips []skip) []skip {
 // rolls it the way `kubectl rollout restart` does. It does nothing when the
 // workload already carries this hash (another monitor of the same
 // configuration got there first).
-func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (bool, *skip, error) {
-	var rolled bool
+func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, *skip, error) {
+	var result outcome
 	var why *skip
 	// The patch carries the resourceVersion it read, so a second monitor
 	// racing on the same workload fails, re-reads and finds the hash there
@@ -153,31 +164,31 @@ func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t 
 	// a pause only gives the workload's controller time for the next one.
 	err := retry.RetryOnConflict(wait.Backoff{Steps: 10}, func() error {
 		var err error
-		rolled, why, err = r.rollOutOnce(ctx, m, t, hash)
+		result, why, err = r.rollOutOnce(ctx, m, t, hash)
 		return err
 	})
-	return rolled, why, err
+	return result, why, err
 }
 
-func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (bool, *skip, error) {
+func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, *skip, error) {
 	obj, template := newWorkload(t.kind)
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, obj)
 	if apierrors.IsNotFound(err) {
-		return false, nil, nil
+		return gone, nil, nil
 	}
 	if err != nil {
-		return false, nil, err
+		return gone, nil, err
 	}
 	key := AnnotationKey(&m.Spec)
 	if template().Annotations[key] == hash {
 		skipped.WithLabelValues("AlreadyCurrent").Inc()
-		return false, nil, nil
+		return alreadyCurrent, nil, nil
 	}
 	if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Paused {
-		return false, &skip{t.String(), "Paused", "the Deployment is paused; resume it and the next change restarts it"}, nil
+		return gone, &skip{t.String(), "Paused", "the Deployment is paused; resume it and the next change restarts it"}, nil
 	}
 	if err := r.Limiter.Wait(ctx); err != nil {
-		return false, nil, err
+		return gone, nil, err
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	tmpl := template()
@@ -186,14 +197,14 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	}
 	tmpl.Annotations[key] = hash
 	if err := r.Client.Patch(ctx, obj, patch, client.FieldOwner(FieldManager)); err != nil {
-		return false, nil, err
+		return gone, nil, err
 	}
 	r.observeReaction(m)
 	restarts.WithLabelValues(t.kind).Inc()
 	msg := fmt.Sprintf("%s changed (configuration %s): rolling restart", configNames(m), short(hash))
 	r.Recorder.Eventf(m, obj, corev1.EventTypeNormal, "Restarted", "Restart", "%s of %s", msg, t)
 	r.Recorder.Eventf(obj, m, corev1.EventTypeNormal, "Restarted", "Restart", "%s by ConfigMonitor %s", msg, m.Name)
-	return true, nil, nil
+	return rolled, nil, nil
 }
 
 // newWorkload returns an empty object of kind and an accessor of its pod

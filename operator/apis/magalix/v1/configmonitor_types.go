@@ -98,7 +98,9 @@ type ConfigMonitorStatus struct {
 	// +optional
 	LastRestartTime *metav1.Time `json:"lastRestartTime,omitempty"`
 
-	// RestartedWorkloads are the workloads the last change restarted.
+	// RestartedWorkloads are the workloads the last change was rolled out
+	// to: restarted by this monitor, or by another monitor of the same
+	// configuration (each workload rolls once per change).
 	// +optional
 	// +listType=atomic
 	RestartedWorkloads []WorkloadRef `json:"restartedWorkloads,omitempty"`
