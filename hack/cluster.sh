@@ -175,12 +175,11 @@ up() {
     echo ">> hack/kwok.yaml changed since cluster $name was made; recreating it" >&2
     recreate
   elif ready; then
-    :
+    ensure_nodes
   elif ! restart; then
     echo ">> restart failed; recreating cluster $name" >&2
     recreate
   fi
-  ensure_nodes
   echo "export KUBECONFIG=$kubeconfig"
 }
 
