@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,14 +100,12 @@ func BenchmarkBoundaryLag(b *testing.B) {
 	c := testenv.Client(b)
 	ns := testenv.Namespace(b, c)
 
-	// The operator's clock is the wall clock plus an offset the benchmark
-	// moves, so each boundary is lead away in real time.
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	setClock := func(sched time.Time) { offset.Store(int64(sched.Sub(time.Now()))) }
+	// The benchmark moves the operator's clock so each boundary is lead away
+	// in real time.
+	var clock shiftedClock
 	day := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	setClock(day.Add(11 * time.Hour))
-	testenv.StartController(b, testenv.RESTConfig(b), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, now) }, ns)
+	clock.readAheadOf(day.Add(11*time.Hour), 0)
+	testenv.StartController(b, testenv.RESTConfig(b), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, clock.Now) }, ns)
 
 	td := newTDSet(ns, "lag", schedulev1.Scheduling{StartTime: intstr.FromString("12:00"), EndTime: intstr.FromString("12:01"), Replica: 2})
 	td.Spec.DefaultReplica = 1
@@ -122,8 +119,7 @@ func BenchmarkBoundaryLag(b *testing.B) {
 		if i%2 == 1 {
 			boundary, want = day.Add(12*time.Hour+time.Minute), 1 // out of it
 		}
-		setClock(boundary.Add(-lead))
-		realBoundary := time.Now().Add(lead)
+		realBoundary := clock.readAheadOf(boundary, lead)
 		poke(b, c, td, i) // a reconcile now, so the controller sees the moved clock
 		waitFor(b, fmt.Sprintf("transition %d to %d replicas", i, want), func() bool {
 			_, ok := seen.firstAfter(want, realBoundary.Add(-lead))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,11 +161,19 @@ func TestSeedExampleAppliedVerbatimRunsTheCurrentWindow(t *testing.T) {
 	assert.Regexp(t, `tdset-hello-world\s+\d\s+\d\s+\d{4}-\d\d-\d\dT\d\d:00:00Z\s+\d\s+\d+s`, out)
 }
 
-// clockAhead returns a clock that reads boundary-lead when the test's wall
-// clock reads now: the schedule boundary is lead away in real time.
-func clockAhead(boundary time.Time, lead time.Duration) func() time.Time {
-	offset := boundary.Add(-lead).Sub(time.Now())
-	return func() time.Time { return time.Now().Add(offset) }
+// shiftedClock is the wall clock plus an offset a test moves.
+type shiftedClock struct{ offset atomic.Int64 }
+
+func (c *shiftedClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// readAheadOf sets the clock so that boundary is lead away in real time and
+// returns the real instant the clock reaches boundary. Both come from one
+// reading of the wall clock: a second reading taken later would put the
+// instant late by however long the test was descheduled in between.
+func (c *shiftedClock) readAheadOf(boundary time.Time, lead time.Duration) (realBoundary time.Time) {
+	realNow := time.Now()
+	c.offset.Store(int64(boundary.Add(-lead).Sub(realNow)))
+	return realNow.Add(lead)
 }
 
 func TestAWindowStartingAMinuteAheadScalesOnTime(t *testing.T) {
@@ -174,9 +183,9 @@ func TestAWindowStartingAMinuteAheadScalesOnTime(t *testing.T) {
 	// The operator's clock reads 11:59:57: the 12:00 window is 3 s away.
 	boundary := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	lead := 3 * time.Second
-	now := clockAhead(boundary, lead)
-	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, now) }, ns)
-	realBoundary := time.Now().Add(lead)
+	var clock shiftedClock
+	realBoundary := clock.readAheadOf(boundary, lead)
+	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, clock.Now) }, ns)
 
 	td := newTDSet(ns, "noon", schedulev1.Scheduling{StartTime: intstr.FromString("12:00"), EndTime: intstr.FromString("12:30"), Replica: 4})
 	require.NoError(t, c.Create(context.Background(), td))
