@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -57,4 +58,49 @@ func TestSeedLabFromTheChart(t *testing.T) {
 	} {
 		assert.False(t, canI(t, c, sa, denied[0], denied[1], denied[2]), "ConfigMonitor must not %s %s", denied[2], denied[1])
 	}
+}
+
+// TestConfigMonitorRunsWithoutAnyAccessToSecrets installs the chart with
+// controllers.configMonitor.secrets=false: the operator, with the chart's
+// RBAC, rolls the seed's lab and reports a monitor that names a Secret.
+func TestConfigMonitorRunsWithoutAnyAccessToSecrets(t *testing.T) {
+	c := testenv.Client(t)
+	rel := installChart(t, c, localValues(t, append(disableAll(),
+		"controllers.configMonitor.enabled=true", "controllers.configMonitor.secrets=false", "demo.enabled=true")...))
+	namespace := rel.namespace
+	sa := rel.serviceAccount()
+	for _, verb := range []string{"get", "list", "watch"} {
+		assert.False(t, canI(t, c, sa, "", "secrets", verb), "the operator may %s Secrets", verb)
+	}
+	op := rel.runOperator(t)
+
+	withSecret := &magalixv1.ConfigMonitor{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "with-secret"},
+		Spec: magalixv1.ConfigMonitorSpec{ConfigMap: "flaskapp-config", Secret: "db", PodSelector: map[string]string{"app": "frontend"}},
+	}
+	require.NoError(t, c.Create(context.Background(), withSecret))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(withSecret), withSecret))
+		ready := meta.FindStatusCondition(withSecret.Status.Conditions, "Ready")
+		require.NotNil(ct, ready)
+		require.Equal(ct, "SecretsIgnored", ready.Reason)
+		require.Contains(ct, ready.Message, "controllers.configMonitor.secrets")
+	}, 30*time.Second, 100*time.Millisecond)
+
+	frontend := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: namespace, Name: "frontend"}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		monitor := &magalixv1.ConfigMonitor{}
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "flakapp-config-monitor"}, monitor))
+		require.True(ct, meta.IsStatusConditionTrue(monitor.Status.Conditions, "Ready"), "%+v", monitor.Status.Conditions)
+	}, 60*time.Second, 200*time.Millisecond)
+	out, err := testenv.Kubectl(t, "apply", "-n", namespace, "-f", filepath.Join(testenv.Root(t), "examples", "configmonitor", "configmap-changed.yml"))
+	require.NoError(t, err, out)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), key, frontend))
+		require.EqualValues(ct, 2, frontend.Generation)
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.NotContains(t, frontend.Spec.Template.Annotations, "deckhand.dev/configmap-flaskapp-config.secret-db",
+		"the monitor whose Secret is ignored restarted the app")
+	assert.NotContains(t, op.Logs(), "forbidden", "the operator still tried to reach Secrets")
 }

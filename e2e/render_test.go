@@ -171,6 +171,23 @@ func TestOnlyBlogPostCannotTouchSecretsConfigMapsOrPods(t *testing.T) {
 	}
 }
 
+func TestConfigMonitorWithoutSecretsHasNoSecretRBAC(t *testing.T) {
+	r := MustRender(t, ns, Values(t, nil))
+	assert.Contains(t, ruleResources(t, r, "ClusterRole"), "/secrets", "by default monitors may watch a Secret")
+	assert.NotContains(t, configFile(t, r), "configmonitor-ignore-secrets")
+
+	for _, sets := range [][]string{
+		{"controllers.configMonitor.secrets=false"},
+		{"controllers.configMonitor.secrets=false", "rbac.namespaced=true", "watchNamespaces={team-a,team-b}"},
+	} {
+		r := MustRender(t, ns, Values(t, nil, sets...))
+		rules := append(ruleResources(t, r, "ClusterRole"), ruleResources(t, r, "Role")...)
+		assert.Contains(t, rules, "/configmaps", sets)
+		assert.NotContains(t, rules, "/secrets", sets)
+		assert.Equal(t, true, configFile(t, r)["configmonitor-ignore-secrets"], sets)
+	}
+}
+
 func TestCRDToggles(t *testing.T) {
 	r := MustRender(t, ns, Values(t, nil))
 	crds := r.Kind("CustomResourceDefinition")

@@ -28,14 +28,31 @@ type Controller struct {
 	// AddToScheme registers the API types the controller serves.
 	AddToScheme func(*runtime.Scheme) error
 	// Setup registers the controller with the manager.
-	Setup func(ctrl.Manager) error
+	Setup func(ctrl.Manager, Settings) error
+}
+
+// Settings are the options of individual controllers, from the operator's
+// configuration.
+type Settings struct {
+	// ConfigMonitorIgnoreSecrets runs ConfigMonitor without any access to
+	// Secrets.
+	ConfigMonitorIgnoreSecrets bool
 }
 
 // Controllers is the registry: every controller deckhand has, by name.
 var Controllers = []Controller{
-	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: blogpost.Setup},
-	{Name: configmonitor.Name, ValuesKey: "configMonitor", AddToScheme: magalixv1.AddToScheme, Setup: configmonitor.Setup},
-	{Name: tdset.Name, ValuesKey: "tdset", AddToScheme: schedulev1.AddToScheme, Setup: tdset.Setup},
+	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: withoutSettings(blogpost.Setup)},
+	{Name: configmonitor.Name, ValuesKey: "configMonitor", AddToScheme: magalixv1.AddToScheme, Setup: setupConfigMonitor},
+	{Name: tdset.Name, ValuesKey: "tdset", AddToScheme: schedulev1.AddToScheme, Setup: withoutSettings(tdset.Setup)},
+}
+
+func setupConfigMonitor(mgr ctrl.Manager, s Settings) error {
+	return configmonitor.Setup(mgr, configmonitor.Options{IgnoreSecrets: s.ConfigMonitorIgnoreSecrets})
+}
+
+// withoutSettings adapts the Setup of a controller that takes no settings.
+func withoutSettings(setup func(ctrl.Manager) error) func(ctrl.Manager, Settings) error {
+	return func(mgr ctrl.Manager, _ Settings) error { return setup(mgr) }
 }
 
 // Names lists the known controller names, sorted.

@@ -4,7 +4,9 @@
 //
 //   - templates/crds/<file>.yaml: every CRD, gated by its controller's toggle
 //   - templates/_generated.tpl: the controllers the chart knows (values key
-//     to --controllers name) and each controller's RBAC rules
+//     to --controllers name) and each controller's RBAC rules; rules on
+//     Secrets are gated on controllers.<key>.secrets, so a user can run a
+//     controller without any access to Secrets
 //
 // Run by `make generate`.
 package main
@@ -17,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -75,9 +78,12 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		rules, err := rbacRules(*controllerGen, c.Name)
+		rules, err := rbacRules(*controllerGen, c.Name, c.ValuesKey)
 		if err != nil {
 			log.Fatal(err)
+		}
+		if strings.Contains(rules, secretsGate(c.ValuesKey)) && !hasSecretsValue(*chartDir, c.ValuesKey) {
+			log.Fatalf("operator/%s has RBAC on Secrets: values.yaml needs controllers.%s.secrets (default true)", c.Name, c.ValuesKey)
 		}
 		fmt.Fprintf(&tpl, "\n{{/* RBAC rules of %s, from the +kubebuilder:rbac markers in operator/%s. */}}\n", c.Name, c.Name)
 		fmt.Fprintf(&tpl, "{{- define \"deckhand.rules.%s\" }}\n%s{{- end }}\n", c.ValuesKey, rules)
@@ -156,8 +162,9 @@ func writeCRDTemplate(out, src, valuesKey string) error {
 }
 
 // rbacRules runs controller-gen over one controller package and returns
-// its rules as YAML list items, sorted as controller-gen sorts them.
-func rbacRules(controllerGen, name string) (string, error) {
+// its rules as YAML list items, sorted as controller-gen sorts them, with
+// access to Secrets split out under the controller's secrets value.
+func rbacRules(controllerGen, name, valuesKey string) (string, error) {
 	cmd := exec.Command(controllerGen, "rbac:roleName=deckhand", "paths=./operator/"+name+"/...", "output:rbac:stdout")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -179,9 +186,63 @@ func rbacRules(controllerGen, name string) (string, error) {
 	sort.SliceStable(role.Rules, func(i, j int) bool {
 		return strings.Join(role.Rules[i].APIGroups, ",") < strings.Join(role.Rules[j].APIGroups, ",")
 	})
-	b, err := yaml.Marshal(role.Rules)
-	if err != nil {
-		return "", err
+	var rules strings.Builder
+	for _, rule := range role.Rules {
+		rest, secrets := splitSecrets(rule)
+		for _, r := range rest {
+			b, err := yaml.Marshal([]rbacv1.PolicyRule{r})
+			if err != nil {
+				return "", err
+			}
+			rules.Write(b)
+		}
+		if secrets != nil {
+			b, err := yaml.Marshal([]rbacv1.PolicyRule{*secrets})
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&rules, "%s\n%s{{- end }}\n", secretsGate(valuesKey), b)
+		}
 	}
-	return string(b), nil
+	return rules.String(), nil
+}
+
+// splitSecrets separates a rule's access to core Secrets from the rest.
+func splitSecrets(rule rbacv1.PolicyRule) (rest []rbacv1.PolicyRule, secrets *rbacv1.PolicyRule) {
+	if !slices.Contains(rule.APIGroups, "") || !slices.Contains(rule.Resources, "secrets") {
+		return []rbacv1.PolicyRule{rule}, nil
+	}
+	secrets = rule.DeepCopy()
+	secrets.APIGroups, secrets.Resources = []string{""}, []string{"secrets"}
+	if others := slices.DeleteFunc(slices.Clone(rule.Resources), func(r string) bool { return r == "secrets" }); len(others) > 0 {
+		r := *rule.DeepCopy()
+		r.Resources = others
+		rest = append(rest, r)
+	}
+	if groups := slices.DeleteFunc(slices.Clone(rule.APIGroups), func(g string) bool { return g == "" }); len(groups) > 0 {
+		r := *rule.DeepCopy()
+		r.APIGroups = groups
+		rest = append(rest, r)
+	}
+	return rest, secrets
+}
+
+func secretsGate(valuesKey string) string {
+	return fmt.Sprintf("{{- if (index .Values.controllers %q).secrets }}", valuesKey)
+}
+
+// hasSecretsValue reports whether values.yaml defaults controllers.<key>.secrets.
+func hasSecretsValue(chartDir, valuesKey string) bool {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var values struct {
+		Controllers map[string]map[string]any `json:"controllers"`
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		log.Fatalf("values.yaml: %v", err)
+	}
+	_, ok := values.Controllers[valuesKey]["secrets"]
+	return ok
 }

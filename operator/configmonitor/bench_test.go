@@ -112,7 +112,7 @@ func benchmarkReaction(b *testing.B, monitors, updates int) {
 	patchSeen := watchValues(b, &appsv1.DeploymentList{}, ns, "target", func(d *appsv1.Deployment) string { return d.Spec.Template.Annotations[key] })
 
 	rc, writes := testenv.CountRequests(b, testenv.IsWrite)
-	testenv.StartController(b, rc, configmonitor.Setup, ns)
+	testenv.StartController(b, rc, setup, ns)
 	waitBaselined(b, c, ns, monitors)
 
 	var floor, patch []time.Duration

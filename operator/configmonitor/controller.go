@@ -62,7 +62,8 @@ const (
 
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors,verbs=get;list;watch
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;patch
@@ -81,20 +82,34 @@ type Reconciler struct {
 	Limiter *rate.Limiter
 	// Now is the clock; tests replace it.
 	Now func() time.Time
+	// IgnoreSecrets runs without any access to Secrets: no Secret watch, and
+	// monitors naming a Secret are reported instead of served.
+	IgnoreSecrets bool
 
 	// changedAt remembers when a ConfigMap or Secret event arrived, for the
 	// event-to-patch latency metric.
 	changedAt sync.Map
 }
 
+// Options are the controller's settings.
+type Options struct {
+	// IgnoreSecrets runs without any access to Secrets, so the operator
+	// needs no RBAC on them; monitors naming a Secret are reported.
+	IgnoreSecrets bool
+}
+
 // Setup registers the ConfigMonitor controller with the manager.
-func Setup(mgr ctrl.Manager) error {
+func Setup(mgr ctrl.Manager, o Options) error {
 	r := &Reconciler{
-		Client:   mgr.GetClient(),
-		Reader:   mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("deckhand-" + Name),
-		Limiter:  rate.NewLimiter(DefaultRestartsPerSecond, DefaultRestartBurst),
-		Now:      time.Now,
+		Client:        mgr.GetClient(),
+		Reader:        mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("deckhand-" + Name),
+		Limiter:       rate.NewLimiter(DefaultRestartsPerSecond, DefaultRestartBurst),
+		Now:           time.Now,
+		IgnoreSecrets: o.IgnoreSecrets,
+	}
+	if r.IgnoreSecrets {
+		mgr.GetLogger().WithName(Name).Info("Secrets are ignored: monitors naming a Secret are reported as SecretsIgnored and restart nothing")
 	}
 	return r.SetupWithManager(mgr)
 }
@@ -116,7 +131,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		// Status writes (its own) must not queue a second reconcile that
@@ -125,11 +140,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Metadata only: a ConfigMap nobody monitors costs its name and
 		// labels in memory, not its data.
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap))).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret))).
 		// ReplicaSet metadata (owner references) maps pods to Deployments
 		// without a request per ReplicaSet; nothing is enqueued from it.
-		WatchesMetadata(&appsv1.ReplicaSet{}, handler.Funcs{}).
-		Complete(r)
+		WatchesMetadata(&appsv1.ReplicaSet{}, handler.Funcs{})
+	if !r.IgnoreSecrets {
+		b = b.WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret)))
+	}
+	return b.Complete(r)
 }
 
 // monitorsNaming maps a ConfigMap or Secret event to the monitors in its
@@ -178,6 +195,20 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 	selector, err := labels.ValidatedSelectorFromSet(m.Spec.PodSelector)
 	if err != nil {
 		setCondition(m, ConditionReady, false, "InvalidSelector", "podSelector is not a valid label selector: "+err.Error())
+		return ctrl.Result{}, nil
+	}
+	if m.Spec.Secret != "" && r.IgnoreSecrets {
+		// The baseline stays: when Secrets are turned back on, an unchanged
+		// configuration hashes the same and restarts nothing.
+		msg := "spec.secret names Secret " + m.Spec.Secret + ", but this operator runs without access to Secrets " +
+			"(--configmonitor-ignore-secrets; Helm value controllers.configMonitor.secrets=false); nothing is restarted " +
+			"until Secrets are turned on or spec.secret is removed"
+		if reason(m, ConditionReady) != "SecretsIgnored" {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "SecretsIgnored", "Reconcile", "%s", msg)
+		}
+		skipped.WithLabelValues("SecretsIgnored").Inc()
+		setCondition(m, ConditionConfigFound, false, "SecretsIgnored", msg)
+		setCondition(m, ConditionReady, false, "SecretsIgnored", msg)
 		return ctrl.Result{}, nil
 	}
 	hash, missing, err := r.configHash(ctx, m)
@@ -273,6 +304,14 @@ func (r *Reconciler) configHash(ctx context.Context, m *magalixv1.ConfigMonitor)
 
 func setCondition(m *magalixv1.ConfigMonitor, kind string, ok bool, reason, msg string) {
 	status.SetCondition(&m.Status.Conditions, m.Generation, kind, ok, reason, msg)
+}
+
+// reason is the reason of a condition, "" when it is not set.
+func reason(m *magalixv1.ConfigMonitor, kind string) string {
+	if c := meta.FindStatusCondition(m.Status.Conditions, kind); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 func short(hash string) string {

@@ -166,13 +166,6 @@ func (f *fixture) drainEvents() []string {
 	}
 }
 
-func reason(m *magalixv1.ConfigMonitor, kind string) string {
-	if c := meta.FindStatusCondition(m.Status.Conditions, kind); c != nil {
-		return c.Reason
-	}
-	return ""
-}
-
 func TestCreatingAMonitorRestartsNothing(t *testing.T) {
 	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("flakapp-config-monitor"))...)
 	_, rv := f.templateHash(t)
@@ -356,6 +349,57 @@ func TestSecretChangesRollToo(t *testing.T) {
 	for _, e := range f.drainEvents() {
 		assert.NotContains(t, e, "correct horse", "an event leaked the Secret")
 	}
+}
+
+// withoutSecretAccess makes the Reconciler's reads of Secrets fail as they
+// would without RBAC on them, and ignore Secrets as the operator then must.
+func (f *fixture) withoutSecretAccess() {
+	f.r.IgnoreSecrets = true
+	f.r.Reader = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if _, ok := o.(*corev1.Secret); ok {
+				return apierrors.NewForbidden(corev1.Resource("secrets"), key.Name, errors.New("no RBAC on Secrets"))
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+}
+
+func TestIgnoredSecretsAreReportedAndTheBaselineKept(t *testing.T) {
+	withSecret := monitor("with-secret")
+	withSecret.Spec.Secret = "db"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Data: map[string][]byte{"password": []byte("hunter2")}}
+	f := newFixture(t, append(frontend(), configMap("one"), secret, withSecret, monitor("configmap-only"))...)
+	f.reconcile(t, "with-secret")
+	f.reconcile(t, "configmap-only")
+	baseline := Hash(configMap("one"), secret)
+
+	f.withoutSecretAccess()
+	m, _ := f.reconcile(t, "with-secret")
+	assert.Equal(t, "SecretsIgnored", reason(m, ConditionReady))
+	assert.Equal(t, "SecretsIgnored", reason(m, ConditionConfigFound))
+	assert.Contains(t, meta.FindStatusCondition(m.Status.Conditions, ConditionReady).Message, "controllers.configMonitor.secrets")
+	assert.Equal(t, baseline, m.Status.ObservedHash, "ignoring Secrets lost the baseline")
+	f.reconcile(t, "with-secret")
+	evs := f.drainEvents()
+	require.Len(t, evs, 1, "one Warning when the monitor starts being ignored, not one per reconcile: %v", evs)
+	assert.Contains(t, evs[0], "Warning SecretsIgnored")
+
+	// A monitor of a ConfigMap alone still rolls; one naming a Secret does not.
+	f.setMessage(t, "two")
+	f.reconcile(t, "with-secret")
+	hash, _ := f.templateHash(t)
+	assert.Empty(t, hash, "a monitor whose Secret is ignored restarted the workload")
+	m, _ = f.reconcile(t, "configmap-only")
+	assert.Equal(t, "Restarted", reason(m, ConditionReady))
+	hash, _ = f.templateHash(t)
+	assert.Equal(t, Hash(configMap("two"), nil), hash)
+
+	// Secrets back on: the ConfigMap change made meanwhile rolls once.
+	f.r.IgnoreSecrets, f.r.Reader = false, f.c
+	m, _ = f.reconcile(t, "with-secret")
+	assert.Equal(t, "Restarted", reason(m, ConditionReady))
+	assert.Equal(t, Hash(configMap("two"), secret), m.Status.ObservedHash)
 }
 
 func TestInvalidSelectorIsReported(t *testing.T) {

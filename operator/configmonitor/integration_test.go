@@ -20,12 +20,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 )
+
+// setup registers the controller with its default options.
+func setup(mgr ctrl.Manager) error { return configmonitor.Setup(mgr, configmonitor.Options{}) }
 
 // startOperator runs the ConfigMonitor controller in this process and
 // counts the pod deletions it sends.
@@ -34,7 +38,7 @@ func startOperator(t *testing.T, ns string) (podDeletes *atomic.Int64) {
 	rc, deletes := testenv.CountRequests(t, func(req *http.Request) bool {
 		return req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods"
 	})
-	testenv.StartController(t, rc, configmonitor.Setup, ns)
+	testenv.StartController(t, rc, setup, ns)
 	return deletes
 }
 

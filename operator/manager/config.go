@@ -20,19 +20,20 @@ import (
 // flag name, which is also its key in the config file; DECKHAND_<KEY> with
 // dashes as underscores is its environment variable.
 type Config struct {
-	Kubeconfig              string        `mapstructure:"kubeconfig"`
-	Controllers             []string      `mapstructure:"controllers"`
-	WatchNamespaces         []string      `mapstructure:"watch-namespaces"`
-	LeaderElect             bool          `mapstructure:"leader-elect"`
-	LeaderElectionNamespace string        `mapstructure:"leader-election-namespace"`
-	LeaderElectionID        string        `mapstructure:"leader-election-id"`
-	MetricsBindAddress      string        `mapstructure:"metrics-bind-address"`
-	HealthProbeBindAddress  string        `mapstructure:"health-probe-bind-address"`
-	LogLevel                string        `mapstructure:"log-level"`
-	LogFormat               string        `mapstructure:"log-format"`
-	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
-	KubeAPIBurst            int           `mapstructure:"kube-api-burst"`
-	GracefulShutdownTimeout time.Duration `mapstructure:"graceful-shutdown-timeout"`
+	Kubeconfig                 string        `mapstructure:"kubeconfig"`
+	Controllers                []string      `mapstructure:"controllers"`
+	WatchNamespaces            []string      `mapstructure:"watch-namespaces"`
+	ConfigMonitorIgnoreSecrets bool          `mapstructure:"configmonitor-ignore-secrets"`
+	LeaderElect                bool          `mapstructure:"leader-elect"`
+	LeaderElectionNamespace    string        `mapstructure:"leader-election-namespace"`
+	LeaderElectionID           string        `mapstructure:"leader-election-id"`
+	MetricsBindAddress         string        `mapstructure:"metrics-bind-address"`
+	HealthProbeBindAddress     string        `mapstructure:"health-probe-bind-address"`
+	LogLevel                   string        `mapstructure:"log-level"`
+	LogFormat                  string        `mapstructure:"log-format"`
+	KubeAPIQPS                 float32       `mapstructure:"kube-api-qps"`
+	KubeAPIBurst               int           `mapstructure:"kube-api-burst"`
+	GracefulShutdownTimeout    time.Duration `mapstructure:"graceful-shutdown-timeout"`
 
 	// ManyPerProcess lets tests start several managers in one process
 	// (controller-runtime otherwise rejects a second controller name).
@@ -52,6 +53,7 @@ func Flags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig for running outside a cluster (default: in-cluster config, then $KUBECONFIG)")
 	fs.StringSlice("controllers", []string{"*"}, `controllers to run: "*" for all, "a,b" for those, "*,-a" for all but a`)
 	fs.StringSlice("watch-namespaces", nil, "namespaces to watch (default: all)")
+	fs.Bool("configmonitor-ignore-secrets", false, "run ConfigMonitor without any access to Secrets: monitors naming one (spec.secret) are reported, not served")
 	fs.Bool("leader-elect", false, "elect a leader with a Lease so only one replica reconciles")
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
@@ -139,4 +141,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("kube-api-qps and kube-api-burst must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// settings are the options the controllers take.
+func (c Config) settings() operator.Settings {
+	return operator.Settings{ConfigMonitorIgnoreSecrets: c.ConfigMonitorIgnoreSecrets}
 }

@@ -27,6 +27,14 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "json", cfg.LogFormat)
 	assert.Equal(t, 30*time.Second, cfg.GracefulShutdownTimeout)
 	assert.GreaterOrEqual(t, cfg.KubeAPIQPS, float32(100), "client-go's default 5 QPS throttles every write")
+	assert.False(t, cfg.settings().ConfigMonitorIgnoreSecrets, "ConfigMonitor serves spec.secret by default")
+}
+
+func TestIgnoreSecretsFromTheChartsConfigFile(t *testing.T) {
+	t.Setenv("DECKHAND_CONFIG", writeFile(t, "configmonitor-ignore-secrets: true\n"))
+	cfg, err := Load(nil)
+	require.NoError(t, err)
+	assert.True(t, cfg.settings().ConfigMonitorIgnoreSecrets)
 }
 
 func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {

@@ -117,7 +117,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		}
 	}
 	for _, c := range selected {
-		if err := c.Setup(mgr); err != nil {
+		if err := c.Setup(mgr, cfg.settings()); err != nil {
 			return nil, nil, fmt.Errorf("setting up controller %s: %w", c.Name, err)
 		}
 	}

@@ -39,11 +39,20 @@ tdset: tdset
   - ""
   resources:
   - configmaps
+  verbs:
+  - get
+  - list
+  - watch
+{{- if (index .Values.controllers "configMonitor").secrets }}
+- apiGroups:
+  - ""
+  resources:
   - secrets
   verbs:
   - get
   - list
   - watch
+{{- end }}
 - apiGroups:
   - ""
   resources:

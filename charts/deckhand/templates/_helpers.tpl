@@ -102,6 +102,9 @@ version of the operator does not have.
 {{- with .Values.watchNamespaces }}
 {{- $_ := set $cfg "watch-namespaces" . }}
 {{- end }}
+{{- if not .Values.controllers.configMonitor.secrets }}
+{{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
+{{- end }}
 {{- mergeOverwrite $cfg .Values.config | toYaml }}
 {{- end }}
 
