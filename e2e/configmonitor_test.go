@@ -76,7 +76,7 @@ func TestConfigMonitorRunsWithoutAnyAccessToSecrets(t *testing.T) {
 
 	withSecret := &magalixv1.ConfigMonitor{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "with-secret"},
-		Spec: magalixv1.ConfigMonitorSpec{ConfigMap: "flaskapp-config", Secret: "db", PodSelector: map[string]string{"app": "frontend"}},
+		Spec:       magalixv1.ConfigMonitorSpec{ConfigMap: "flaskapp-config", Secret: "db", PodSelector: map[string]string{"app": "frontend"}},
 	}
 	require.NoError(t, c.Create(context.Background(), withSecret))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
