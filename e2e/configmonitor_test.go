@@ -26,25 +26,9 @@ func TestSeedLabFromTheChart(t *testing.T) {
 	namespace := rel.namespace
 	op := rel.runOperator(t)
 
-	frontend := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: namespace, Name: "frontend"}
-	monitor := &magalixv1.ConfigMonitor{}
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), key, frontend))
-		require.EqualValues(ct, 1, frontend.Status.ReadyReplicas)
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "flakapp-config-monitor"}, monitor))
-		require.True(ct, meta.IsStatusConditionTrue(monitor.Status.Conditions, "Ready"), "%+v", monitor.Status.Conditions)
-	}, 60*time.Second, 200*time.Millisecond)
+	frontend := waitSeedLabReady(t, c, namespace)
 	require.EqualValues(t, 1, frontend.Generation, "installing the demo restarted the app")
-
-	out, err := testenv.Kubectl(t, "apply", "-n", namespace, "-f", filepath.Join(testenv.Root(t), "examples", "configmonitor", "configmap-changed.yml"))
-	require.NoError(t, err, out)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), key, frontend))
-		require.EqualValues(ct, 2, frontend.Generation)
-		require.EqualValues(ct, 2, frontend.Status.ObservedGeneration)
-		require.EqualValues(ct, 1, frontend.Status.UpdatedReplicas)
-	}, 30*time.Second, 100*time.Millisecond)
+	changeMessageAndWaitForRollout(t, c, namespace)
 	assert.NotContains(t, op.Logs(), "forbidden", "the chart's RBAC is missing a rule")
 
 	// Least privilege: it may read configuration and roll workloads, not
@@ -87,20 +71,40 @@ func TestConfigMonitorRunsWithoutAnyAccessToSecrets(t *testing.T) {
 		require.Contains(ct, ready.Message, "controllers.configMonitor.secrets")
 	}, 30*time.Second, 100*time.Millisecond)
 
-	frontend := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: namespace, Name: "frontend"}
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		monitor := &magalixv1.ConfigMonitor{}
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "flakapp-config-monitor"}, monitor))
-		require.True(ct, meta.IsStatusConditionTrue(monitor.Status.Conditions, "Ready"), "%+v", monitor.Status.Conditions)
-	}, 60*time.Second, 200*time.Millisecond)
-	out, err := testenv.Kubectl(t, "apply", "-n", namespace, "-f", filepath.Join(testenv.Root(t), "examples", "configmonitor", "configmap-changed.yml"))
-	require.NoError(t, err, out)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), key, frontend))
-		require.EqualValues(ct, 2, frontend.Generation)
-	}, 30*time.Second, 100*time.Millisecond)
+	waitSeedLabReady(t, c, namespace)
+	frontend := changeMessageAndWaitForRollout(t, c, namespace)
 	assert.NotContains(t, frontend.Spec.Template.Annotations, "deckhand.dev/configmap-flaskapp-config.secret-db",
 		"the monitor whose Secret is ignored restarted the app")
 	assert.NotContains(t, op.Logs(), "forbidden", "the operator still tried to reach Secrets")
+}
+
+// waitSeedLabReady waits until the demo's frontend runs and its monitor has
+// recorded the configuration.
+func waitSeedLabReady(t *testing.T, c client.Client, namespace string) *appsv1.Deployment {
+	t.Helper()
+	frontend := &appsv1.Deployment{}
+	monitor := &magalixv1.ConfigMonitor{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "frontend"}, frontend))
+		require.EqualValues(ct, 1, frontend.Status.ReadyReplicas)
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "flakapp-config-monitor"}, monitor))
+		require.True(ct, meta.IsStatusConditionTrue(monitor.Status.Conditions, "Ready"), "%+v", monitor.Status.Conditions)
+	}, 60*time.Second, 200*time.Millisecond)
+	return frontend
+}
+
+// changeMessageAndWaitForRollout applies the seed's change of MSG and waits
+// until the frontend has rolled once to it.
+func changeMessageAndWaitForRollout(t *testing.T, c client.Client, namespace string) *appsv1.Deployment {
+	t.Helper()
+	out, err := testenv.Kubectl(t, "apply", "-n", namespace, "-f", filepath.Join(testenv.Root(t), "examples", "configmonitor", "configmap-changed.yml"))
+	require.NoError(t, err, out)
+	frontend := &appsv1.Deployment{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "frontend"}, frontend))
+		require.EqualValues(ct, 2, frontend.Generation)
+		require.EqualValues(ct, 2, frontend.Status.ObservedGeneration)
+		require.EqualValues(ct, 1, frontend.Status.UpdatedReplicas)
+	}, 30*time.Second, 100*time.Millisecond)
+	return frontend
 }
