@@ -37,6 +37,10 @@ type Settings struct {
 	// ConfigMonitorIgnoreSecrets runs ConfigMonitor without any access to
 	// Secrets.
 	ConfigMonitorIgnoreSecrets bool
+	// ConfigMonitorRestartsPerSecond and ConfigMonitorRestartBurst pace
+	// ConfigMonitor's restarts across all monitors (zero: its defaults).
+	ConfigMonitorRestartsPerSecond float64
+	ConfigMonitorRestartBurst      int
 }
 
 // Controllers is the registry: every controller deckhand has, by name.
@@ -47,7 +51,11 @@ var Controllers = []Controller{
 }
 
 func setupConfigMonitor(mgr ctrl.Manager, s Settings) error {
-	return configmonitor.Setup(mgr, configmonitor.Options{IgnoreSecrets: s.ConfigMonitorIgnoreSecrets})
+	return configmonitor.Setup(mgr, configmonitor.Options{
+		IgnoreSecrets:     s.ConfigMonitorIgnoreSecrets,
+		RestartsPerSecond: s.ConfigMonitorRestartsPerSecond,
+		RestartBurst:      s.ConfigMonitorRestartBurst,
+	})
 }
 
 // withoutSettings adapts the Setup of a controller that takes no settings.

@@ -10,6 +10,7 @@ package configmonitor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -96,6 +97,22 @@ type Options struct {
 	// IgnoreSecrets runs without any access to Secrets, so the operator
 	// needs no RBAC on them; monitors naming a Secret are reported.
 	IgnoreSecrets bool
+	// RestartsPerSecond and RestartBurst pace restarts across all monitors;
+	// zero means DefaultRestartsPerSecond and DefaultRestartBurst.
+	RestartsPerSecond float64
+	RestartBurst      int
+}
+
+// restartLimiter is the token bucket of o, with the defaults for zeros.
+func restartLimiter(o Options) *rate.Limiter {
+	perSecond, burst := o.RestartsPerSecond, o.RestartBurst
+	if perSecond == 0 {
+		perSecond = DefaultRestartsPerSecond
+	}
+	if burst == 0 {
+		burst = DefaultRestartBurst
+	}
+	return rate.NewLimiter(rate.Limit(perSecond), burst)
 }
 
 // Setup registers the ConfigMonitor controller with the manager.
@@ -104,7 +121,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Client:        mgr.GetClient(),
 		Reader:        mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("deckhand-" + Name),
-		Limiter:       rate.NewLimiter(DefaultRestartsPerSecond, DefaultRestartBurst),
+		Limiter:       restartLimiter(o),
 		Now:           time.Now,
 		IgnoreSecrets: o.IgnoreSecrets,
 	}
@@ -257,6 +274,16 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 	}
 
 	restarted, err := r.restart(ctx, m, selector, hash)
+	var limited *rateLimitedError
+	if errors.As(err, &limited) {
+		// Not a failure: the change stays pending and this monitor comes
+		// back when a restart is allowed, without holding a worker.
+		skipped.WithLabelValues("RateLimited").Inc()
+		setCondition(m, ConditionReady, false, "RateLimited", fmt.Sprintf(
+			"configuration changed; restarts are paced at %g per second (burst %d) across all monitors, the next is allowed in %s",
+			float64(r.Limiter.Limit()), r.Limiter.Burst(), limited.retryAfter.Round(time.Millisecond)))
+		return ctrl.Result{RequeueAfter: limited.retryAfter}, nil
+	}
 	if err != nil {
 		setCondition(m, ConditionReady, false, "RestartFailed", err.Error())
 		return ctrl.Result{}, err

@@ -402,6 +402,42 @@ func TestIgnoredSecretsAreReportedAndTheBaselineKept(t *testing.T) {
 	assert.Equal(t, Hash(configMap("two"), secret), m.Status.ObservedHash)
 }
 
+func TestRestartLimiterDefaults(t *testing.T) {
+	l := restartLimiter(Options{})
+	assert.EqualValues(t, DefaultRestartsPerSecond, l.Limit())
+	assert.Equal(t, DefaultRestartBurst, l.Burst())
+	l = restartLimiter(Options{RestartsPerSecond: 0.5, RestartBurst: 3})
+	assert.EqualValues(t, 0.5, l.Limit())
+	assert.Equal(t, 3, l.Burst())
+}
+
+func TestASpentRestartBudgetIsReportedAndRetriedLater(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("one"), monitor("m"))...)
+	f.r.Limiter = rate.NewLimiter(rate.Every(time.Hour), 1)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	m, _ := f.reconcile(t, "m")
+	require.Equal(t, "Restarted", reason(m, ConditionReady), "the burst allows the first restart")
+	f.drainEvents()
+
+	f.setMessage(t, "three")
+	m, res := f.reconcile(t, "m")
+	hash, _ := f.templateHash(t)
+	assert.Equal(t, Hash(configMap("two"), nil), hash, "restarted beyond the budget")
+	assert.Equal(t, "RateLimited", reason(m, ConditionReady))
+	assert.Contains(t, meta.FindStatusCondition(m.Status.Conditions, ConditionReady).Message, "paced at 0.000277")
+	assert.Equal(t, Hash(configMap("two"), nil), m.Status.ObservedHash, "the change must stay pending")
+	assert.Equal(t, Hash(configMap("three"), nil), m.Status.PendingHash)
+	assert.InDelta(t, time.Hour.Seconds(), res.RequeueAfter.Seconds(), 1, "come back when the next restart is allowed")
+	assert.Empty(t, f.drainEvents(), "a paced restart is not a failure")
+
+	f.r.Limiter = rate.NewLimiter(rate.Inf, 1)
+	m, _ = f.reconcile(t, "m")
+	assert.Equal(t, "Restarted", reason(m, ConditionReady))
+	hash, _ = f.templateHash(t)
+	assert.Equal(t, Hash(configMap("three"), nil), hash)
+}
+
 func TestInvalidSelectorIsReported(t *testing.T) {
 	m := monitor("m")
 	m.Spec.PodSelector = map[string]string{"app": "has spaces"}

@@ -182,8 +182,8 @@ func newMonitor(ns, name string) *magalixv1.ConfigMonitor {
 	}
 }
 
-// reconciledAfter waits until the monitor has been reconciled at least once
-// more (its ConfigFound message carries the hash it read).
+// waitObservedHash waits until the monitor has recorded a configuration
+// other than notHash.
 func waitObservedHash(t *testing.T, c client.Client, ns, name, notHash string) *magalixv1.ConfigMonitor {
 	t.Helper()
 	var m *magalixv1.ConfigMonitor
@@ -279,6 +279,33 @@ func TestTwoMonitorsOverOneWorkloadRollItOnce(t *testing.T) {
 			assert.Len(ct, restarts, i+1, "one Restarted event on the Deployment per change")
 		}, 10*time.Second, 100*time.Millisecond)
 	}
+}
+
+func TestRestartsBeyondTheBudgetWaitInStatus(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	// One restart at once, the next after 1,000 s.
+	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error {
+		return configmonitor.Setup(mgr, configmonitor.Options{RestartsPerSecond: 0.001, RestartBurst: 1})
+	}, ns)
+	seedLab(t, ns)
+	d := deploymentOf(ns)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(d), d))
+		require.EqualValues(ct, 1, d.Status.ReadyReplicas)
+	}, 60*time.Second, 100*time.Millisecond)
+	require.NoError(t, c.Create(context.Background(), newMonitor(ns, "m")))
+	waitReason(t, c, ns, "m", "Baseline")
+
+	setData(t, c, ns, "flaskapp-config", "config.cfg", `MSG="one"`)
+	waitReason(t, c, ns, "m", "Restarted")
+	setData(t, c, ns, "flaskapp-config", "config.cfg", `MSG="two"`)
+	m := waitReason(t, c, ns, "m", "RateLimited")
+	assert.Contains(t, meta.FindStatusCondition(m.Status.Conditions, "Ready").Message, "the next is allowed in")
+	assert.NotEmpty(t, m.Status.PendingHash, "the change must stay pending")
+	assert.EqualValues(t, 2, generation(t, c, d), "restarted beyond the budget")
+	assert.NotContains(t, eventReasons(t, c, ns, "m"), "RestartFailed")
 }
 
 func TestMissingConfigMapThenItsAppearance(t *testing.T) {

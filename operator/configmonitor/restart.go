@@ -62,7 +62,12 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 	var errs []error
 	for _, t := range targets {
 		result, why, err := r.rollOut(ctx, m, t, hash)
+		var limited *rateLimitedError
 		switch {
+		case errors.As(err, &limited):
+			// The rest waits for the next reconcile; those rolled now will
+			// be found current then.
+			return restarted, err
 		case err != nil:
 			restartFailures.WithLabelValues(t.kind).Inc()
 			obj, _ := newWorkload(t.kind)
@@ -187,7 +192,7 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Paused {
 		return gone, &skip{t.String(), "Paused", "the Deployment is paused; resume it and the next change restarts it"}, nil
 	}
-	if err := r.Limiter.Wait(ctx); err != nil {
+	if err := r.takeRestartToken(); err != nil {
 		return gone, nil, err
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
@@ -205,6 +210,28 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	r.Recorder.Eventf(m, obj, corev1.EventTypeNormal, "Restarted", "Restart", "%s of %s", msg, t)
 	r.Recorder.Eventf(obj, m, corev1.EventTypeNormal, "Restarted", "Restart", "%s by ConfigMonitor %s", msg, m.Name)
 	return rolled, nil, nil
+}
+
+// rateLimitedError says the shared restart budget is spent for now.
+type rateLimitedError struct{ retryAfter time.Duration }
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("restart rate limit reached; the next restart is allowed in %s", e.retryAfter)
+}
+
+// takeRestartToken takes one restart from the shared budget, or says how
+// long until one is free. It never waits: a waiting reconcile would hold
+// one of the controller's few workers and show nothing in status.
+func (r *Reconciler) takeRestartToken() error {
+	res := r.Limiter.Reserve()
+	if !res.OK() {
+		return fmt.Errorf("restart rate limit with burst %d allows no restart", r.Limiter.Burst())
+	}
+	if wait := res.Delay(); wait > 0 {
+		res.Cancel()
+		return &rateLimitedError{retryAfter: wait}
+	}
+	return nil
 }
 
 // newWorkload returns an empty object of kind and an accessor of its pod
@@ -237,7 +264,7 @@ func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor,
 		if !pod.DeletionTimestamp.IsZero() || !pod.CreationTimestamp.Time.Before(cutoff) {
 			continue
 		}
-		if err := r.Limiter.Wait(ctx); err != nil {
+		if err := r.takeRestartToken(); err != nil {
 			return deleted, err
 		}
 		err := r.Client.Delete(ctx, pod, client.Preconditions{UID: ptrTo(pod.UID)})

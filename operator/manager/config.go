@@ -14,26 +14,29 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/deckhand-dev/deckhand/operator"
+	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 )
 
 // Config is everything the manager can be told. Each field's key is its
 // flag name, which is also its key in the config file; DECKHAND_<KEY> with
 // dashes as underscores is its environment variable.
 type Config struct {
-	Kubeconfig                 string        `mapstructure:"kubeconfig"`
-	Controllers                []string      `mapstructure:"controllers"`
-	WatchNamespaces            []string      `mapstructure:"watch-namespaces"`
-	ConfigMonitorIgnoreSecrets bool          `mapstructure:"configmonitor-ignore-secrets"`
-	LeaderElect                bool          `mapstructure:"leader-elect"`
-	LeaderElectionNamespace    string        `mapstructure:"leader-election-namespace"`
-	LeaderElectionID           string        `mapstructure:"leader-election-id"`
-	MetricsBindAddress         string        `mapstructure:"metrics-bind-address"`
-	HealthProbeBindAddress     string        `mapstructure:"health-probe-bind-address"`
-	LogLevel                   string        `mapstructure:"log-level"`
-	LogFormat                  string        `mapstructure:"log-format"`
-	KubeAPIQPS                 float32       `mapstructure:"kube-api-qps"`
-	KubeAPIBurst               int           `mapstructure:"kube-api-burst"`
-	GracefulShutdownTimeout    time.Duration `mapstructure:"graceful-shutdown-timeout"`
+	Kubeconfig                     string        `mapstructure:"kubeconfig"`
+	Controllers                    []string      `mapstructure:"controllers"`
+	WatchNamespaces                []string      `mapstructure:"watch-namespaces"`
+	ConfigMonitorIgnoreSecrets     bool          `mapstructure:"configmonitor-ignore-secrets"`
+	ConfigMonitorRestartsPerSecond float64       `mapstructure:"configmonitor-restarts-per-second"`
+	ConfigMonitorRestartBurst      int           `mapstructure:"configmonitor-restart-burst"`
+	LeaderElect                    bool          `mapstructure:"leader-elect"`
+	LeaderElectionNamespace        string        `mapstructure:"leader-election-namespace"`
+	LeaderElectionID               string        `mapstructure:"leader-election-id"`
+	MetricsBindAddress             string        `mapstructure:"metrics-bind-address"`
+	HealthProbeBindAddress         string        `mapstructure:"health-probe-bind-address"`
+	LogLevel                       string        `mapstructure:"log-level"`
+	LogFormat                      string        `mapstructure:"log-format"`
+	KubeAPIQPS                     float32       `mapstructure:"kube-api-qps"`
+	KubeAPIBurst                   int           `mapstructure:"kube-api-burst"`
+	GracefulShutdownTimeout        time.Duration `mapstructure:"graceful-shutdown-timeout"`
 
 	// ManyPerProcess lets tests start several managers in one process
 	// (controller-runtime otherwise rejects a second controller name).
@@ -53,6 +56,8 @@ func Flags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig for running outside a cluster (default: in-cluster config, then $KUBECONFIG)")
 	fs.StringSlice("controllers", []string{"*"}, `controllers to run: "*" for all, "a,b" for those, "*,-a" for all but a`)
 	fs.StringSlice("watch-namespaces", nil, "namespaces to watch (default: all)")
+	fs.Float64("configmonitor-restarts-per-second", configmonitor.DefaultRestartsPerSecond, "ConfigMonitor's restarts per second across all monitors (a token bucket), so a configuration storm cannot flood the API server")
+	fs.Int("configmonitor-restart-burst", configmonitor.DefaultRestartBurst, "restarts ConfigMonitor may make at once before --configmonitor-restarts-per-second applies")
 	fs.Bool("configmonitor-ignore-secrets", false, "run ConfigMonitor without any access to Secrets: monitors naming one (spec.secret) are reported, not served")
 	fs.Bool("leader-elect", false, "elect a leader with a Lease so only one replica reconciles")
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
@@ -140,10 +145,17 @@ func (c Config) validate() error {
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
 		errs = append(errs, fmt.Errorf("kube-api-qps and kube-api-burst must be positive"))
 	}
+	if c.ConfigMonitorRestartsPerSecond <= 0 || c.ConfigMonitorRestartBurst <= 0 {
+		errs = append(errs, fmt.Errorf("configmonitor-restarts-per-second and configmonitor-restart-burst must be positive (suspend a monitor with spec.suspend instead)"))
+	}
 	return errors.Join(errs...)
 }
 
 // settings are the options the controllers take.
 func (c Config) settings() operator.Settings {
-	return operator.Settings{ConfigMonitorIgnoreSecrets: c.ConfigMonitorIgnoreSecrets}
+	return operator.Settings{
+		ConfigMonitorIgnoreSecrets:     c.ConfigMonitorIgnoreSecrets,
+		ConfigMonitorRestartsPerSecond: c.ConfigMonitorRestartsPerSecond,
+		ConfigMonitorRestartBurst:      c.ConfigMonitorRestartBurst,
+	}
 }

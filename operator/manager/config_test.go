@@ -28,6 +28,8 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 30*time.Second, cfg.GracefulShutdownTimeout)
 	assert.GreaterOrEqual(t, cfg.KubeAPIQPS, float32(100), "client-go's default 5 QPS throttles every write")
 	assert.False(t, cfg.settings().ConfigMonitorIgnoreSecrets, "ConfigMonitor serves spec.secret by default")
+	assert.EqualValues(t, 1, cfg.settings().ConfigMonitorRestartsPerSecond)
+	assert.Equal(t, 100, cfg.settings().ConfigMonitorRestartBurst)
 }
 
 func TestIgnoreSecretsFromTheChartsConfigFile(t *testing.T) {
@@ -85,6 +87,16 @@ func TestBadFlags(t *testing.T) {
 	require.ErrorContains(t, err, `log-level "loud"`)
 	_, err = Load([]string{"--no-such-flag"})
 	require.ErrorContains(t, err, "no-such-flag")
+	_, err = Load([]string{"--configmonitor-restarts-per-second=0"})
+	require.ErrorContains(t, err, "configmonitor-restarts-per-second and configmonitor-restart-burst must be positive")
+}
+
+func TestRestartPaceFromTheConfigFile(t *testing.T) {
+	t.Setenv("DECKHAND_CONFIG", writeFile(t, "configmonitor-restarts-per-second: 0.5\nconfigmonitor-restart-burst: 10\n"))
+	cfg, err := Load(nil)
+	require.NoError(t, err)
+	assert.EqualValues(t, 0.5, cfg.settings().ConfigMonitorRestartsPerSecond)
+	assert.Equal(t, 10, cfg.settings().ConfigMonitorRestartBurst)
 }
 
 func TestLeaderElectionNamespace(t *testing.T) {
