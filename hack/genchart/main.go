@@ -82,8 +82,10 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if strings.Contains(rules, secretsGate(c.ValuesKey)) && !hasSecretsValue(*chartDir, c.ValuesKey) {
-			log.Fatalf("operator/%s has RBAC on Secrets: values.yaml needs controllers.%s.secrets (default true)", c.Name, c.ValuesKey)
+		if strings.Contains(rules, secretsGate(c.ValuesKey)) {
+			if err := requireSecretsValue(*chartDir, c); err != nil {
+				log.Fatal(err)
+			}
 		}
 		fmt.Fprintf(&tpl, "\n{{/* RBAC rules of %s, from the +kubebuilder:rbac markers in operator/%s. */}}\n", c.Name, c.Name)
 		fmt.Fprintf(&tpl, "{{- define \"deckhand.rules.%s\" }}\n%s{{- end }}\n", c.ValuesKey, rules)
@@ -231,18 +233,21 @@ func secretsGate(valuesKey string) string {
 	return fmt.Sprintf("{{- if (index .Values.controllers %q).secrets }}", valuesKey)
 }
 
-// hasSecretsValue reports whether values.yaml defaults controllers.<key>.secrets.
-func hasSecretsValue(chartDir, valuesKey string) bool {
+// requireSecretsValue checks that values.yaml defaults
+// controllers.<key>.secrets, which gates the controller's rules on Secrets.
+func requireSecretsValue(chartDir string, c operator.Controller) error {
 	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	var values struct {
 		Controllers map[string]map[string]any `json:"controllers"`
 	}
 	if err := yaml.Unmarshal(b, &values); err != nil {
-		log.Fatalf("values.yaml: %v", err)
+		return fmt.Errorf("values.yaml: %w", err)
 	}
-	_, ok := values.Controllers[valuesKey]["secrets"]
-	return ok
+	if _, ok := values.Controllers[c.ValuesKey]["secrets"]; !ok {
+		return fmt.Errorf("operator/%s has RBAC on Secrets: values.yaml needs controllers.%s.secrets (default true)", c.Name, c.ValuesKey)
+	}
+	return nil
 }
