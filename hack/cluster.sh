@@ -79,6 +79,69 @@ status:
   echo "$manifest" | "$kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null
 }
 
+# Volumes: kwok runs no provisioner, so a small one (hack/provisioner) runs
+# as a host process beside the cluster, as kind's local-path provisioner
+# runs in kind: a PersistentVolume (a directory under the cluster's work
+# dir) for every claim of its classes, deleted with the claim. "standard"
+# is the default class, as in kind; "expandable" also allows volume
+# expansion.
+cluster_dir=$KWOK_WORKDIR/clusters/$name
+provisioner_bin=$cache/bin/deckhand-provisioner
+provisioner_pid=$cluster_dir/deckhand-provisioner.pid
+
+ensure_storage() {
+  "$kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null <<'EOF'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: deckhand.dev/hostpath
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: expandable
+provisioner: deckhand.dev/hostpath
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+EOF
+}
+
+provisioner_running() {
+  local pid
+  pid=$(cat "$provisioner_pid" 2>/dev/null) || return 1
+  [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--root $cluster_dir/volumes"
+}
+
+stop_provisioner() {
+  if provisioner_running; then
+    kill "$(cat "$provisioner_pid")" 2>/dev/null || true
+  fi
+  rm -f "$provisioner_pid"
+}
+
+# Start the provisioner when it is not running, or runs an older build.
+ensure_provisioner() {
+  mkdir -p "$cache/bin" "$cluster_dir/volumes" "$cluster_dir/logs"
+  (cd "$root" && go build -o "$provisioner_bin.new" ./hack/provisioner)
+  if provisioner_running && cmp -s "$provisioner_bin.new" "$provisioner_bin"; then
+    rm -f "$provisioner_bin.new"
+    return 0
+  fi
+  stop_provisioner
+  mv "$provisioner_bin.new" "$provisioner_bin"
+  # 9>&-: it must not hold the lock; setsid: it outlives this script.
+  setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
+    >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$provisioner_pid"
+}
+
 # A cluster made from another hack/kwok.yaml is recreated: kwokctl keeps
 # the options it was created with, even across restarts.
 fingerprint() { sha256sum <"$root/hack/kwok.yaml" | cut -d' ' -f1; }
@@ -180,11 +243,14 @@ up() {
     echo ">> restart failed; recreating cluster $name" >&2
     recreate
   fi
+  ensure_storage
+  ensure_provisioner
   echo "export KUBECONFIG=$kubeconfig"
 }
 
 down() {
   use_tools
+  stop_provisioner
   if "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
     "$kwokctl" delete cluster --name "$name" >&2
   fi

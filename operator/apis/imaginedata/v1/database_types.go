@@ -1,0 +1,231 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Engine is the database server a Database runs.
+// +kubebuilder:validation:Enum=PostgreSQL
+type Engine string
+
+// Engines. MySQL and MariaDB come with the MySQLCluster work, behind the
+// same engine interface.
+const (
+	EnginePostgreSQL Engine = "PostgreSQL"
+)
+
+// PodTemplate is what users of database operators most often need to say
+// about where and how the database's pods run.
+type PodTemplate struct {
+	// NodeSelector restricts the pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the pods run on tainted nodes.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Affinity of the pods. The operator adds a preferred anti-affinity
+	// that spreads the replicas across nodes.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// PriorityClassName of the pods.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// DatabaseSpec is the seed's SampleDB (name, port, storage-size, image,
+// replicas, with their names and meaning kept) plus optional settings with
+// safe defaults.
+//
+// The lifecycle work adds backup, fromBackup and deletionPolicy here.
+//
+// +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !(self.name in ['postgres', 'template0', 'template1'] || self.name.startsWith('pg_'))",message="name: postgres, template0, template1 and names starting with pg_ are reserved by PostgreSQL (the app role is named after the database, and pg_ role names are reserved)"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['port', 'listen_addresses', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories'])",message="parameters: port, listen_addresses, data_directory, hba_file, ident_file, config_file and unix_socket_directories are set by the operator (use spec.port for the port)"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change: the existing volumes keep their StorageClass (make a new Database to move the data)"
+type DatabaseSpec struct {
+	// Name is the database to create (the app role that owns it has the
+	// same name). Up to 63 bytes; hyphens and other characters are fine,
+	// the operator quotes it everywhere.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="name must not be empty: it is the database to create"
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 63",messageExpression="'name is ' + string(size(bytes(self))) + ' bytes long (' + string(size(self)) + ' characters); PostgreSQL allows at most 63 bytes'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="name must not contain control characters"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="name is immutable: the operator created that database; make a new Database for another one"
+	// +required
+	Name string `json:"name"`
+
+	// Port the server listens on and its Services expose; default: the
+	// engine's (5432 for PostgreSQL).
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 65535",messageExpression="'port must be between 1 and 65535, not ' + string(self)"
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// StorageSize is the size of each replica's volume, a quantity such as
+	// 50G or 10Gi. It can grow (when the StorageClass allows volume
+	// expansion), never shrink.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self)",messageExpression="'storage-size must be a quantity such as 50G or 10Gi, not \"' + self + '\"'"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))",message="storage-size must be more than 0"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0",messageExpression="'storage-size cannot shrink (from ' + oldSelf + ' to ' + self + '): volumes can only grow'"
+	// +required
+	StorageSize string `json:"storage-size"`
+
+	// Image of the database server; default: the engine's, pinned to a
+	// minor version (PostgreSQL: postgres:17.6). An image whose tag holds no
+	// version is accepted and reported (status.currentVersion stays empty).
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="self >= 1",messageExpression="'replicas must be at least 1 (the primary), not ' + string(self)"
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Engine is the database server; immutable.
+	// +kubebuilder:default=PostgreSQL
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="engine is immutable: the data on the volumes belongs to its engine"
+	// +optional
+	Engine Engine `json:"engine,omitempty"`
+
+	// StorageClassName of the volumes; default: the cluster's default
+	// StorageClass. Immutable.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Resources of the database container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Parameters are engine settings (PostgreSQL: postgresql.conf names and
+	// values, passed to the server as -c name=value). A change rolls the
+	// replicas.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 63 && k.matches('^[A-Za-z_][A-Za-z0-9_.]*$'))",message="parameters: each key is a setting name of letters, digits, '_' and '.' (at most 63 characters), such as max_connections or shared_buffers"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 1024)",message="parameters: each value is at most 1024 characters"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// PodTemplate: node selection, tolerations, affinity and priority of
+	// the database's pods.
+	// +optional
+	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
+
+	// Suspend stops the operator from changing anything of this Database;
+	// what runs keeps running.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Phase sums up a Database's state.
+// +kubebuilder:validation:Enum=Provisioning;Initializing;Ready;Degraded;Deleting
+type Phase string
+
+// Phases.
+const (
+	// PhaseProvisioning: objects are being created, volumes bound, the
+	// primary is not ready yet.
+	PhaseProvisioning Phase = "Provisioning"
+	// PhaseInitializing: the primary is ready; the init Job has not
+	// succeeded yet.
+	PhaseInitializing Phase = "Initializing"
+	// PhaseReady: initialised and every replica ready.
+	PhaseReady Phase = "Ready"
+	// PhaseDegraded: something is wrong (see the conditions): replicas not
+	// ready after initialisation, a failed init Job, an object of another
+	// owner in the way.
+	PhaseDegraded Phase = "Degraded"
+	// PhaseDeleting: the Database is being deleted.
+	PhaseDeleting Phase = "Deleting"
+)
+
+// DatabaseStatus is what the operator observed.
+type DatabaseStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase sums up the state; the conditions say why.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Replicas is the number of replicas asked for.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is the number of database pods that pass their
+	// readiness probe.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// Ready is readyReplicas/replicas, for kubectl get.
+	// +optional
+	Ready string `json:"ready,omitempty"`
+
+	// Primary is the name of the pod running the primary.
+	// +optional
+	Primary string `json:"primary,omitempty"`
+
+	// CurrentImage is the image every replica runs (once a rollout is done).
+	// +optional
+	CurrentImage string `json:"currentImage,omitempty"`
+
+	// CurrentVersion is the server version: as reported by the server to
+	// the init Job, else read from the image tag; empty when neither says.
+	// +optional
+	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// Conditions: Ready, Initialized (the init Job created the database
+	// and its role), StorageBound (every replica's volume is bound),
+	// StorageResized (volumes request storage-size), VersionKnown.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Database is a database server (seed 004's SampleDB): a StatefulSet of a
+// primary and streaming standbys with a volume each, Services, generated
+// credentials and an init Job that creates the database and its owner.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=db,singular=database,categories=deckhand
+// +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage-size`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`,priority=1
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.primary`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it names the Database's Services"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet's pods and Services add suffixes to it and must stay within 63"
+type Database struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec DatabaseSpec `json:"spec"`
+	// +optional
+	Status DatabaseStatus `json:"status,omitempty"`
+}
+
+// DatabaseList is a list of Databases.
+//
+// +kubebuilder:object:root=true
+type DatabaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Database `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+}

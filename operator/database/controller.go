@@ -1,0 +1,373 @@
+// Package database is the Database controller (seed 004's SampleDB): for
+// each Database it keeps a StatefulSet of a primary and streaming standbys
+// with a volume each, the Services in front of them, generated credentials,
+// the engine's scripts and an init Job that creates the database and the
+// role that owns it.
+//
+// The operator never connects to a database. It sees the servers through
+// the Kubernetes API: pod readiness (the kubelet runs the probes), Job
+// results, and what a Job reports in its container's termination message.
+// Engine knowledge (images, scripts, containers) lives behind the
+// engine.Engine interface; operator/database/postgres implements it.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/status"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "database"
+
+// FieldManager owns the fields the Database controller applies.
+const FieldManager = "deckhand-database"
+
+// Condition types.
+const (
+	ConditionReady          = "Ready"
+	ConditionInitialized    = "Initialized"
+	ConditionStorageBound   = "StorageBound"
+	ConditionStorageResized = "StorageResized"
+	ConditionVersionKnown   = "VersionKnown"
+)
+
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Engines are the engines the controller serves, by spec.engine.
+var Engines = map[dbv1.Engine]engine.Engine{
+	dbv1.EnginePostgreSQL: postgres.Engine{},
+}
+
+// Options are the controller's settings.
+type Options struct {
+	// WatchNamespaces limits the owned-object cache to these namespaces
+	// (empty: all), as the manager's cache is.
+	WatchNamespaces []string
+}
+
+// Reconciler keeps each Database's objects and status.
+type Reconciler struct {
+	// Client reads Databases (the manager's cache) and writes.
+	Client client.Client
+	// Owned reads the objects Databases own, from a cache holding only
+	// objects labelled with LabelDatabase (Secrets as metadata only).
+	Owned client.Reader
+	// API reads uncached: whether a name is taken by someone else's
+	// object, StorageClasses, the app Secret when its details change.
+	API      client.Reader
+	Recorder events.EventRecorder
+	Engines  map[dbv1.Engine]engine.Engine
+}
+
+// Setup registers the Database controller with the manager.
+//
+// The objects a Database owns are watched through a cache of the
+// controller's own, selecting LabelDatabase: the manager's cache is shared
+// with controllers that watch every ConfigMap's metadata or every Service,
+// and a label selector there would hide objects from them.
+func Setup(mgr ctrl.Manager, o Options) error {
+	owned, err := ownedObjectsCluster(mgr, o.WatchNamespaces)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(owned); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client:   mgr.GetClient(),
+		Owned:    owned.GetCache(),
+		API:      mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("deckhand-" + Name),
+		Engines:  Engines,
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		// Reconciles mostly wait on API writes: a few in parallel bring
+		// up many Databases faster.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		For(&dbv1.Database{})
+	for _, obj := range ownedKinds() {
+		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(databaseOfLabel)))
+	}
+	return b.Complete(r)
+}
+
+// ownedKinds are the kinds a Database's objects have; Secrets are watched
+// as metadata, so the operator keeps no password in memory.
+func ownedKinds() []client.Object {
+	return []client.Object{
+		secretMetadata(), &corev1.ConfigMap{}, &corev1.Service{}, &appsv1.StatefulSet{}, &batchv1.Job{},
+		&corev1.PersistentVolumeClaim{}, &corev1.Pod{}, &policyv1.PodDisruptionBudget{},
+	}
+}
+
+func secretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+// ownedObjectsCluster is a cache (with the manager's client settings)
+// holding only objects labelled with LabelDatabase.
+func ownedObjectsCluster(mgr ctrl.Manager, namespaces []string) (cluster.Cluster, error) {
+	hasDatabase, err := labels.NewRequirement(LabelDatabase, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	opts := cache.Options{
+		DefaultLabelSelector: labels.NewSelector().Add(*hasDatabase),
+		DefaultTransform:     dropManagedFields,
+	}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
+		o.Scheme = mgr.GetScheme()
+		o.HTTPClient = mgr.GetHTTPClient()
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
+		o.Cache = opts
+		o.Logger = mgr.GetLogger().WithName(Name + "-cache")
+	})
+}
+
+func dropManagedFields(in any) (any, error) {
+	if obj, ok := in.(metav1.Object); ok {
+		obj.SetManagedFields(nil)
+	}
+	return in, nil
+}
+
+// databaseOfLabel maps an owned object (or a PVC or pod, owned by the
+// StatefulSet or Job) to its Database.
+func databaseOfLabel(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[LabelDatabase]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// Reconcile brings a Database's objects in line with its spec, then
+// reports what runs.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var db dbv1.Database
+	if err := r.Client.Get(ctx, req.NamespacedName, &db); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			forgetMetrics(req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := db.DeepCopy()
+	err := r.reconcile(ctx, &db)
+	db.Status.ObservedGeneration = db.Generation
+	publishMetrics(&db)
+	if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return ctrl.Result{}, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) error {
+	if !db.DeletionTimestamp.IsZero() {
+		// Owned objects go with the Database (garbage collection); the
+		// volumes stay.
+		db.Status.Phase = dbv1.PhaseDeleting
+		return nil
+	}
+	eng, ok := r.Engines[engineOf(db)]
+	if !ok {
+		msg := fmt.Sprintf("engine %q is not served by this operator", engineOf(db))
+		r.setCondition(db, ConditionReady, false, "UnknownEngine", msg)
+		db.Status.Phase = dbv1.PhaseDegraded
+		return nil
+	}
+	db.Status.Replicas = replicasOf(db)
+	live, err := r.lookupAll(ctx, db)
+	if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
+		r.refuse(db, notOwned)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !db.Spec.Suspend {
+		if err := r.converge(ctx, db, eng, live); err != nil {
+			r.setCondition(db, ConditionReady, false, "ApplyFailed", err.Error())
+			db.Status.Phase = dbv1.PhaseDegraded
+			return err
+		}
+	}
+	r.observe(ctx, db, eng, live)
+	return nil
+}
+
+func engineOf(db *dbv1.Database) dbv1.Engine {
+	if db.Spec.Engine == "" {
+		return dbv1.EnginePostgreSQL
+	}
+	return db.Spec.Engine
+}
+
+// live are the objects of a Database as they are now.
+type live struct {
+	superuser, app metav1.PartialObjectMetadata
+	scripts        corev1.ConfigMap
+	services       []corev1.Service
+	statefulSet    appsv1.StatefulSet
+	job            batchv1.Job
+	pdb            policyv1.PodDisruptionBudget
+	// claims are the PVCs of ordinals below replicas that exist, by ordinal.
+	claims map[int32]*corev1.PersistentVolumeClaim
+	exists map[string]bool
+}
+
+// lookupAll finds every object the Database has or will have, and fails
+// with notOwnedErrors for each name someone else's object holds: nothing
+// is created or changed while one is in the way.
+func (r *Reconciler) lookupAll(ctx context.Context, db *dbv1.Database) (*live, error) {
+	n := namesOf(db)
+	l := &live{
+		superuser: *secretMetadata(), app: *secretMetadata(),
+		services: make([]corev1.Service, 3),
+		claims:   map[int32]*corev1.PersistentVolumeClaim{},
+		exists:   map[string]bool{},
+	}
+	targets := []struct {
+		kind, name string
+		obj        client.Object
+	}{
+		{"Secret", n.Superuser, &l.superuser},
+		{"Secret", n.App, &l.app},
+		{"ConfigMap", n.Scripts, &l.scripts},
+		{"Service", n.Headless, &l.services[0]},
+		{"Service", n.ReadWrite, &l.services[1]},
+		{"Service", n.ReadOnly, &l.services[2]},
+		{"StatefulSet", n.StatefulSet, &l.statefulSet},
+		{"Job", n.InitJob, &l.job},
+		{"PodDisruptionBudget", n.PDB, &l.pdb},
+	}
+	var errs []error
+	for _, t := range targets {
+		exists, err := r.lookup(ctx, db, t.kind, t.name, t.obj)
+		l.exists[t.kind+"/"+t.name] = exists
+		errs = append(errs, err)
+	}
+	for ordinal := range replicasOf(db) {
+		pvc, err := r.lookupClaim(ctx, db, ordinal)
+		if pvc != nil {
+			l.claims[ordinal] = pvc
+		}
+		errs = append(errs, err)
+	}
+	return l, errors.Join(errs...)
+}
+
+func (l *live) has(kind, name string) bool { return l.exists[kind+"/"+name] }
+
+// lookupClaim finds the PVC of an ordinal. The StatefulSet would use any
+// PVC of that name, so one without the Database's label is refused.
+func (r *Reconciler) lookupClaim(ctx context.Context, db *dbv1.Database, ordinal int32) (*corev1.PersistentVolumeClaim, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: claimName(db, ordinal)}
+	err := r.Owned.Get(ctx, key, pvc)
+	if client.IgnoreNotFound(err) == nil && err != nil {
+		err = r.API.Get(ctx, key, pvc)
+		if client.IgnoreNotFound(err) == nil && err != nil {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pvc.Labels[LabelDatabase] != db.Name {
+		return nil, &notOwnedError{Kind: "PersistentVolumeClaim", Name: pvc.Name}
+	}
+	return pvc, nil
+}
+
+func notOwnedErrors(err error) []*notOwnedError {
+	var out []*notOwnedError
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			out = append(out, notOwnedErrors(e)...)
+		}
+		return out
+	}
+	var no *notOwnedError
+	if errors.As(err, &no) {
+		out = append(out, no)
+	}
+	return out
+}
+
+// refuse reports objects of others in the way; nothing is touched.
+func (r *Reconciler) refuse(db *dbv1.Database, notOwned []*notOwnedError) {
+	msgs := make([]string, len(notOwned))
+	for i, e := range notOwned {
+		msgs[i] = e.Error()
+	}
+	reason := strings.ReplaceAll(notOwned[0].Kind, " ", "") + "NotOwned"
+	msg := strings.Join(msgs, "; ")
+	r.warn(db, ConditionReady, reason, msg)
+	r.setCondition(db, ConditionReady, false, reason, msg)
+	db.Status.Phase = dbv1.PhaseDegraded
+}
+
+func (r *Reconciler) setCondition(db *dbv1.Database, kind string, ok bool, reason, msg string) {
+	status.SetCondition(&db.Status.Conditions, db.Generation, kind, ok, reason, msg)
+}
+
+// warn emits a Warning event unless the condition already reports this
+// reason, so a lasting problem is announced once, not on every reconcile.
+func (r *Reconciler) warn(db *dbv1.Database, kind, reason, msg string) {
+	if c := meta.FindStatusCondition(db.Status.Conditions, kind); c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason {
+		return
+	}
+	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+}
+
+func (r *Reconciler) normal(db *dbv1.Database, reason, action, msg string, args ...any) {
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, reason, action, msg, args...)
+}

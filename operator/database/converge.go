@@ -1,0 +1,318 @@
+package database
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// converge creates or updates every object of the Database, in the order
+// they are needed.
+func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+	n := namesOf(db)
+	if err := r.ensureSecrets(ctx, db, eng, l); err != nil {
+		return err
+	}
+	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
+		return err
+	}
+	for i, svc := range services(db, eng) {
+		if err := r.applyOne(ctx, db, svc, &l.services[i], l.has("Service", svc.Name)); err != nil {
+			return err
+		}
+	}
+	var claims []corev1.PersistentVolumeClaim
+	if l.has("StatefulSet", n.StatefulSet) {
+		claims = l.statefulSet.Spec.VolumeClaimTemplates
+	}
+	if err := r.applyOne(ctx, db, statefulSet(db, eng, claims), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+		return err
+	}
+	if err := r.ensurePDB(ctx, db, l); err != nil {
+		return err
+	}
+	if err := r.labelRoles(ctx, db); err != nil {
+		return err
+	}
+	if err := r.growStorage(ctx, db, l); err != nil {
+		return err
+	}
+	return r.ensureInitJob(ctx, db, eng, l)
+}
+
+// applyOne applies one object and announces what it did.
+func (r *Reconciler) applyOne(ctx context.Context, db *dbv1.Database, desired, current client.Object, exists bool) error {
+	wrote, err := r.apply(ctx, desired, current, exists)
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	if err != nil {
+		return fmt.Errorf("applying %s %s: %w", kind, desired.GetName(), err)
+	}
+	if wrote {
+		action, reason := "updated", "Updated"
+		if !exists {
+			action, reason = "created", "Created"
+		}
+		objectWrites.WithLabelValues(kind, action).Inc()
+		r.normal(db, reason, "Apply", "%s %s %s", kind, desired.GetName(), action)
+	}
+	return nil
+}
+
+// newPassword is 128 bits from crypto/rand, in letters and digits only, so
+// it needs no quoting in a URI or a shell.
+func newPassword() string { return rand.Text() }
+
+// ensureSecrets creates the superuser and app Secrets once. Their
+// passwords are never replaced; the app Secret's other keys follow the
+// spec (a new port, say).
+func (r *Reconciler) ensureSecrets(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+	n := namesOf(db)
+	if !l.has("Secret", n.Superuser) {
+		if err := r.createSecret(ctx, db, superuserSecret(db, eng, newPassword())); err != nil {
+			return err
+		}
+	}
+	if !l.has("Secret", n.App) {
+		return r.createSecret(ctx, db, appSecret(db, eng, newPassword()))
+	}
+	conn := connectionOf(db, eng)
+	if l.app.Labels[LabelConnection] == conn.hash() {
+		return nil
+	}
+	return r.updateConnection(ctx, db, eng, conn)
+}
+
+func (r *Reconciler) createSecret(ctx context.Context, db *dbv1.Database, s *corev1.Secret) error {
+	if err := r.Client.Create(ctx, s, client.FieldOwner(FieldManager)); err != nil {
+		// Never the Secret itself in an error: it holds the password.
+		return fmt.Errorf("creating Secret %s: %w", s.Name, err)
+	}
+	objectWrites.WithLabelValues("Secret", "created").Inc()
+	r.normal(db, "Created", "Apply", "Secret %s created with a generated password", s.Name)
+	return nil
+}
+
+// updateConnection rewrites the app Secret's connection details, keeping
+// its password. It is the one place the operator reads a password (to
+// rebuild the URI), from the API server, not a cache.
+func (r *Reconciler) updateConnection(ctx context.Context, db *dbv1.Database, eng engine.Engine, conn connection) error {
+	var s corev1.Secret
+	if err := r.API.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).App}, &s); err != nil {
+		return fmt.Errorf("reading Secret %s: %w", namesOf(db).App, err)
+	}
+	data := conn.appData(eng, string(s.Data["password"]))
+	patch := map[string]any{
+		"metadata": map[string]any{"labels": map[string]string{LabelConnection: conn.hash()}, "resourceVersion": s.ResourceVersion},
+		"stringData": data,
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, &s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("updating the connection details in Secret %s: %w", s.Name, err)
+	}
+	objectWrites.WithLabelValues("Secret", "updated").Inc()
+	r.normal(db, "Updated", "Apply", "Secret %s: connection details updated (host %s, port %s); password kept", s.Name, conn.Host, conn.Port)
+	return nil
+}
+
+// ensurePDB keeps a PodDisruptionBudget while there are standbys.
+func (r *Reconciler) ensurePDB(ctx context.Context, db *dbv1.Database, l *live) error {
+	name := namesOf(db).PDB
+	if replicasOf(db) > 1 {
+		return r.applyOne(ctx, db, podDisruptionBudget(db), &l.pdb, l.has("PodDisruptionBudget", name))
+	}
+	if !l.has("PodDisruptionBudget", name) {
+		return nil
+	}
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, &l.pdb)); err != nil {
+		return fmt.Errorf("deleting PodDisruptionBudget %s: %w", name, err)
+	}
+	objectWrites.WithLabelValues("PodDisruptionBudget", "deleted").Inc()
+	r.normal(db, "Deleted", "Apply", "PodDisruptionBudget %s deleted: a single replica has nothing to protect", name)
+	return nil
+}
+
+// serverPods are the StatefulSet's pods, by name.
+func (r *Reconciler) serverPods(ctx context.Context, db *dbv1.Database) (map[string]*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+		return nil, err
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if owner := metav1.GetControllerOf(p); owner != nil && owner.Kind == "StatefulSet" && owner.Name == namesOf(db).StatefulSet {
+			out[p.Name] = p
+		}
+	}
+	return out, nil
+}
+
+// labelRoles marks ordinal 0 primary and the others standbys, which is what
+// the read-write and read-only Services select.
+func (r *Reconciler) labelRoles(ctx context.Context, db *dbv1.Database) error {
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return err
+	}
+	for name, p := range pods {
+		role := roleStandby
+		if name == podName(db, 0) {
+			role = rolePrimary
+		}
+		if p.Labels[LabelRole] == role {
+			continue
+		}
+		body := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, LabelRole, role)
+		if err := r.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldManager)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("labelling pod %s %s: %w", name, role, err)
+		}
+		objectWrites.WithLabelValues("Pod", "labelled").Inc()
+	}
+	return nil
+}
+
+// growStorage asks for bigger volumes when storage-size grew and the
+// StorageClass allows it; otherwise StorageResized says why not.
+func (r *Reconciler) growStorage(ctx context.Context, db *dbv1.Database, l *live) error {
+	want := resource.MustParse(db.Spec.StorageSize)
+	var small []*corev1.PersistentVolumeClaim
+	pending := 0
+	for ordinal := range replicasOf(db) {
+		pvc, ok := l.claims[ordinal]
+		if !ok {
+			continue
+		}
+		requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if requested.Cmp(want) < 0 {
+			small = append(small, pvc)
+		}
+		if capacity, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok && capacity.Cmp(want) < 0 {
+			pending++
+		}
+	}
+	for _, pvc := range small {
+		class := ptr.Deref(pvc.Spec.StorageClassName, "")
+		if why := r.cannotExpand(ctx, class); why != "" {
+			msg := fmt.Sprintf("storage-size is %s but PersistentVolumeClaim %s requests %s and cannot grow: %s",
+				db.Spec.StorageSize, pvc.Name, pvc.Spec.Resources.Requests.Storage(), why)
+			r.warn(db, ConditionStorageResized, "ExpansionNotAllowed", msg)
+			r.setCondition(db, ConditionStorageResized, false, "ExpansionNotAllowed", msg)
+			return nil
+		}
+		body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, want.String())
+		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("growing PersistentVolumeClaim %s to %s: %w", pvc.Name, want.String(), err)
+		}
+		objectWrites.WithLabelValues("PersistentVolumeClaim", "resized").Inc()
+		r.normal(db, "Resizing", "Resize", "PersistentVolumeClaim %s now requests %s", pvc.Name, want.String())
+		pending++
+	}
+	switch {
+	case pending > 0:
+		r.setCondition(db, ConditionStorageResized, true, "ExpansionRequested",
+			fmt.Sprintf("every volume requests %s; %d of them still report a smaller capacity while the storage provider resizes them", want.String(), pending))
+	default:
+		r.setCondition(db, ConditionStorageResized, true, "Resized", fmt.Sprintf("every volume requests %s", want.String()))
+	}
+	return nil
+}
+
+// cannotExpand says why volumes of a StorageClass cannot grow ("" when
+// they can).
+func (r *Reconciler) cannotExpand(ctx context.Context, class string) string {
+	if class == "" {
+		return "it has no StorageClass"
+	}
+	var sc storagev1.StorageClass
+	if err := r.API.Get(ctx, client.ObjectKey{Name: class}, &sc); err != nil {
+		return fmt.Sprintf("StorageClass %s cannot be read (%v)", class, err)
+	}
+	if !ptr.Deref(sc.AllowVolumeExpansion, false) {
+		return fmt.Sprintf("StorageClass %s does not allow volume expansion (allowVolumeExpansion is not true)", class)
+	}
+	return ""
+}
+
+// ensureInitJob creates the init Job until the database is initialised.
+// A failed Job whose image is no longer the Database's (the user fixed
+// it) is replaced.
+func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+	if meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
+		return nil
+	}
+	desired := initJob(db, eng)
+	name := desired.Name
+	if l.has("Job", name) {
+		if !jobFinished(&l.job, batchv1.JobFailed) || jobImage(&l.job) == imageOf(db, eng) {
+			return nil
+		}
+		if err := r.Client.Delete(ctx, &l.job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting failed init Job %s: %w", name, err)
+		}
+		objectWrites.WithLabelValues("Job", "deleted").Inc()
+		r.normal(db, "Deleted", "Init", "failed init Job %s deleted: the image changed to %s, a new one runs with it", name, imageOf(db, eng))
+		l.exists["Job/"+name] = false
+		return nil
+	}
+	err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
+	if apierrors.IsAlreadyExists(err) {
+		// The old one is still being deleted; its deletion requeues.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating init Job %s: %w", name, err)
+	}
+	l.job, l.exists["Job/"+name] = *desired, true
+	objectWrites.WithLabelValues("Job", "created").Inc()
+	r.normal(db, "Created", "Init", "init Job %s created: it creates database %q owned by role %q once the primary is ready", name, db.Spec.Name, appUser(db))
+	return nil
+}
+
+func jobImage(j *batchv1.Job) string {
+	if c := j.Spec.Template.Spec.Containers; len(c) > 0 {
+		return c[0].Image
+	}
+	return ""
+}
+
+// jobFinished reports whether the Job has the terminal condition kind.
+func jobFinished(j *batchv1.Job, kind batchv1.JobConditionType) bool {
+	return jobCondition(j, kind) != nil
+}
+
+func jobCondition(j *batchv1.Job, kind batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range j.Status.Conditions {
+		if c := &j.Status.Conditions[i]; c.Type == kind && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// ordinalOf is a server pod's ordinal ("db-2" -> 2), -1 if none.
+func ordinalOf(db *dbv1.Database, pod string) int {
+	var n int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(pod, db.Name+"-"), "%d", &n); err != nil {
+		return -1
+	}
+	return n
+}

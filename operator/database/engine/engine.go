@@ -1,0 +1,136 @@
+// Package engine is what the Database controller asks of a database
+// server: its image, version, scripts and the containers that run them.
+// The controller (objects, status, lifecycle) knows no engine; PostgreSQL
+// (operator/database/postgres) implements this interface, and MySQL/MariaDB
+// are meant to sit beside it.
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Names of the volumes an engine's containers mount; the controller
+// provides them.
+const (
+	// DataVolume is the replica's PersistentVolumeClaim.
+	DataVolume = "data"
+	// ScriptsVolume is the ConfigMap holding Scripts().
+	ScriptsVolume = "scripts"
+)
+
+// Cluster is what an engine needs to know about one set of database
+// servers, whichever API asked for it (Database today, MySQLCluster later).
+type Cluster struct {
+	// Name prefixes every object and is the StatefulSet's name, so pods are
+	// Name-0 (the primary), Name-1, ...
+	Name      string
+	Namespace string
+	// Image of the server, and of the Jobs, which must match it.
+	Image string
+	Port  int32
+	// Database is the database the init Job creates, owned by AppUser.
+	Database string
+	AppUser  string
+	// Parameters are engine settings.
+	Parameters map[string]string
+	Resources  *corev1.ResourceRequirements
+
+	// SuperuserSecret and AppSecret hold "password" (and the superuser's
+	// "username"); the containers read them through secretKeyRef.
+	SuperuserSecret string
+	AppSecret       string
+	// PrimaryHost is the read-write Service: where standbys and Jobs find
+	// the primary.
+	PrimaryHost string
+}
+
+// Pod is the engine's part of a pod: its one container, the volumes it
+// needs besides DataVolume and ScriptsVolume, and the pod's security
+// context.
+type Pod struct {
+	Container       corev1.Container
+	Volumes         []corev1.Volume
+	SecurityContext *corev1.PodSecurityContext
+}
+
+// Engine knows one database server.
+type Engine interface {
+	// Name is the engine's name in spec.engine.
+	Name() string
+	// DefaultImage is a pinned image, used when none is given.
+	DefaultImage() string
+	// DefaultPort is the server's usual port.
+	DefaultPort() int32
+	// SuperuserName is the administrative user the operator generates a
+	// password for.
+	SuperuserName() string
+	// VersionFromImage reads the server version from an image reference
+	// ("postgres:17.6" -> "17.6"); false when the tag holds none.
+	VersionFromImage(image string) (string, bool)
+	// Scripts are the files of the scripts ConfigMap, by name.
+	Scripts() map[string]string
+	// ServerPod runs one replica: ordinal 0 the primary, others standbys.
+	ServerPod(c Cluster) Pod
+	// InitPod runs the init Job: it waits for the primary, creates the
+	// database and its owning role if missing, and writes a Report as its
+	// termination message.
+	InitPod(c Cluster) Pod
+	// ConnectionURI is the URI a client uses to reach database as user.
+	ConnectionURI(user, password, host string, port int32, database string) string
+}
+
+// Report is what a Job found, written as JSON to its container's
+// termination message (the operator never connects to a database). The
+// lifecycle work adds a backup's file, size and checksum.
+type Report struct {
+	// ServerVersion is the server's own version string.
+	ServerVersion string `json:"serverVersion,omitempty"`
+}
+
+// ParseReport decodes a termination message; an empty one is an empty
+// Report.
+func ParseReport(message string) (Report, error) {
+	var r Report
+	message = strings.TrimSpace(message)
+	if message == "" {
+		return r, nil
+	}
+	if err := json.Unmarshal([]byte(message), &r); err != nil {
+		return Report{}, fmt.Errorf("termination message is not a report: %w", err)
+	}
+	return r, nil
+}
+
+// Version is the leading version number of a server version string
+// ("15.14 (Debian 15.14-0+deb12u1)" -> "15.14").
+func (r Report) Version() string {
+	v, _, _ := strings.Cut(strings.TrimSpace(r.ServerVersion), " ")
+	return v
+}
+
+var tagVersion = regexp.MustCompile(`^v?([0-9]+(\.[0-9]+)*)`)
+
+// TagVersion reads the version an image's tag starts with:
+// "docker.io/library/postgres:17.6-bookworm@sha256:..." -> "17.6". An image
+// without a tag, or whose tag does not start with a number ("latest"),
+// has none.
+func TagVersion(image string) (string, bool) {
+	ref, _, _ := strings.Cut(image, "@")
+	// The tag follows the last colon after the last slash (a colon before
+	// it belongs to a registry's port).
+	name := ref[strings.LastIndex(ref, "/")+1:]
+	_, tag, ok := strings.Cut(name, ":")
+	if !ok {
+		return "", false
+	}
+	m := tagVersion.FindStringSubmatch(tag)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}

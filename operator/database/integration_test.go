@@ -1,0 +1,548 @@
+package database_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+)
+
+const wait = 30 * time.Second
+
+// startOperator runs the Database controller for one namespace.
+func startOperator(t *testing.T, ns string) {
+	t.Helper()
+	testenv.StartController(t, testenv.RESTConfig(t), func(m ctrl.Manager) error {
+		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
+	}, ns)
+}
+
+func newDatabase(ns, name string, replicas int32) *dbv1.Database {
+	return &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: dbv1.DatabaseSpec{
+			Name: "name-of-database", Port: 5432, StorageSize: "1Gi", Replicas: replicas,
+		},
+	}
+}
+
+func get[T client.Object](t *testing.T, c client.Client, ns, name string, obj T) T {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj))
+	}, wait, 100*time.Millisecond, "%T %s/%s never appeared", obj, ns, name)
+	return obj
+}
+
+// waitFor polls the Database until check passes.
+func waitFor(t *testing.T, c client.Client, db *dbv1.Database, what string, check func(*assert.CollectT, *dbv1.Database)) *dbv1.Database {
+	t.Helper()
+	var cur dbv1.Database
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur))
+		check(ct, &cur)
+	}, wait, 100*time.Millisecond, "Database %s: %s", db.Name, what)
+	return &cur
+}
+
+func condition(db *dbv1.Database, kind string) metav1.Condition {
+	if c := meta.FindStatusCondition(db.Status.Conditions, kind); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func ready(ct *assert.CollectT, db *dbv1.Database) {
+	require.Equal(ct, dbv1.PhaseReady, db.Status.Phase, "conditions: %+v", db.Status.Conditions)
+	require.Equal(ct, metav1.ConditionTrue, condition(db, database.ConditionReady).Status)
+}
+
+func eventReasons(t *testing.T, c client.Client, ns, name, kind string) []string {
+	t.Helper()
+	var evs eventsv1.EventList
+	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
+	var reasons []string
+	for _, e := range evs.Items {
+		if e.Regarding.Name == name && e.Type == kind {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// seedSampleIn is examples/database.yaml, verbatim but for its namespace.
+func seedSampleIn(t *testing.T, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.Root(t), "examples", "database.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "  namespace: default\n")
+	file := filepath.Join(t.TempDir(), "database.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(string(b), "namespace: default", "namespace: "+ns, 1)), 0o644))
+	return file
+}
+
+func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+
+	// The seed's file as it is (namespace default) is accepted.
+	example := filepath.Join(testenv.Root(t), "examples", "database.yaml")
+	out, err := testenv.Kubectl(t, "apply", "--dry-run=server", "-f", example)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "database.stable.imaginedata.co/my-first-crd-database created (server dry run)")
+
+	out, err = testenv.Kubectl(t, "apply", "-f", seedSampleIn(t, ns))
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "database.stable.imaginedata.co/my-first-crd-database created")
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "my-first-crd-database"}}
+
+	db = waitFor(t, c, db, "Ready with 3 replicas", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, "3/3", d.Status.Ready)
+	})
+	assert.Equal(t, "my-first-crd-database-0", db.Status.Primary)
+	assert.Equal(t, "super-great-docker-image", db.Status.CurrentImage)
+	assert.Empty(t, db.Status.CurrentVersion, "the sample's image has no version tag")
+	assert.Equal(t, "VersionUnreadable", condition(db, database.ConditionVersionKnown).Reason)
+	assert.Equal(t, metav1.ConditionTrue, condition(db, database.ConditionInitialized).Status)
+	assert.Equal(t, metav1.ConditionTrue, condition(db, database.ConditionStorageBound).Status)
+	assert.Equal(t, db.Generation, db.Status.ObservedGeneration)
+
+	for _, resource := range []string{"db", "databases", "deckhand"} {
+		out, err = testenv.Kubectl(t, "-n", ns, "get", resource)
+		require.NoError(t, err, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 2, out)
+		assert.Regexp(t, `^NAME\s+DATABASE\s+READY\s+STORAGE\s+PHASE\s+AGE$`, lines[0], "kubectl get %s", resource)
+		assert.Regexp(t, `^(database\.stable\.imaginedata\.co/)?my-first-crd-database\s+name-of-database\s+3/3\s+50G\s+Ready\s+\S+$`, lines[1], "kubectl get %s", resource)
+	}
+
+	sts := get(t, c, ns, "my-first-crd-database", &appsv1.StatefulSet{})
+	assert.Equal(t, int32(3), *sts.Spec.Replicas)
+	require.Len(t, sts.Spec.VolumeClaimTemplates, 1)
+	assert.Equal(t, "50G", ptr.To(sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]).String())
+	assert.Equal(t, "super-great-docker-image", sts.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, appsv1.RetainPersistentVolumeClaimRetentionPolicyType, sts.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted)
+	psc := sts.Spec.Template.Spec.SecurityContext
+	assert.True(t, *psc.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type)
+	assert.False(t, *sts.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation)
+	assert.NotEmpty(t, sts.Spec.Template.Spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+
+	for i := range 3 {
+		pvc := get(t, c, ns, fmt.Sprintf("data-my-first-crd-database-%d", i), &corev1.PersistentVolumeClaim{})
+		assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase, pvc.Name)
+		assert.Equal(t, "standard", ptr.Deref(pvc.Spec.StorageClassName, ""), "the default StorageClass")
+		pod := get(t, c, ns, fmt.Sprintf("my-first-crd-database-%d", i), &corev1.Pod{})
+		assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
+		role := map[bool]string{true: "primary", false: "standby"}[i == 0]
+		assert.Equal(t, role, pod.Labels[database.LabelRole], pod.Name)
+	}
+
+	for _, name := range []string{"-headless", "-rw", "-ro"} {
+		svc := get(t, c, ns, "my-first-crd-database"+name, &corev1.Service{})
+		assert.Equal(t, int32(5432), svc.Spec.Ports[0].Port)
+		assert.True(t, metav1.IsControlledBy(svc, db), svc.Name)
+	}
+	rw := get(t, c, ns, "my-first-crd-database-rw", &corev1.Service{})
+	assert.Equal(t, "primary", rw.Spec.Selector[database.LabelRole])
+
+	super := get(t, c, ns, "my-first-crd-database-superuser", &corev1.Secret{})
+	assert.Equal(t, "postgres", string(super.Data["username"]))
+	assert.Len(t, string(super.Data["password"]), 26)
+	app := get(t, c, ns, "my-first-crd-database-app", &corev1.Secret{})
+	assert.Equal(t, map[string]string{
+		"host": "my-first-crd-database-rw." + ns + ".svc", "port": "5432", "dbname": "name-of-database", "user": "name-of-database",
+		"password": string(app.Data["password"]),
+		"uri":      "postgresql://name-of-database:" + string(app.Data["password"]) + "@my-first-crd-database-rw." + ns + ".svc:5432/name-of-database",
+	}, stringData(app))
+	assert.NotEqual(t, super.Data["password"], app.Data["password"])
+
+	job := get(t, c, ns, "my-first-crd-database-init", &batchv1.Job{})
+	assert.Equal(t, "super-great-docker-image", job.Spec.Template.Spec.Containers[0].Image)
+	pdb := get(t, c, ns, "my-first-crd-database", &policyv1.PodDisruptionBudget{})
+	assert.Equal(t, 1, pdb.Spec.MaxUnavailable.IntValue())
+
+	// No password in status or Events.
+	b, err := json.Marshal(db.Status)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), string(app.Data["password"]))
+	assert.NotContains(t, string(b), string(super.Data["password"]))
+	var evs eventsv1.EventList
+	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
+	for _, e := range evs.Items {
+		assert.NotContains(t, e.Note, string(app.Data["password"]))
+		assert.NotContains(t, e.Note, string(super.Data["password"]))
+	}
+	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeNormal), "Initialized")
+}
+
+func stringData(s *corev1.Secret) map[string]string {
+	out := map[string]string{}
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// TestVersionFromTheInitJobsTerminationMessage: kwok writes no termination
+// message, so the test writes the one init.sh would have written.
+func TestVersionFromTheInitJobsTerminationMessage(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+
+	db := newDatabase(ns, "versioned", 1)
+	require.NoError(t, c.Create(context.Background(), db))
+	db = waitFor(t, c, db, "Ready", ready)
+	assert.Equal(t, "postgres:17.6", db.Status.CurrentImage, "the default image")
+	assert.Equal(t, "17.6", db.Status.CurrentVersion)
+	assert.Equal(t, "FromImageTag", condition(db, database.ConditionVersionKnown).Reason)
+
+	var pods corev1.PodList
+	require.NoError(t, c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": "versioned-init"}))
+	require.Len(t, pods.Items, 1)
+	pod := &pods.Items[0]
+	require.Equal(t, corev1.PodSucceeded, pod.Status.Phase)
+	require.Len(t, pod.Status.ContainerStatuses, 1)
+	require.NotNil(t, pod.Status.ContainerStatuses[0].State.Terminated)
+	require.Empty(t, pod.Status.ContainerStatuses[0].State.Terminated.Message, "kwok writes no termination message")
+
+	const message = `{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)"}`
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod))
+		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
+		return c.Status().Update(context.Background(), pod)
+	}))
+	db = waitFor(t, c, db, "version reported by the server", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "ReportedByServer", condition(d, database.ConditionVersionKnown).Reason)
+	})
+	assert.Equal(t, "17.6", db.Status.CurrentVersion)
+	assert.Contains(t, condition(db, database.ConditionVersionKnown).Message, "17.6 (Debian 17.6-1.pgdg12+1)")
+
+	// kwok leaves the patched status alone.
+	time.Sleep(3 * time.Second)
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod))
+	assert.Equal(t, message, pod.Status.ContainerStatuses[0].State.Terminated.Message)
+}
+
+func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	// Stop kwok from completing this namespace's Job pods: a node
+	// selector no fake node has keeps them Pending, so the test decides.
+	startOperator(t, ns)
+	db := newDatabase(ns, "failing", 1)
+	db.Spec.Image = "super-great-docker-image"
+	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]string{"deckhand.dev/test-no-such-node": "true"}}
+	require.NoError(t, c.Create(context.Background(), db))
+	job := get(t, c, ns, "failing-init", &batchv1.Job{})
+
+	// What Kubernetes does when the container fails for good.
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.Failed = 7
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+	}
+	require.NoError(t, c.Status().Update(context.Background(), job))
+
+	cur := waitFor(t, c, db, "InitJobFailed", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "InitJobFailed", condition(d, database.ConditionInitialized).Reason)
+	})
+	assert.Equal(t, dbv1.PhaseDegraded, cur.Status.Phase)
+	assert.Contains(t, condition(cur, database.ConditionInitialized).Message, "BackoffLimitExceeded")
+	assert.Contains(t, condition(cur, database.ConditionInitialized).Message, "is super-great-docker-image a PostgreSQL server image?")
+	assert.Equal(t, metav1.ConditionFalse, condition(cur, database.ConditionReady).Status)
+	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "InitJobFailed")
+
+	// A fixed image: the failed Job is replaced by one with the new image.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), cur))
+		cur.Spec.Image = "postgres:17.6"
+		return c.Update(context.Background(), cur)
+	}))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var j batchv1.Job
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "failing-init"}, &j))
+		require.Equal(ct, "postgres:17.6", j.Spec.Template.Spec.Containers[0].Image)
+	}, wait, 100*time.Millisecond)
+}
+
+func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name   string
+		change func(*dbv1.Database)
+		msg    string
+	}{
+		{"zero replicas", func(d *dbv1.Database) { d.Spec.Replicas = -1 }, "replicas must be at least 1 (the primary), not -1"},
+		{"port too high", func(d *dbv1.Database) { d.Spec.Port = 70000 }, "port must be between 1 and 65535, not 70000"},
+		{"port negative", func(d *dbv1.Database) { d.Spec.Port = -5 }, "port must be between 1 and 65535"},
+		{"storage not a quantity", func(d *dbv1.Database) { d.Spec.StorageSize = "fifty gigs" }, `storage-size must be a quantity such as 50G or 10Gi, not "fifty gigs"`},
+		{"storage zero", func(d *dbv1.Database) { d.Spec.StorageSize = "0" }, "storage-size must be more than 0"},
+		{"empty name", func(d *dbv1.Database) { d.Spec.Name = "" }, "name must not be empty"},
+		{"name of 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("a", 64) }, "name is 64 bytes long (64 characters); PostgreSQL allows at most 63 bytes"},
+		{"name of 32 characters, 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("é", 32) }, "name is 64 bytes long (32 characters)"},
+		{"reserved name", func(d *dbv1.Database) { d.Spec.Name = "postgres" }, "reserved by PostgreSQL"},
+		{"pg_ name", func(d *dbv1.Database) { d.Spec.Name = "pg_stuff" }, "reserved by PostgreSQL"},
+		{"unknown engine", func(d *dbv1.Database) { d.Spec.Engine = "Oracle" }, `Unsupported value: "Oracle"`},
+		{"operator's parameter", func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"Port": "1"} }, "are set by the operator"},
+		{"bad parameter name", func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"max connections": "1"} }, "each key is a setting name"},
+		{"long metadata.name", func(d *dbv1.Database) { d.Name = strings.Repeat("d", 53) }, "metadata.name must be at most 52 characters"},
+		{"dotted metadata.name", func(d *dbv1.Database) { d.Name = "my.db" }, "metadata.name must be a DNS label"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDatabase(ns, "bad", 1)
+			tc.change(db)
+			err := c.Create(ctx, db)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+
+	// The sample's hyphens and a name of exactly 63 bytes are fine.
+	ok := newDatabase(ns, "fine", 1)
+	ok.Spec.Name = strings.Repeat("é", 31) + "x"
+	require.NoError(t, c.Create(ctx, ok))
+
+	for _, tc := range []struct {
+		name   string
+		change func(*dbv1.Database)
+		msg    string
+	}{
+		{"shrink storage", func(d *dbv1.Database) { d.Spec.StorageSize = "500Mi" }, "storage-size cannot shrink (from 1Gi to 500Mi): volumes can only grow"},
+		{"rename database", func(d *dbv1.Database) { d.Spec.Name = "other" }, "name is immutable"},
+		{"set storageClassName", func(d *dbv1.Database) { d.Spec.StorageClassName = ptr.To("expandable") }, "storageClassName cannot change"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cur dbv1.Database
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(ok), &cur))
+			tc.change(&cur)
+			err := c.Update(ctx, &cur)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	// Growing is fine.
+	var cur dbv1.Database
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(ok), &cur))
+	cur.Spec.StorageSize = "2Gi"
+	require.NoError(t, c.Update(ctx, &cur))
+}
+
+func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-rw", Namespace: ns, Labels: map[string]string{"owner": "someone-else"}},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "theirs"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	require.NoError(t, c.Create(ctx, foreign))
+	db := newDatabase(ns, "shop", 1)
+	require.NoError(t, c.Create(ctx, db))
+
+	cur := waitFor(t, c, db, "refusal", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "ServiceNotOwned", condition(d, database.ConditionReady).Reason)
+	})
+	assert.Equal(t, dbv1.PhaseDegraded, cur.Status.Phase)
+	assert.Contains(t, condition(cur, database.ConditionReady).Message, "Service shop-rw exists and is not owned by this Database")
+	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "ServiceNotOwned")
+
+	var after corev1.Service
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(foreign), &after))
+	assert.Equal(t, map[string]string{"app": "theirs"}, after.Spec.Selector)
+	assert.Equal(t, map[string]string{"owner": "someone-else"}, after.Labels)
+	assert.Empty(t, after.OwnerReferences)
+	// Nothing of the Database was created while the name is taken.
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, &appsv1.StatefulSet{})
+	assert.True(t, apierrors.IsNotFound(err), "StatefulSet created despite the foreign Service: %v", err)
+
+	// Once it is gone, the Database comes up.
+	require.NoError(t, c.Delete(ctx, foreign))
+	waitFor(t, c, db, "Ready", ready)
+}
+
+func TestDeletingADatabaseKeepsItsVolumes(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "gone", 2)
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	require.NoError(t, c.Delete(ctx, db))
+
+	owned := []client.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "gone"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-rw"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-ro"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-headless"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gone-superuser"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gone-app"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gone-scripts"}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "gone-init"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "gone"}},
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		for _, o := range owned {
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.GetName()}, o)
+			require.True(ct, apierrors.IsNotFound(err), "%T %s still there", o, o.GetName())
+		}
+	}, 60*time.Second, 250*time.Millisecond)
+	for i := range 2 {
+		var pvc corev1.PersistentVolumeClaim
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-gone-%d", i)}, &pvc))
+		assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase)
+		assert.True(t, pvc.DeletionTimestamp.IsZero())
+	}
+}
+
+func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	fixed := newDatabase(ns, "fixed", 2)
+	growing := newDatabase(ns, "growing", 2)
+	growing.Spec.StorageClassName = ptr.To("expandable")
+	for _, db := range []*dbv1.Database{fixed, growing} {
+		require.NoError(t, c.Create(ctx, db))
+		waitFor(t, c, db, "Ready", ready)
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+			db.Spec.StorageSize = "3Gi"
+			return c.Update(ctx, db)
+		}))
+	}
+
+	cur := waitFor(t, c, fixed, "expansion refused", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "ExpansionNotAllowed", condition(d, database.ConditionStorageResized).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionStorageResized).Message, "StorageClass standard does not allow volume expansion")
+	assert.Contains(t, eventReasons(t, c, ns, fixed.Name, corev1.EventTypeWarning), "ExpansionNotAllowed")
+	for i := range 2 {
+		var pvc corev1.PersistentVolumeClaim
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-fixed-%d", i)}, &pvc))
+		assert.Equal(t, "1Gi", ptr.To(pvc.Spec.Resources.Requests[corev1.ResourceStorage]).String())
+	}
+
+	waitFor(t, c, growing, "resized", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Resized", condition(d, database.ConditionStorageResized).Reason)
+	})
+	want := resource.MustParse("3Gi")
+	for i := range 2 {
+		var pvc corev1.PersistentVolumeClaim
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-growing-%d", i)}, &pvc))
+		assert.Zero(t, want.Cmp(pvc.Spec.Resources.Requests[corev1.ResourceStorage]), pvc.Name)
+		assert.Zero(t, want.Cmp(pvc.Status.Capacity[corev1.ResourceStorage]), pvc.Name)
+	}
+	assert.Contains(t, eventReasons(t, c, ns, growing.Name, corev1.EventTypeNormal), "Resizing")
+}
+
+func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "changing", 1)
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	app := get(t, c, ns, "changing-app", &corev1.Secret{})
+	password := string(app.Data["password"])
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing"}, &policyv1.PodDisruptionBudget{})
+	assert.True(t, apierrors.IsNotFound(err), "no PodDisruptionBudget for one replica")
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+		db.Spec.Replicas = 2
+		db.Spec.Port = 6543
+		db.Spec.Parameters = map[string]string{"max_connections": "50"}
+		db.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}
+		return c.Update(ctx, db)
+	}))
+	cur := waitFor(t, c, db, "Ready with 2 replicas", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, "2/2", d.Status.Ready)
+		require.Equal(ct, d.Generation, d.Status.ObservedGeneration)
+	})
+	sts := get(t, c, ns, "changing", &appsv1.StatefulSet{})
+	container := sts.Spec.Template.Spec.Containers[0]
+	assert.Contains(t, strings.Join(container.Args, " "), "-c max_connections=50")
+	assert.Equal(t, "256Mi", ptr.To(container.Resources.Requests[corev1.ResourceMemory]).String())
+	assert.Equal(t, int32(6543), container.Ports[0].ContainerPort)
+	assert.Equal(t, sts.Status.UpdateRevision, sts.Status.CurrentRevision, "rolled")
+	get(t, c, ns, "changing", &policyv1.PodDisruptionBudget{})
+
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing-app"}, app))
+		require.Equal(ct, "6543", string(app.Data["port"]))
+	}, wait, 100*time.Millisecond)
+	assert.Equal(t, password, string(app.Data["password"]), "the password is never replaced")
+	assert.Contains(t, string(app.Data["uri"]), ":"+password+"@changing-rw."+ns+".svc:6543/")
+	svc := get(t, c, ns, "changing-rw", &corev1.Service{})
+	assert.Equal(t, int32(6543), svc.Spec.Ports[0].Port)
+
+	// Back to one replica: the PodDisruptionBudget goes, the volume stays.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cur), cur))
+		cur.Spec.Replicas = 1
+		return c.Update(ctx, cur)
+	}))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing"}, &policyv1.PodDisruptionBudget{})
+		require.True(ct, apierrors.IsNotFound(err))
+	}, wait, 100*time.Millisecond)
+	waitFor(t, c, db, "Ready with 1 replica", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, "1/1", d.Status.Ready)
+	})
+	get(t, c, ns, "data-changing-1", &corev1.PersistentVolumeClaim{})
+}
+
+var _ = types.NamespacedName{}

@@ -1,0 +1,372 @@
+package database
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// Labels on everything a Database owns. The operator's cache holds only
+// objects with LabelDatabase.
+const (
+	// LabelDatabase names the Database (its metadata.name).
+	LabelDatabase = "stable.imaginedata.co/database"
+	// LabelComponent is "server" on the StatefulSet's pods and volumes,
+	// "init" on the init Job's pods: Services select servers only.
+	LabelComponent = "stable.imaginedata.co/component"
+	// LabelRole is "primary" or "standby" on server pods; the read-write
+	// and read-only Services select on it.
+	LabelRole = "stable.imaginedata.co/role"
+	// LabelConnection on the app Secret is a hash of its connection
+	// details (not the password), so a change of port is seen without
+	// reading the Secret.
+	LabelConnection = "stable.imaginedata.co/connection"
+	// AnnotationScripts on the pod template is the scripts' hash: new
+	// scripts roll the replicas.
+	AnnotationScripts = "stable.imaginedata.co/scripts"
+
+	componentServer = "server"
+	componentInit   = "init"
+	rolePrimary     = "primary"
+	roleStandby     = "standby"
+)
+
+// names of the objects of one Database. Every one is within 63 characters
+// because metadata.name is at most 52 (a CEL rule on the CRD).
+type names struct {
+	StatefulSet, Headless, ReadWrite, ReadOnly, Superuser, App, Scripts, InitJob, PDB string
+}
+
+func namesOf(db *dbv1.Database) names {
+	n := db.Name
+	return names{
+		StatefulSet: n, Headless: n + "-headless", ReadWrite: n + "-rw", ReadOnly: n + "-ro",
+		Superuser: n + "-superuser", App: n + "-app", Scripts: n + "-scripts", InitJob: n + "-init", PDB: n,
+	}
+}
+
+// claimName is the PVC the StatefulSet creates for an ordinal.
+func claimName(db *dbv1.Database, ordinal int32) string {
+	return fmt.Sprintf("%s-%s-%d", engine.DataVolume, db.Name, ordinal)
+}
+
+// podName is the StatefulSet's pod of an ordinal; 0 is the primary.
+func podName(db *dbv1.Database, ordinal int32) string { return fmt.Sprintf("%s-%d", db.Name, ordinal) }
+
+// clusterOf is the engine's view of a Database, with defaults filled in.
+func clusterOf(db *dbv1.Database, eng engine.Engine) engine.Cluster {
+	n := namesOf(db)
+	return engine.Cluster{
+		Name:            db.Name,
+		Namespace:       db.Namespace,
+		Image:           imageOf(db, eng),
+		Port:            portOf(db, eng),
+		Database:        db.Spec.Name,
+		AppUser:         appUser(db),
+		Parameters:      db.Spec.Parameters,
+		Resources:       db.Spec.Resources,
+		SuperuserSecret: n.Superuser,
+		AppSecret:       n.App,
+		PrimaryHost:     n.ReadWrite,
+	}
+}
+
+// appUser is the role that owns the database: it has the database's name.
+func appUser(db *dbv1.Database) string { return db.Spec.Name }
+
+func imageOf(db *dbv1.Database, eng engine.Engine) string {
+	if db.Spec.Image != "" {
+		return db.Spec.Image
+	}
+	return eng.DefaultImage()
+}
+
+func portOf(db *dbv1.Database, eng engine.Engine) int32 {
+	if db.Spec.Port != 0 {
+		return db.Spec.Port
+	}
+	return eng.DefaultPort()
+}
+
+func replicasOf(db *dbv1.Database) int32 { return max(db.Spec.Replicas, 1) }
+
+func objectLabels(db *dbv1.Database) map[string]string {
+	return map[string]string{
+		LabelDatabase:                  db.Name,
+		"app.kubernetes.io/name":       "database",
+		"app.kubernetes.io/instance":   db.Name,
+		"app.kubernetes.io/managed-by": "deckhand",
+	}
+}
+
+func selectorLabels(db *dbv1.Database, component string) map[string]string {
+	return map[string]string{LabelDatabase: db.Name, LabelComponent: component}
+}
+
+func withLabels(base map[string]string, more map[string]string) map[string]string {
+	out := maps.Clone(base)
+	maps.Copy(out, more)
+	return out
+}
+
+func ownerReference(db *dbv1.Database) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: db.Name, UID: db.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+func objectMeta(db *dbv1.Database, name string, extraLabels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: db.Namespace,
+		Labels:          withLabels(objectLabels(db), extraLabels),
+		OwnerReferences: []metav1.OwnerReference{ownerReference(db)},
+	}
+}
+
+// superuserSecret holds the engine's superuser and a new random password.
+func superuserSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(db, namesOf(db).Superuser, nil),
+		Type:       corev1.SecretTypeBasicAuth,
+		StringData: map[string]string{"username": eng.SuperuserName(), "password": password},
+	}
+}
+
+// connection is what the app Secret tells a client, but the password.
+type connection struct {
+	Host, Port, Database, User string
+}
+
+func connectionOf(db *dbv1.Database, eng engine.Engine) connection {
+	return connection{
+		Host:     fmt.Sprintf("%s.%s.svc", namesOf(db).ReadWrite, db.Namespace),
+		Port:     fmt.Sprint(portOf(db, eng)),
+		Database: db.Spec.Name,
+		User:     appUser(db),
+	}
+}
+
+func (c connection) hash() string {
+	sum := sha256.Sum256([]byte(c.Host + "\x00" + c.Port + "\x00" + c.Database + "\x00" + c.User))
+	return hex.EncodeToString(sum[:8])
+}
+
+// appData is the app Secret's content for a password.
+func (c connection) appData(eng engine.Engine, password string) map[string]string {
+	port := int32(0)
+	fmt.Sscan(c.Port, &port)
+	return map[string]string{
+		"host": c.Host, "port": c.Port, "dbname": c.Database, "user": c.User, "password": password,
+		"uri": eng.ConnectionURI(c.User, password, c.Host, port, c.Database),
+	}
+}
+
+func appSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+	conn := connectionOf(db, eng)
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(db, namesOf(db).App, map[string]string{LabelConnection: conn.hash()}),
+		Type:       corev1.SecretTypeOpaque,
+		StringData: conn.appData(eng, password),
+	}
+}
+
+func scriptsConfigMap(db *dbv1.Database, eng engine.Engine) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),
+		Data:       eng.Scripts(),
+	}
+}
+
+// scriptsHash changes whenever a script does.
+func scriptsHash(eng engine.Engine) string {
+	scripts := eng.Scripts()
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(scripts)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", name, scripts[name])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// services: headless (the StatefulSet's, every replica, ready or not),
+// read-write (the primary) and read-only (the standbys).
+func services(db *dbv1.Database, eng engine.Engine) []*corev1.Service {
+	n := namesOf(db)
+	port := portOf(db, eng)
+	servers := selectorLabels(db, componentServer)
+	svc := func(name string, selector map[string]string, headless bool) *corev1.Service {
+		s := &corev1.Service{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+			ObjectMeta: objectMeta(db, name, nil),
+			Spec: corev1.ServiceSpec{
+				Selector: selector,
+				Ports: []corev1.ServicePort{{
+					Name: "db", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP,
+				}},
+			},
+		}
+		if headless {
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			// Standbys find each other and the primary before they are ready.
+			s.Spec.PublishNotReadyAddresses = true
+		}
+		return s
+	}
+	return []*corev1.Service{
+		svc(n.Headless, servers, true),
+		svc(n.ReadWrite, withLabels(servers, map[string]string{LabelRole: rolePrimary}), false),
+		svc(n.ReadOnly, withLabels(servers, map[string]string{LabelRole: roleStandby}), false),
+	}
+}
+
+// statefulSet runs the replicas. claims are the live StatefulSet's volume
+// claim templates, which cannot change once created (storage grows by
+// patching the PVCs); nil on creation.
+func statefulSet(db *dbv1.Database, eng engine.Engine, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+	n := namesOf(db)
+	pod := eng.ServerPod(clusterOf(db, eng))
+	podLabels := withLabels(objectLabels(db), selectorLabels(db, componentServer))
+	if claims == nil {
+		claims = []corev1.PersistentVolumeClaim{{
+			ObjectMeta: metav1.ObjectMeta{Name: engine.DataVolume, Labels: podLabels},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: db.Spec.StorageClassName,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: resource.MustParse(db.Spec.StorageSize),
+				}},
+			},
+		}}
+	}
+	spec := corev1.PodSpec{
+		Containers:      []corev1.Container{pod.Container},
+		SecurityContext: pod.SecurityContext,
+		Volumes:         append(scriptsVolumes(db), pod.Volumes...),
+		// The pods need no Service environment variables, and a namespace
+		// with many Services would make them long.
+		EnableServiceLinks:            ptr.To(false),
+		TerminationGracePeriodSeconds: ptr.To(int64(60)),
+		Affinity:                      spreadAcrossNodes(db),
+	}
+	placePod(&spec, db.Spec.PodTemplate)
+	return &appsv1.StatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: objectMeta(db, n.StatefulSet, nil),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To(replicasOf(db)),
+			ServiceName: n.Headless,
+			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
+			// The primary (ordinal 0) is ready before a standby clones it;
+			// updates roll the standbys first, the primary last.
+			PodManagementPolicy: appsv1.OrderedReadyPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			// No data is deleted with a scale-down or the StatefulSet.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      podLabels,
+					Annotations: map[string]string{AnnotationScripts: scriptsHash(eng)},
+				},
+				Spec: spec,
+			},
+			VolumeClaimTemplates: claims,
+		},
+	}
+}
+
+func scriptsVolumes(db *dbv1.Database) []corev1.Volume {
+	return []corev1.Volume{{Name: engine.ScriptsVolume, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: namesOf(db).Scripts},
+			DefaultMode:          ptr.To(int32(0o444)),
+		},
+	}}}
+}
+
+// spreadAcrossNodes prefers one replica per node, and keeps whatever
+// affinity the user asked for.
+func spreadAcrossNodes(db *dbv1.Database) *corev1.Affinity {
+	a := &corev1.Affinity{}
+	if db.Spec.PodTemplate != nil && db.Spec.PodTemplate.Affinity != nil {
+		a = db.Spec.PodTemplate.Affinity.DeepCopy()
+	}
+	if a.PodAntiAffinity == nil {
+		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.WeightedPodAffinityTerm{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
+			TopologyKey:   corev1.LabelHostname,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
+		}})
+	return a
+}
+
+// placePod applies the user's node selection and priority.
+func placePod(spec *corev1.PodSpec, t *dbv1.PodTemplate) {
+	if t == nil {
+		return
+	}
+	spec.NodeSelector = t.NodeSelector
+	spec.Tolerations = t.Tolerations
+	spec.PriorityClassName = t.PriorityClassName
+}
+
+// initJob runs the engine's init script once.
+func initJob(db *dbv1.Database, eng engine.Engine) *batchv1.Job {
+	pod := eng.InitPod(clusterOf(db, eng))
+	spec := corev1.PodSpec{
+		RestartPolicy:      corev1.RestartPolicyNever,
+		Containers:         []corev1.Container{pod.Container},
+		SecurityContext:    pod.SecurityContext,
+		Volumes:            append(scriptsVolumes(db), pod.Volumes...),
+		EnableServiceLinks: ptr.To(false),
+	}
+	placePod(&spec, db.Spec.PodTemplate)
+	spec.Affinity = nil
+	if db.Spec.PodTemplate != nil {
+		spec.Affinity = db.Spec.PodTemplate.Affinity
+	}
+	return &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: objectMeta(db, namesOf(db).InitJob, map[string]string{LabelComponent: componentInit}),
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To(int32(6)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: withLabels(objectLabels(db), selectorLabels(db, componentInit))},
+				Spec:       spec,
+			},
+		},
+	}
+}
+
+// podDisruptionBudget lets at most one replica be evicted at a time.
+func podDisruptionBudget(db *dbv1.Database) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: objectMeta(db, namesOf(db).PDB, nil),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
+		},
+	}
+}

@@ -1,0 +1,284 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// observe fills the status from what runs: the StatefulSet, its pods and
+// volumes, and the init Job with what its pod reported.
+func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) {
+	n := namesOf(db)
+	replicas := replicasOf(db)
+	sts := &l.statefulSet
+	stsExists := l.has("StatefulSet", n.StatefulSet)
+
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "listing pods")
+	}
+	db.Status.ReadyReplicas = 0
+	if stsExists {
+		db.Status.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	db.Status.Ready = fmt.Sprintf("%d/%d", db.Status.ReadyReplicas, replicas)
+	primary, primaryReady := pods[podName(db, 0)], false
+	db.Status.Primary = ""
+	if primary != nil {
+		db.Status.Primary = primary.Name
+		primaryReady = podReady(primary)
+	}
+	if stsExists && sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == replicas &&
+		sts.Status.CurrentRevision == sts.Status.UpdateRevision && len(sts.Spec.Template.Spec.Containers) > 0 {
+		db.Status.CurrentImage = sts.Spec.Template.Spec.Containers[0].Image
+	}
+
+	r.observeStorage(db, l)
+	report := r.observeInit(ctx, db, eng, l)
+	r.observeVersion(db, eng, l, report)
+
+	rolledOut := stsExists && sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == replicas
+	initialized := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
+	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
+	problems := podProblems(pods)
+
+	switch {
+	case db.Spec.Suspend:
+		r.setCondition(db, ConditionReady, allReady && initialized, "Suspended",
+			fmt.Sprintf("suspended: the operator changes nothing; %s replicas ready", db.Status.Ready))
+	case initialized && allReady:
+		r.setCondition(db, ConditionReady, true, "Ready",
+			fmt.Sprintf("%s replicas ready; database %q owned by role %q", db.Status.Ready, db.Spec.Name, appUser(db)))
+	default:
+		msg := []string{fmt.Sprintf("%s replicas ready", db.Status.Ready)}
+		if !initialized {
+			msg = append(msg, "not initialised yet (see condition Initialized)")
+		}
+		if stsExists && !rolledOut {
+			msg = append(msg, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, replicas))
+		}
+		msg = append(msg, problems...)
+		r.setCondition(db, ConditionReady, false, notReadyReason(initialized, db), strings.Join(msg, "; "))
+	}
+	db.Status.Phase = phaseOf(db, initialized, allReady, primaryReady)
+}
+
+func notReadyReason(initialized bool, db *dbv1.Database) string {
+	if c := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized); !initialized && c != nil && c.Reason == "InitJobFailed" {
+		return "InitJobFailed"
+	}
+	if !initialized {
+		return "Initializing"
+	}
+	return "ReplicasNotReady"
+}
+
+// phaseOf sums up the conditions.
+func phaseOf(db *dbv1.Database, initialized, allReady, primaryReady bool) dbv1.Phase {
+	initCond := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized)
+	switch {
+	case initialized && allReady:
+		return dbv1.PhaseReady
+	case !initialized && initCond != nil && initCond.Reason == "InitJobFailed":
+		return dbv1.PhaseDegraded
+	case initialized && !primaryReady:
+		return dbv1.PhaseDegraded
+	case initialized:
+		// The primary serves; standbys are coming up or rolling.
+		return dbv1.PhaseProvisioning
+	case primaryReady:
+		return dbv1.PhaseInitializing
+	default:
+		return dbv1.PhaseProvisioning
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podProblems names containers that wait for a reason worth telling (an
+// image that cannot be pulled, a crash loop), for the Ready message.
+func podProblems(pods map[string]*corev1.Pod) []string {
+	var out []string
+	for name, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			w := cs.State.Waiting
+			if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" {
+				continue
+			}
+			msg := fmt.Sprintf("pod %s: %s", name, w.Reason)
+			if w.Message != "" {
+				msg += " (" + truncate(w.Message, 200) + ")"
+			}
+			out = append(out, msg)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// observeStorage: StorageBound says whether every replica's volume is
+// bound.
+func (r *Reconciler) observeStorage(db *dbv1.Database, l *live) {
+	replicas := replicasOf(db)
+	var unbound []string
+	for ordinal := range replicas {
+		pvc, ok := l.claims[ordinal]
+		switch {
+		case !ok:
+			unbound = append(unbound, claimName(db, ordinal)+" (not created yet)")
+		case pvc.Status.Phase != corev1.ClaimBound:
+			unbound = append(unbound, fmt.Sprintf("%s (%s)", pvc.Name, ptr.Deref(&pvc.Status.Phase, "Pending")))
+		}
+	}
+	if len(unbound) == 0 {
+		r.setCondition(db, ConditionStorageBound, true, "Bound", fmt.Sprintf("all %d volumes are bound", replicas))
+		return
+	}
+	r.setCondition(db, ConditionStorageBound, false, "Pending",
+		fmt.Sprintf("%d of %d volumes bound; waiting for %s", int(replicas)-len(unbound), replicas, strings.Join(unbound, ", ")))
+}
+
+// observeInit sets Initialized from the init Job, which stays True once
+// reached, and returns what the Job's pod reported.
+func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) engine.Report {
+	name := namesOf(db).InitJob
+	was := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
+	if !l.has("Job", name) {
+		if !was {
+			r.setCondition(db, ConditionInitialized, false, "InitJobPending", fmt.Sprintf("init Job %s is not created yet", name))
+		}
+		return engine.Report{}
+	}
+	job := &l.job
+	report, reportMsg := r.jobReport(ctx, db, job)
+	switch {
+	case jobFinished(job, batchv1.JobComplete):
+		if !was {
+			initJobs.WithLabelValues("succeeded").Inc()
+			r.normal(db, "Initialized", "Init", "init Job %s succeeded: database %q owned by role %q", name, db.Spec.Name, appUser(db))
+		}
+		r.setCondition(db, ConditionInitialized, true, "InitJobSucceeded",
+			fmt.Sprintf("init Job %s created database %q owned by role %q (or found them)", name, db.Spec.Name, appUser(db)))
+	case was:
+	case jobFinished(job, batchv1.JobFailed):
+		c := jobCondition(job, batchv1.JobFailed)
+		msg := fmt.Sprintf("init Job %s failed (%s: %s)", name, c.Reason, c.Message)
+		if reportMsg != "" {
+			msg += "; its pod said: " + truncate(reportMsg, 400)
+		}
+		msg += fmt.Sprintf("; is %s a %s server image? Fix spec.image and a new init Job runs", imageOf(db, eng), eng.Name())
+		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized); c == nil || c.Reason != "InitJobFailed" {
+			initJobs.WithLabelValues("failed").Inc()
+		}
+		r.warn(db, ConditionInitialized, "InitJobFailed", msg)
+		r.setCondition(db, ConditionInitialized, false, "InitJobFailed", msg)
+	default:
+		r.setCondition(db, ConditionInitialized, false, "InitJobRunning",
+			fmt.Sprintf("init Job %s runs: it waits for the primary, then creates database %q and role %q", name, db.Spec.Name, appUser(db)))
+	}
+	return report
+}
+
+// jobReport reads the termination message of the Job's newest finished
+// pod: a Report when it succeeded, the raw message (often the log's last
+// lines) when it failed.
+func (r *Reconciler) jobReport(ctx context.Context, db *dbv1.Database, job *batchv1.Job) (engine.Report, string) {
+	var pods corev1.PodList
+	if err := r.Owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentInit))); err != nil {
+		return engine.Report{}, ""
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !metav1.IsControlledBy(p, job) || (p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed) {
+			continue
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp) ||
+			(p.Status.Phase == corev1.PodSucceeded && newest.Status.Phase != corev1.PodSucceeded) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return engine.Report{}, ""
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		t := cs.State.Terminated
+		if t == nil || t.Message == "" {
+			continue
+		}
+		if newest.Status.Phase == corev1.PodFailed {
+			return engine.Report{}, t.Message
+		}
+		report, err := engine.ParseReport(t.Message)
+		if err != nil {
+			logf.FromContext(ctx).Info("init Job pod's termination message is not a report", "pod", newest.Name, "error", err.Error())
+		}
+		return report, ""
+	}
+	return engine.Report{}, ""
+}
+
+// observeVersion: the server's own report when it came from the image now
+// running, else the image tag.
+func (r *Reconciler) observeVersion(db *dbv1.Database, eng engine.Engine, l *live, report engine.Report) {
+	image := db.Status.CurrentImage
+	if image == "" {
+		image = imageOf(db, eng)
+	}
+	if v := report.Version(); v != "" && jobImage(&l.job) == image {
+		db.Status.CurrentVersion = v
+		r.setCondition(db, ConditionVersionKnown, true, "ReportedByServer", fmt.Sprintf("the server reports version %s", report.ServerVersion))
+		return
+	}
+	if v, ok := eng.VersionFromImage(image); ok {
+		db.Status.CurrentVersion = v
+		r.setCondition(db, ConditionVersionKnown, true, "FromImageTag", fmt.Sprintf("version %s, read from the tag of image %s", v, image))
+		return
+	}
+	db.Status.CurrentVersion = ""
+	msg := fmt.Sprintf("image %s has no version in its tag and no server has reported one; version-aware upgrades need an image tagged with its version, such as %s", image, eng.DefaultImage())
+	r.warn(db, ConditionVersionKnown, "VersionUnreadable", msg)
+	r.setCondition(db, ConditionVersionKnown, false, "VersionUnreadable", msg)
+}
+
+// publishMetrics updates the per-Database gauges.
+func publishMetrics(db *dbv1.Database) {
+	readyReplicas.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.ReadyReplicas))
+	v := 0.0
+	if meta.IsStatusConditionTrue(db.Status.Conditions, ConditionReady) {
+		v = 1
+	}
+	ready.WithLabelValues(db.Namespace, db.Name).Set(v)
+}
+
+func forgetMetrics(namespace, name string) {
+	readyReplicas.DeleteLabelValues(namespace, name)
+	ready.DeleteLabelValues(namespace, name)
+}

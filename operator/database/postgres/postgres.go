@@ -1,0 +1,245 @@
+// Package postgres is the PostgreSQL engine of the Database controller:
+// the official image, and shell scripts (embedded, so the bytes the tests
+// run against a real server are the bytes the operator ships) that
+// initialise a primary, clone standbys and create the app database.
+package postgres
+
+import (
+	"embed"
+	"fmt"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// Defaults.
+const (
+	// DefaultImage is the official PostgreSQL 17 image, pinned to a minor
+	// release so a restart never changes the server's version.
+	DefaultImage = "postgres:17.6"
+	DefaultPort  = 5432
+	// Superuser is the administrative role initdb creates.
+	Superuser = "postgres"
+)
+
+// Paths inside the containers.
+const (
+	scriptsDir = "/deckhand/scripts"
+	dataMount  = "/var/lib/postgresql/data"
+	// pgdata is a directory below the volume's root, which may hold
+	// lost+found.
+	pgdata = dataMount + "/pgdata"
+	// BootstrapScript and InitScript are the entry points in Scripts().
+	BootstrapScript = "bootstrap.sh"
+	InitScript      = "init.sh"
+	// TerminationMessagePath is where Jobs write their Report.
+	TerminationMessagePath = "/dev/termination-log"
+)
+
+// The official image's postgres user: 999 on Debian, 70 on Alpine. initdb
+// refuses to run as a user without a name.
+const (
+	debianUID = 999
+	alpineUID = 70
+)
+
+//go:embed scripts/*.sh
+var scriptFiles embed.FS
+
+// Engine is PostgreSQL.
+type Engine struct{}
+
+var _ engine.Engine = Engine{}
+
+// Name is spec.engine's value.
+func (Engine) Name() string { return "PostgreSQL" }
+
+// DefaultImage is the pinned official image.
+func (Engine) DefaultImage() string { return DefaultImage }
+
+// DefaultPort is PostgreSQL's.
+func (Engine) DefaultPort() int32 { return DefaultPort }
+
+// SuperuserName is the role initdb creates.
+func (Engine) SuperuserName() string { return Superuser }
+
+// VersionFromImage reads the version from the image's tag.
+func (Engine) VersionFromImage(image string) (string, bool) { return engine.TagVersion(image) }
+
+// Scripts are the embedded shell scripts, by file name.
+func (Engine) Scripts() map[string]string {
+	entries, err := scriptFiles.ReadDir("scripts")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		b, err := scriptFiles.ReadFile(path.Join("scripts", e.Name()))
+		if err != nil {
+			panic(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+// ServerPod runs bootstrap.sh: initdb or pg_basebackup on an empty volume,
+// then postgres in the foreground.
+func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
+	probe := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				// pg_isready asks the server, not just the port.
+				Command: []string{"pg_isready", "-q", "-h", "127.0.0.1", "-p", fmt.Sprint(c.Port)},
+			}},
+			PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: failures,
+		}
+	}
+	env := []corev1.EnvVar{
+		{Name: "PGDATA", Value: pgdata},
+		{Name: "PGPORT", Value: fmt.Sprint(c.Port)},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "PRIMARY_HOST", Value: c.PrimaryHost},
+		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "LISTEN_ADDRESSES", Value: "*"},
+	}
+	env = append(env, superuserEnv(c)...)
+	container := corev1.Container{
+		Name:    "postgres",
+		Image:   c.Image,
+		Command: []string{"sh", path.Join(scriptsDir, BootstrapScript)},
+		Args:    serverArgs(c.Parameters),
+		Env:     env,
+		Ports:   []corev1.ContainerPort{{Name: "postgres", ContainerPort: c.Port, Protocol: corev1.ProtocolTCP}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: engine.DataVolume, MountPath: dataMount},
+			{Name: engine.ScriptsVolume, MountPath: scriptsDir, ReadOnly: true},
+			{Name: "shm", MountPath: "/dev/shm"},
+		},
+		// A clone of a large primary takes as long as it takes: the
+		// startup probe allows an hour before liveness applies.
+		StartupProbe:    probe(10, 360),
+		ReadinessProbe:  probe(5, 3),
+		LivenessProbe:   probe(10, 6),
+		SecurityContext: containerSecurityContext(),
+	}
+	if c.Resources != nil {
+		container.Resources = *c.Resources
+	}
+	return engine.Pod{
+		Container: container,
+		// Docker's 64 MiB /dev/shm is too small for parallel queries.
+		Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))},
+		}}},
+		SecurityContext: podSecurityContext(c.Image),
+	}
+}
+
+// InitPod runs init.sh against the primary.
+func (e Engine) InitPod(c engine.Cluster) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "PRIMARY_HOST", Value: c.PrimaryHost},
+		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "APP_USER", Value: c.AppUser},
+		{Name: "APP_PASSWORD", ValueFrom: secretKey(c.AppSecret, "password")},
+		{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
+	}
+	env = append(env, superuserEnv(c)...)
+	return engine.Pod{
+		Container: corev1.Container{
+			Name:    "init",
+			Image:   c.Image,
+			Command: []string{"sh", path.Join(scriptsDir, InitScript)},
+			Env:     env,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: engine.ScriptsVolume, MountPath: scriptsDir, ReadOnly: true},
+			},
+			TerminationMessagePath: TerminationMessagePath,
+			// A failure that wrote no report shows the log's last lines
+			// (an image without sh or psql, a primary that never came).
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			SecurityContext:          containerSecurityContext(),
+		},
+		SecurityContext: podSecurityContext(c.Image),
+	}
+}
+
+// ConnectionURI is a libpq URI.
+func (Engine) ConnectionURI(user, password, host string, port int32, database string) string {
+	u := url.URL{
+		Scheme: "postgresql",
+		User:   url.UserPassword(user, password),
+		Host:   fmt.Sprintf("%s:%d", host, port),
+		Path:   "/" + database,
+	}
+	return u.String()
+}
+
+func superuserEnv(c engine.Cluster) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "PGUSER", ValueFrom: secretKey(c.SuperuserSecret, "username")},
+		{Name: "PGPASSWORD", ValueFrom: secretKey(c.SuperuserSecret, "password")},
+	}
+}
+
+func secretKey(secret, key string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+	}}
+}
+
+// serverArgs passes the parameters as -c name=value, sorted so the pod
+// template (and so the rollout) depends only on their content. Each is one
+// argument: no shell ever splits or expands it.
+func serverArgs(params map[string]string) []string {
+	names := make([]string, 0, len(params)+1)
+	for k := range params {
+		names = append(names, k)
+	}
+	if _, ok := params["wal_keep_size"]; !ok {
+		names = append(names, "wal_keep_size")
+	}
+	slices.Sort(names)
+	args := make([]string, 0, 2*len(names))
+	for _, k := range names {
+		v, ok := params[k]
+		if !ok {
+			// Without replication slots, a standby that falls behind needs
+			// the primary to keep some WAL.
+			v = "512MB"
+		}
+		args = append(args, "-c", k+"="+v)
+	}
+	return args
+}
+
+func podSecurityContext(image string) *corev1.PodSecurityContext {
+	uid := int64(debianUID)
+	if strings.Contains(image[strings.LastIndex(image, "/")+1:], "alpine") {
+		uid = alpineUID
+	}
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:        ptr.To(true),
+		RunAsUser:           ptr.To(uid),
+		RunAsGroup:          ptr.To(uid),
+		FSGroup:             ptr.To(uid),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}

@@ -1,0 +1,51 @@
+#!/bin/sh
+# deckhand: the init Job of a PostgreSQL Database.
+#
+# Waits for the primary, then creates the app role and the database it
+# owns, each only if missing: a second run changes nothing, and an existing
+# database or role is left as it is. Names are quoted as identifiers
+# (format %I), values as literals (%L), and reach psql through the
+# environment (\getenv), never through the command line.
+#
+# Writes what it found as JSON to the termination message, which the
+# operator reads from the Job's pod: {"serverVersion": "..."}.
+#
+# Uses only what PostgreSQL 15 to 18 share (\getenv is psql 15's).
+#
+# Environment (set by the Job): PRIMARY_HOST, PRIMARY_PORT, PGUSER and
+# PGPASSWORD (the superuser), APP_DATABASE, APP_USER, APP_PASSWORD,
+# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+set -eu
+
+log() { printf '%s init: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+
+export PGHOST="$PRIMARY_HOST" PGPORT="$PRIMARY_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=5
+
+waited=0
+until pg_isready -q; do
+	if [ "$waited" -ge "${PRIMARY_WAIT_SECONDS:-600}" ]; then
+		log "the primary at $PGHOST:$PGPORT did not accept connections within ${waited}s"
+		exit 1
+	fi
+	log "waiting for the primary at $PGHOST:$PGPORT"
+	sleep 2
+	waited=$((waited + 2))
+done
+
+psql -X -q -v ON_ERROR_STOP=1 <<'SQL'
+-- The role's password must not reach the server log, even with an error.
+SET log_statement = 'none';
+SET log_min_error_statement = 'panic';
+\getenv appdb APP_DATABASE
+\getenv approle APP_USER
+\getenv apppass APP_PASSWORD
+SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', :'approle', :'apppass')
+ WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = :'approle') \gexec
+SELECT format('CREATE DATABASE %I OWNER %I', :'appdb', :'approle')
+ WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'appdb') \gexec
+SQL
+log "database and role are in place"
+
+version=$(psql -X -A -t -c 'SHOW server_version' | sed 's/[\\"]//g')
+printf '{"serverVersion":"%s"}\n' "$version" >"$TERMINATION_MESSAGE_PATH"
+log "server version $version"
