@@ -21,19 +21,19 @@ import (
 // flag name, which is also its key in the config file; DECKHAND_<KEY> with
 // dashes as underscores is its environment variable.
 type Config struct {
-	Kubeconfig                     string        `mapstructure:"kubeconfig"`
-	Controllers                    []string      `mapstructure:"controllers"`
-	WatchNamespaces                []string      `mapstructure:"watch-namespaces"`
-	LeaderElect                    bool          `mapstructure:"leader-elect"`
-	LeaderElectionNamespace        string        `mapstructure:"leader-election-namespace"`
-	LeaderElectionID               string        `mapstructure:"leader-election-id"`
-	MetricsBindAddress             string        `mapstructure:"metrics-bind-address"`
-	HealthProbeBindAddress         string        `mapstructure:"health-probe-bind-address"`
-	LogLevel                       string        `mapstructure:"log-level"`
-	LogFormat                      string        `mapstructure:"log-format"`
-	KubeAPIQPS                     float32       `mapstructure:"kube-api-qps"`
-	KubeAPIBurst                   int           `mapstructure:"kube-api-burst"`
-	GracefulShutdownTimeout        time.Duration `mapstructure:"graceful-shutdown-timeout"`
+	Kubeconfig              string        `mapstructure:"kubeconfig"`
+	Controllers             []string      `mapstructure:"controllers"`
+	WatchNamespaces         []string      `mapstructure:"watch-namespaces"`
+	LeaderElect             bool          `mapstructure:"leader-elect"`
+	LeaderElectionNamespace string        `mapstructure:"leader-election-namespace"`
+	LeaderElectionID        string        `mapstructure:"leader-election-id"`
+	MetricsBindAddress      string        `mapstructure:"metrics-bind-address"`
+	HealthProbeBindAddress  string        `mapstructure:"health-probe-bind-address"`
+	LogLevel                string        `mapstructure:"log-level"`
+	LogFormat               string        `mapstructure:"log-format"`
+	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
+	KubeAPIBurst            int           `mapstructure:"kube-api-burst"`
+	GracefulShutdownTimeout time.Duration `mapstructure:"graceful-shutdown-timeout"`
 
 	// Settings holds every option by flag name, the controllers' own
 	// included; each controller reads its settings from it. Nil means the
