@@ -9,6 +9,9 @@ command -v yamllint >/dev/null || need+=(yamllint)
 command -v curl >/dev/null || need+=(curl)
 # The seed 000 demo app is tested with Debian's Python and Flask.
 /usr/bin/python3 -c 'import flask' 2>/dev/null || need+=(python3-flask)
+# The Database controller's scripts are proven on Debian's PostgreSQL (15 on
+# bookworm); the servers run as its postgres user.
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/null 2>&1 || need+=(postgresql)
 if [[ ${#need[@]} -gt 0 ]]; then
   echo ">> installing Debian packages: ${need[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

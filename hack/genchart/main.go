@@ -5,8 +5,10 @@
 //   - templates/crds/<file>.yaml: every CRD, gated by its controller's toggle
 //   - templates/_generated.tpl: the controllers the chart knows (values key
 //     to --controllers name) and each controller's RBAC rules; rules on
-//     Secrets are gated on controllers.<key>.secrets, so a user can run a
-//     controller without any access to Secrets
+//     Secrets are gated on controllers.<key>.secrets where values.yaml
+//     offers that switch, so a user can run such a controller without any
+//     access to Secrets (a controller without the switch, such as
+//     Database, cannot work without them)
 //
 // Run by `make generate`.
 package main
@@ -79,14 +81,13 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		rules, err := rbacRules(*controllerGen, c.Name, c.ValuesKey)
+		gated, err := hasSecretsValue(*chartDir, c)
 		if err != nil {
 			log.Fatal(err)
 		}
-		if strings.Contains(rules, secretsGate(c.ValuesKey)) {
-			if err := requireSecretsValue(*chartDir, c); err != nil {
-				log.Fatal(err)
-			}
+		rules, err := rbacRules(*controllerGen, c.Name, c.ValuesKey, gated)
+		if err != nil {
+			log.Fatal(err)
 		}
 		fmt.Fprintf(&tpl, "\n{{/* RBAC rules of %s, from the +kubebuilder:rbac markers in operator/%s. */}}\n", c.Name, c.Name)
 		fmt.Fprintf(&tpl, "{{- define \"deckhand.rules.%s\" }}\n%s{{- end }}\n", c.ValuesKey, rules)
@@ -166,8 +167,9 @@ func writeCRDTemplate(out, src, valuesKey string) error {
 
 // rbacRules runs controller-gen over one controller package and returns
 // its rules as YAML list items, sorted as controller-gen sorts them, with
-// access to Secrets split out under the controller's secrets value.
-func rbacRules(controllerGen, name, valuesKey string) (string, error) {
+// access to Secrets split out under the controller's secrets value when
+// gated.
+func rbacRules(controllerGen, name, valuesKey string, gated bool) (string, error) {
 	cmd := exec.Command(controllerGen, "rbac:roleName=deckhand", "paths=./operator/"+name+"/...", "output:rbac:stdout")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -191,7 +193,10 @@ func rbacRules(controllerGen, name, valuesKey string) (string, error) {
 	})
 	var rules strings.Builder
 	for _, rule := range role.Rules {
-		rest, secrets := splitSecrets(rule)
+		rest, secrets := []rbacv1.PolicyRule{rule}, (*rbacv1.PolicyRule)(nil)
+		if gated {
+			rest, secrets = splitSecrets(rule)
+		}
 		for _, r := range rest {
 			b, err := yaml.Marshal([]rbacv1.PolicyRule{r})
 			if err != nil {
@@ -234,21 +239,20 @@ func secretsGate(valuesKey string) string {
 	return fmt.Sprintf("{{- if (index .Values.controllers %q).secrets }}", valuesKey)
 }
 
-// requireSecretsValue checks that values.yaml defaults
-// controllers.<key>.secrets, which gates the controller's rules on Secrets.
-func requireSecretsValue(chartDir string, c registration.Controller) error {
+// hasSecretsValue reports whether values.yaml offers
+// controllers.<key>.secrets, which then gates the controller's rules on
+// Secrets.
+func hasSecretsValue(chartDir string, c registration.Controller) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	var values struct {
 		Controllers map[string]map[string]any `json:"controllers"`
 	}
 	if err := yaml.Unmarshal(b, &values); err != nil {
-		return fmt.Errorf("values.yaml: %w", err)
+		return false, fmt.Errorf("values.yaml: %w", err)
 	}
-	if _, ok := values.Controllers[c.ValuesKey]["secrets"]; !ok {
-		return fmt.Errorf("operator/%s has RBAC on Secrets: values.yaml needs controllers.%s.secrets (default true)", c.Name, c.ValuesKey)
-	}
-	return nil
+	_, ok := values.Controllers[c.ValuesKey]["secrets"]
+	return ok, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 // Labels on everything a Database owns. The operator's cache holds only
@@ -109,7 +110,7 @@ func objectLabels(db *dbv1.Database) map[string]string {
 		LabelDatabase:                  db.Name,
 		"app.kubernetes.io/name":       "database",
 		"app.kubernetes.io/instance":   db.Name,
-		"app.kubernetes.io/managed-by": "deckhand",
+		registration.ManagedByLabel:         registration.ManagedByValue,
 	}
 }
 

@@ -4,6 +4,7 @@
 blogPost: blogpost
 configMonitor: configmonitor
 tdset: tdset
+database: database
 {{- end }}
 
 {{/* RBAC rules of blogpost, from the +kubebuilder:rbac markers in operator/blogpost. */}}
@@ -160,4 +161,96 @@ tdset: tdset
   - get
   - patch
   - update
+{{- end }}
+
+{{/* RBAC rules of database, from the +kubebuilder:rbac markers in operator/database. */}}
+{{- define "deckhand.rules.database" }}
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  - secrets
+  - services
+  verbs:
+  - create
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - persistentvolumeclaims
+  - pods
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - apps
+  resources:
+  - statefulsets
+  verbs:
+  - create
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - batch
+  resources:
+  - jobs
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - watch
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - policy
+  resources:
+  - poddisruptionbudgets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - stable.imaginedata.co
+  resources:
+  - databases
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - stable.imaginedata.co
+  resources:
+  - databases/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - stable.imaginedata.co
+  resources:
+  - databases/status
+  verbs:
+  - get
+  - patch
+  - update
+- apiGroups:
+  - storage.k8s.io
+  resources:
+  - storageclasses
+  verbs:
+  - get
 {{- end }}

@@ -1,0 +1,22 @@
+package database
+
+import (
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/registration"
+)
+
+// Registration is how the registry knows the Database controller. It lists
+// no Owns: its objects include Secrets, ConfigMaps and pods, which other
+// controllers watch unfiltered in the manager's cache, so it watches
+// everything it owns through a cache of its own that selects LabelDatabase
+// (see Setup).
+var Registration = registration.Controller{
+	Name:        Name,
+	ValuesKey:   "database",
+	AddToScheme: dbv1.AddToScheme,
+	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
+		return Setup(mgr, Options{WatchNamespaces: s.GetStringSlice("watch-namespaces")})
+	},
+}
