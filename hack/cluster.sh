@@ -136,10 +136,23 @@ ensure_provisioner() {
   fi
   stop_provisioner
   mv "$provisioner_bin.new" "$provisioner_bin"
-  # 9>&-: it must not hold the lock; setsid: it outlives this script.
-  setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
-    >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null 9>&- &
+  # setsid: it outlives this script. It must not inherit any descriptor
+  # beyond 0-2 (a caller's `flock` holds its lock on one, e.g. fd 3).
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done
+    exec setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
+      >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null
+  ) &
   echo $! >"$provisioner_pid"
+  sleep 0.5
+  if ! provisioner_running; then
+    echo "the volume provisioner did not start; its log: $cluster_dir/logs/deckhand-provisioner.log" >&2
+    tail -5 "$cluster_dir/logs/deckhand-provisioner.log" >&2
+    return 1
+  fi
 }
 
 # A cluster made from another hack/kwok.yaml is recreated: kwokctl keeps

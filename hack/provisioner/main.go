@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,22 +39,22 @@ const (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster")
+	// --kubeconfig is controller-runtime's flag.
 	root := flag.String("root", "", "directory holding one directory per volume")
 	name := flag.String("name", "deckhand.dev/hostpath", "provisioner name, as StorageClasses name it")
 	flag.Parse()
 	ctrl.SetLogger(zap.New())
-	if err := run(*kubeconfig, *root, *name); err != nil {
+	if err := run(*root, *name); err != nil {
 		fmt.Fprintln(os.Stderr, "provisioner:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, root, name string) error {
+func run(root, name string) error {
 	if root == "" {
 		return fmt.Errorf("--root is required")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
 	}

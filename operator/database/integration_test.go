@@ -310,14 +310,14 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		change func(*dbv1.Database)
 		msg    string
 	}{
-		{"zero replicas", func(d *dbv1.Database) { d.Spec.Replicas = -1 }, "replicas must be at least 1 (the primary), not -1"},
-		{"port too high", func(d *dbv1.Database) { d.Spec.Port = 70000 }, "port must be between 1 and 65535, not 70000"},
+		{"zero replicas", func(d *dbv1.Database) { d.Spec.Replicas = -1 }, "replicas must be at least 1 (the primary)"},
+		{"port too high", func(d *dbv1.Database) { d.Spec.Port = 70000 }, "port must be between 1 and 65535"},
 		{"port negative", func(d *dbv1.Database) { d.Spec.Port = -5 }, "port must be between 1 and 65535"},
 		{"storage not a quantity", func(d *dbv1.Database) { d.Spec.StorageSize = "fifty gigs" }, `storage-size must be a quantity such as 50G or 10Gi, not "fifty gigs"`},
 		{"storage zero", func(d *dbv1.Database) { d.Spec.StorageSize = "0" }, "storage-size must be more than 0"},
 		{"empty name", func(d *dbv1.Database) { d.Spec.Name = "" }, "name must not be empty"},
-		{"name of 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("a", 64) }, "name is 64 bytes long (64 characters); PostgreSQL allows at most 63 bytes"},
-		{"name of 32 characters, 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("é", 32) }, "name is 64 bytes long (32 characters)"},
+		{"name of 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("a", 64) }, "name must be at most 63 bytes long (PostgreSQL's limit on names)"},
+		{"name of 32 characters, 64 bytes", func(d *dbv1.Database) { d.Spec.Name = strings.Repeat("é", 32) }, "name must be at most 63 bytes long"},
 		{"reserved name", func(d *dbv1.Database) { d.Spec.Name = "postgres" }, "reserved by PostgreSQL"},
 		{"pg_ name", func(d *dbv1.Database) { d.Spec.Name = "pg_stuff" }, "reserved by PostgreSQL"},
 		{"unknown engine", func(d *dbv1.Database) { d.Spec.Engine = "Oracle" }, `Unsupported value: "Oracle"`},

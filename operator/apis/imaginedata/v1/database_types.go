@@ -53,7 +53,7 @@ type DatabaseSpec struct {
 	// the operator quotes it everywhere.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="name must not be empty: it is the database to create"
-	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 63",messageExpression="'name is ' + string(size(bytes(self))) + ' bytes long (' + string(size(self)) + ' characters); PostgreSQL allows at most 63 bytes'"
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 63",message="name must be at most 63 bytes long (PostgreSQL's limit on names); characters beyond ASCII take 2 to 4 bytes each"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="name must not contain control characters"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="name is immutable: the operator created that database; make a new Database for another one"
 	// +required
@@ -61,7 +61,7 @@ type DatabaseSpec struct {
 
 	// Port the server listens on and its Services expose; default: the
 	// engine's (5432 for PostgreSQL).
-	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 65535",messageExpression="'port must be between 1 and 65535, not ' + string(self)"
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 65535",message="port must be between 1 and 65535"
 	// +optional
 	Port int32 `json:"port,omitempty"`
 
@@ -84,7 +84,7 @@ type DatabaseSpec struct {
 
 	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys.
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:XValidation:rule="self >= 1",messageExpression="'replicas must be at least 1 (the primary), not ' + string(self)"
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="replicas must be at least 1 (the primary)"
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
