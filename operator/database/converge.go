@@ -118,7 +118,7 @@ func (r *Reconciler) updateConnection(ctx context.Context, db *dbv1.Database, en
 	}
 	data := conn.appData(eng, string(s.Data["password"]))
 	patch := map[string]any{
-		"metadata": map[string]any{"labels": map[string]string{LabelConnection: conn.hash()}, "resourceVersion": s.ResourceVersion},
+		"metadata":   map[string]any{"labels": map[string]string{LabelConnection: conn.hash()}, "resourceVersion": s.ResourceVersion},
 		"stringData": data,
 	}
 	body, err := json.Marshal(patch)

@@ -107,10 +107,10 @@ func replicasOf(db *dbv1.Database) int32 { return max(db.Spec.Replicas, 1) }
 
 func objectLabels(db *dbv1.Database) map[string]string {
 	return map[string]string{
-		LabelDatabase:                  db.Name,
-		"app.kubernetes.io/name":       "database",
-		"app.kubernetes.io/instance":   db.Name,
-		registration.ManagedByLabel:         registration.ManagedByValue,
+		LabelDatabase:                db.Name,
+		"app.kubernetes.io/name":     "database",
+		"app.kubernetes.io/instance": db.Name,
+		registration.ManagedByLabel:  registration.ManagedByValue,
 	}
 }
 
