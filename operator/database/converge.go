@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,13 +46,17 @@ func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine
 	if err := r.ensurePDB(ctx, db, l); err != nil {
 		return err
 	}
-	if err := r.labelRoles(ctx, db); err != nil {
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return err
+	}
+	if err := r.labelRoles(ctx, db, pods); err != nil {
 		return err
 	}
 	if err := r.growStorage(ctx, db, l); err != nil {
 		return err
 	}
-	return r.ensureInitJob(ctx, db, eng, l)
+	return r.ensureInitJob(ctx, db, eng, l, pods[podName(db, 0)])
 }
 
 // applyOne applies one object and announces what it did.
@@ -168,11 +171,7 @@ func (r *Reconciler) serverPods(ctx context.Context, db *dbv1.Database) (map[str
 
 // labelRoles marks ordinal 0 primary and the others standbys, which is what
 // the read-write and read-only Services select.
-func (r *Reconciler) labelRoles(ctx context.Context, db *dbv1.Database) error {
-	pods, err := r.serverPods(ctx, db)
-	if err != nil {
-		return err
-	}
+func (r *Reconciler) labelRoles(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod) error {
 	for name, p := range pods {
 		role := roleStandby
 		if name == podName(db, 0) {
@@ -252,10 +251,10 @@ func (r *Reconciler) cannotExpand(ctx context.Context, class string) string {
 	return ""
 }
 
-// ensureInitJob creates the init Job until the database is initialised.
-// A failed Job whose image is no longer the Database's (the user fixed
-// it) is replaced.
-func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+// ensureInitJob creates the init Job, once the primary is ready, until the
+// database is initialised. A failed Job whose image is no longer the
+// Database's (the user fixed it) is replaced.
+func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live, primary *corev1.Pod) error {
 	if meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
 		return nil
 	}
@@ -271,6 +270,10 @@ func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng e
 		objectWrites.WithLabelValues("Job", "deleted").Inc()
 		r.normal(db, "Deleted", "Init", "failed init Job %s deleted: the image changed to %s, a new one runs with it", name, imageOf(db, eng))
 		l.exists["Job/"+name] = false
+		return nil
+	}
+	if primary == nil || !podReady(primary) {
+		// The Job would only wait; the primary's readiness requeues.
 		return nil
 	}
 	err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
@@ -306,13 +309,4 @@ func jobCondition(j *batchv1.Job, kind batchv1.JobConditionType) *batchv1.JobCon
 		}
 	}
 	return nil
-}
-
-// ordinalOf is a server pod's ordinal ("db-2" -> 2), -1 if none.
-func ordinalOf(db *dbv1.Database, pod string) int {
-	var n int
-	if _, err := fmt.Sscanf(strings.TrimPrefix(pod, db.Name+"-"), "%d", &n); err != nil {
-		return -1
-	}
-	return n
 }

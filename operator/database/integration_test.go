@@ -258,12 +258,21 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	// Stop kwok from completing this namespace's Job pods: a node
-	// selector no fake node has keeps them Pending, so the test decides.
+	// kwok completes every Job pod at once. A quota of one pod in the
+	// namespace lets the primary run and refuses the Job's pod, so the test
+	// decides how the Job ends.
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+	}
+	require.NoError(t, c.Create(context.Background(), quota))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(quota), quota))
+		require.NotNil(ct, quota.Status.Used)
+	}, wait, 100*time.Millisecond, "quota not counted yet")
 	startOperator(t, ns)
 	db := newDatabase(ns, "failing", 1)
 	db.Spec.Image = "super-great-docker-image"
-	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]string{"deckhand.dev/test-no-such-node": "true"}}
 	require.NoError(t, c.Create(context.Background(), db))
 	job := get(t, c, ns, "failing-init", &batchv1.Job{})
 
@@ -297,6 +306,11 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "failing-init"}, &j))
 		require.Equal(ct, "postgres:17.6", j.Spec.Template.Spec.Containers[0].Image)
 	}, wait, 100*time.Millisecond)
+	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeNormal), "Deleted")
+
+	// Room for its pod: the new Job runs and the Database is Ready.
+	require.NoError(t, c.Delete(context.Background(), quota))
+	waitFor(t, c, db, "Ready", ready)
 }
 
 func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {

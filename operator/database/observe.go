@@ -172,7 +172,7 @@ func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng eng
 	was := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	if !l.has("Job", name) {
 		if !was {
-			r.setCondition(db, ConditionInitialized, false, "InitJobPending", fmt.Sprintf("init Job %s is not created yet", name))
+			r.setCondition(db, ConditionInitialized, false, "WaitingForPrimary", fmt.Sprintf("init Job %s runs once the primary %s is ready", name, podName(db, 0)))
 		}
 		return engine.Report{}
 	}
