@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -199,47 +200,52 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := db.DeepCopy()
-	err := r.reconcile(ctx, &db)
+	result, err := r.reconcile(ctx, &db)
 	db.Status.ObservedGeneration = db.Generation
 	publishMetrics(&db)
 	if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
 		err = statusErr
 	}
-	return ctrl.Result{}, err
+	return result, err
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) error {
+// recheckForeign is how often a Database blocked by someone else's object
+// looks again: that object is not in the operator's cache, so its removal
+// sends no event.
+const recheckForeign = 10 * time.Second
+
+func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Result, error) {
 	if !db.DeletionTimestamp.IsZero() {
 		// Owned objects go with the Database (garbage collection); the
 		// volumes stay.
 		db.Status.Phase = dbv1.PhaseDeleting
-		return nil
+		return ctrl.Result{}, nil
 	}
 	eng, ok := r.Engines[engineOf(db)]
 	if !ok {
 		msg := fmt.Sprintf("engine %q is not served by this operator", engineOf(db))
 		r.setCondition(db, ConditionReady, false, "UnknownEngine", msg)
 		db.Status.Phase = dbv1.PhaseDegraded
-		return nil
+		return ctrl.Result{}, nil
 	}
 	db.Status.Replicas = replicasOf(db)
 	live, err := r.lookupAll(ctx, db)
 	if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
 		r.refuse(db, notOwned)
-		return nil
+		return ctrl.Result{RequeueAfter: recheckForeign}, nil
 	}
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if !db.Spec.Suspend {
 		if err := r.converge(ctx, db, eng, live); err != nil {
 			r.setCondition(db, ConditionReady, false, "ApplyFailed", err.Error())
 			db.Status.Phase = dbv1.PhaseDegraded
-			return err
+			return ctrl.Result{}, err
 		}
 	}
 	r.observe(ctx, db, eng, live)
-	return nil
+	return ctrl.Result{}, nil
 }
 
 func engineOf(db *dbv1.Database) dbv1.Engine {
