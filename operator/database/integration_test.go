@@ -484,16 +484,18 @@ func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
 		assert.Equal(t, "1Gi", ptr.To(pvc.Spec.Resources.Requests[corev1.ResourceStorage]).String())
 	}
 
+	want := resource.MustParse("3Gi")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		for i := range 2 {
+			var pvc corev1.PersistentVolumeClaim
+			require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-growing-%d", i)}, &pvc))
+			require.Zero(ct, want.Cmp(pvc.Spec.Resources.Requests[corev1.ResourceStorage]), pvc.Name)
+			require.Zero(ct, want.Cmp(pvc.Status.Capacity[corev1.ResourceStorage]), "%s: %+v", pvc.Name, pvc.Status)
+		}
+	}, wait, 100*time.Millisecond, "the expandable class's volumes grow")
 	waitFor(t, c, growing, "resized", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "Resized", condition(d, database.ConditionStorageResized).Reason)
 	})
-	want := resource.MustParse("3Gi")
-	for i := range 2 {
-		var pvc corev1.PersistentVolumeClaim
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-growing-%d", i)}, &pvc))
-		assert.Zero(t, want.Cmp(pvc.Spec.Resources.Requests[corev1.ResourceStorage]), pvc.Name)
-		assert.Zero(t, want.Cmp(pvc.Status.Capacity[corev1.ResourceStorage]), pvc.Name)
-	}
 	assert.Contains(t, eventReasons(t, c, ns, growing.Name, corev1.EventTypeNormal), "Resizing")
 }
 
