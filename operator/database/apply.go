@@ -28,11 +28,16 @@ func (e *notOwnedError) Error() string {
 // exists. The owned cache holds only labelled objects, so an object missing
 // there is asked for from the API server: one that exists there is someone
 // else's (or ours, just created, not yet in the cache). An object that is
-// not controlled by db gives a *notOwnedError.
-func (r *Reconciler) lookup(ctx context.Context, db *dbv1.Database, kind, name string, live client.Object) (bool, error) {
+// not controlled by db gives a *notOwnedError. The API server is asked
+// only when the object is about to be created (toCreate), so a reconcile of
+// a Database whose objects all exist makes no request.
+func (r *Reconciler) lookup(ctx context.Context, db *dbv1.Database, kind, name string, live client.Object, toCreate bool) (bool, error) {
 	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
 	err := r.Owned.Get(ctx, key, live)
 	if apierrors.IsNotFound(err) {
+		if !toCreate {
+			return false, nil
+		}
 		err = r.API.Get(ctx, key, live)
 		if apierrors.IsNotFound(err) {
 			return false, nil

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -238,7 +239,12 @@ func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Res
 		return ctrl.Result{}, err
 	}
 	if !db.Spec.Suspend {
-		if err := r.converge(ctx, db, eng, live); err != nil {
+		err := r.converge(ctx, db, eng, live)
+		if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
+			r.refuse(db, notOwned)
+			return ctrl.Result{RequeueAfter: recheckForeign}, nil
+		}
+		if err != nil {
 			r.setCondition(db, ConditionReady, false, "ApplyFailed", err.Error())
 			db.Status.Phase = dbv1.PhaseDegraded
 			return ctrl.Result{}, err
@@ -279,28 +285,38 @@ func (r *Reconciler) lookupAll(ctx context.Context, db *dbv1.Database) (*live, e
 		claims:   map[int32]*corev1.PersistentVolumeClaim{},
 		exists:   map[string]bool{},
 	}
+	// The init Job is created last, once the primary is ready: a name taken
+	// by someone else's Job shows then (ensureInitJob), not on every
+	// reconcile before.
 	targets := []struct {
 		kind, name string
 		obj        client.Object
+		toCreate   bool
 	}{
-		{"Secret", n.Superuser, &l.superuser},
-		{"Secret", n.App, &l.app},
-		{"ConfigMap", n.Scripts, &l.scripts},
-		{"Service", n.Headless, &l.services[0]},
-		{"Service", n.ReadWrite, &l.services[1]},
-		{"Service", n.ReadOnly, &l.services[2]},
-		{"StatefulSet", n.StatefulSet, &l.statefulSet},
-		{"Job", n.InitJob, &l.job},
-		{"PodDisruptionBudget", n.PDB, &l.pdb},
+		{"Secret", n.Superuser, &l.superuser, true},
+		{"Secret", n.App, &l.app, true},
+		{"ConfigMap", n.Scripts, &l.scripts, true},
+		{"Service", n.Headless, &l.services[0], true},
+		{"Service", n.ReadWrite, &l.services[1], true},
+		{"Service", n.ReadOnly, &l.services[2], true},
+		{"StatefulSet", n.StatefulSet, &l.statefulSet, true},
+		{"Job", n.InitJob, &l.job, false},
+		{"PodDisruptionBudget", n.PDB, &l.pdb, replicasOf(db) > 1},
 	}
 	var errs []error
 	for _, t := range targets {
-		exists, err := r.lookup(ctx, db, t.kind, t.name, t.obj)
+		exists, err := r.lookup(ctx, db, t.kind, t.name, t.obj, t.toCreate)
 		l.exists[t.kind+"/"+t.name] = exists
 		errs = append(errs, err)
 	}
+	// The StatefulSet takes any PVC of its claims' names: one of someone
+	// else's matters before the StatefulSet makes that ordinal's.
+	made := int32(0)
+	if l.has("StatefulSet", n.StatefulSet) {
+		made = ptr.Deref(l.statefulSet.Spec.Replicas, 0)
+	}
 	for ordinal := range replicasOf(db) {
-		pvc, err := r.lookupClaim(ctx, db, ordinal)
+		pvc, err := r.lookupClaim(ctx, db, ordinal, ordinal >= made)
 		if pvc != nil {
 			l.claims[ordinal] = pvc
 		}
@@ -313,11 +329,14 @@ func (l *live) has(kind, name string) bool { return l.exists[kind+"/"+name] }
 
 // lookupClaim finds the PVC of an ordinal. The StatefulSet would use any
 // PVC of that name, so one without the Database's label is refused.
-func (r *Reconciler) lookupClaim(ctx context.Context, db *dbv1.Database, ordinal int32) (*corev1.PersistentVolumeClaim, error) {
+func (r *Reconciler) lookupClaim(ctx context.Context, db *dbv1.Database, ordinal int32, toCreate bool) (*corev1.PersistentVolumeClaim, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: claimName(db, ordinal)}
 	err := r.Owned.Get(ctx, key, pvc)
 	if client.IgnoreNotFound(err) == nil && err != nil {
+		if !toCreate {
+			return nil, nil
+		}
 		err = r.API.Get(ctx, key, pvc)
 		if client.IgnoreNotFound(err) == nil && err != nil {
 			return nil, nil

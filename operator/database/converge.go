@@ -278,8 +278,10 @@ func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng e
 	}
 	err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
 	if apierrors.IsAlreadyExists(err) {
-		// The old one is still being deleted; its deletion requeues.
-		return nil
+		// Ours still being deleted (its deletion requeues), or someone
+		// else's.
+		_, err := r.lookup(ctx, db, "Job", name, &l.job, true)
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("creating init Job %s: %w", name, err)
