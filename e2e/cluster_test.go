@@ -200,7 +200,7 @@ func TestChartUpgradeAndUninstallKeepUsersData(t *testing.T) {
 	assert.NotContains(t, controllersFlag(t, r), off.Name)
 	var role unstructured.Unstructured
 	role.SetGroupVersionKind(r.One(t, "ClusterRole").GroupVersionKind())
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: name + "-deckhand"}, &role))
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: namespace + "-" + name + "-deckhand"}, &role))
 	rules := ruleResources(t, &Rendered{Objects: []*unstructured.Unstructured{&role}}, "ClusterRole")
 	for g := range groupsOf(t, off) {
 		assert.False(t, hasGroup(rules, g), "the cluster still grants %s after switching %s off: %v", g, off.Name, rules)
