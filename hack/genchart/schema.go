@@ -143,9 +143,9 @@ func flagSchema(f *pflag.Flag) (schema, error) {
 // enums are the allowed values of Kubernetes string types the API server
 // checks; listing them gives the error at install instead.
 var enums = map[reflect.Type][]string{
-	reflect.TypeFor[corev1.TolerationOperator]():     {string(corev1.TolerationOpExists), string(corev1.TolerationOpEqual)},
-	reflect.TypeFor[corev1.TaintEffect]():            {"", string(corev1.TaintEffectNoSchedule), string(corev1.TaintEffectPreferNoSchedule), string(corev1.TaintEffectNoExecute)},
-	reflect.TypeFor[corev1.NodeSelectorOperator]():   {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"},
+	reflect.TypeFor[corev1.TolerationOperator]():    {string(corev1.TolerationOpExists), string(corev1.TolerationOpEqual)},
+	reflect.TypeFor[corev1.TaintEffect]():           {"", string(corev1.TaintEffectNoSchedule), string(corev1.TaintEffectPreferNoSchedule), string(corev1.TaintEffectNoExecute)},
+	reflect.TypeFor[corev1.NodeSelectorOperator]():  {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"},
 	reflect.TypeFor[metav1.LabelSelectorOperator](): {"In", "NotIn", "Exists", "DoesNotExist"},
 }
 
