@@ -85,7 +85,7 @@ func TestSwitchingOffAControllerWhoseCRDIsNotKeptRefusesWhileItsObjectsExist(t *
 	testenv.InstallCRDs(t)
 	name := releaseName()
 	helm := NewHelm(t, namespace)
-	_, err := helm.Install(name, ChartDir(t), localValues(t, append(allControllers(), "crds.keep=false")...))
+	_, err := helm.Install(name, ChartDir(t), localValues(t, allControllers()...))
 	require.NoError(t, err)
 	// The CRDs are shared with every other test: before uninstalling, put
 	// the keep annotation back so the uninstall leaves them.
@@ -94,6 +94,15 @@ func TestSwitchingOffAControllerWhoseCRDIsNotKeptRefusesWhileItsObjectsExist(t *
 		_, err := helm.Upgrade(name, ChartDir(t), localValues(t, allControllers()...))
 		assert.NoError(t, err, "restoring crds.keep=true")
 	})
+	// crds.keep=false takes the annotation off the CRDs in the cluster, as
+	// on a first install with crds.keep=false. (The CRDs exist before this
+	// test, so its install adopted them with the annotation other releases
+	// left.)
+	_, err = helm.Upgrade(name, ChartDir(t), localValues(t, append(allControllers(), "crds.keep=false")...))
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: "tdsets.schedule.rs"}, &crd))
+	require.NotContains(t, crd.Annotations, "helm.sh/resource-policy", "crds.keep=false left the CRD kept")
 
 	td := &schedulev1.TDSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: namespace},
@@ -107,11 +116,11 @@ func TestSwitchingOffAControllerWhoseCRDIsNotKeptRefusesWhileItsObjectsExist(t *
 	tdsetOff := append(allControllers(), "controllers.tdset.enabled=false", "crds.keep=false")
 	_, err = helm.Upgrade(name, ChartDir(t), localValues(t, tdsetOff...))
 	require.Error(t, err, "the upgrade deleted the TDSet CRD and its objects")
+	t.Logf("helm upgrade refused: %v", err)
 	assert.Contains(t, err.Error(), "this upgrade would delete CustomResourceDefinition tdsets.schedule.rs")
 	assert.Contains(t, err.Error(), "TDSet object(s)")
 	assert.Contains(t, err.Error(), "crds.installAll=true")
 
-	var crd apiextensionsv1.CustomResourceDefinition
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: "tdsets.schedule.rs"}, &crd))
 	assert.Nil(t, crd.DeletionTimestamp)
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(td), td), "the TDSet is gone")

@@ -204,7 +204,7 @@ lookup is empty in `helm template`, which therefore never fails here. */}}
 {{- $objects := (lookup (printf "%s/%s" $crd.spec.group $version) $kind "" "").items | default list }}
 {{- if $objects }}
 {{- $some := list }}
-{{- range $objects | first 3 | default list }}{{ $some = append $some (printf "%s/%s" .metadata.namespace .metadata.name) }}{{ end }}
+{{- range $i, $o := $objects }}{{ if lt $i 3 }}{{ $some = append $some (printf "%s/%s" $o.metadata.namespace $o.metadata.name) }}{{ end }}{{ end }}
 {{- fail (printf "this upgrade would delete CustomResourceDefinition %s, and with it %d %s object(s) (%s%s): the CRD in the cluster is not annotated helm.sh/resource-policy=keep (it was installed with crds.keep=false). Keep the CRD with crds.installAll=true (or leave its controller on), or delete those objects first. Setting crds.keep=true in this same upgrade is not enough: Helm reads the annotation from the cluster, so set it in an upgrade of its own first." $name (len $objects) $kind (join ", " $some) (ternary ", ..." "" (gt (len $objects) 3))) }}
 {{- end }}
 {{- end }}
