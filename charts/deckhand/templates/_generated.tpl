@@ -155,6 +155,12 @@ tdset: tdset
 - apiGroups:
   - schedule.rs
   resources:
+  - tdsets/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - schedule.rs
+  resources:
   - tdsets/status
   verbs:
   - get
