@@ -35,7 +35,7 @@ func setup(mgr ctrl.Manager) error { return configmonitor.Setup(mgr, configmonit
 // counts the pod deletions it sends.
 func startOperator(t *testing.T, ns string) (podDeletes *atomic.Int64) {
 	t.Helper()
-	rc, deletes := testenv.CountRequests(t, func(req *http.Request) bool {
+	rc, deletes := testenv.Counting(testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(req *http.Request) bool {
 		return req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods"
 	})
 	testenv.StartController(t, rc, setup, ns)
@@ -286,7 +286,7 @@ func TestRestartsBeyondTheBudgetWaitInStatus(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	// One restart at once, the next after 1,000 s.
-	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error {
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(mgr ctrl.Manager) error {
 		return configmonitor.Setup(mgr, configmonitor.Options{RestartsPerSecond: 0.001, RestartBurst: 1})
 	}, ns)
 	seedLab(t, ns)

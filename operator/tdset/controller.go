@@ -270,7 +270,11 @@ func (r *Reconciler) ifOwned(td *schedulev1.TDSet, d *appsv1.Deployment) *appsv1
 func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet, d *appsv1.Deployment, desired int32) (*autoscalingv2.HorizontalPodAutoscaler, error) {
 	hadHPA := strings.HasPrefix(td.Status.ScaleTarget, "HorizontalPodAutoscaler/")
 	if !hadHPA && d.Name != "" && deploymentMatches(d, td, desired) {
-		return nil, nil
+		// Nothing to write; only an HPA that appeared could change that.
+		// The metadata cache says, without a request, whether any exists.
+		if any, err := r.namespaceHasHPAs(ctx, td.Namespace); err != nil || !any {
+			return nil, err
+		}
 	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
 	if err := r.Reader.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {
@@ -283,6 +287,17 @@ func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet, d
 		}
 	}
 	return nil, nil
+}
+
+// namespaceHasHPAs asks the HPA metadata cache whether the namespace has
+// any HorizontalPodAutoscaler.
+func (r *Reconciler) namespaceHasHPAs(ctx context.Context, namespace string) (bool, error) {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscalerList"))
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return false, fmt.Errorf("listing HorizontalPodAutoscalers from the cache: %w", err)
+	}
+	return len(list.Items) > 0, nil
 }
 
 func podLabels(td *schedulev1.TDSet) map[string]string {
