@@ -195,11 +195,11 @@ func TestConfigProblem(t *testing.T) {
 		"":                               "",
 		"lowercaseOutputName: yes-ish\n": "lowercaseOutputName must be a boolean",
 		"- a\n- b\n":                     "top level must be a mapping",
-		"rules:\n- name: x\n":             "has a name but no pattern",
+		"rules:\n- name: x\n":            "has a name but no pattern",
 		"rules:\n- pattern: x\n  type: HISTOGRAM\n": "GAUGE, COUNTER or UNTYPED",
-		"hostPort: a:1\njmxUrl: b\n":                 "at most one of hostPort and jmxUrl",
-		"startDelaySeconds: [1\n":                    "not YAML",
-		"someFutureKey: 1\n":                         "",
+		"hostPort: a:1\njmxUrl: b\n":                "at most one of hostPort and jmxUrl",
+		"startDelaySeconds: [1\n":                   "not YAML",
+		"someFutureKey: 1\n":                        "",
 	} {
 		got := configProblem([]byte(config))
 		if want == "" {
