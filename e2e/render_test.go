@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/operator"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 const ns = "deckhand-system"
@@ -62,7 +63,7 @@ func ruleResources(t *testing.T, r *Rendered, kind string) []string {
 }
 
 // groupsOf is the set of API groups a controller serves.
-func groupsOf(t *testing.T, c operator.Controller) map[string]bool {
+func groupsOf(t *testing.T, c registration.Controller) map[string]bool {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, c.AddToScheme(s))
@@ -85,7 +86,7 @@ func crdGroups(t *testing.T, r *Rendered) map[string]bool {
 }
 
 // onlyController enables exactly one controller.
-func onlyController(t *testing.T, only operator.Controller) []string {
+func onlyController(t *testing.T, only registration.Controller) []string {
 	var sets []string
 	for _, c := range operator.Controllers {
 		sets = append(sets, "controllers."+c.ValuesKey+".enabled="+boolString(c.Name == only.Name))
