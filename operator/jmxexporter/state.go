@@ -97,7 +97,9 @@ func (s *podState) sameInstance(pod *corev1.Pod) bool {
 		return true
 	}
 	cs := containerStatus(pod, s.Container)
-	return cs != nil && cs.ContainerID == s.ContainerID && cs.RestartCount == s.RestartCount
+	// A container attached before its runtime reported an ID is the same
+	// one while the restart count holds.
+	return cs != nil && cs.RestartCount == s.RestartCount && (cs.ContainerID == s.ContainerID || s.ContainerID == "")
 }
 
 func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
