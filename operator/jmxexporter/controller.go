@@ -108,7 +108,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Files: &artifacts{helperPath: o.HelperPath, agentPath: o.AgentJar}, TargetDir: o.TargetDir, Now: time.Now,
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
-		Named(Name+"-pods").
+		Named(Name + "-pods").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		WatchesRawSource(source.Kind[client.Object](c, podMetadata(), handler.EnqueueRequestsFromMapFunc(w.podItself))).
 		WatchesRawSource(source.Kind[client.Object](c, &banzaiv1alpha1.PrometheusJmxExporter{}, handler.EnqueueRequestsFromMapFunc(w.podsOfExporter))).
