@@ -338,3 +338,34 @@ func attachCount(t *testing.T, result, reason string) float64 {
 	}
 	return 0
 }
+
+func TestAdmissionRejectsBadSpecsWithReadableMessages(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	valid := func() *banzaiv1alpha1.PrometheusJmxExporter {
+		return &banzaiv1alpha1.PrometheusJmxExporter{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bad-"},
+			Spec: banzaiv1alpha1.PrometheusJmxExporterSpec{
+				LabelSelector: map[string]string{"app": "x"},
+				Config:        banzaiv1alpha1.ExporterConfig{ConfigMapName: "cm", ConfigMapKey: "config.yaml"},
+				Port:          9400,
+			},
+		}
+	}
+	for want, mutate := range map[string]func(*banzaiv1alpha1.PrometheusJmxExporter){
+		"labelSelector must name at least one label": func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.LabelSelector = map[string]string{} },
+		"path must start with /":                     func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.Path = "metrics" },
+		"configMapKey must be a ConfigMap key":       func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.Config.ConfigMapKey = "a/b" },
+		"should be less than or equal to 65535":      func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.Port = 70000 },
+	} {
+		e := valid()
+		mutate(e)
+		err := c.Create(context.Background(), e)
+		require.Error(t, err, want)
+		assert.Contains(t, err.Error(), want)
+	}
+	e := valid()
+	require.NoError(t, c.Create(context.Background(), e))
+	assert.Equal(t, "/metrics", e.Spec.Path, "path defaults to /metrics")
+}
