@@ -11,6 +11,7 @@ import (
 
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
+	"github.com/deckhand-dev/deckhand/operator/jmxexporter"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
@@ -20,6 +21,7 @@ var Controllers = []registration.Controller{
 	blogpost.Registration,
 	configmonitor.Registration,
 	tdset.Registration,
+	jmxexporter.Registration,
 }
 
 // Names lists the known controller names, sorted.

@@ -82,10 +82,13 @@ version of the operator does not have.
 {{- if and $ctx.Values.crds.enabled (or $ctx.Values.crds.installAll (index $ctx.Values.controllers $key).enabled) }}true{{- end }}
 {{- end }}
 
-{{/* RBAC rules of every enabled controller. */}}
+{{/* RBAC rules of every enabled controller (but a jmxExporter limited to
+its own namespaces, which gets Roles there: see rbac-jmxexporter.yaml). */}}
 {{- define "deckhand.controllerRules" -}}
 {{- range (include "deckhand.enabledControllers" . | fromJsonArray) }}
+{{- if not (and (eq . "jmxExporter") $.Values.controllers.jmxExporter.namespaces) }}
 {{ include (printf "deckhand.rules.%s" .) $ | trim }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -104,6 +107,14 @@ version of the operator does not have.
 {{- end }}
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
+{{- end }}
+{{- with .Values.controllers.jmxExporter }}
+{{- if .enabled }}
+{{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
+{{- with .namespaces }}
+{{- $_ := set $cfg "jmxexporter-namespaces" . }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- mergeOverwrite $cfg .Values.config | toYaml }}
 {{- end }}
