@@ -67,7 +67,7 @@ func helper(t *testing.T) string {
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
 	o := jmxexporter.Options{HelperPath: helper(t), AgentJar: jvmtest.Compile(t).Agent, TargetDir: filepath.Join(t.TempDir(), "target")}
-	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error { return jmxexporter.Setup(mgr, o) }, ns)
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, jmxexporter.Name), func(mgr ctrl.Manager) error { return jmxexporter.Setup(mgr, o) }, ns)
 }
 
 // routeExec makes kwok run the pod's execs on this host, in workDir, with
