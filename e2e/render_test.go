@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/operator"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 const ns = "deckhand-system"
@@ -62,7 +63,7 @@ func ruleResources(t *testing.T, r *Rendered, kind string) []string {
 }
 
 // groupsOf is the set of API groups a controller serves.
-func groupsOf(t *testing.T, c operator.Controller) map[string]bool {
+func groupsOf(t *testing.T, c registration.Controller) map[string]bool {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, c.AddToScheme(s))
@@ -85,7 +86,7 @@ func crdGroups(t *testing.T, r *Rendered) map[string]bool {
 }
 
 // onlyController enables exactly one controller.
-func onlyController(t *testing.T, only operator.Controller) []string {
+func onlyController(t *testing.T, only registration.Controller) []string {
 	var sets []string
 	for _, c := range operator.Controllers {
 		sets = append(sets, "controllers."+c.ValuesKey+".enabled="+boolString(c.Name == only.Name))
@@ -261,7 +262,7 @@ func TestBadValuesAreRejectedReadably(t *testing.T) {
 		"unknown controller":   {[]string{"controllers.blogpost.enabled=true"}, "additional properties 'blogpost' not allowed"},
 		"wrong type":           {[]string{"replicaCount=two"}, "got string, want integer"},
 		"bad log level":        {[]string{"logLevel=loud"}, "logLevel"},
-		"controller not built": {[]string{"controllers.jmxExporter.enabled=true"}, "does not have the jmxExporter controller yet"},
+		"controller not built": {[]string{"controllers.database.enabled=true"}, "does not have the database controller yet"},
 		"no controller":        {disableAll(), "enable at least one controller"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -310,4 +311,27 @@ func TestDemoIsAHook(t *testing.T) {
 	for _, o := range append(off.Objects, off.Hooks...) {
 		assert.NotEqual(t, "frontend", o.GetName(), "the demo app without its controller")
 	}
+}
+
+func TestJMXExporterGetsPodsExecOnlyWhereItRuns(t *testing.T) {
+	off := MustRender(t, ns, Values(t, nil))
+	assert.NotContains(t, ruleResources(t, off, "ClusterRole"), "/pods/exec", "pods/exec without the controller")
+
+	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true"))
+	assert.Contains(t, controllersFlag(t, on), "jmxexporter")
+	assert.Contains(t, ruleResources(t, on, "ClusterRole"), "/pods/exec")
+	assert.Equal(t, "/usr/local/lib/deckhand/jmx_prometheus_javaagent.jar", configFile(t, on)["jmxexporter-agent-jar"])
+
+	limited := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={team-a,team-b}"))
+	assert.NotContains(t, ruleResources(t, limited, "ClusterRole"), "/pods/exec", "the ClusterRole keeps the other controllers' rules only")
+	assert.Contains(t, ruleResources(t, limited, "ClusterRole"), "magalix.com/configmonitors")
+	assert.Equal(t, []any{"team-a", "team-b"}, configFile(t, limited)["jmxexporter-namespaces"])
+	var where []string
+	for _, o := range limited.Kind("Role") {
+		if strings.HasSuffix(o.GetName(), "-jmxexporter") {
+			where = append(where, o.GetNamespace())
+			assert.Contains(t, ruleResources(t, &Rendered{Objects: []*unstructured.Unstructured{o}}, "Role"), "/pods/exec")
+		}
+	}
+	assert.ElementsMatch(t, []string{"team-a", "team-b"}, where)
 }

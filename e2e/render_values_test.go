@@ -58,7 +58,8 @@ func chartManagedConfigKeys(t *testing.T) []string {
 	keys := map[string]bool{}
 	for _, sets := range [][]string{
 		nil,
-		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false"},
+		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
+			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
 			keys[k] = true

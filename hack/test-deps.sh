@@ -9,6 +9,8 @@ command -v yamllint >/dev/null || need+=(yamllint)
 command -v curl >/dev/null || need+=(curl)
 # The seed 000 demo app is tested with Debian's Python and Flask.
 /usr/bin/python3 -c 'import flask' 2>/dev/null || need+=(python3-flask)
+# The JMX exporter's tests compile and run a real JVM (java, javac, jar).
+command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
 if [[ ${#need[@]} -gt 0 ]]; then
   echo ">> installing Debian packages: ${need[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

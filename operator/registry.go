@@ -1,5 +1,7 @@
 // Package operator names every deckhand controller and turns a
-// --controllers selection into the set to run.
+// --controllers selection into the set to run. Each controller describes
+// itself (name, types, settings, set-up) in its own package; adding one
+// touches this list and that package only.
 package operator
 
 import (
@@ -7,66 +9,25 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
-
-	iximiuzv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/iximiuz/v1alpha1"
-	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
-	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
+	"github.com/deckhand-dev/deckhand/operator/jmxexporter"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
 
-// Controller is one reconciler deckhand can run, known by its name.
-type Controller struct {
-	// Name is used in --controllers.
-	Name string
-	// ValuesKey is the controller's key under `controllers:` in the chart's
-	// values; the chart gates its flag, RBAC rules and CRDs on it.
-	ValuesKey string
-	// AddToScheme registers the API types the controller serves.
-	AddToScheme func(*runtime.Scheme) error
-	// Setup registers the controller with the manager.
-	Setup func(ctrl.Manager, Settings) error
-}
-
-// Settings are the options of individual controllers, from the operator's
-// configuration.
-type Settings struct {
-	// ConfigMonitorIgnoreSecrets runs ConfigMonitor without any access to
-	// Secrets.
-	ConfigMonitorIgnoreSecrets bool
-	// ConfigMonitorRestartsPerSecond and ConfigMonitorRestartBurst pace
-	// ConfigMonitor's restarts across all monitors (zero: its defaults).
-	ConfigMonitorRestartsPerSecond float64
-	ConfigMonitorRestartBurst      int
-}
-
 // Controllers is the registry: every controller deckhand has, by name.
-var Controllers = []Controller{
-	{Name: blogpost.Name, ValuesKey: "blogPost", AddToScheme: iximiuzv1alpha1.AddToScheme, Setup: withoutSettings(blogpost.Setup)},
-	{Name: configmonitor.Name, ValuesKey: "configMonitor", AddToScheme: magalixv1.AddToScheme, Setup: setupConfigMonitor},
-	{Name: tdset.Name, ValuesKey: "tdset", AddToScheme: schedulev1.AddToScheme, Setup: withoutSettings(tdset.Setup)},
-}
-
-func setupConfigMonitor(mgr ctrl.Manager, s Settings) error {
-	return configmonitor.Setup(mgr, configmonitor.Options{
-		IgnoreSecrets:     s.ConfigMonitorIgnoreSecrets,
-		RestartsPerSecond: s.ConfigMonitorRestartsPerSecond,
-		RestartBurst:      s.ConfigMonitorRestartBurst,
-	})
-}
-
-// withoutSettings adapts the Setup of a controller that takes no settings.
-func withoutSettings(setup func(ctrl.Manager) error) func(ctrl.Manager, Settings) error {
-	return func(mgr ctrl.Manager, _ Settings) error { return setup(mgr) }
+var Controllers = []registration.Controller{
+	blogpost.Registration,
+	configmonitor.Registration,
+	tdset.Registration,
+	jmxexporter.Registration,
 }
 
 // Names lists the known controller names, sorted.
 func Names() []string { return namesOf(Controllers) }
 
-func namesOf(registry []Controller) []string {
+func namesOf(registry []registration.Controller) []string {
 	names := make([]string, 0, len(registry))
 	for _, c := range registry {
 		names = append(names, c.Name)
@@ -78,9 +39,11 @@ func namesOf(registry []Controller) []string {
 // Select resolves a --controllers selection with cert-manager's grammar:
 // "*" is every controller, "a" adds a, "-a" removes a; removals win. The
 // result keeps the registry's order.
-func Select(items []string) ([]Controller, error) { return selectFrom(Controllers, items) }
+func Select(items []string) ([]registration.Controller, error) {
+	return selectFrom(Controllers, items)
+}
 
-func selectFrom(registry []Controller, items []string) ([]Controller, error) {
+func selectFrom(registry []registration.Controller, items []string) ([]registration.Controller, error) {
 	known := namesOf(registry)
 	all, enabled, disabled := false, map[string]bool{}, map[string]bool{}
 	for _, raw := range items {
@@ -103,7 +66,7 @@ func selectFrom(registry []Controller, items []string) ([]Controller, error) {
 			enabled[name] = true
 		}
 	}
-	var selected []Controller
+	var selected []registration.Controller
 	for _, c := range registry {
 		if (all || enabled[c.Name]) && !disabled[c.Name] {
 			selected = append(selected, c)

@@ -6,9 +6,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
-var fakeRegistry = []Controller{{Name: "tdset"}, {Name: "blogpost"}, {Name: "database"}}
+var fakeRegistry = []registration.Controller{{Name: "tdset"}, {Name: "blogpost"}, {Name: "database"}}
 
 func selectedNames(t *testing.T, items ...string) []string {
 	t.Helper()

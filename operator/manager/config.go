@@ -14,29 +14,31 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/deckhand-dev/deckhand/operator"
-	"github.com/deckhand-dev/deckhand/operator/configmonitor"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 // Config is everything the manager can be told. Each field's key is its
 // flag name, which is also its key in the config file; DECKHAND_<KEY> with
 // dashes as underscores is its environment variable.
 type Config struct {
-	Kubeconfig                     string        `mapstructure:"kubeconfig"`
-	Controllers                    []string      `mapstructure:"controllers"`
-	WatchNamespaces                []string      `mapstructure:"watch-namespaces"`
-	ConfigMonitorIgnoreSecrets     bool          `mapstructure:"configmonitor-ignore-secrets"`
-	ConfigMonitorRestartsPerSecond float64       `mapstructure:"configmonitor-restarts-per-second"`
-	ConfigMonitorRestartBurst      int           `mapstructure:"configmonitor-restart-burst"`
-	LeaderElect                    bool          `mapstructure:"leader-elect"`
-	LeaderElectionNamespace        string        `mapstructure:"leader-election-namespace"`
-	LeaderElectionID               string        `mapstructure:"leader-election-id"`
-	MetricsBindAddress             string        `mapstructure:"metrics-bind-address"`
-	HealthProbeBindAddress         string        `mapstructure:"health-probe-bind-address"`
-	LogLevel                       string        `mapstructure:"log-level"`
-	LogFormat                      string        `mapstructure:"log-format"`
-	KubeAPIQPS                     float32       `mapstructure:"kube-api-qps"`
-	KubeAPIBurst                   int           `mapstructure:"kube-api-burst"`
-	GracefulShutdownTimeout        time.Duration `mapstructure:"graceful-shutdown-timeout"`
+	Kubeconfig              string        `mapstructure:"kubeconfig"`
+	Controllers             []string      `mapstructure:"controllers"`
+	WatchNamespaces         []string      `mapstructure:"watch-namespaces"`
+	LeaderElect             bool          `mapstructure:"leader-elect"`
+	LeaderElectionNamespace string        `mapstructure:"leader-election-namespace"`
+	LeaderElectionID        string        `mapstructure:"leader-election-id"`
+	MetricsBindAddress      string        `mapstructure:"metrics-bind-address"`
+	HealthProbeBindAddress  string        `mapstructure:"health-probe-bind-address"`
+	LogLevel                string        `mapstructure:"log-level"`
+	LogFormat               string        `mapstructure:"log-format"`
+	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
+	KubeAPIBurst            int           `mapstructure:"kube-api-burst"`
+	GracefulShutdownTimeout time.Duration `mapstructure:"graceful-shutdown-timeout"`
+
+	// Settings holds every option by flag name, the controllers' own
+	// included; each controller reads its settings from it. Nil means the
+	// defaults.
+	Settings registration.Settings `mapstructure:"-"`
 
 	// ManyPerProcess lets tests start several managers in one process
 	// (controller-runtime otherwise rejects a second controller name).
@@ -56,9 +58,6 @@ func Flags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig for running outside a cluster (default: in-cluster config, then $KUBECONFIG)")
 	fs.StringSlice("controllers", []string{"*"}, `controllers to run: "*" for all, "a,b" for those, "*,-a" for all but a`)
 	fs.StringSlice("watch-namespaces", nil, "namespaces to watch (default: all)")
-	fs.Float64("configmonitor-restarts-per-second", configmonitor.DefaultRestartsPerSecond, "ConfigMonitor's restarts per second across all monitors (a token bucket), so a configuration storm cannot flood the API server")
-	fs.Int("configmonitor-restart-burst", configmonitor.DefaultRestartBurst, "restarts ConfigMonitor may make at once before --configmonitor-restarts-per-second applies")
-	fs.Bool("configmonitor-ignore-secrets", false, "run ConfigMonitor without any access to Secrets: monitors naming one (spec.secret) are reported, not served")
 	fs.Bool("leader-elect", false, "elect a leader with a Lease so only one replica reconciles")
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
@@ -69,6 +68,12 @@ func Flags() *pflag.FlagSet {
 	fs.Float32("kube-api-qps", 200, "client-side rate limit on API requests per second")
 	fs.Int("kube-api-burst", 400, "client-side burst of API requests")
 	fs.Duration("graceful-shutdown-timeout", 30*time.Second, "time given to running reconciles after SIGTERM")
+	// Each controller declares its own settings.
+	for _, c := range operator.Controllers {
+		if c.Flags != nil {
+			c.Flags(fs)
+		}
+	}
 	return fs
 }
 
@@ -87,7 +92,7 @@ func Load(args []string) (Config, error) {
 	}
 
 	if file := v.GetString(configFileKey); file != "" {
-		if err := checkConfigFile(file); err != nil {
+		if err := checkConfigFile(file, Flags()); err != nil {
 			return Config{}, err
 		}
 		v.SetConfigFile(file)
@@ -104,15 +109,26 @@ func Load(args []string) (Config, error) {
 	if err := v.Unmarshal(&cfg); err != nil {
 		return Config{}, fmt.Errorf("configuration (%s): %w", sources, err)
 	}
+	cfg.Settings = v
 	if err := cfg.validate(); err != nil {
 		return Config{}, fmt.Errorf("configuration (%s): %w", sources, err)
 	}
 	return cfg, nil
 }
 
-// checkConfigFile decodes the file on its own, strictly, so an unknown key
-// or a value of the wrong type is reported with the file's name.
-func checkConfigFile(file string) error {
+// DefaultSettings are every option at its default.
+func DefaultSettings() registration.Settings {
+	v := viper.New()
+	if err := v.BindPFlags(Flags()); err != nil {
+		panic(err) // a flag set that cannot be bound is a programming error
+	}
+	return v
+}
+
+// checkConfigFile reads the file on its own, strictly: every key must be
+// an option and every value must parse as that option's flag would, so a
+// typo or a wrong type is reported with the file's name.
+func checkConfigFile(file string, fs *pflag.FlagSet) error {
 	if _, err := os.Stat(file); err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
@@ -121,11 +137,34 @@ func checkConfigFile(file string) error {
 	if err := v.ReadInConfig(); err != nil {
 		return fmt.Errorf("config file %s is not valid YAML: %w", file, err)
 	}
-	var cfg Config
-	if err := v.UnmarshalExact(&cfg); err != nil {
+	var errs []error
+	for _, key := range v.AllKeys() {
+		f := fs.Lookup(key)
+		if f == nil || key == configFileKey {
+			errs = append(errs, fmt.Errorf("unknown option %q", key))
+			continue
+		}
+		if err := f.Value.Set(flagText(v.Get(key))); err != nil {
+			errs = append(errs, fmt.Errorf("option %q: %w", key, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("config file %s: %w", file, err)
 	}
 	return nil
+}
+
+// flagText writes a YAML value the way it would be given on the command
+// line: lists comma-separated.
+func flagText(value any) string {
+	if list, ok := value.([]any); ok {
+		parts := make([]string, len(list))
+		for i, item := range list {
+			parts[i] = fmt.Sprint(item)
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(value)
 }
 
 func (c Config) validate() error {
@@ -145,17 +184,22 @@ func (c Config) validate() error {
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
 		errs = append(errs, fmt.Errorf("kube-api-qps and kube-api-burst must be positive"))
 	}
-	if c.ConfigMonitorRestartsPerSecond <= 0 || c.ConfigMonitorRestartBurst <= 0 {
-		errs = append(errs, fmt.Errorf("configmonitor-restarts-per-second and configmonitor-restart-burst must be positive (suspend a monitor with spec.suspend instead)"))
+	// Each controller checks its own settings, selected or not: a bad
+	// value fails now, not when someone enables the controller later.
+	for _, ctl := range operator.Controllers {
+		if ctl.Check != nil {
+			if err := ctl.Check(c.settings()); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// settings are the options the controllers take.
-func (c Config) settings() operator.Settings {
-	return operator.Settings{
-		ConfigMonitorIgnoreSecrets:     c.ConfigMonitorIgnoreSecrets,
-		ConfigMonitorRestartsPerSecond: c.ConfigMonitorRestartsPerSecond,
-		ConfigMonitorRestartBurst:      c.ConfigMonitorRestartBurst,
+// settings are every option by name, defaults when none were loaded.
+func (c Config) settings() registration.Settings {
+	if c.Settings == nil {
+		return DefaultSettings()
 	}
+	return c.Settings
 }

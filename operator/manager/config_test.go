@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -27,16 +29,18 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "json", cfg.LogFormat)
 	assert.Equal(t, 30*time.Second, cfg.GracefulShutdownTimeout)
 	assert.GreaterOrEqual(t, cfg.KubeAPIQPS, float32(100), "client-go's default 5 QPS throttles every write")
-	assert.False(t, cfg.settings().ConfigMonitorIgnoreSecrets, "ConfigMonitor serves spec.secret by default")
-	assert.EqualValues(t, 1, cfg.settings().ConfigMonitorRestartsPerSecond)
-	assert.Equal(t, 100, cfg.settings().ConfigMonitorRestartBurst)
+	cm, err := configmonitor.OptionsFrom(cfg.Settings)
+	require.NoError(t, err)
+	assert.False(t, cm.IgnoreSecrets, "ConfigMonitor serves spec.secret by default")
+	assert.EqualValues(t, 1, cm.RestartsPerSecond)
+	assert.Equal(t, 100, cm.RestartBurst)
 }
 
 func TestIgnoreSecretsFromTheChartsConfigFile(t *testing.T) {
 	t.Setenv("DECKHAND_CONFIG", writeFile(t, "configmonitor-ignore-secrets: true\n"))
 	cfg, err := Load(nil)
 	require.NoError(t, err)
-	assert.True(t, cfg.settings().ConfigMonitorIgnoreSecrets)
+	assert.True(t, cfg.Settings.GetBool("configmonitor-ignore-secrets"))
 }
 
 func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
@@ -66,6 +70,9 @@ func TestMalformedConfigFileNamesFileAndField(t *testing.T) {
 		"unknown key": {"leader-elekt: true\n", "leader-elekt"},
 		"bad yaml":    {"controllers: [blogpost\n", ""},
 		"bad value":   {"log-format: xml\n", "log-format"},
+		// A controller's own settings are checked the same way.
+		"controller setting, wrong type": {"configmonitor-restart-burst: lots\n", "configmonitor-restart-burst"},
+		"controller setting, typo":       {"configmonitor-restart-brust: 5\n", "configmonitor-restart-brust"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := writeFile(t, tc.body)
@@ -95,8 +102,10 @@ func TestRestartPaceFromTheConfigFile(t *testing.T) {
 	t.Setenv("DECKHAND_CONFIG", writeFile(t, "configmonitor-restarts-per-second: 0.5\nconfigmonitor-restart-burst: 10\n"))
 	cfg, err := Load(nil)
 	require.NoError(t, err)
-	assert.EqualValues(t, 0.5, cfg.settings().ConfigMonitorRestartsPerSecond)
-	assert.Equal(t, 10, cfg.settings().ConfigMonitorRestartBurst)
+	cm, err := configmonitor.OptionsFrom(cfg.Settings)
+	require.NoError(t, err)
+	assert.EqualValues(t, 0.5, cm.RestartsPerSecond)
+	assert.Equal(t, 10, cm.RestartBurst)
 }
 
 func TestLeaderElectionNamespace(t *testing.T) {
@@ -119,4 +128,20 @@ func TestLeaderElectionNamespace(t *testing.T) {
 func TestUnknownControllerIsAConfigError(t *testing.T) {
 	_, err := Load([]string{"--controllers=blogpost,nope"})
 	require.ErrorContains(t, err, `unknown controller "nope"`)
+}
+
+func TestEveryControllerSettingIsAFlag(t *testing.T) {
+	// The chart's config keys and --help come from Flags(): a controller's
+	// own settings must be there, with their defaults.
+	f := Flags().Lookup("configmonitor-restart-burst")
+	require.NotNil(t, f)
+	assert.Equal(t, "100", f.DefValue)
+}
+
+func TestListsInTheConfigFile(t *testing.T) {
+	t.Setenv("DECKHAND_CONFIG", writeFile(t, "controllers: [blogpost, tdset]\nwatch-namespaces: [a, b]\n"))
+	cfg, err := Load(nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"blogpost", "tdset"}, cfg.Controllers)
+	assert.Equal(t, []string{"a", "b"}, cfg.WatchNamespaces)
 }

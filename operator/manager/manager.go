@@ -5,22 +5,26 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 
 	"go.uber.org/zap/zapcore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhand-dev/deckhand/operator"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 // inClusterNamespaceFile holds the pod's namespace when running in a cluster.
@@ -67,7 +71,7 @@ func RESTConfig(cfg Config) (*rest.Config, error) {
 }
 
 // New builds a manager running the selected controllers.
-func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, error) {
+func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, error) {
 	selected, err := operator.Select(cfg.Controllers)
 	if err != nil {
 		return nil, nil, err
@@ -97,7 +101,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
 	}
-	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects}
+	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: OwnedObjectsOnly(selected)}
 	if len(cfg.WatchNamespaces) > 0 {
 		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {
@@ -122,6 +126,24 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []operator.Controller, erro
 		}
 	}
 	return mgr, selected, nil
+}
+
+// OwnedObjectsOnly limits the caches of the types the selected controllers
+// create to objects labelled as deckhand's: a cluster's other Deployments
+// or Services cost the operator no memory.
+func OwnedObjectsOnly(selected []registration.Controller) map[client.Object]cache.ByObject {
+	ours := labels.SelectorFromSet(labels.Set{registration.ManagedByLabel: registration.ManagedByValue})
+	byObject := map[client.Object]cache.ByObject{}
+	seen := map[reflect.Type]bool{}
+	for _, c := range selected {
+		for _, obj := range c.Owns {
+			if t := reflect.TypeOf(obj); !seen[t] {
+				seen[t] = true
+				byObject[obj] = cache.ByObject{Label: ours}
+			}
+		}
+	}
+	return byObject
 }
 
 // SlimCachedObjects drops what no controller reads from the cache:

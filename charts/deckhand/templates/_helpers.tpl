@@ -47,7 +47,14 @@ ClusterRoleBinding, the Roles in watchNamespaces): the release namespace
 and full name, so the same release name in two namespaces does not collide.
 At most 63 characters; a longer name is cut and ends in a hash of the whole. */}}
 {{- define "deckhand.globalName" -}}
-{{- $name := printf "%s-%s" .Release.Namespace (include "deckhand.fullname" .) }}
+{{- include "deckhand.globalNameWithSuffix" (list . "") }}
+{{- end }}
+
+{{/* (list $ "jmxexporter"): deckhand.globalName ending in -jmxexporter. */}}
+{{- define "deckhand.globalNameWithSuffix" -}}
+{{- $ctx := index . 0 }}
+{{- $name := printf "%s-%s" $ctx.Release.Namespace (include "deckhand.fullname" $ctx) }}
+{{- with index . 1 }}{{ $name = printf "%s-%s" $name . }}{{ end }}
 {{- if gt (len $name) 63 }}
 {{- $name = printf "%s-%s" ($name | trunc 54 | trimSuffix "-") ($name | sha256sum | trunc 8) }}
 {{- end }}
@@ -100,10 +107,13 @@ version of the operator does not have.
 {{- if and $ctx.Values.crds.enabled (or $ctx.Values.crds.installAll (index $ctx.Values.controllers $key).enabled) }}true{{- end }}
 {{- end }}
 
-{{/* RBAC rules of every enabled controller. */}}
+{{/* RBAC rules of every enabled controller (but a jmxExporter limited to
+its own namespaces, which gets Roles there: see rbac-jmxexporter.yaml). */}}
 {{- define "deckhand.controllerRules" -}}
 {{- range (include "deckhand.enabledControllers" . | fromJsonArray) }}
+{{- if not (and (eq . "jmxExporter") $.Values.controllers.jmxExporter.namespaces) }}
 {{ include (printf "deckhand.rules.%s" .) $ | trim }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -123,6 +133,14 @@ version of the operator does not have.
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
 {{- end }}
+{{- with .Values.controllers.jmxExporter }}
+{{- if .enabled }}
+{{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
+{{- with .namespaces }}
+{{- $_ := set $cfg "jmxexporter-namespaces" . }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- mergeOverwrite $cfg .Values.config | toYaml }}
 {{- end }}
 
@@ -138,6 +156,8 @@ health-probe-bind-address: healthProbe.port
 log-level: logLevel
 log-format: logFormat
 configmonitor-ignore-secrets: controllers.configMonitor.secrets
+jmxexporter-agent-jar: controllers.jmxExporter.agentJar
+jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)
 config: nothing (the chart mounts the config file)
 {{- end }}
