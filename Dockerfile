@@ -9,8 +9,31 @@ COPY cmd/ cmd/
 COPY operator/ operator/
 ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o /out/deckhand ./cmd/deckhand
+# The JMX exporter's attach helper, copied by the operator into Java
+# containers of either architecture: static, no cgo.
+RUN for arch in amd64 arm64; do \
+      CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" \
+        -o /out/lib/deckhand-jmx-attach-linux-$arch ./cmd/deckhand-jmx-attach; \
+    done
+
+# The upstream Prometheus JMX exporter agent, pinned, and checked against
+# the SHA-1 Maven Central publishes beside it (the build fails on a
+# mismatch). Set JMX_EXPORTER_SHA1 to pin the checksum itself as well.
+FROM golang:1.26 AS agent
+ARG JMX_EXPORTER_VERSION=1.0.1
+ARG JMX_EXPORTER_SHA1=""
+RUN set -eu; \
+    base=https://repo1.maven.org/maven2/io/prometheus/jmx/jmx_prometheus_javaagent/${JMX_EXPORTER_VERSION}; \
+    jar=jmx_prometheus_javaagent-${JMX_EXPORTER_VERSION}.jar; \
+    curl -fsSLo /tmp/$jar $base/$jar; \
+    published=$(curl -fsSL $base/$jar.sha1 | cut -c1-40); \
+    echo "$published  /tmp/$jar" | sha1sum -c -; \
+    if [ -n "$JMX_EXPORTER_SHA1" ]; then echo "$JMX_EXPORTER_SHA1  /tmp/$jar" | sha1sum -c -; fi; \
+    mkdir -p /out/lib && mv /tmp/$jar /out/lib/jmx_prometheus_javaagent.jar
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/deckhand /deckhand
+COPY --from=build /out/lib/ /usr/local/lib/deckhand/
+COPY --from=agent /out/lib/ /usr/local/lib/deckhand/
 USER 65532:65532
 ENTRYPOINT ["/deckhand"]

@@ -3,12 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,6 +82,12 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg))
 	health := freeAddress(t)
 	cfg["health-probe-bind-address"] = health
+	// Tests share the cluster: the operator watches only the test's own
+	// namespace (unless the chart already limits it), so it never sees, nor
+	// records Events about, another test's objects.
+	if _, ok := cfg["watch-namespaces"]; !ok {
+		cfg["watch-namespaces"] = []string{namespace}
+	}
 	if cfg["metrics-bind-address"] != "0" {
 		cfg["metrics-bind-address"] = freeAddress(t)
 	}
@@ -154,6 +162,37 @@ func (o *HostOperator) Stop(t testing.TB) error {
 
 // Logs is what the operator printed so far.
 func (o *HostOperator) Logs() string { return o.logs.String() }
+
+// Failures are the operator's own failures in its log so far: JSON lines at
+// error level or above (a reconciler's error, a failed Event), klog's error
+// lines (client-go's: a list or watch refused, e.g. by RBAC) and Go panics.
+// Optimistic-concurrency conflicts are left out: the reconcile is retried
+// by design.
+func (o *HostOperator) Failures() []string {
+	var out []string
+	for _, line := range strings.Split(o.Logs(), "\n") {
+		if isFailure(line) && !strings.Contains(line, "the object has been modified") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+var klogError = regexp.MustCompile(`^[EF]\d{4} `)
+
+func isFailure(line string) bool {
+	var entry struct {
+		Level string `json:"level"`
+	}
+	if json.Unmarshal([]byte(line), &entry) == nil && entry.Level != "" {
+		switch entry.Level {
+		case "error", "dpanic", "panic", "fatal":
+			return true
+		}
+		return false
+	}
+	return klogError.MatchString(line) || strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:")
+}
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // ServiceAccount with a token from the TokenRequest API.

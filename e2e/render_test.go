@@ -262,7 +262,7 @@ func TestBadValuesAreRejectedReadably(t *testing.T) {
 		"unknown controller":   {[]string{"controllers.blogpost.enabled=true"}, "additional properties 'blogpost' not allowed"},
 		"wrong type":           {[]string{"replicaCount=two"}, "got string, want integer"},
 		"bad log level":        {[]string{"logLevel=loud"}, "logLevel"},
-		"controller not built": {[]string{"controllers.jmxExporter.enabled=true"}, "does not have the jmxExporter controller yet"},
+		"controller not built": {[]string{"controllers.mysqlCluster.enabled=true"}, "does not have the mysqlCluster controller yet"},
 		"no controller":        {disableAll(), "enable at least one controller"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -311,4 +311,27 @@ func TestDemoIsAHook(t *testing.T) {
 	for _, o := range append(off.Objects, off.Hooks...) {
 		assert.NotEqual(t, "frontend", o.GetName(), "the demo app without its controller")
 	}
+}
+
+func TestJMXExporterGetsPodsExecOnlyWhereItRuns(t *testing.T) {
+	off := MustRender(t, ns, Values(t, nil))
+	assert.NotContains(t, ruleResources(t, off, "ClusterRole"), "/pods/exec", "pods/exec without the controller")
+
+	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true"))
+	assert.Contains(t, controllersFlag(t, on), "jmxexporter")
+	assert.Contains(t, ruleResources(t, on, "ClusterRole"), "/pods/exec")
+	assert.Equal(t, "/usr/local/lib/deckhand/jmx_prometheus_javaagent.jar", configFile(t, on)["jmxexporter-agent-jar"])
+
+	limited := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={team-a,team-b}"))
+	assert.NotContains(t, ruleResources(t, limited, "ClusterRole"), "/pods/exec", "the ClusterRole keeps the other controllers' rules only")
+	assert.Contains(t, ruleResources(t, limited, "ClusterRole"), "magalix.com/configmonitors")
+	assert.Equal(t, []any{"team-a", "team-b"}, configFile(t, limited)["jmxexporter-namespaces"])
+	var where []string
+	for _, o := range limited.Kind("Role") {
+		if strings.HasSuffix(o.GetName(), "-jmxexporter") {
+			where = append(where, o.GetNamespace())
+			assert.Contains(t, ruleResources(t, &Rendered{Objects: []*unstructured.Unstructured{o}}, "Role"), "/pods/exec")
+		}
+	}
+	assert.ElementsMatch(t, []string{"team-a", "team-b"}, where)
 }

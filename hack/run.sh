@@ -38,6 +38,8 @@ token=$("$kubectl" -n "$namespace" create token "$release" --duration 24h)
 "$kubectl" --kubeconfig "$work/kubeconfig" config set-context --current --user deckhand-operator >/dev/null
 
 health=127.0.0.1:18081
+# elapsed START: seconds since $EPOCHREALTIME was START, to 0.01 s.
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
 demo() {
   # Wait for the operator, then apply the seed's BlogPost and time it.
   for _ in $(seq 1 100); do curl -fs "http://$health/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -45,7 +47,7 @@ demo() {
   local start=$EPOCHREALTIME
   "$kubectl" apply -f examples/blogpost.yaml >/dev/null
   "$kubectl" wait --for jsonpath='{.status.publishedAt}' --timeout 30s blogpost/blog-post-1 >/dev/null
-  local took; took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+  local post_took; post_took=$(elapsed "$start")
   # Seed 001's TDSet, verbatim, in the namespace it names.
   "$kubectl" create namespace temp --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   "$kubectl" apply -f examples/tdset.yaml >/dev/null
@@ -62,14 +64,13 @@ demo() {
       [[ $("$kubectl" -n "$namespace" get deploy frontend -o jsonpath='{.metadata.generation}') -gt $gen ]] && break
       sleep 0.05
     done
-    took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
-    lab=">> demo: MSG changed in ConfigMap flaskapp-config; ConfigMonitor rolled Deployment frontend within ${took}s"
+    lab=">> demo: MSG changed in ConfigMap flaskapp-config; ConfigMonitor rolled Deployment frontend within $(elapsed "$start")s"
   else
     lab=">> demo: ConfigMonitor flakapp-config-monitor is not Ready (kubectl -n $namespace describe cmon)"
   fi
   cat >&2 <<MSG
 
->> demo: BlogPost blog-post-1 applied; publishedAt stamped ${took}s after kubectl apply
+>> demo: BlogPost blog-post-1 applied; publishedAt stamped ${post_took}s after kubectl apply
 $("$kubectl" get blogposts -o wide)
 
 $lab

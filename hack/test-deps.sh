@@ -12,6 +12,8 @@ command -v curl >/dev/null || need+=(curl)
 # The Database controller's scripts are proven on Debian's PostgreSQL (15 on
 # bookworm); the servers run as its postgres user.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/null 2>&1 || need+=(postgresql)
+# The JMX exporter's tests compile and run a real JVM (java, javac, jar).
+command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
 if [[ ${#need[@]} -gt 0 ]]; then
   echo ">> installing Debian packages: ${need[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

@@ -12,6 +12,7 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/jmxexporter"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
@@ -22,6 +23,7 @@ var Controllers = []registration.Controller{
 	configmonitor.Registration,
 	tdset.Registration,
 	database.Registration,
+	jmxexporter.Registration,
 }
 
 // Names lists the known controller names, sorted.

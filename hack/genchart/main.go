@@ -2,7 +2,12 @@
 // registry, crds/ and each controller's RBAC markers, so the chart can never
 // disagree with the code:
 //
-//   - templates/crds/<file>.yaml: every CRD, gated by its controller's toggle
+//   - templates/crds/<file>.yaml: every CRD, gated by its controller's toggle;
+//     when a CRD is switched off, an upgrade that would delete it while
+//     objects of it exist fails instead. CRDs of kinds holding a database's
+//     data (dataGroups) are always kept on uninstall, whatever crds.keep says.
+//   - values.schema.json: the keys `config` accepts (the operator's flags)
+//     and the Kubernetes types of list items (see schema.go)
 //   - templates/_generated.tpl: the controllers the chart knows (values key
 //     to --controllers name) and each controller's RBAC rules; rules on
 //     Secrets are gated on controllers.<key>.secrets where values.yaml
@@ -77,7 +82,7 @@ func main() {
 				log.Fatalf("%s is served by both %s and %s", file, owner, c.Name)
 			}
 			claimed[file] = c.Name
-			if err := writeCRDTemplate(filepath.Join(outDir, filepath.Base(file)), file, c.ValuesKey); err != nil {
+			if err := writeCRDTemplate(filepath.Join(outDir, filepath.Base(file)), file, crd, c.ValuesKey); err != nil {
 				log.Fatal(err)
 			}
 		}
@@ -100,6 +105,18 @@ func main() {
 	if err := os.WriteFile(filepath.Join(*chartDir, "templates", "_generated.tpl"), tpl.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
+	if err := updateValuesSchema(*chartDir); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// dataGroups are the API groups whose kinds hold a database's data
+// (Database, MySQLCluster): their CRDs are always annotated
+// helm.sh/resource-policy: keep, since deleting a CRD deletes every object
+// of it, and with them the databases they run.
+var dataGroups = map[string]bool{
+	"stable.imaginedata.co":            true,
+	"cr.mysqloperator.grtl.github.com": true,
 }
 
 func readCRDs(dir string) (map[string]*apiextensionsv1.CustomResourceDefinition, error) {
@@ -138,31 +155,50 @@ func groupsOf(c registration.Controller) (map[string]bool, error) {
 }
 
 // writeCRDTemplate wraps a CRD in its controller's toggle and adds the
-// chart's labels and the keep policy.
-func writeCRDTemplate(out, src, valuesKey string) error {
+// chart's labels and the keep policy. When the toggle is off, the template
+// refuses an upgrade that would delete the CRD while objects of it exist
+// (deckhand.refuseCRDRemoval); a CRD of dataGroups is always kept instead.
+func writeCRDTemplate(out, src string, crd *apiextensionsv1.CustomResourceDefinition, valuesKey string) error {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	body := strings.TrimPrefix(string(b), "---\n")
+	tpl, err := crdTemplate(string(b), crd, valuesKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return os.WriteFile(out, []byte(tpl), 0o644)
+}
+
+// crdTemplate is writeCRDTemplate's text.
+func crdTemplate(src string, crd *apiextensionsv1.CustomResourceDefinition, valuesKey string) (string, error) {
+	body := strings.TrimPrefix(src, "---\n")
 	if strings.Contains(body, "{{") {
-		return fmt.Errorf("%s contains '{{', which Helm would read as a template", src)
+		return "", fmt.Errorf("contains '{{', which Helm would read as a template")
 	}
 	const anchor = "metadata:\n  annotations:\n"
 	if !strings.Contains(body, anchor) {
-		return fmt.Errorf("%s: no metadata.annotations to extend", src)
+		return "", fmt.Errorf("no metadata.annotations to extend")
 	}
-	body = strings.Replace(body, anchor, anchor+
-		"    {{- if .Values.crds.keep }}\n"+
-		"    helm.sh/resource-policy: keep\n"+
-		"    {{- end }}\n", 1)
+	keep := "    {{- if .Values.crds.keep }}\n" +
+		"    helm.sh/resource-policy: keep\n" +
+		"    {{- end }}\n"
+	if dataGroups[crd.Spec.Group] {
+		keep = "    # " + crd.Spec.Names.Kind + " objects hold a database's data: kept whatever crds.keep says.\n" +
+			"    helm.sh/resource-policy: keep\n"
+	}
+	body = strings.Replace(body, anchor, anchor+keep, 1)
 	body = strings.Replace(body, "\nspec:\n", "\n  labels:\n    {{- include \"deckhand.labels\" . | nindent 4 }}\nspec:\n", 1)
-	var w bytes.Buffer
+	var w strings.Builder
 	w.WriteString(header)
 	fmt.Fprintf(&w, "{{- if include \"deckhand.crdEnabled\" (list . %q) }}\n", valuesKey)
 	w.WriteString(body)
+	if !dataGroups[crd.Spec.Group] {
+		w.WriteString("{{- else }}\n")
+		fmt.Fprintf(&w, "{{- include \"deckhand.refuseCRDRemoval\" (list . %q) }}\n", crd.Name)
+	}
 	w.WriteString("{{- end }}\n")
-	return os.WriteFile(out, w.Bytes(), 0o644)
+	return w.String(), nil
 }
 
 // rbacRules runs controller-gen over one controller package and returns

@@ -26,8 +26,13 @@ func IsWrite(req *http.Request) bool { return req.Method != http.MethodGet }
 // the requests match accepts, for an operator under test.
 func CountRequests(t testing.TB, match func(*http.Request) bool) (*rest.Config, *atomic.Int64) {
 	t.Helper()
+	return Counting(RESTConfig(t), match)
+}
+
+// Counting is base with a count of the requests match selects.
+func Counting(base *rest.Config, match func(*http.Request) bool) (*rest.Config, *atomic.Int64) {
 	count := &atomic.Int64{}
-	rc := rest.CopyConfig(RESTConfig(t))
+	rc := rest.CopyConfig(base)
 	rc.Wrap(func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if match(req) {

@@ -216,7 +216,9 @@ func WaitEstablished(t testing.TB, c client.Client, name string) {
 }
 
 // StartOperator runs the deckhand manager in this process with the given
-// controllers, watching only the given namespaces, until the test ends.
+// controllers, watching only the given namespaces (at least one), until the
+// test ends. It authenticates as a ServiceAccount with the RBAC the chart
+// gives those controllers (ChartRBACConfig).
 func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 	t.Helper()
 	cfg := manager.Config{
@@ -231,7 +233,8 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 		GracefulShutdownTimeout: 5 * time.Second,
 		ManyPerProcess:          true,
 	}
-	mgr, _, err := manager.New(cfg, RESTConfig(t))
+	require.NotEmpty(t, namespaces, "an operator under test watches only its test's namespaces")
+	mgr, _, err := manager.New(cfg, ChartRBACConfig(t, namespaces[0], controllers...))
 	require.NoError(t, err)
 	run(t, mgr)
 }
@@ -247,7 +250,8 @@ func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) err
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{}, DefaultTransform: manager.SlimCachedObjects},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{}, DefaultTransform: manager.SlimCachedObjects,
+			ByObject: manager.OwnedObjectsOnly(operator.Controllers)},
 	}
 	for _, ns := range namespaces {
 		opts.Cache.DefaultNamespaces[ns] = cache.Config{}

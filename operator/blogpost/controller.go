@@ -74,8 +74,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// moving publishedAt: it is set once.
 	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, &post, patch); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ctrl.Result{Requeue: true}, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{}, nil // deleted meanwhile
+		case apierrors.IsConflict(err):
+			// A newer version is on its way to the cache; read it then.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("publishing BlogPost %s: %w", req.NamespacedName, err)
 	}
@@ -85,6 +89,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	return ctrl.Result{}, nil
 }
+
+// conflictRetry is how soon a post whose status write lost a race is read
+// again: its newer version reaches the cache within milliseconds.
+const conflictRetry = 100 * time.Millisecond
 
 // publish sets the status a published post has at instant now: publishedAt
 // is kept when already set.

@@ -44,8 +44,9 @@ const FieldManager = "deckhand-configmonitor"
 
 // Condition types.
 const (
-	ConditionReady       = "Ready"
-	ConditionConfigFound = "ConfigFound"
+	ConditionReady            = "Ready"
+	ConditionConfigFound      = "ConfigFound"
+	ConditionTargetsSupported = "TargetsSupported"
 )
 
 // Field indexes: which monitors name a ConfigMap or a Secret.
@@ -156,12 +157,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&magalixv1.ConfigMonitor{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Metadata only: a ConfigMap nobody monitors costs its name and
 		// labels in memory, not its data.
-		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap))).
+		// A relist delivers unchanged objects again: not a change, and no
+		// start for the reaction clock.
+		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap)),
+			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		// ReplicaSet metadata (owner references) maps pods to Deployments
 		// without a request per ReplicaSet; nothing is enqueued from it.
 		WatchesMetadata(&appsv1.ReplicaSet{}, handler.Funcs{})
 	if !r.IgnoreSecrets {
-		b = b.WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret)))
+		b = b.WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret)),
+			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))
 	}
 	return b.Complete(r)
 }
@@ -273,7 +278,19 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 
-	restarted, err := r.restart(ctx, m, selector, hash)
+	out, err := r.restart(ctx, m, selector, hash)
+	if m.Status.ObservedHash == hash {
+		// DeletePods found, reading live, that this change was rolled out
+		// already; m came from a stale cache.
+		return ctrl.Result{}, nil
+	}
+	var wait *cutoffWait
+	if errors.As(err, &wait) {
+		setCondition(m, ConditionReady, false, "Restarting", "configuration changed; deleting the selected pods created before the change")
+		return ctrl.Result{RequeueAfter: wait.after}, nil
+	}
+	m.Status.PendingWorkloads = out.pending
+	r.reportUnsupported(m, out.unsupported)
 	var limited *rateLimitedError
 	if errors.As(err, &limited) {
 		// Not a failure: the change stays pending and this monitor comes
@@ -289,9 +306,9 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 		return ctrl.Result{}, err
 	}
 	m.Status.ObservedHash, m.Status.PendingHash, m.Status.PendingSince = hash, "", nil
-	m.Status.RestartedWorkloads = restarted
+	m.Status.RestartedWorkloads = out.done
 	m.Status.LastRestartTime = &metav1.Time{Time: now}
-	setCondition(m, ConditionReady, true, "Restarted", fmt.Sprintf("configuration %s rolled out to %d workload(s)", short(hash), len(restarted)))
+	setCondition(m, ConditionReady, true, "Restarted", fmt.Sprintf("configuration %s rolled out to %d workload(s)", short(hash), len(out.done)))
 	return ctrl.Result{}, nil
 }
 

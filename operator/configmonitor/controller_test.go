@@ -252,7 +252,7 @@ func TestMissingConfigMapIsReportedAndItsReturnIsABaseline(t *testing.T) {
 	assert.Equal(t, "Baseline", reason(m, ConditionReady))
 }
 
-func TestPausedDeploymentIsSkippedAndReported(t *testing.T) {
+func TestPausedDeploymentIsStampedAndRollsWhenResumed(t *testing.T) {
 	objs := frontend()
 	objs[0].(*appsv1.Deployment).Spec.Paused = true
 	f := newFixture(t, append(objs, configMap("one"), monitor("m"))...)
@@ -260,12 +260,33 @@ func TestPausedDeploymentIsSkippedAndReported(t *testing.T) {
 	f.setMessage(t, "two")
 	m, _ := f.reconcile(t, "m")
 
+	// The template carries the hash: the Deployment controller rolls it
+	// on `kubectl rollout resume`, and the change is not forgotten.
 	hash, _ := f.templateHash(t)
-	assert.Empty(t, hash, "a paused Deployment was patched")
-	assert.Empty(t, m.Status.RestartedWorkloads)
-	evs := f.drainEvents()
-	require.Len(t, evs, 1)
-	assert.Contains(t, evs[0], "Warning Skipped not restarted: Deployment/frontend (Paused")
+	assert.Equal(t, Hash(configMap("two"), nil), hash, "a paused Deployment was left without the change")
+	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Deployment", Name: "frontend"}}, m.Status.RestartedWorkloads)
+	assert.Empty(t, m.Status.PendingWorkloads)
+	assert.Contains(t, strings.Join(f.drainEvents(), "\n"), "the Deployment is paused and rolls when it is resumed")
+}
+
+func TestUnsupportedTargetsAreReportedAndDoNotHoldReady(t *testing.T) {
+	f := newFixture(t, append(frontend(), bare(), configMap("one"), monitor("m"))...)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	m, _ := f.reconcile(t, "m")
+	assert.Equal(t, "Restarted", reason(m, ConditionReady), "a bare pod held the change back")
+	supported := meta.FindStatusCondition(m.Status.Conditions, ConditionTargetsSupported)
+	require.NotNil(t, supported)
+	assert.Equal(t, metav1.ConditionFalse, supported.Status)
+	assert.Contains(t, supported.Message, "Pod/lonely (BarePod")
+	assert.Contains(t, f.drainEvents(), "Warning Skipped not restarted: Pod/lonely (BarePod: no controller to roll; strategy DeletePods restarts bare pods)")
+
+	// The same targets again are not announced again.
+	f.setMessage(t, "three")
+	f.reconcile(t, "m")
+	for _, e := range f.drainEvents() {
+		assert.NotContains(t, e, "Skipped", "an unchanged list of unsupported targets was announced twice")
+	}
 }
 
 func bare() *corev1.Pod {
@@ -287,6 +308,9 @@ func TestBarePodsAreDeletedOnlyUnderDeletePods(t *testing.T) {
 	require.NoError(t, f.c.Create(context.Background(), m))
 	f.reconcile(t, "seedlike")
 	f.setMessage(t, "three")
+	_, res := f.reconcile(t, "seedlike")
+	require.Positive(t, res.RequeueAfter, "pods are deleted once the second of the change has passed")
+	f.now = f.now.Add(res.RequeueAfter)
 	got, _ := f.reconcile(t, "seedlike")
 	assert.Error(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(bare()), &pod), "DeletePods left the pod")
 	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Pod", Name: "lonely"}}, got.Status.RestartedWorkloads)
@@ -431,11 +455,91 @@ func TestASpentRestartBudgetIsReportedAndRetriedLater(t *testing.T) {
 	assert.InDelta(t, time.Hour.Seconds(), res.RequeueAfter.Seconds(), 1, "come back when the next restart is allowed")
 	assert.Empty(t, f.drainEvents(), "a paced restart is not a failure")
 
+	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Deployment", Name: "frontend"}}, m.Status.PendingWorkloads, "status names what the change has not reached")
+
 	f.r.Limiter = rate.NewLimiter(rate.Inf, 1)
 	m, _ = f.reconcile(t, "m")
 	assert.Equal(t, "Restarted", reason(m, ConditionReady))
+	assert.Empty(t, m.Status.PendingWorkloads)
 	hash, _ = f.templateHash(t)
 	assert.Equal(t, Hash(configMap("three"), nil), hash)
+}
+
+func TestASpentRestartBudgetKeepsTheSkipsItFound(t *testing.T) {
+	f := newFixture(t, append(frontend(), bare(), configMap("one"), monitor("m"))...)
+	f.r.Limiter = rate.NewLimiter(rate.Every(time.Hour), 1)
+	f.r.Limiter.Allow() // the budget is spent
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	m, _ := f.reconcile(t, "m")
+	require.Equal(t, "RateLimited", reason(m, ConditionReady))
+	assert.Equal(t, "Unsupported", reason(m, ConditionTargetsSupported), "the rate limit dropped the skips it had found")
+	assert.Contains(t, strings.Join(f.drainEvents(), "\n"), "Pod/lonely (BarePod")
+}
+
+// replacementPod is what the ReplicaSet creates after a pod was deleted.
+func replacementPod(created time.Time) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lonely-2", Namespace: ns, Labels: map[string]string{"app": "frontend"},
+		CreationTimestamp: metav1.NewTime(created)}}
+}
+
+func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Strategy = magalixv1.DeletePods
+	f := newFixture(t, bare(), configMap("one"), m)
+	f.reconcile(t, "m")
+	var stale magalixv1.ConfigMonitor
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &stale))
+
+	f.now = f.now.Add(300 * time.Millisecond)
+	f.setMessage(t, "two")
+	_, res := f.reconcile(t, "m")
+	f.now = f.now.Add(res.RequeueAfter)
+	got, _ := f.reconcile(t, "m")
+	require.Equal(t, []magalixv1.WorkloadRef{{Kind: "Pod", Name: "lonely"}}, got.Status.RestartedWorkloads)
+	// The replacement starts in the same second the change was made in.
+	require.NoError(t, f.c.Create(context.Background(), replacementPod(f.now.Add(-200*time.Millisecond))))
+
+	// A reconcile from a cache that has not seen the status written above.
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if cm, ok := o.(*magalixv1.ConfigMonitor); ok {
+				stale.DeepCopyInto(cm)
+				return nil
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+	f.now = f.now.Add(2 * time.Second)
+	f.reconcile(t, "m")
+	var pod corev1.Pod
+	assert.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lonely-2"}, &pod), "the replacement pod was deleted for the same change")
+}
+
+func TestDeletePodsRetriedAfterALostStatusWriteSparesReplacements(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Strategy = magalixv1.DeletePods
+	f := newFixture(t, bare(), configMap("one"), m)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	_, res := f.reconcile(t, "m")
+	f.now = f.now.Add(res.RequeueAfter)
+	// The pods are deleted, then the status write that records it fails.
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			return apierrors.NewServiceUnavailable("etcd is slow")
+		},
+	})
+	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
+	require.Error(t, err)
+	require.NoError(t, f.c.Create(context.Background(), replacementPod(f.now)))
+
+	f.r.Client = f.c
+	f.now = f.now.Add(time.Minute)
+	got, _ := f.reconcile(t, "m")
+	var pod corev1.Pod
+	assert.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lonely-2"}, &pod), "the retry deleted the replacement pod")
+	assert.Equal(t, "Restarted", reason(got, ConditionReady))
 }
 
 func TestInvalidSelectorIsReported(t *testing.T) {

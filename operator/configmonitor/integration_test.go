@@ -35,7 +35,7 @@ func setup(mgr ctrl.Manager) error { return configmonitor.Setup(mgr, configmonit
 // counts the pod deletions it sends.
 func startOperator(t *testing.T, ns string) (podDeletes *atomic.Int64) {
 	t.Helper()
-	rc, deletes := testenv.CountRequests(t, func(req *http.Request) bool {
+	rc, deletes := testenv.Counting(testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(req *http.Request) bool {
 		return req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods"
 	})
 	testenv.StartController(t, rc, setup, ns)
@@ -286,7 +286,7 @@ func TestRestartsBeyondTheBudgetWaitInStatus(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	// One restart at once, the next after 1,000 s.
-	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error {
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(mgr ctrl.Manager) error {
 		return configmonitor.Setup(mgr, configmonitor.Options{RestartsPerSecond: 0.001, RestartBurst: 1})
 	}, ns)
 	seedLab(t, ns)
@@ -326,7 +326,10 @@ func TestMissingConfigMapThenItsAppearance(t *testing.T) {
 	assert.EqualValues(t, 1, generation(t, c, deploymentOf(ns)), "the ConfigMap's appearance restarted the workload")
 }
 
-func TestStatefulSetsAndDaemonSetsRollAndPausedDeploymentsAreSkipped(t *testing.T) {
+// TestStatefulSetsDaemonSetsAndPausedDeploymentsRoll: a paused Deployment
+// gets the change on its template and rolls when it is resumed, as users
+// of `kubectl rollout pause` expect; the change is never lost.
+func TestStatefulSetsDaemonSetsAndPausedDeploymentsRoll(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -365,11 +368,32 @@ func TestStatefulSetsAndDaemonSetsRollAndPausedDeploymentsAreSkipped(t *testing.
 
 	setData(t, c, ns, "flaskapp-config", "config.cfg", "MSG=new")
 	got := waitReason(t, c, ns, "m", "Restarted")
-	assert.ElementsMatch(t, []magalixv1.WorkloadRef{{Kind: "StatefulSet", Name: "db"}, {Kind: "DaemonSet", Name: "agent"}}, got.Status.RestartedWorkloads)
-	assert.Equal(t, pausedGeneration, generation(t, c, paused), "a paused Deployment was patched")
+	assert.ElementsMatch(t, []magalixv1.WorkloadRef{{Kind: "StatefulSet", Name: "db"}, {Kind: "DaemonSet", Name: "agent"}, {Kind: "Deployment", Name: "paused"}},
+		got.Status.RestartedWorkloads)
+	assert.Empty(t, got.Status.PendingWorkloads)
+	assert.Greater(t, generation(t, c, paused), pausedGeneration, "the paused Deployment's template did not get the change")
+
+	// While paused nothing rolls; `kubectl rollout resume` rolls it.
+	oldRS := replicaSetsOf(t, c, ns, labels)
+	require.NoError(t, c.Patch(context.Background(), paused, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		assert.Contains(ct, eventReasons(ct, c, ns, "m"), "Skipped")
-	}, 10*time.Second, 100*time.Millisecond)
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(paused), paused))
+		assert.Equal(ct, paused.Generation, paused.Status.ObservedGeneration)
+		assert.EqualValues(ct, 1, paused.Status.UpdatedReplicas)
+		assert.Greater(ct, len(replicaSetsOf(t, c, ns, labels)), len(oldRS), "no new ReplicaSet after resume")
+	}, 60*time.Second, 200*time.Millisecond)
+}
+
+// replicaSetsOf names the ReplicaSets whose pods carry labels.
+func replicaSetsOf(t *testing.T, c client.Client, ns string, labels map[string]string) []string {
+	t.Helper()
+	var list appsv1.ReplicaSetList
+	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels(labels)))
+	var names []string
+	for _, rs := range list.Items {
+		names = append(names, rs.Name)
+	}
+	return names
 }
 
 func TestDeletePodsStrategyDeletesBarePods(t *testing.T) {

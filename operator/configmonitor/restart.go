@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,7 +27,8 @@ type workload struct{ kind, name string }
 
 func (w workload) String() string { return w.kind + "/" + w.name }
 
-// skip is a selected pod or workload that is not restarted, and why.
+// skip is a selected pod or workload that can never carry the
+// configuration's hash under the monitor's strategy, and why.
 type skip struct {
 	what   string
 	reason string
@@ -42,32 +44,48 @@ const (
 	rolled                        // restarted now
 )
 
-// restart rolls the change out to every selected workload and returns
-// those that run it now: restarted by this call, or already carrying it
-// (another monitor of the same configuration, or this monitor's previous
-// attempt whose status write failed). Skips are reported in a Warning event.
-func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, selector labels.Selector, hash string) ([]magalixv1.WorkloadRef, error) {
+// rollout is what one attempt at rolling a change out achieved.
+type rollout struct {
+	// done run the change now: restarted by this attempt or carrying it
+	// already (another monitor of the same configuration, or an earlier
+	// attempt whose status write failed).
+	done []magalixv1.WorkloadRef
+	// pending are supported targets that do not carry it yet: the rate
+	// limit stopped the attempt, or their restart failed.
+	pending []magalixv1.WorkloadRef
+	// unsupported can never carry it (bare pods under RollingRestart,
+	// owners that cannot be rolled).
+	unsupported []skip
+}
+
+// restart rolls the change out to every selected workload. A rate limit
+// stops it early (a *rateLimitedError); the targets it did not reach are
+// pending, and so are those whose restart failed.
+func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, selector labels.Selector, hash string) (rollout, error) {
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
-		return nil, fmt.Errorf("listing pods %s: %w", selector, err)
+		return rollout{}, fmt.Errorf("listing pods %s: %w", selector, err)
 	}
 	if m.Spec.Strategy == magalixv1.DeletePods {
 		return r.deletePods(ctx, m, pods.Items)
 	}
-	targets, skips, err := r.ownersOf(ctx, pods.Items)
+	targets, unsupported, err := r.ownersOf(ctx, pods.Items)
 	if err != nil {
-		return nil, err
+		return rollout{}, err
 	}
-	var restarted []magalixv1.WorkloadRef
+	out := rollout{unsupported: unsupported}
+	var limited *rateLimitedError
 	var errs []error
 	for _, t := range targets {
-		result, why, err := r.rollOut(ctx, m, t, hash)
-		var limited *rateLimitedError
+		ref := magalixv1.WorkloadRef{Kind: t.kind, Name: t.name}
+		if limited != nil {
+			out.pending = append(out.pending, ref)
+			continue
+		}
+		result, err := r.rollOut(ctx, m, t, hash)
 		switch {
 		case errors.As(err, &limited):
-			// The rest waits for the next reconcile; those rolled now will
-			// be found current then.
-			return restarted, err
+			out.pending = append(out.pending, ref)
 		case err != nil:
 			restartFailures.WithLabelValues(t.kind).Inc()
 			obj, _ := newWorkload(t.kind)
@@ -76,14 +94,16 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 			r.Recorder.Eventf(m, obj, corev1.EventTypeWarning, "RestartFailed", "Restart", "restarting %s: %v", t, err)
 			r.Recorder.Eventf(obj, m, corev1.EventTypeWarning, "RestartFailed", "Restart", "restart for ConfigMonitor %s failed: %v", m.Name, err)
 			errs = append(errs, fmt.Errorf("restarting %s: %w", t, err))
-		case why != nil:
-			skips = append(skips, *why)
+			out.pending = append(out.pending, ref)
 		case result != gone:
-			restarted = append(restarted, magalixv1.WorkloadRef{Kind: t.kind, Name: t.name})
+			out.done = append(out.done, ref)
 		}
 	}
-	r.reportSkips(m, skips)
-	return restarted, errors.Join(errs...)
+	if limited != nil {
+		// The pacing is not a failure; failures seen before it still are.
+		return out, limited
+	}
+	return out, errors.Join(errs...)
 }
 
 // ownersOf maps pods to the workloads that own them: ReplicaSet→Deployment,
@@ -159,9 +179,8 @@ func dedupeSkips(skips []skip) []skip {
 // rolls it the way `kubectl rollout restart` does. It does nothing when the
 // workload already carries this hash (another monitor of the same
 // configuration got there first).
-func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, *skip, error) {
+func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, error) {
 	var result outcome
-	var why *skip
 	// The patch carries the resourceVersion it read, so a second monitor
 	// racing on the same workload fails, re-reads and finds the hash there
 	// instead of restarting it twice (and saying so). Conflicts with the
@@ -169,31 +188,31 @@ func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t 
 	// a pause only gives the workload's controller time for the next one.
 	err := retry.RetryOnConflict(wait.Backoff{Steps: 10}, func() error {
 		var err error
-		result, why, err = r.rollOutOnce(ctx, m, t, hash)
+		result, err = r.rollOutOnce(ctx, m, t, hash)
 		return err
 	})
-	return result, why, err
+	return result, err
 }
 
-func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, *skip, error) {
+// rollOutOnce stamps the hash on one workload's template. A paused
+// Deployment is stamped too: it rolls when `kubectl rollout resume` lifts
+// the pause, as its owner expects.
+func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, error) {
 	obj, template := newWorkload(t.kind)
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, obj)
 	if apierrors.IsNotFound(err) {
-		return gone, nil, nil
+		return gone, nil
 	}
 	if err != nil {
-		return gone, nil, err
+		return gone, err
 	}
 	key := AnnotationKey(&m.Spec)
 	if template().Annotations[key] == hash {
 		skipped.WithLabelValues("AlreadyCurrent").Inc()
-		return alreadyCurrent, nil, nil
-	}
-	if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Paused {
-		return gone, &skip{t.String(), "Paused", "the Deployment is paused; resume it and the next change restarts it"}, nil
+		return alreadyCurrent, nil
 	}
 	if err := r.takeRestartToken(); err != nil {
-		return gone, nil, err
+		return gone, err
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	tmpl := template()
@@ -202,14 +221,17 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	}
 	tmpl.Annotations[key] = hash
 	if err := r.Client.Patch(ctx, obj, patch, client.FieldOwner(FieldManager)); err != nil {
-		return gone, nil, err
+		return gone, err
 	}
 	r.observeReaction(m)
 	restarts.WithLabelValues(t.kind).Inc()
 	msg := fmt.Sprintf("%s changed (configuration %s): rolling restart", configNames(m), short(hash))
+	if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Paused {
+		msg += "; the Deployment is paused and rolls when it is resumed"
+	}
 	r.Recorder.Eventf(m, obj, corev1.EventTypeNormal, "Restarted", "Restart", "%s of %s", msg, t)
 	r.Recorder.Eventf(obj, m, corev1.EventTypeNormal, "Restarted", "Restart", "%s by ConfigMonitor %s", msg, m.Name)
-	return rolled, nil, nil
+	return rolled, nil
 }
 
 // rateLimitedError says the shared restart budget is spent for now.
@@ -217,6 +239,13 @@ type rateLimitedError struct{ retryAfter time.Duration }
 
 func (e *rateLimitedError) Error() string {
 	return fmt.Sprintf("restart rate limit reached; the next restart is allowed in %s", e.retryAfter)
+}
+
+// cutoffWait says DeletePods waits for the second of its cutoff to pass.
+type cutoffWait struct{ after time.Duration }
+
+func (e *cutoffWait) Error() string {
+	return fmt.Sprintf("deleting pods in %s, once the second of the change has passed", e.after)
 }
 
 // takeRestartToken takes one restart from the shared budget, or says how
@@ -250,43 +279,90 @@ func newWorkload(kind string) (client.Object, func() *corev1.PodTemplateSpec) {
 	}
 }
 
-// deletePods is the seed's strategy: delete the selected pods that were
-// created before the change was seen (so a retry spares their successors).
-func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor, pods []corev1.Pod) ([]magalixv1.WorkloadRef, error) {
-	cutoff := r.Now()
-	if m.Status.PendingSince != nil {
-		cutoff = m.Status.PendingSince.Time
+// deletePods is the seed's strategy: delete the selected pods created
+// before the change was first seen. That instant (status.pendingSince) is
+// persisted before the first deletion, so a retry, or a reconcile from a
+// cache that has not seen this one's status yet, spares the pods that
+// replaced the deleted ones.
+func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor, pods []corev1.Pod) (rollout, error) {
+	cutoff, done, err := r.persistCutoff(ctx, m)
+	if err != nil || done {
+		return rollout{}, err
 	}
-	var deleted []magalixv1.WorkloadRef
+	if wait := cutoff.Sub(r.Now()); wait > 0 {
+		return rollout{}, &cutoffWait{after: wait}
+	}
+	var out rollout
 	var errs []error
 	for i := range pods {
 		pod := &pods[i]
 		if !pod.DeletionTimestamp.IsZero() || !pod.CreationTimestamp.Time.Before(cutoff) {
 			continue
 		}
+		ref := magalixv1.WorkloadRef{Kind: "Pod", Name: pod.Name}
 		if err := r.takeRestartToken(); err != nil {
-			return deleted, err
+			for _, rest := range pods[i:] {
+				if rest.DeletionTimestamp.IsZero() && rest.CreationTimestamp.Time.Before(cutoff) {
+					out.pending = append(out.pending, magalixv1.WorkloadRef{Kind: "Pod", Name: rest.Name})
+				}
+			}
+			return out, err
 		}
 		err := r.Client.Delete(ctx, pod, client.Preconditions{UID: ptrTo(pod.UID)})
 		if client.IgnoreNotFound(err) != nil {
 			restartFailures.WithLabelValues("Pod").Inc()
 			r.Recorder.Eventf(m, pod, corev1.EventTypeWarning, "RestartFailed", "Restart", "deleting Pod %s: %v", pod.Name, err)
 			errs = append(errs, fmt.Errorf("deleting Pod %s: %w", pod.Name, err))
+			out.pending = append(out.pending, ref)
 			continue
 		}
 		r.observeReaction(m)
 		restarts.WithLabelValues("Pod").Inc()
 		r.Recorder.Eventf(m, pod, corev1.EventTypeNormal, "Restarted", "Restart", "%s changed: deleted Pod %s (strategy DeletePods)", configNames(m), pod.Name)
-		deleted = append(deleted, magalixv1.WorkloadRef{Kind: "Pod", Name: pod.Name})
+		out.done = append(out.done, ref)
 	}
-	return deleted, errors.Join(errs...)
+	return out, errors.Join(errs...)
+}
+
+// persistCutoff reads the monitor from the API server and returns the
+// instant the pending change was first seen, writing it to status first
+// if the server does not have it yet. done says the server's status
+// already records this change as rolled out (m came from a stale cache).
+func (r *Reconciler) persistCutoff(ctx context.Context, m *magalixv1.ConfigMonitor) (time.Time, bool, error) {
+	var live magalixv1.ConfigMonitor
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(m), &live); err != nil {
+		return time.Time{}, false, fmt.Errorf("reading ConfigMonitor %s: %w", m.Name, err)
+	}
+	if live.Status.ObservedHash == m.Status.PendingHash {
+		m.Status = live.Status
+		return time.Time{}, true, nil
+	}
+	if live.Status.PendingHash == m.Status.PendingHash && live.Status.PendingSince != nil {
+		m.Status.PendingSince = live.Status.PendingSince
+		return live.Status.PendingSince.Time, false, nil
+	}
+	// metav1.Time keeps whole seconds, and so do pods' creation times:
+	// round up, so a pod created in the same second as the change, before
+	// it, is deleted rather than missed. deletePods waits for that second
+	// to pass, so no replacement pod can fall before the cutoff.
+	since := metav1.NewTime(m.Status.PendingSince.Truncate(time.Second).Add(time.Second))
+	before := live.DeepCopy()
+	live.Status.PendingHash, live.Status.PendingSince = m.Status.PendingHash, &since
+	if err := r.Client.Status().Patch(ctx, &live, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return time.Time{}, false, fmt.Errorf("recording the change before deleting pods: %w", err)
+	}
+	m.Status.PendingSince = &since
+	return since.Time, false, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }
 
-// reportSkips counts skips and tells the user once per change.
-func (r *Reconciler) reportSkips(m *magalixv1.ConfigMonitor, skips []skip) {
+// reportUnsupported names the selected pods and workloads that can never
+// carry the configuration's hash, in a condition and, when that list
+// changes, a Warning event. They do not hold the change pending.
+func (r *Reconciler) reportUnsupported(m *magalixv1.ConfigMonitor, skips []skip) {
 	if len(skips) == 0 {
+		setCondition(m, ConditionTargetsSupported, true, "AllSupported", "every selected pod belongs to a workload that can be restarted")
 		return
 	}
 	parts := make([]string, 0, len(skips))
@@ -294,10 +370,16 @@ func (r *Reconciler) reportSkips(m *magalixv1.ConfigMonitor, skips []skip) {
 		skipped.WithLabelValues(s.reason).Inc()
 		parts = append(parts, fmt.Sprintf("%s (%s: %s)", s.what, s.reason, s.detail))
 	}
-	r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "Skipped", "Restart", "not restarted: %s", strings.Join(parts, "; "))
+	msg := "not restarted: " + strings.Join(parts, "; ")
+	if c := meta.FindStatusCondition(m.Status.Conditions, ConditionTargetsSupported); c == nil || c.Message != msg {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "Skipped", "Restart", "%s", msg)
+	}
+	setCondition(m, ConditionTargetsSupported, false, "Unsupported", msg)
 }
 
-// observeReaction records the time since the configuration's watch event.
+// observeReaction records the time from the configuration's watch event
+// to this restart. A debounce is the user's choice, not latency: with one,
+// the clock starts when the debounce ends.
 func (r *Reconciler) observeReaction(m *magalixv1.ConfigMonitor) {
 	var latest time.Time
 	for _, name := range []string{m.Spec.ConfigMapName(), m.Spec.Secret} {
@@ -305,9 +387,15 @@ func (r *Reconciler) observeReaction(m *magalixv1.ConfigMonitor) {
 			latest = v.(time.Time)
 		}
 	}
-	if !latest.IsZero() {
-		reaction.Observe(time.Since(latest).Seconds())
+	if latest.IsZero() {
+		return
 	}
+	if m.Spec.Debounce != nil && m.Status.PendingSince != nil {
+		if end := m.Status.PendingSince.Add(m.Spec.Debounce.Duration); end.After(latest) {
+			latest = end
+		}
+	}
+	reaction.Observe(time.Since(latest).Seconds())
 }
 
 func configNames(m *magalixv1.ConfigMonitor) string {

@@ -101,7 +101,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
 	}
-	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: ownedObjectsOnly(selected)}
+	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: OwnedObjectsOnly(selected)}
 	if len(cfg.WatchNamespaces) > 0 {
 		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {
@@ -128,10 +128,10 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 	return mgr, selected, nil
 }
 
-// ownedObjectsOnly limits the caches of the types the selected controllers
+// OwnedObjectsOnly limits the caches of the types the selected controllers
 // create to objects labelled as deckhand's: a cluster's other Deployments
 // or Services cost the operator no memory.
-func ownedObjectsOnly(selected []registration.Controller) map[client.Object]cache.ByObject {
+func OwnedObjectsOnly(selected []registration.Controller) map[client.Object]cache.ByObject {
 	ours := labels.SelectorFromSet(labels.Set{registration.ManagedByLabel: registration.ManagedByValue})
 	byObject := map[client.Object]cache.ByObject{}
 	seen := map[reflect.Type]bool{}

@@ -6,6 +6,7 @@ package tdset
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -48,6 +48,9 @@ const (
 
 // +kubebuilder:rbac:groups=schedule.rs,resources=tdsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=schedule.rs,resources=tdsets/status,verbs=get;update;patch
+// Owner references with blockOwnerDeletion need update on the finalizers
+// subresource (OwnerReferencesPermissionEnforcement, on in OpenShift).
+// +kubebuilder:rbac:groups=schedule.rs,resources=tdsets/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;update;patch
@@ -55,7 +58,12 @@ const (
 
 // Reconciler keeps each TDSet's Deployment at its scheduled size.
 type Reconciler struct {
-	Client   client.Client
+	// Client reads TDSets and their own Deployments and Services from the
+	// cache (which holds only deckhand's) and writes.
+	Client client.Client
+	// Reader reads the API server directly: a foreign object of the same
+	// name, and HorizontalPodAutoscalers, just before they matter.
+	Reader   client.Reader
 	Recorder events.EventRecorder
 	// Now is the clock; tests replace it.
 	Now func() time.Time
@@ -69,7 +77,7 @@ func Setup(mgr ctrl.Manager) error {
 // SetupWithClock registers the controller with a clock of the caller's, so
 // tests can put a window boundary seconds away.
 func SetupWithClock(mgr ctrl.Manager, now func() time.Time) error {
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: now}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: now}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		// Reconciles are short and mostly wait on one API write: a few in
@@ -78,17 +86,26 @@ func SetupWithClock(mgr ctrl.Manager, now func() time.Time) error {
 		For(&schedulev1.TDSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
-		// An HPA appearing or going changes who TDSet scales.
-		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(hpaToTDSet)).
+		// An HPA appearing or going changes who TDSet scales. Its metadata
+		// is enough to wake the TDSets of its namespace; the HPA itself is
+		// read live when it matters.
+		WatchesMetadata(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.tdsetsInNamespace)).
 		Complete(r)
 }
 
-func hpaToTDSet(_ context.Context, o client.Object) []reconcile.Request {
-	hpa, ok := o.(*autoscalingv2.HorizontalPodAutoscaler)
-	if !ok || hpa.Spec.ScaleTargetRef.Kind != "Deployment" {
+// tdsetsInNamespace wakes every TDSet of an HPA's namespace: HPAs are few
+// and their target is not in their metadata.
+func (r *Reconciler) tdsetsInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list schedulev1.TDSetList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing TDSets", "namespace", o.GetNamespace())
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: hpa.Namespace, Name: hpa.Spec.ScaleTargetRef.Name}}}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
 }
 
 // Reconcile brings the Deployment, Service and HPA in line with the schedule
@@ -123,13 +140,22 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	r.reportOverlaps(td, schedule)
 
 	decision := schedule.Decide(now)
+	// Whatever else goes wrong, the next boundary is kept.
+	wake := ctrl.Result{RequeueAfter: requeueAfter(now, decision.Next, resync)}
 	deploy, err := r.ownDeployment(ctx, td)
 	if err != nil || deploy == nil {
-		return ctrl.Result{RequeueAfter: resync}, err
+		return wake, err
 	}
-	hpa, err := r.hpaFor(ctx, td)
+	hpa, err := r.hpaIfItMatters(ctx, td, deploy, decision.Replicas)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if hpa != nil && deploy.Name != "" {
+		// The HPA moves replicas: take them from the API server, not from
+		// a cache that may be behind it.
+		if deploy, err = r.liveDeployment(ctx, td); err != nil || deploy == nil {
+			return wake, err
+		}
 	}
 
 	previous := td.Status.DesiredReplicas
@@ -142,15 +168,19 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	if err := r.scaleHPA(ctx, td, hpa, decision.Replicas); err != nil {
 		return ctrl.Result{}, err
 	}
-	if ok, err := r.applyService(ctx, td); err != nil || !ok {
-		return ctrl.Result{RequeueAfter: resync}, err
+	serviceOK, err := r.applyService(ctx, td)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if !td.Spec.Suspend && !firstSight && previous != decision.Replicas {
 		r.Recorder.Eventf(td, nil, corev1.EventTypeNormal, "Scaled", "Scale",
 			"%s in force: %s set to %d replicas (was %d)", schedule.Describe(decision.Window), td.Status.ScaleTarget, decision.Replicas, previous)
 	}
-	r.reportReadiness(td, deploy, hpa)
-	return ctrl.Result{RequeueAfter: requeueAfter(now, decision.Next, resync)}, nil
+	if serviceOK {
+		// A foreign Service keeps Ready false with its reason.
+		r.reportReadiness(td, deploy, hpa)
+	}
+	return wake, nil
 }
 
 // requeueAfter wakes the controller at the next boundary, or after the
@@ -193,31 +223,62 @@ func (r *Reconciler) reportOverlaps(td *schedulev1.TDSet, s *Schedule) {
 	r.setCondition(td, ConditionScheduleValid, false, "OverlappingWindows", msg)
 }
 
-// ownDeployment returns the TDSet's Deployment (nil if not created yet),
+// ownDeployment returns the TDSet's Deployment (empty if not created yet),
 // or reports and returns nil when a Deployment of that name is not ours.
+// The cache holds only deckhand's Deployments, so a miss is checked live:
+// a user's Deployment of the same name must be found before TDSet applies.
 func (r *Reconciler) ownDeployment(ctx context.Context, td *schedulev1.TDSet) (*appsv1.Deployment, error) {
 	var d appsv1.Deployment
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(td), &d)
+	if apierrors.IsNotFound(err) {
+		err = r.Reader.Get(ctx, client.ObjectKeyFromObject(td), &d)
+	}
 	if apierrors.IsNotFound(err) {
 		return &appsv1.Deployment{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if owner := metav1.GetControllerOf(&d); owner == nil || owner.UID != td.UID {
-		msg := fmt.Sprintf("Deployment %s exists and is not owned by this TDSet; it is left untouched (rename the TDSet or delete the Deployment)", d.Name)
-		r.warn(td, ConditionReady, "DeploymentNotOwned", msg)
-		r.setCondition(td, ConditionReady, false, "DeploymentNotOwned", msg)
-		return nil, nil
-	}
-	return &d, nil
+	return r.ifOwned(td, &d), nil
 }
 
-// hpaFor finds a HorizontalPodAutoscaler that scales the TDSet's Deployment.
-func (r *Reconciler) hpaFor(ctx context.Context, td *schedulev1.TDSet) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+// liveDeployment reads the Deployment from the API server.
+func (r *Reconciler) liveDeployment(ctx context.Context, td *schedulev1.TDSet) (*appsv1.Deployment, error) {
+	var d appsv1.Deployment
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(td), &d); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return r.ifOwned(td, &d), nil
+}
+
+// ifOwned returns d when this TDSet controls it; otherwise it reports the
+// conflict and returns nil.
+func (r *Reconciler) ifOwned(td *schedulev1.TDSet, d *appsv1.Deployment) *appsv1.Deployment {
+	if owner := metav1.GetControllerOf(d); owner != nil && owner.UID == td.UID {
+		return d
+	}
+	msg := fmt.Sprintf("Deployment %s exists and is not owned by this TDSet; it is left untouched (rename the TDSet or delete the Deployment)", d.Name)
+	r.warn(td, ConditionReady, "DeploymentNotOwned", msg)
+	r.setCondition(td, ConditionReady, false, "DeploymentNotOwned", msg)
+	return nil
+}
+
+// hpaIfItMatters finds the HorizontalPodAutoscaler scaling the TDSet's
+// Deployment, read live, when the answer can change what TDSet does: a
+// write to the Deployment is due, or an HPA scaled it last time. In the
+// steady state without an HPA it costs no request.
+func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet, d *appsv1.Deployment, desired int32) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	hadHPA := strings.HasPrefix(td.Status.ScaleTarget, "HorizontalPodAutoscaler/")
+	if !hadHPA && d.Name != "" && deploymentMatches(d, td, desired) {
+		// Nothing to write; only an HPA that appeared could change that.
+		// The metadata cache says, without a request, whether any exists.
+		if any, err := r.namespaceHasHPAs(ctx, td.Namespace); err != nil || !any {
+			return nil, err
+		}
+	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
-	if err := r.Client.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {
-		return nil, err
+	if err := r.Reader.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing HorizontalPodAutoscalers: %w", err)
 	}
 	for i := range list.Items {
 		ref := list.Items[i].Spec.ScaleTargetRef
@@ -226,6 +287,17 @@ func (r *Reconciler) hpaFor(ctx context.Context, td *schedulev1.TDSet) (*autosca
 		}
 	}
 	return nil, nil
+}
+
+// namespaceHasHPAs asks the HPA metadata cache whether the namespace has
+// any HorizontalPodAutoscaler.
+func (r *Reconciler) namespaceHasHPAs(ctx context.Context, namespace string) (bool, error) {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscalerList"))
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return false, fmt.Errorf("listing HorizontalPodAutoscalers from the cache: %w", err)
+	}
+	return len(list.Items) > 0, nil
 }
 
 func podLabels(td *schedulev1.TDSet) map[string]string {
@@ -266,7 +338,13 @@ func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, 
 	}
 	apply := appsv1ac.Deployment(td.Name, td.Namespace).
 		WithLabels(objectLabels(td)).
-		WithOwnerReferences(ownerReference(td)).
+		WithOwnerReferences(ownerReference(td))
+	if hpa != nil && current.Name != "" {
+		// The replica count written is the HPA's as read live; the apply
+		// fails with a conflict if the HPA moved it since, and is retried.
+		apply = apply.WithResourceVersion(current.ResourceVersion)
+	}
+	apply = apply.
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(replicas).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(td))).
@@ -317,6 +395,11 @@ func (r *Reconciler) scaleHPA(ctx context.Context, td *schedulev1.TDSet, hpa *au
 func (r *Reconciler) applyService(ctx context.Context, td *schedulev1.TDSet) (bool, error) {
 	var svc corev1.Service
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(td), &svc)
+	if apierrors.IsNotFound(err) && td.Spec.Service != nil {
+		// Only deckhand's Services are cached: look for a user's one
+		// before creating ours.
+		err = r.Reader.Get(ctx, client.ObjectKeyFromObject(td), &svc)
+	}
 	if client.IgnoreNotFound(err) != nil {
 		return false, err
 	}

@@ -2,6 +2,7 @@ package tdset
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -43,6 +45,8 @@ type fixture struct {
 	events *events.FakeRecorder
 	now    time.Time
 	writes int
+	// stale are objects the cache still shows in an older version.
+	stale map[client.ObjectKey]client.Object
 }
 
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
@@ -80,9 +84,41 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 				return c.SubResource(sub).Patch(ctx, o, p, opts...)
 			},
 		}).Build()
-	f.r = &Reconciler{Client: f.c, Recorder: f.events, Now: func() time.Time { return f.now }}
+	f.r = &Reconciler{Client: f.cacheView(), Reader: f.c, Recorder: f.events, Now: func() time.Time { return f.now }}
 	return f
 }
+
+// cacheView is the API server as the operator's cache shows it: only
+// deckhand-labelled Deployments and Services, no HorizontalPodAutoscalers
+// in full (a List of them would start a cluster-wide informer), and the
+// stale objects a test sets.
+func (f *fixture) cacheView() client.Client {
+	return interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if old, ok := f.stale[key]; ok && sameKind(old, o) {
+				return f.c.Scheme().Convert(old.DeepCopyObject(), o, nil)
+			}
+			if err := c.Get(ctx, key, o, opts...); err != nil {
+				return err
+			}
+			switch o.(type) {
+			case *appsv1.Deployment, *corev1.Service:
+				if o.GetLabels()["app.kubernetes.io/managed-by"] != "deckhand" {
+					return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+				}
+			}
+			return nil
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*autoscalingv2.HorizontalPodAutoscalerList); ok {
+				return fmt.Errorf("HorizontalPodAutoscalers are not cached in full: read them live")
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+}
+
+func sameKind(a, b client.Object) bool { return fmt.Sprintf("%T", a) == fmt.Sprintf("%T", b) }
 
 // reconcile runs one reconcile of the seed TDSet and returns it with the
 // requeue delay.
@@ -338,6 +374,86 @@ func TestForeignServiceIsNotTouched(t *testing.T) {
 	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(td), &svc))
 	assert.EqualValues(t, 9999, svc.Spec.Ports[0].Port)
 	assert.Equal(t, "ServiceNotOwned", condition(got, ConditionReady).Reason)
+}
+
+func TestForeignServiceDoesNotDelayTheNextBoundary(t *testing.T) {
+	td := seedTDSet(t)
+	td.Spec.Service = &schedulev1.Service{Port: 80}
+	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "tdset-hello-world", Namespace: "temp"}}
+	f := newFixture(t, td, theirs)
+	_, requeue := f.reconcile(t)
+	// 10:00 in the 9-17 window: the next change is at 17:00, but the
+	// resync (intervalMint, 5 min) comes first; never later than either.
+	assert.Equal(t, 5*time.Minute, requeue)
+	f.now = time.Date(2026, 11, 23, 16, 59, 0, 0, time.UTC)
+	_, requeue = f.reconcile(t)
+	assert.Equal(t, time.Minute+time.Millisecond, requeue, "the boundary at 17:00 waits for the resync")
+	assert.EqualValues(t, 5, ptr.Deref(f.deployment(t).Spec.Replicas, 0), "the Deployment is scaled despite the foreign Service")
+}
+
+func TestHPAFoundLiveWhenTheCacheHasNotSeenIt(t *testing.T) {
+	f := newFixture(t, seedTDSet(t))
+	f.reconcile(t) // creates the Deployment at 5
+	require.NoError(t, f.c.Create(context.Background(), hpaFor("tdset-hello-world")))
+
+	// 17:00: the window closes (5 -> 2). The HPA owns replicas now.
+	f.now = time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC)
+	td, _ := f.reconcile(t)
+	assert.EqualValues(t, 5, ptr.Deref(f.deployment(t).Spec.Replicas, 0), "TDSet overwrote the HPA's replicas")
+	assert.Equal(t, "HorizontalPodAutoscaler/web", td.Status.ScaleTarget)
+}
+
+func TestHPAReplicasAreNotOverwrittenFromAStaleCache(t *testing.T) {
+	f := newFixture(t, seedTDSet(t))
+	f.reconcile(t) // creates the Deployment at 5
+	require.NoError(t, f.c.Create(context.Background(), hpaFor("tdset-hello-world")))
+	f.reconcile(t)
+
+	// The cache still shows 5 replicas; the HPA has scaled to 8 since.
+	d := f.deployment(t)
+	f.stale = map[client.ObjectKey]client.Object{client.ObjectKeyFromObject(d): d.DeepCopy()}
+	d.Spec.Replicas = ptr.To[int32](8)
+	require.NoError(t, f.c.Update(context.Background(), d))
+	// An image change makes TDSet apply the Deployment.
+	var td schedulev1.TDSet
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: "temp", Name: "tdset-hello-world"}, &td))
+	td.Spec.Container.Image = "nginx:1.27"
+	require.NoError(t, f.c.Update(context.Background(), &td))
+	f.reconcile(t)
+
+	got := f.deployment(t)
+	assert.Equal(t, "nginx:1.27", got.Spec.Template.Spec.Containers[0].Image)
+	assert.EqualValues(t, 8, ptr.Deref(got.Spec.Replicas, 0), "TDSet wrote the stale replica count over the HPA's")
+}
+
+func TestSteadyStateWithoutHPAReadsNothingLive(t *testing.T) {
+	f := newFixture(t, seedTDSet(t))
+	f.reconcile(t)
+	live := 0
+	f.r.Reader = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			live++
+			return c.Get(ctx, key, o, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			live++
+			return c.List(ctx, list, opts...)
+		},
+	})
+	f.reconcile(t)
+	f.reconcile(t)
+	assert.Zero(t, live, "a reconcile with nothing to change read the API server")
+}
+
+func hpaFor(target string) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "temp"},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target},
+			MinReplicas:    ptr.To[int32](1),
+			MaxReplicas:    10,
+		},
+	}
 }
 
 func TestMissingTDSetIsNotAnError(t *testing.T) {

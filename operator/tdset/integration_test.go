@@ -185,7 +185,7 @@ func TestAWindowStartingAMinuteAheadScalesOnTime(t *testing.T) {
 	lead := 3 * time.Second
 	var clock shiftedClock
 	realBoundary := clock.readAheadOf(boundary, lead)
-	testenv.StartController(t, testenv.RESTConfig(t), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, clock.Now) }, ns)
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, tdset.Name), func(mgr ctrl.Manager) error { return tdset.SetupWithClock(mgr, clock.Now) }, ns)
 
 	td := newTDSet(ns, "noon", schedulev1.Scheduling{StartTime: intstr.FromString("12:00"), EndTime: intstr.FromString("12:30"), Replica: 4})
 	require.NoError(t, c.Create(context.Background(), td))

@@ -1,6 +1,7 @@
 package tdset
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -177,4 +178,57 @@ func TestOverlapsResolveToTheHighestCount(t *testing.T) {
 	assert.Equal(t, int32(6), d.Replicas)
 	assert.Equal(t, 1, d.Window)
 	assert.Equal(t, "schedulingConfig[1] (10:00-14:00)", s.Describe(d.Window))
+}
+
+// overlapByMinute is the plain definition of an overlap: some minute of
+// the week where both windows are in force.
+func overlapByMinute(a, b window) bool {
+	for day := time.Sunday; day <= time.Saturday; day++ {
+		for minute := 0; minute < 1440; minute++ {
+			if a.covers(day, minute) && b.covers(day, minute) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestOverlapAgreesWithTheMinuteByMinuteDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	randomWindow := func() window {
+		w := window{start: rng.IntN(1440), end: rng.IntN(1441)}
+		if w.end == w.start {
+			w.end = (w.start + 1 + rng.IntN(1439)) % 1441
+		}
+		if rng.IntN(2) == 0 {
+			w.days = map[time.Weekday]bool{}
+			for range 1 + rng.IntN(3) {
+				w.days[time.Weekday(rng.IntN(7))] = true
+			}
+		}
+		return w
+	}
+	for i := range 2000 {
+		a, b := randomWindow(), randomWindow()
+		require.Equal(t, overlapByMinute(a, b), overlap(a, b), "case %d: %+v and %+v", i, a, b)
+	}
+	// Edges: touching windows do not overlap; Saturday night wraps into Sunday.
+	sat := map[time.Weekday]bool{time.Saturday: true}
+	sun := map[time.Weekday]bool{time.Sunday: true}
+	assert.False(t, overlap(window{start: 480, end: 720}, window{start: 720, end: 900}))
+	assert.True(t, overlap(window{start: 1380, end: 60, days: sat}, window{start: 0, end: 30, days: sun}))
+	assert.False(t, overlap(window{start: 1380, end: 60, days: sat}, window{start: 60, end: 120, days: sun}))
+}
+
+func BenchmarkOverlaps(b *testing.B) {
+	windows := make([]schedulev1.Scheduling, 0, 12)
+	for h := range 12 {
+		windows = append(windows, hours(h*2, (h*2+3)%24, h+1))
+	}
+	s, err := NewSchedule(schedulev1.TDSetSpec{DefaultReplica: 1, SchedulingConfig: windows})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Overlaps()
+	}
 }

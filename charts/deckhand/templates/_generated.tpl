@@ -5,6 +5,7 @@ blogPost: blogpost
 configMonitor: configmonitor
 tdset: tdset
 database: database
+jmxExporter: jmxexporter
 {{- end }}
 
 {{/* RBAC rules of blogpost, from the +kubebuilder:rbac markers in operator/blogpost. */}}
@@ -156,6 +157,12 @@ database: database
 - apiGroups:
   - schedule.rs
   resources:
+  - tdsets/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - schedule.rs
+  resources:
   - tdsets/status
   verbs:
   - get
@@ -253,4 +260,55 @@ database: database
   - storageclasses
   verbs:
   - get
+{{- end }}
+
+{{/* RBAC rules of jmxexporter, from the +kubebuilder:rbac markers in operator/jmxexporter. */}}
+{{- define "deckhand.rules.jmxExporter" }}
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - pods
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - pods/exec
+  verbs:
+  - create
+  - get
+- apiGroups:
+  - banzaicloud.com
+  resources:
+  - prometheusjmxexporters
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - banzaicloud.com
+  resources:
+  - prometheusjmxexporters/status
+  verbs:
+  - get
+  - patch
+  - update
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
 {{- end }}

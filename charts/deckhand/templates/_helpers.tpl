@@ -35,12 +35,37 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The operator's ServiceAccount: serviceAccount.name, else the release's
+full name, whether the chart creates it or not. Never the namespace's
+"default" account, which every pod naming no account runs as. */}}
 {{- define "deckhand.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
 {{- default (include "deckhand.fullname" .) .Values.serviceAccount.name }}
-{{- else }}
-{{- default "default" .Values.serviceAccount.name }}
 {{- end }}
+
+{{/* Name of an object outside the release namespace (ClusterRole,
+ClusterRoleBinding, the Roles in watchNamespaces): the release namespace
+and full name, so the same release name in two namespaces does not collide.
+At most 63 characters; a longer name is cut and ends in a hash of the whole. */}}
+{{- define "deckhand.globalName" -}}
+{{- include "deckhand.globalNameWithSuffix" (list . "") }}
+{{- end }}
+
+{{/* (list $ "jmxexporter"): deckhand.globalName ending in -jmxexporter. */}}
+{{- define "deckhand.globalNameWithSuffix" -}}
+{{- $ctx := index . 0 }}
+{{- $name := printf "%s-%s" $ctx.Release.Namespace (include "deckhand.fullname" $ctx) }}
+{{- with index . 1 }}{{ $name = printf "%s-%s" $name . }}{{ end }}
+{{- if gt (len $name) 63 }}
+{{- $name = printf "%s-%s" ($name | trunc 54 | trimSuffix "-") ($name | sha256sum | trunc 8) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{/* Labels of the operator's pods: the chart's, then podLabels. podLabels
+may not set a selector label (validated in deckhand.validate). */}}
+{{- define "deckhand.podLabels" -}}
+{{- $labels := include "deckhand.operatorLabels" . | fromYaml }}
+{{- mergeOverwrite $labels .Values.podLabels | toYaml }}
 {{- end }}
 
 {{- define "deckhand.image" -}}
@@ -82,10 +107,13 @@ version of the operator does not have.
 {{- if and $ctx.Values.crds.enabled (or $ctx.Values.crds.installAll (index $ctx.Values.controllers $key).enabled) }}true{{- end }}
 {{- end }}
 
-{{/* RBAC rules of every enabled controller. */}}
+{{/* RBAC rules of every enabled controller (but a jmxExporter limited to
+its own namespaces, which gets Roles there: see rbac-jmxexporter.yaml). */}}
 {{- define "deckhand.controllerRules" -}}
 {{- range (include "deckhand.enabledControllers" . | fromJsonArray) }}
+{{- if not (and (eq . "jmxExporter") $.Values.controllers.jmxExporter.namespaces) }}
 {{ include (printf "deckhand.rules.%s" .) $ | trim }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -105,11 +133,52 @@ version of the operator does not have.
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
 {{- end }}
+{{- with .Values.controllers.jmxExporter }}
+{{- if .enabled }}
+{{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
+{{- with .namespaces }}
+{{- $_ := set $cfg "jmxexporter-namespaces" . }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- mergeOverwrite $cfg .Values.config | toYaml }}
+{{- end }}
+
+{{/* Keys of `config` the chart sets from its own values: key -> the value to use. */}}
+{{- define "deckhand.managedConfigKeys" -}}
+controllers: controllers.<name>.enabled
+watch-namespaces: watchNamespaces
+leader-elect: leaderElection.enabled
+leader-election-id: nothing (the chart names the Lease after the release)
+leader-election-namespace: nothing (the Lease is in the release namespace, where the chart grants access to it)
+metrics-bind-address: metrics.port and metrics.enabled
+health-probe-bind-address: healthProbe.port
+log-level: logLevel
+log-format: logFormat
+configmonitor-ignore-secrets: controllers.configMonitor.secrets
+jmxexporter-agent-jar: controllers.jmxExporter.agentJar
+jmxexporter-namespaces: controllers.jmxExporter.namespaces
+kubeconfig: nothing (the operator uses its ServiceAccount)
+config: nothing (the chart mounts the config file)
 {{- end }}
 
 {{/* Chart-level checks with messages a person can act on. */}}
 {{- define "deckhand.validate" -}}
+{{- $managed := include "deckhand.managedConfigKeys" . | fromYaml }}
+{{- range $key, $_ := .Values.config }}
+{{- if hasKey $managed $key }}
+{{- fail (printf "config.%s is set by the chart: use %s" $key (get $managed $key)) }}
+{{- end }}
+{{- end }}
+{{- $selector := include "deckhand.operatorSelectorLabels" . | fromYaml }}
+{{- range $key, $_ := .Values.podLabels }}
+{{- if hasKey $selector $key }}
+{{- fail (printf "podLabels.%s: a selector label of the operator's Deployment, set by the chart; choose another key" $key) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.healthProbe.port)) }}
+{{- fail (printf "metrics.port and healthProbe.port are both %d: the operator cannot listen twice on one port; change one" (int .Values.metrics.port)) }}
+{{- end }}
 {{- if eq (include "deckhand.enabledControllers" . | fromJsonArray | len) 0 }}
 {{- fail "controllers: enable at least one controller (for example --set controllers.blogPost.enabled=true)" }}
 {{- end }}
@@ -118,5 +187,46 @@ version of the operator does not have.
 {{- end }}
 {{- if and .Values.rbac.namespaced (not .Values.watchNamespaces) }}
 {{- fail "rbac.namespaced=true needs watchNamespaces: the Roles are created in those namespaces" }}
+{{- end }}
+{{- end }}
+
+{{/* (list $ "iximiuz.com/v1alpha1" "BlogPost" "blog-post-1"): "true" when that
+object exists in the release namespace. The demo's custom resources are
+created once, by a hook, and never replaced: a re-created ConfigMonitor
+would lose its record of the configuration it last rolled. Empty in
+`helm template`, which has no cluster to ask. */}}
+{{- define "deckhand.demoExists" -}}
+{{- $ctx := index . 0 }}
+{{- $apiVersion := index . 1 }}
+{{- $kind := index . 2 }}
+{{- if $ctx.Capabilities.APIVersions.Has (printf "%s/%s" $apiVersion $kind) }}
+{{- if lookup $apiVersion $kind $ctx.Release.Namespace (index . 3) }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* (list $ "tdsets.schedule.rs"), rendered where a CRD is switched off:
+fails when this upgrade would make Helm delete the CRD, and with it every
+object of its kind, while such objects exist. Helm deletes a CRD the
+previous release installed unless the CRD in the cluster is annotated
+helm.sh/resource-policy: keep (crds.keep=true when it was installed).
+lookup is empty in `helm template`, which therefore never fails here. */}}
+{{- define "deckhand.refuseCRDRemoval" -}}
+{{- $ctx := index . 0 }}
+{{- $name := index . 1 }}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name }}
+{{- if $crd }}
+{{- $ann := $crd.metadata.annotations | default dict }}
+{{- $ours := and (eq (get $ann "meta.helm.sh/release-name") $ctx.Release.Name) (eq (get $ann "meta.helm.sh/release-namespace") $ctx.Release.Namespace) }}
+{{- if and $ours (ne (get $ann "helm.sh/resource-policy") "keep") }}
+{{- $version := "" }}
+{{- range $crd.spec.versions }}{{ if .storage }}{{ $version = .name }}{{ end }}{{ end }}
+{{- $kind := $crd.spec.names.kind }}
+{{- $objects := (lookup (printf "%s/%s" $crd.spec.group $version) $kind "" "").items | default list }}
+{{- if $objects }}
+{{- $some := list }}
+{{- range $i, $o := $objects }}{{ if lt $i 3 }}{{ $some = append $some (printf "%s/%s" $o.metadata.namespace $o.metadata.name) }}{{ end }}{{ end }}
+{{- fail (printf "this upgrade would delete CustomResourceDefinition %s, and with it %d %s object(s) (%s%s): the CRD in the cluster is not annotated helm.sh/resource-policy=keep (it was installed with crds.keep=false). Keep the CRD with crds.installAll=true (or leave its controller on), or delete those objects first. Setting crds.keep=true in this same upgrade is not enough: Helm reads the annotation from the cluster, so set it in an upgrade of its own first." $name (len $objects) $kind (join ", " $some) (ternary ", ..." "" (gt (len $objects) 3))) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

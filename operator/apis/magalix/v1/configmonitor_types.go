@@ -105,6 +105,13 @@ type ConfigMonitorStatus struct {
 	// +listType=atomic
 	RestartedWorkloads []WorkloadRef `json:"restartedWorkloads,omitempty"`
 
+	// PendingWorkloads are the workloads the current change has not reached
+	// yet (paced by the restart rate limit, or a failed restart being
+	// retried). The change is rolled out when this is empty.
+	// +optional
+	// +listType=atomic
+	PendingWorkloads []WorkloadRef `json:"pendingWorkloads,omitempty"`
+
 	// ConfigMap is the name of the watched ConfigMap, whichever spelling
 	// the spec used.
 	// +optional
@@ -115,7 +122,9 @@ type ConfigMonitorStatus struct {
 	Selector string `json:"selector,omitempty"`
 
 	// Conditions: Ready (the selected workloads run the current
-	// configuration) and ConfigFound (the ConfigMap and Secret exist).
+	// configuration), ConfigFound (the ConfigMap and Secret exist) and
+	// TargetsSupported (every selected pod belongs to a workload that can
+	// be restarted; those that cannot are named, and do not hold Ready).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -127,6 +127,11 @@ func (in *ConfigMonitorStatus) DeepCopyInto(out *ConfigMonitorStatus) {
 		*out = make([]WorkloadRef, len(*in))
 		copy(*out, *in)
 	}
+	if in.PendingWorkloads != nil {
+		in, out := &in.PendingWorkloads, &out.PendingWorkloads
+		*out = make([]WorkloadRef, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

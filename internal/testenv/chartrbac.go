@@ -1,0 +1,132 @@
+package testenv
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/deckhand-dev/deckhand/operator"
+)
+
+// ChartRBACConfig is a client configuration that authenticates as a
+// ServiceAccount of namespace holding exactly the ClusterRole the chart
+// renders with only these controllers enabled. Controller tests run their
+// operator with it, so a missing RBAC marker fails a test instead of an
+// install (the local cluster also enforces OwnerReferencesPermissionEnforcement).
+func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *rest.Config {
+	t.Helper()
+	rules := chartOperatorRules(t, controllers)
+	c := Client(t)
+	ctx := context.Background()
+	// A test may start its operator twice: each start gets its own account.
+	suffix := rand.String(5)
+	name := "deckhand-test-" + namespace + "-" + suffix
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deckhand-" + suffix, Namespace: namespace}}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"deckhand.dev/test": "true"}}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"deckhand.dev/test": "true"}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+	}
+	for _, o := range []client.Object{sa, role, binding} {
+		require.NoError(t, c.Create(ctx, o))
+	}
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), binding)
+		_ = c.Delete(context.Background(), role)
+	})
+
+	admin := RESTConfig(t)
+	cs, err := kubernetes.NewForConfig(admin)
+	require.NoError(t, err)
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa.Name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(admin)
+	cfg.BearerToken = tok.Status.Token
+	cfg.QPS, cfg.Burst = admin.QPS, admin.Burst
+	waitUntilAllowed(t, cfg, namespace, rules[0])
+	return cfg
+}
+
+// chartOperatorRules renders the chart, as `helm template` would, with
+// only the given controllers on, and returns the rules of the ClusterRole
+// bound to its ServiceAccount.
+func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule {
+	t.Helper()
+	toggles := map[string]any{}
+	for _, c := range operator.Controllers {
+		toggles[c.ValuesKey] = map[string]any{"enabled": slices.Contains(controllers, c.Name)}
+	}
+	vals := map[string]any{"controllers": toggles, "replicaCount": 0, "crds": map[string]any{"enabled": false}}
+	chart, err := loader.Load(filepath.Join(Root(t), "charts", "deckhand"))
+	require.NoError(t, err)
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = "rbac", "deckhand-test"
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
+	rel, err := install.Run(chart, vals)
+	require.NoError(t, err, "rendering the chart for %v", controllers)
+
+	roles := map[string][]rbacv1.PolicyRule{}
+	var bound []string
+	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
+		switch {
+		case strings.Contains(doc, "\nkind: ClusterRole\n"):
+			var r rbacv1.ClusterRole
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
+			roles[r.Name] = r.Rules
+		case strings.Contains(doc, "\nkind: ClusterRoleBinding\n"):
+			var b rbacv1.ClusterRoleBinding
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &b))
+			if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind {
+				bound = append(bound, b.RoleRef.Name)
+			}
+		}
+	}
+	require.Len(t, bound, 1, "the chart binds one ClusterRole to its ServiceAccount")
+	rules := roles[bound[0]]
+	require.NotEmpty(t, rules, "ClusterRole %s", bound[0])
+	return rules
+}
+
+// waitUntilAllowed waits until the API server's authorizer has seen the
+// new binding (an informer, so a few milliseconds).
+func waitUntilAllowed(t testing.TB, cfg *rest.Config, namespace string, rule rbacv1.PolicyRule) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	resource, subresource, _ := strings.Cut(rule.Resources[0], "/")
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: resource, Subresource: subresource,
+		},
+	}}
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && got.Status.Allowed, nil
+	})
+	require.NoError(t, err, "the chart's rules were not in force for the test's ServiceAccount")
+}

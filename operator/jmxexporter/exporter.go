@@ -1,0 +1,137 @@
+package jmxexporter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	banzaiv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
+	"github.com/deckhand-dev/deckhand/operator/jmxexporter/jvm"
+	"github.com/deckhand-dev/deckhand/operator/status"
+)
+
+// Status list bounds: the status stays small with thousands of pods; each
+// pod's own state is on the pod.
+const (
+	maxEndpoints = 100
+	maxProblems  = 20
+)
+
+// ExporterReconciler summarises an exporter's pods in its status.
+type ExporterReconciler struct {
+	Client client.Client
+	Cache  client.Reader
+	// Reader lists the selected pods' metadata live (their state
+	// annotations are not cached).
+	Reader client.Reader
+	Files  *artifacts
+}
+
+// Reconcile recomputes the exporter's status from its pods' states.
+func (r *ExporterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var e banzaiv1alpha1.PrometheusJmxExporter
+	if err := r.Cache.Get(ctx, req.NamespacedName, &e); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !e.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := e.DeepCopy()
+	if err := r.summarise(ctx, &e); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, status.Patch(ctx, r.Client, before, &e)
+}
+
+func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.PrometheusJmxExporter) error {
+	s := &e.Status
+	s.ObservedGeneration = e.Generation
+	s.Selector = labels.SelectorFromSet(e.Spec.LabelSelector).String()
+
+	_, hash, problem, err := readConfig(ctx, r.Reader, e)
+	if err != nil {
+		return err
+	}
+	s.ConfigHash = hash
+	if problem != "" {
+		setCondition(e, ConditionConfigFound, false, "NotFound", problem+"; nothing is attached until it exists")
+	} else {
+		setCondition(e, ConditionConfigFound, true, "Found", "configuration "+hash[:12])
+	}
+
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Reader.List(ctx, pods, client.InNamespace(e.Namespace), client.MatchingLabels(e.Spec.LabelSelector)); err != nil {
+		return fmt.Errorf("listing the selected pods: %w", err)
+	}
+	s.SelectedPods, s.AttachedPods = 0, 0
+	s.MetricsEndpoints, s.Problems = nil, nil
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		s.SelectedPods++
+		st := readState(p)
+		switch {
+		case st != nil && st.Exporter == e.Name && st.Serving && st.Port == e.Spec.Port:
+			s.AttachedPods++
+			s.MetricsEndpoints = append(s.MetricsEndpoints, banzaiv1alpha1.MetricsEndpoint{
+				Pod: p.Name, Port: st.Port, Container: st.Container, PID: int32(st.PID), ContainerID: st.ContainerID, ConfigHash: st.ConfigHash,
+			})
+		case st != nil && st.Exporter != "" && st.Exporter != e.Name:
+			s.Problems = append(s.Problems, banzaiv1alpha1.PodProblem{Pod: p.Name, Reason: "SelectedByAnother",
+				Message: fmt.Sprintf("PrometheusJmxExporter %s, created earlier, serves this pod; one agent per JVM", st.Exporter), Time: &st.Time})
+		case st != nil && st.Exporter == e.Name:
+			s.Problems = append(s.Problems, problemOf(p.Name, st))
+		default:
+			s.Problems = append(s.Problems, banzaiv1alpha1.PodProblem{Pod: p.Name, Reason: "Pending", Message: "not attached yet (the pod is not running, or its attach is in progress)"})
+		}
+	}
+	slices.SortFunc(s.MetricsEndpoints, func(a, b banzaiv1alpha1.MetricsEndpoint) int { return strings.Compare(a.Pod, b.Pod) })
+	s.MetricsEndpoints = s.MetricsEndpoints[:min(len(s.MetricsEndpoints), maxEndpoints)]
+	slices.SortFunc(s.Problems, func(a, b banzaiv1alpha1.PodProblem) int {
+		if a.Time != nil && b.Time != nil && !a.Time.Equal(b.Time) {
+			return b.Time.Compare(a.Time.Time)
+		}
+		return strings.Compare(a.Pod, b.Pod)
+	})
+	s.Problems = s.Problems[:min(len(s.Problems), maxProblems)]
+	s.Attached = fmt.Sprintf("%d/%d", s.AttachedPods, s.SelectedPods)
+
+	switch {
+	case problem != "":
+		setCondition(e, ConditionReady, false, "ConfigNotFound", problem)
+	case s.SelectedPods == 0:
+		setCondition(e, ConditionReady, true, "NoPodsSelected", "no pod matches labelSelector "+s.Selector)
+	case s.AttachedPods == s.SelectedPods:
+		setCondition(e, ConditionReady, true, "Attached", fmt.Sprintf("all %d selected pods serve metrics on port %d", s.SelectedPods, e.Spec.Port))
+	default:
+		first := s.Problems[0]
+		setCondition(e, ConditionReady, false, first.Reason, fmt.Sprintf("%s of the selected pods serve metrics; pod %s: %s", s.Attached, first.Pod, first.Message))
+	}
+	return nil
+}
+
+// problemOf turns a pod's state into the status's view of it.
+func problemOf(pod string, st *podState) banzaiv1alpha1.PodProblem {
+	reason, msg := st.Reason, st.Message
+	switch {
+	case reason == "" && st.Result == jvm.Attached:
+		reason, msg = jvm.ReasonMetricsNotServed, "the agent is loaded but metrics did not answer yet"
+	case reason == "":
+		reason = st.Result
+	}
+	return banzaiv1alpha1.PodProblem{Pod: pod, Container: st.Container, Reason: reason, Message: msg, Time: &st.Time}
+}
+
+func setCondition(e *banzaiv1alpha1.PrometheusJmxExporter, kind string, ok bool, reason, msg string) {
+	status.SetCondition(&e.Status.Conditions, e.Generation, kind, ok, reason, msg)
+}

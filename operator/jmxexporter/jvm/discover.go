@@ -1,0 +1,236 @@
+package jvm
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Proc is the /proc file system to read; tests never change it, but a
+// helper run in a container with a non-standard mount could.
+var Proc = "/proc"
+
+// MatchEnv, set in the container's environment, is a second substring the
+// JVM's command line must contain (on top of spec.jvmMatch). Containers
+// never need it: it lets the tests, whose fake pods all exec on one host,
+// keep each pod to its own JVMs.
+const MatchEnv = "DECKHAND_JMX_MATCH"
+
+// process is what /proc tells about one process.
+type process struct {
+	pid  int
+	args []string
+	exe  string
+	env  map[string]string
+}
+
+// Discover lists the JVMs whose command line contains match (and the
+// MatchEnv substring, when set), sorted by PID. Processes that vanish
+// while being read are skipped.
+func Discover(match string) ([]JVM, error) {
+	entries, err := os.ReadDir(Proc)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", Proc, err)
+	}
+	perfPIDs := hsperfdataPIDs()
+	extra := os.Getenv(MatchEnv)
+	self := os.Getpid()
+	var jvms []JVM
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		p, ok := readProcess(pid)
+		if !ok || !(isJava(p) || perfPIDs[pid]) {
+			continue
+		}
+		line := strings.Join(p.args, " ")
+		if !strings.Contains(line, match) || !strings.Contains(line, extra) {
+			continue
+		}
+		j, ok := describe(p)
+		if ok {
+			jvms = append(jvms, j)
+		}
+	}
+	sort.Slice(jvms, func(a, b int) bool { return jvms[a].PID < jvms[b].PID })
+	return jvms, nil
+}
+
+// hsperfdataPIDs are the PIDs of JVMs that publish performance data
+// (/tmp/hsperfdata_<user>/<pid>): every HotSpot JVM unless started with
+// -XX:-UsePerfData, whatever its launcher is called.
+func hsperfdataPIDs() map[int]bool {
+	pids := map[int]bool{}
+	files, _ := filepath.Glob(filepath.Join(hotspotTmp, "hsperfdata_*", "*"))
+	for _, f := range files {
+		if pid, err := strconv.Atoi(filepath.Base(f)); err == nil {
+			pids[pid] = true
+		}
+	}
+	return pids
+}
+
+func readProcess(pid int) (process, bool) {
+	dir := filepath.Join(Proc, strconv.Itoa(pid))
+	raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil || len(raw) == 0 {
+		return process{}, false // gone, or a kernel thread
+	}
+	p := process{pid: pid, args: strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")}
+	p.exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+		p.env = map[string]string{}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				p.env[k] = v
+			}
+		}
+	}
+	return p, true
+}
+
+func isJava(p process) bool {
+	return filepath.Base(p.exe) == "java" || filepath.Base(p.args[0]) == "java"
+}
+
+// describe reads what the attach needs to know about a JVM.
+func describe(p process) (JVM, bool) {
+	start, ok := startTime(p.pid)
+	if !ok {
+		return JVM{}, false
+	}
+	j := JVM{PID: p.pid, StartTime: start, UID: effectiveUID(p.pid), Main: mainOf(p.args[1:])}
+	if p.exe != "" {
+		j.JavaVersion = javaVersion(filepath.Dir(filepath.Dir(p.exe)))
+	}
+	opts := vmOptions(p)
+	j.AttachDisabled = lastFlag(opts, "DisableAttachMechanism")
+	j.DynamicAgentsAllowed = lastFlag(opts, "EnableDynamicAgentLoading")
+	return j, true
+}
+
+// startTime is field 22 of /proc/<pid>/stat, counted after the command
+// name, which may itself contain spaces and parentheses.
+func startTime(pid int) (uint64, bool) {
+	raw, err := os.ReadFile(filepath.Join(Proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(raw[i+1:]))
+	// fields[0] is the state (field 3), so field 22 is fields[19].
+	if len(fields) < 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(fields[19], 10, 64)
+	return v, err == nil
+}
+
+// effectiveUID is the second value of the Uid: line of /proc/<pid>/status.
+func effectiveUID(pid int) int {
+	f, err := os.Open(filepath.Join(Proc, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "Uid:"); ok {
+			if fields := strings.Fields(rest); len(fields) > 1 {
+				if uid, err := strconv.Atoi(fields[1]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// optionsWithValue are java launcher options whose value is the next
+// argument.
+var optionsWithValue = map[string]bool{
+	"-cp": true, "-classpath": true, "--class-path": true, "-p": true, "--module-path": true,
+	"--upgrade-module-path": true, "--add-modules": true, "--add-opens": true, "--add-exports": true,
+	"--add-reads": true, "--patch-module": true, "--limit-modules": true, "--enable-native-access": true,
+}
+
+// mainOf is the main class, "-jar <file>" or "-m <module>" of a java
+// command line, without the options (which may carry secrets).
+func mainOf(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case (a == "-jar" || a == "-m" || a == "--module") && i+1 < len(args):
+			return args[i+1]
+		case optionsWithValue[a]:
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			return a
+		}
+	}
+	return ""
+}
+
+// vmOptions are the JVM options in the order HotSpot applies them, later
+// ones winning: JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS, the command line,
+// _JAVA_OPTIONS.
+func vmOptions(p process) []string {
+	var opts []string
+	opts = append(opts, strings.Fields(p.env["JAVA_TOOL_OPTIONS"])...)
+	opts = append(opts, strings.Fields(p.env["JDK_JAVA_OPTIONS"])...)
+	opts = append(opts, p.args[1:]...)
+	return append(opts, strings.Fields(p.env["_JAVA_OPTIONS"])...)
+}
+
+// lastFlag is the value of boolean -XX flag name, false when not given.
+func lastFlag(opts []string, name string) bool {
+	on := false
+	for _, o := range opts {
+		switch o {
+		case "-XX:+" + name:
+			on = true
+		case "-XX:-" + name:
+			on = false
+		}
+	}
+	return on
+}
+
+// javaVersion reads JAVA_VERSION from the JDK's release file.
+func javaVersion(javaHome string) string {
+	raw, err := os.ReadFile(filepath.Join(javaHome, "release"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "JAVA_VERSION="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// javaMajor is the feature release of a JAVA_VERSION ("17.0.15" → 17,
+// "1.8.0_392" → 8), 0 when unknown.
+func javaMajor(version string) int {
+	parts := strings.Split(version, ".")
+	if parts[0] == "1" && len(parts) > 1 {
+		parts = parts[1:]
+	}
+	n, err := strconv.Atoi(strings.TrimFunc(parts[0], func(r rune) bool { return r < '0' || r > '9' }))
+	if err != nil {
+		return 0
+	}
+	return n
+}
