@@ -34,10 +34,11 @@ import (
 
 const wait = 30 * time.Second
 
-// startOperator runs the Database controller for one namespace.
+// startOperator runs the Database controller for one namespace, as a
+// ServiceAccount with the chart's RBAC for it.
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
-	testenv.StartController(t, testenv.RESTConfig(t), func(m ctrl.Manager) error {
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
 		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
 	}, ns)
 }
