@@ -19,14 +19,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -199,21 +195,17 @@ func isFailure(line string) bool {
 func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
 	t.Helper()
 	admin := testenv.RESTConfig(t)
-	cs, err := kubernetes.NewForConfig(admin)
-	require.NoError(t, err)
-	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
-		metav1.CreateOptions{})
-	require.NoError(t, err, "TokenRequest for %s/%s", namespace, sa)
+	token := testenv.ServiceAccountToken(t, namespace, sa)
 
 	ca := admin.CAData
 	if len(ca) == 0 && admin.CAFile != "" {
+		var err error
 		ca, err = os.ReadFile(admin.CAFile)
 		require.NoError(t, err)
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: namespace}
 	kc.CurrentContext = "sa"
 	path := filepath.Join(dir, "kubeconfig")

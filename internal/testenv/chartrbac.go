@@ -58,17 +58,24 @@ func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *res
 	})
 
 	admin := RESTConfig(t)
-	cs, err := kubernetes.NewForConfig(admin)
-	require.NoError(t, err)
-	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa.Name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
-		metav1.CreateOptions{})
-	require.NoError(t, err)
 	cfg := rest.AnonymousClientConfig(admin)
-	cfg.BearerToken = tok.Status.Token
+	cfg.BearerToken = ServiceAccountToken(t, namespace, sa.Name)
 	cfg.QPS, cfg.Burst = admin.QPS, admin.Burst
 	waitUntilAllowed(t, cfg, namespace, rules[0])
 	return cfg
+}
+
+// ServiceAccountToken is a one-hour token of a ServiceAccount, from the
+// TokenRequest API.
+func ServiceAccountToken(t testing.TB, namespace, name string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(RESTConfig(t))
+	require.NoError(t, err)
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	require.NoError(t, err, "TokenRequest for %s/%s", namespace, name)
+	return tok.Status.Token
 }
 
 // chartOperatorRules renders the chart, as `helm template` would, with
