@@ -560,4 +560,3 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	})
 	get(t, c, ns, "data-changing-1", &corev1.PersistentVolumeClaim{})
 }
-
