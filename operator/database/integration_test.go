@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -561,5 +560,3 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	})
 	get(t, c, ns, "data-changing-1", &corev1.PersistentVolumeClaim{})
 }
-
-var _ = types.NamespacedName{}

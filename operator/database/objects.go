@@ -352,6 +352,10 @@ func initJob(db *dbv1.Database, eng engine.Engine) *batchv1.Job {
 		ObjectMeta: objectMeta(db, namesOf(db).InitJob, map[string]string{LabelComponent: componentInit}),
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To(int32(6)),
+			// An image that never pulls or never becomes a server fails the
+			// Job (and so shows in Initialized) instead of leaving it
+			// pending forever.
+			ActiveDeadlineSeconds: ptr.To(int64(1800)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: withLabels(objectLabels(db), selectorLabels(db, componentInit))},
 				Spec:       spec,

@@ -3,7 +3,6 @@ package database_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -367,5 +366,4 @@ func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
 	out, err = psql(bin, standbyPort, "name-of-database", appPassword, "name-of-database", "SELECT count(*) FROM orders")
 	require.NoError(t, err, out)
 	assert.Equal(t, "2", out)
-	_ = fmt.Sprint
 }
