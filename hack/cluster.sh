@@ -39,13 +39,25 @@ wait_ready() {
   return 1
 }
 
+# without_inherited_fds runs a command with only descriptors 0-2: the
+# cluster's processes outlive this script and must not hold a caller's
+# `flock` lock (whatever descriptor it is on) for as long as they run.
+without_inherited_fds() {
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done
+    exec "$@"
+  )
+}
+
 create() {
   echo ">> creating cluster $name (kwokctl, binary runtime, Kubernetes $KWOK_KUBE_VERSION)" >&2
   local since
   since=$(date +%s)
-  # 9>&-: the cluster's processes must not inherit (and hold) the lock.
-  "$kwokctl" create cluster --name "$name" --runtime binary --config "$root/hack/kwok.yaml" \
-    --kubeconfig "$kubeconfig" --wait 60s >&2 9>&-
+  without_inherited_fds "$kwokctl" create cluster --name "$name" --runtime binary \
+    --config "$root/hack/kwok.yaml" --kubeconfig "$kubeconfig" --wait 60s >&2
   wait_ready
   ensure_nodes
   wait_leases_renewed_since "$since"
@@ -136,16 +148,9 @@ ensure_provisioner() {
   fi
   stop_provisioner
   mv "$provisioner_bin.new" "$provisioner_bin"
-  # setsid: it outlives this script. It must not inherit any descriptor
-  # beyond 0-2 (a caller's `flock` holds its lock on one, e.g. fd 3).
-  (
-    for fd in /proc/$BASHPID/fd/*; do
-      fd=${fd##*/}
-      if ((fd > 2)); then eval "exec $fd>&-"; fi
-    done
-    exec setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
-      >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null
-  ) &
+  # setsid: it outlives this script.
+  without_inherited_fds setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
+    >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null &
   echo $! >"$provisioner_pid"
   sleep 0.5
   if ! provisioner_running; then
@@ -226,7 +231,7 @@ restart() {
   since=$(date +%s)
   echo ">> restarting cluster $name" >&2
   forget_dead_pids
-  "$kwokctl" start cluster --name "$name" >&2 9>&- && wait_ready || return 1
+  without_inherited_fds "$kwokctl" start cluster --name "$name" >&2 && wait_ready || return 1
   ensure_nodes
   forget_stale_leases "$since"
   wait_leases_renewed_since "$since"

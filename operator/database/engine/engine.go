@@ -21,6 +21,9 @@ const (
 	DataVolume = "data"
 	// ScriptsVolume is the ConfigMap holding Scripts().
 	ScriptsVolume = "scripts"
+	// BackupVolume is a Database's backup PersistentVolumeClaim (one per
+	// Database, not owned by it), mounted by backup and restore Jobs.
+	BackupVolume = "backup"
 )
 
 // Cluster is what an engine needs to know about one set of database
@@ -82,14 +85,72 @@ type Engine interface {
 	InitPod(c Cluster) Pod
 	// ConnectionURI is the URI a client uses to reach database as user.
 	ConnectionURI(user, password, host string, port int32, database string) string
+
+	// MajorVersion is the part of a version that an in-place restart
+	// cannot cross ("17.6" -> "17" for PostgreSQL; "8.4.3" -> "8.4" for
+	// MySQL); false when version is not one of the engine's.
+	MajorVersion(version string) (string, bool)
+	// BackupPod runs a backup Job: the engine's own dump tool, from the
+	// Cluster's own image, reading from b.Host, writing b.File on
+	// BackupVolume under a temporary name, fsynced, checksummed and then
+	// renamed, so a file named b.File is always complete. Its Report
+	// carries File, Size, SHA256 and ServerVersion.
+	BackupPod(c Cluster, b Backup) Pod
+	// RestorePod runs a restore Job into the Cluster's primary (reached at
+	// PrimaryHost, already up, before the init Job): it checks the file's
+	// checksum against r.SHA256 first and refuses a mismatch. Its Report
+	// carries ServerVersion.
+	RestorePod(c Cluster, r Restore) Pod
+	// UpgradePod runs a major-version upgrade Job with the new image
+	// (c.Image) while no server runs (the StatefulSet at zero replicas): it
+	// mounts the primary's data volume and BackupVolume, initialises a new
+	// data directory beside the old one, restores u.File into it and swaps
+	// them, keeping the old directory (the engine documents where, and
+	// when it is removed: never before the new primary is ready).
+	UpgradePod(c Cluster, u Upgrade) Pod
+}
+
+// Backup is one dump for BackupPod.
+type Backup struct {
+	// File is the dump's path relative to BackupVolume's root.
+	File string
+	// Host is the server to read from: a ready standby when there is one,
+	// else the primary.
+	Host string
+	// ClaimName is the backup PersistentVolumeClaim mounted as BackupVolume.
+	ClaimName string
+}
+
+// Restore is one dump for RestorePod; the file may be on another
+// Database's backup volume (ClaimName).
+type Restore struct {
+	File      string
+	SHA256    string
+	ClaimName string
+}
+
+// Upgrade is one major-version upgrade for UpgradePod.
+type Upgrade struct {
+	// File is the pre-upgrade dump on ClaimName.
+	File      string
+	SHA256    string
+	ClaimName string
+	// DataClaimName is the primary's data PersistentVolumeClaim.
+	DataClaimName string
+	FromVersion   string
+	ToVersion     string
 }
 
 // Report is what a Job found, written as JSON to its container's
-// termination message (the operator never connects to a database). The
-// lifecycle work adds a backup's file, size and checksum.
+// termination message (the operator never connects to a database).
 type Report struct {
 	// ServerVersion is the server's own version string.
 	ServerVersion string `json:"serverVersion,omitempty"`
+	// File, Size (bytes) and SHA256 (hex) describe the dump a backup Job
+	// wrote, after it was renamed to its final name.
+	File   string `json:"file,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // ParseReport decodes a termination message; an empty one is an empty

@@ -39,6 +39,12 @@ const (
 	// BootstrapScript and InitScript are the entry points in Scripts().
 	BootstrapScript = "bootstrap.sh"
 	InitScript      = "init.sh"
+	BackupScript    = "backup.sh"
+	RestoreScript   = "restore.sh"
+	UpgradeScript   = "upgrade.sh"
+	// backupMount is where backup, restore and upgrade Jobs mount
+	// engine.BackupVolume.
+	backupMount = "/deckhand/backup"
 	// TerminationMessagePath is where Jobs write their Report.
 	TerminationMessagePath = "/dev/termination-log"
 )
@@ -171,6 +177,110 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 		},
 		SecurityContext: podSecurityContext(c.Image),
 	}
+}
+
+// MajorVersion is the first number: PostgreSQL 10 and later number their
+// major releases 10, 11, ... ("17.6" -> "17").
+func (Engine) MajorVersion(version string) (string, bool) {
+	major, _, _ := strings.Cut(version, ".")
+	if major == "" || strings.Trim(major, "0123456789") != "" {
+		return "", false
+	}
+	return major, true
+}
+
+// BackupPod runs backup.sh.
+//
+// Environment: SOURCE_HOST, SOURCE_PORT, PGUSER and PGPASSWORD (the
+// superuser), APP_DATABASE, BACKUP_DIR (the backup volume's mount),
+// BACKUP_FILE (relative to BACKUP_DIR), TERMINATION_MESSAGE_PATH.
+func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "SOURCE_HOST", Value: b.Host},
+		{Name: "SOURCE_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "BACKUP_FILE", Value: b.File},
+	}
+	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
+}
+
+// RestorePod runs restore.sh.
+//
+// Environment: PRIMARY_HOST, PRIMARY_PORT, PGUSER and PGPASSWORD (the
+// superuser), APP_DATABASE, APP_USER, BACKUP_DIR, BACKUP_FILE,
+// BACKUP_SHA256, TERMINATION_MESSAGE_PATH.
+func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "PRIMARY_HOST", Value: c.PrimaryHost},
+		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "APP_USER", Value: c.AppUser},
+		{Name: "BACKUP_FILE", Value: r.File},
+		{Name: "BACKUP_SHA256", Value: r.SHA256},
+	}
+	return jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil)
+}
+
+// UpgradePod runs upgrade.sh with the primary's data volume mounted where
+// the server mounts it.
+//
+// Environment: PGDATA (the current data directory), PGPORT (a port for a
+// server only the Job reaches, on 127.0.0.1), PGUSER and PGPASSWORD (the
+// superuser), BACKUP_DIR, BACKUP_FILE, BACKUP_SHA256, FROM_VERSION,
+// TO_VERSION, TERMINATION_MESSAGE_PATH.
+func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "PGDATA", Value: pgdata},
+		{Name: "PGPORT", Value: fmt.Sprint(c.Port)},
+		{Name: "BACKUP_FILE", Value: u.File},
+		{Name: "BACKUP_SHA256", Value: u.SHA256},
+		{Name: "FROM_VERSION", Value: u.FromVersion},
+		{Name: "TO_VERSION", Value: u.ToVersion},
+	}
+	data := corev1.Volume{Name: engine.DataVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: u.DataClaimName},
+	}}
+	pod := jobPod(c, "upgrade", UpgradeScript, env, u.ClaimName, &data)
+	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: engine.DataVolume, MountPath: dataMount})
+	return pod
+}
+
+// jobPod is the shape every Job but init shares: one container running
+// script from the scripts volume as the superuser, the backup volume
+// mounted at backupMount, a Report written to the termination message.
+func jobPod(c engine.Cluster, name, script string, env []corev1.EnvVar, backupClaim string, extra *corev1.Volume) engine.Pod {
+	env = append(env,
+		corev1.EnvVar{Name: "BACKUP_DIR", Value: backupMount},
+		corev1.EnvVar{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
+	)
+	env = append(env, superuserEnv(c)...)
+	volumes := []corev1.Volume{{Name: engine.BackupVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
+	}}}
+	if extra != nil {
+		volumes = append(volumes, *extra)
+	}
+	pod := engine.Pod{
+		Container: corev1.Container{
+			Name:    name,
+			Image:   c.Image,
+			Command: []string{"sh", path.Join(scriptsDir, script)},
+			Env:     env,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: engine.ScriptsVolume, MountPath: scriptsDir, ReadOnly: true},
+				{Name: engine.BackupVolume, MountPath: backupMount},
+			},
+			TerminationMessagePath:   TerminationMessagePath,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			SecurityContext:          containerSecurityContext(),
+		},
+		Volumes:         volumes,
+		SecurityContext: podSecurityContext(c.Image),
+	}
+	if c.Resources != nil {
+		pod.Container.Resources = *c.Resources
+	}
+	return pod
 }
 
 // ConnectionURI is a libpq URI.
