@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -184,7 +183,7 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	if err != nil || deploy == nil {
 		return wake, err
 	}
-	hpa, err := r.hpaIfItMatters(ctx, td, deploy, decision.Replicas)
+	hpa, err := r.hpaIfItMatters(ctx, td)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -337,21 +336,14 @@ func (r *Reconciler) ifOwned(td *schedulev1.TDSet, d *appsv1.Deployment) *appsv1
 }
 
 // hpaIfItMatters finds the HorizontalPodAutoscaler scaling the TDSet's
-// Deployment, read live, when the answer can change what TDSet does: a
-// write to the Deployment is due, or an HPA scaled it last time. In the
-// steady state without an HPA it costs no request.
-func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet, d *appsv1.Deployment, desired int32) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	hadHPA := strings.HasPrefix(td.Status.ScaleTarget, "HorizontalPodAutoscaler/")
-	// The metadata cache says, without a request, whether the namespace
-	// has any HPA: at a boundary shared by many TDSets, a live LIST each
-	// would double the requests that delay the scaling. An HPA created
-	// too recently for the cache wakes the TDSet when the cache sees it.
+// Deployment, read live, when the namespace has any HPA. The metadata
+// cache says so without a request: at a boundary shared by many TDSets, a
+// live LIST each would double the requests that delay the scaling. An HPA
+// created too recently for the cache wakes the TDSet when the cache sees
+// it, and TDSet then hands it the replicas.
+func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet) (*autoscalingv2.HorizontalPodAutoscaler, error) {
 	if any, err := r.namespaceHasHPAs(ctx, td.Namespace); err != nil || !any {
 		return nil, err
-	}
-	if !hadHPA && d.Name != "" && deploymentMatches(d, td, desired) {
-		// Nothing to write; the HPA is read live when it matters.
-		return nil, nil
 	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
 	if err := r.Reader.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {

@@ -399,7 +399,7 @@ func TestForeignServiceDoesNotDelayTheNextBoundary(t *testing.T) {
 	assert.EqualValues(t, 5, ptr.Deref(f.deployment(t).Spec.Replicas, 0), "the Deployment is scaled despite the foreign Service")
 }
 
-func TestHPAFoundLiveWhenTheCacheHasNotSeenIt(t *testing.T) {
+func TestAnHPACreatedBeforeABoundaryKeepsItsReplicas(t *testing.T) {
 	f := newFixture(t, seedTDSet(t))
 	f.reconcile(t) // creates the Deployment at 5
 	require.NoError(t, f.c.Create(context.Background(), hpaFor("tdset-hello-world")))
