@@ -319,7 +319,6 @@ func BenchmarkBoundaryBurst1000(b *testing.B) {
 	if early := seen.before("td-", realBoundary); early > 0 {
 		b.Fatalf("%d Deployments scaled before the boundary", early)
 	}
-	waitPodCount(b, c, ns, 4*count)
 
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
 	p99, floor99 := testenv.Percentile(lags, 0.99), testenv.Percentile(floor, 0.99)
