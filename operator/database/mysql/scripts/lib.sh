@@ -1,0 +1,257 @@
+# deckhand: shared functions of the MySQL/MariaDB scripts (sourced, not run).
+#
+# Everything that differs between MySQL and MariaDB is decided here, from
+# the server's own version string ("8.4.8" or "10.11.19-MariaDB-..."): the
+# command names, the replication statements, the GTID syntax and the
+# authentication plugin of the replication user. The sql_* functions only
+# print statements, so tests can check the MySQL branch without a MySQL
+# server (Debian ships MariaDB only).
+#
+# Secrets reach the client through MYSQL_PWD (the root password) and the
+# statements on stdin, never through a command line.
+
+# The replication account the replicas connect as.
+REPLICATION_USER=deckhand_repl
+
+log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${0##*/}" "$*" >&2; }
+
+# pick_commands sets CLIENT, DUMP, ADMIN, SERVER and INSTALL_DB: MariaDB
+# 11 images have only the mariadb* names; MySQL images only mysql*.
+pick_commands() {
+	if command -v mariadb >/dev/null 2>&1; then
+		CLIENT=mariadb DUMP=mariadb-dump ADMIN=mariadb-admin SERVER=mariadbd INSTALL_DB=mariadb-install-db
+	else
+		CLIENT=mysql DUMP=mysqldump ADMIN=mysqladmin SERVER=mysqld INSTALL_DB=
+	fi
+}
+
+# server_version: the server binary's version ("8.4.8",
+# "10.11.19-MariaDB-0+deb12u1"), as SELECT VERSION() says it.
+server_version() {
+	"$SERVER" --version | sed -n 's/.* Ver \([^ ]*\).*/\1/p'
+}
+
+# wait_for HOST PORT: until the server there answers a query as root
+# (PRIMARY_WAIT_SECONDS, default 600; 0 waits forever).
+wait_for() {
+	_waited=0
+	until "$CLIENT" -h "$1" -P "$2" -uroot --connect-timeout=5 -N -B -e 'SELECT 1' >/dev/null 2>&1; do
+		_limit=${PRIMARY_WAIT_SECONDS:-600}
+		if [ "$_limit" != 0 ] && [ "$_waited" -ge "$_limit" ]; then
+			log "the server at $1:$2 did not accept connections within ${_waited}s"
+			return 1
+		fi
+		log "waiting for the server at $1:$2"
+		sleep 2
+		_waited=$((_waited + 2))
+	done
+}
+
+# flavor VERSION: mariadb or mysql.
+flavor() {
+	case $1 in
+	*MariaDB* | *mariadb*) echo mariadb ;;
+	*) echo mysql ;;
+	esac
+}
+
+# version_at_least VERSION MAJOR MINOR [PATCH]: true when VERSION's leading
+# numbers are at least MAJOR.MINOR.PATCH.
+version_at_least() {
+	_v=${1%%[!0-9.]*}
+	_maj=${_v%%.*}
+	_rest=${_v#*.}
+	_min=${_rest%%.*}
+	_pat=${_rest#*.}
+	_pat=${_pat%%.*}
+	[ "$_maj" -gt "$2" ] && return 0
+	[ "$_maj" -lt "$2" ] && return 1
+	[ "${_min:-0}" -gt "$3" ] && return 0
+	[ "${_min:-0}" -lt "$3" ] && return 1
+	[ "${_pat:-0}" -ge "${4:-0}" ]
+}
+
+# sql_string VALUE: VALUE as an SQL string literal (quotes doubled,
+# backslashes escaped, as the default sql_mode reads them).
+sql_string() {
+	printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/''/g")"
+}
+
+# sql_ident NAME: NAME as a quoted identifier.
+sql_ident() {
+	printf '`%s`' "$(printf '%s' "$1" | sed 's/`/``/g')"
+}
+
+# sql_accounts VERSION ROOT_PASSWORD REPLICATION_PASSWORD: root from
+# anywhere (with the Secret's password) and the replication account. Not
+# written to the binary log: every server makes its own accounts, so a
+# replica's history starts empty, as GTID auto-positioning needs.
+sql_accounts() {
+	_root=$(sql_string "$2")
+	_repl=$(sql_string "$3")
+	echo "SET SESSION sql_log_bin = 0;"
+	echo "ALTER USER 'root'@'localhost' IDENTIFIED BY $_root;"
+	echo "CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $_root;"
+	echo "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;"
+	if [ "$(flavor "$1")" = mariadb ]; then
+		# MariaDB's replicas authenticate with the native plugin.
+		echo "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD($_repl);"
+		# mariadb-install-db may create anonymous accounts, which would
+		# win over root@'%' for local connections.
+		echo "DELETE FROM mysql.global_priv WHERE User = '';"
+	else
+		# MySQL 8.4 disables mysql_native_password: caching_sha2_password,
+		# whose key the replica fetches (GET_SOURCE_PUBLIC_KEY).
+		echo "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED WITH caching_sha2_password BY $_repl;"
+	fi
+	echo "GRANT REPLICATION SLAVE ON *.* TO '$REPLICATION_USER'@'%';"
+	echo "FLUSH PRIVILEGES;"
+}
+
+# sql_reset_gtids VERSION: forget this server's binary logs and GTID
+# history before a clone's dump sets them.
+sql_reset_gtids() {
+	if [ "$(flavor "$1")" = mysql ] && version_at_least "$1" 8 2; then
+		echo "RESET BINARY LOGS AND GTIDS;"
+	else
+		echo "RESET MASTER;"
+	fi
+}
+
+# sql_follow_primary VERSION HOST PORT PASSWORD: replicate from the primary
+# from the GTID position the clone's dump set.
+sql_follow_primary() {
+	_host=$(sql_string "$2")
+	_pass=$(sql_string "$4")
+	if [ "$(flavor "$1")" = mariadb ]; then
+		echo "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_USE_GTID=slave_pos;"
+		echo "START SLAVE;"
+	elif version_at_least "$1" 8 0 23; then
+		echo "CHANGE REPLICATION SOURCE TO SOURCE_HOST=$_host, SOURCE_PORT=$3, SOURCE_USER='$REPLICATION_USER', SOURCE_PASSWORD=$_pass, SOURCE_CONNECT_RETRY=5, SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1;"
+		echo "START REPLICA;"
+	else
+		echo "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_AUTO_POSITION=1, GET_MASTER_PUBLIC_KEY=1;"
+		echo "START SLAVE;"
+	fi
+}
+
+# server_args VERSION ORDINAL: the replication settings of a server (the
+# primary at ordinal 0, read-only replicas beside it).
+server_args() {
+	echo "--server-id=$(($2 + 1))"
+	echo "--log-bin=binlog"
+	echo "--skip-name-resolve"
+	if [ "$(flavor "$1")" = mariadb ]; then
+		echo "--log-slave-updates=ON"
+		echo "--gtid-strict-mode=ON"
+	else
+		echo "--gtid-mode=ON"
+		echo "--enforce-gtid-consistency=ON"
+	fi
+	if [ "$2" != 0 ]; then
+		echo "--read-only=ON"
+		if [ "$(flavor "$1")" = mysql ]; then echo "--super-read-only=ON"; fi
+	fi
+	return 0
+}
+
+# clone_dump_args VERSION: how a replica dumps the primary: consistent
+# (one transaction), with the accounts and the GTID position.
+clone_dump_args() {
+	if [ "$(flavor "$1")" = mariadb ]; then
+		# --system=users dumps accounts as CREATE USER/GRANT (the mysql
+		# tables themselves would carry the primary's replication position
+		# too); --master-data --gtid sets gtid_slave_pos.
+		echo "--system=users --insert-ignore --master-data=1 --gtid"
+	else
+		# The mysql schema carries the accounts; the GTID set lands in
+		# gtid_purged.
+		echo "--set-gtid-purged=ON"
+	fi
+	echo "--single-transaction --routines --events --triggers --hex-blob"
+}
+
+# initialise DIR (needs $version): an empty data directory with its accounts.
+initialise() {
+	if [ "$(flavor "$version")" = mariadb ]; then
+		"$INSTALL_DB" --datadir="$1" --auth-root-authentication-method=normal \
+			--skip-test-db --skip-name-resolve >&2
+	else
+		"$SERVER" --initialize-insecure --datadir="$1" >&2
+	fi
+}
+
+# start_private DIR ORDINAL: the server on DIR with no network, for setting up.
+start_private() {
+	# shellcheck disable=SC2046 # one argument per line
+	"$SERVER" --datadir="$1" --skip-networking --socket="$MYSQL_UNIX_PORT" \
+		--pid-file="$1.deckhand.pid" $(server_args "$version" "$2") >&2 &
+	private_pid=$!
+	until "$ADMIN" --socket="$MYSQL_UNIX_PORT" -uroot ping >/dev/null 2>&1; do
+		kill -0 "$private_pid" 2>/dev/null || { log "the server did not start"; exit 1; }
+		sleep 1
+	done
+}
+
+stop_private() {
+	"$ADMIN" --socket="$MYSQL_UNIX_PORT" -uroot shutdown
+	wait "$private_pid" || true
+}
+
+# as_root_without_password: a new data directory's root has none yet.
+as_root_without_password() {
+	env -u MYSQL_PWD "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
+}
+
+# user_databases: the databases a dump holds (not the server's own).
+user_databases_sql() {
+	echo "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema') ORDER BY schema_name;"
+}
+
+# report KEY=VALUE...: the termination message, as JSON of strings and
+# numbers (values are versions, file names and hex: no quoting needed
+# beyond dropping quotes and backslashes).
+report() {
+	_out='{'
+	_sep=
+	for _kv in "$@"; do
+		_k=${_kv%%=*}
+		_v=$(printf '%s' "${_kv#*=}" | tr -d '"\\')
+		case $_k in
+		size) _out="$_out$_sep\"$_k\":$_v" ;;
+		*) _out="$_out$_sep\"$_k\":\"$_v\"" ;;
+		esac
+		_sep=,
+	done
+	printf '%s}\n' "$_out" >"$TERMINATION_MESSAGE_PATH"
+}
+
+# databases_of HOST PORT: the user databases there, one a line.
+databases_of() {
+	user_databases_sql | "$CLIENT" -h "$1" -P "$2" -uroot -N -B
+}
+
+# query HOST PORT SQL: one value.
+query() {
+	"$CLIENT" -h "$1" -P "$2" -uroot -N -B -e "$3"
+}
+
+# check_sha256 FILE SUM: refuse a file whose checksum is not SUM.
+check_sha256() {
+	if [ ! -f "$1" ]; then
+		log "$1 does not exist"
+		return 1
+	fi
+	_actual=$(sha256sum "$1" | cut -d ' ' -f 1)
+	if [ "$_actual" != "$2" ]; then
+		log "$1 has checksum $_actual, not $2: refusing to load it"
+		return 1
+	fi
+}
+
+# sql_grant_database DATABASE USER: the user owns DATABASE ('_' and '%'
+# are wildcards in a grant's database name: escaped).
+sql_grant_database() {
+	_db=$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/_/\\_/g' -e 's/%/\\%/g')
+	echo "GRANT ALL PRIVILEGES ON $(sql_ident "$_db").* TO $(sql_string "$2")@'%';"
+}
