@@ -46,9 +46,9 @@ clone_primary() {
 	log "dumped the primary ($(wc -c <"$dump") bytes): loading it"
 	{
 		sql_reset_gtids "$version"
-		echo "SET SESSION sql_log_bin = 0;"
+		say "SET SESSION sql_log_bin = 0;"
 		cat "$dump"
-		echo "FLUSH PRIVILEGES;"
+		say "FLUSH PRIVILEGES;"
 		sql_follow_primary "$version" "$PRIMARY_HOST" "$PRIMARY_PORT" "$REPLICATION_PASSWORD"
 	} | "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
 	rm -f "$dump"

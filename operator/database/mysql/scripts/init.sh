@@ -20,8 +20,8 @@ wait_for "$PRIMARY_HOST" "$PRIMARY_PORT"
 version=$(query "$PRIMARY_HOST" "$PRIMARY_PORT" 'SELECT VERSION()')
 if [ -n "${APP_DATABASE:-}" ]; then
 	{
-		echo "CREATE DATABASE IF NOT EXISTS $(sql_ident "$APP_DATABASE");"
-		echo "CREATE USER IF NOT EXISTS $(sql_string "$APP_USER")@'%' IDENTIFIED BY $(sql_string "$APP_PASSWORD");"
+		say "CREATE DATABASE IF NOT EXISTS $(sql_ident "$APP_DATABASE");"
+		say "CREATE USER IF NOT EXISTS $(sql_string "$APP_USER")@'%' IDENTIFIED BY $(sql_string "$APP_PASSWORD");"
 		sql_grant_database "$APP_DATABASE" "$APP_USER"
 	} | "$CLIENT" -h "$PRIMARY_HOST" -P "$PRIMARY_PORT" -uroot
 	log "database and account are in place"

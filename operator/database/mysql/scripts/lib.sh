@@ -13,6 +13,9 @@
 # The replication account the replicas connect as.
 REPLICATION_USER=deckhand_repl
 
+# say LINE: LINE as it is (dash's echo would read backslashes in it).
+say() { printf '%s\n' "$*"; }
+
 log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${0##*/}" "$*" >&2; }
 
 # pick_commands sets CLIENT, DUMP, ADMIN, SERVER and INSTALL_DB: MariaDB
@@ -50,8 +53,8 @@ wait_for() {
 # flavor VERSION: mariadb or mysql.
 flavor() {
 	case $1 in
-	*MariaDB* | *mariadb*) echo mariadb ;;
-	*) echo mysql ;;
+	*MariaDB* | *mariadb*) say mariadb ;;
+	*) say mysql ;;
 	esac
 }
 
@@ -89,32 +92,34 @@ sql_ident() {
 sql_accounts() {
 	_root=$(sql_string "$2")
 	_repl=$(sql_string "$3")
-	echo "SET SESSION sql_log_bin = 0;"
-	echo "ALTER USER 'root'@'localhost' IDENTIFIED BY $_root;"
-	echo "CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $_root;"
-	echo "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;"
+	say "SET SESSION sql_log_bin = 0;"
+	say "ALTER USER 'root'@'localhost' IDENTIFIED BY $_root;"
+	say "CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $_root;"
+	say "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;"
 	if [ "$(flavor "$1")" = mariadb ]; then
 		# MariaDB's replicas authenticate with the native plugin.
-		echo "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD($_repl);"
-		# mariadb-install-db may create anonymous accounts, which would
-		# win over root@'%' for local connections.
-		echo "DELETE FROM mysql.global_priv WHERE User = '';"
+		say "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD($_repl);"
+		# mariadb-install-db makes root@127.0.0.1, root@::1 and
+		# root@<hostname> without a password, and may make anonymous
+		# accounts: each would win over root@'%' for some connections.
+		say "DELETE FROM mysql.global_priv WHERE User = '' OR (User = 'root' AND Host NOT IN ('localhost', '%'));"
+		say "DELETE FROM mysql.proxies_priv WHERE Host NOT IN ('localhost', '%');"
 	else
 		# MySQL 8.4 disables mysql_native_password: caching_sha2_password,
 		# whose key the replica fetches (GET_SOURCE_PUBLIC_KEY).
-		echo "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED WITH caching_sha2_password BY $_repl;"
+		say "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED WITH caching_sha2_password BY $_repl;"
 	fi
-	echo "GRANT REPLICATION SLAVE ON *.* TO '$REPLICATION_USER'@'%';"
-	echo "FLUSH PRIVILEGES;"
+	say "GRANT REPLICATION SLAVE ON *.* TO '$REPLICATION_USER'@'%';"
+	say "FLUSH PRIVILEGES;"
 }
 
 # sql_reset_gtids VERSION: forget this server's binary logs and GTID
 # history before a clone's dump sets them.
 sql_reset_gtids() {
 	if [ "$(flavor "$1")" = mysql ] && version_at_least "$1" 8 2; then
-		echo "RESET BINARY LOGS AND GTIDS;"
+		say "RESET BINARY LOGS AND GTIDS;"
 	else
-		echo "RESET MASTER;"
+		say "RESET MASTER;"
 	fi
 }
 
@@ -124,33 +129,33 @@ sql_follow_primary() {
 	_host=$(sql_string "$2")
 	_pass=$(sql_string "$4")
 	if [ "$(flavor "$1")" = mariadb ]; then
-		echo "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_USE_GTID=slave_pos;"
-		echo "START SLAVE;"
+		say "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_USE_GTID=slave_pos;"
+		say "START SLAVE;"
 	elif version_at_least "$1" 8 0 23; then
-		echo "CHANGE REPLICATION SOURCE TO SOURCE_HOST=$_host, SOURCE_PORT=$3, SOURCE_USER='$REPLICATION_USER', SOURCE_PASSWORD=$_pass, SOURCE_CONNECT_RETRY=5, SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1;"
-		echo "START REPLICA;"
+		say "CHANGE REPLICATION SOURCE TO SOURCE_HOST=$_host, SOURCE_PORT=$3, SOURCE_USER='$REPLICATION_USER', SOURCE_PASSWORD=$_pass, SOURCE_CONNECT_RETRY=5, SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1;"
+		say "START REPLICA;"
 	else
-		echo "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_AUTO_POSITION=1, GET_MASTER_PUBLIC_KEY=1;"
-		echo "START SLAVE;"
+		say "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_AUTO_POSITION=1, GET_MASTER_PUBLIC_KEY=1;"
+		say "START SLAVE;"
 	fi
 }
 
 # server_args VERSION ORDINAL: the replication settings of a server (the
 # primary at ordinal 0, read-only replicas beside it).
 server_args() {
-	echo "--server-id=$(($2 + 1))"
-	echo "--log-bin=binlog"
-	echo "--skip-name-resolve"
+	say "--server-id=$(($2 + 1))"
+	say "--log-bin=binlog"
+	say "--skip-name-resolve"
 	if [ "$(flavor "$1")" = mariadb ]; then
-		echo "--log-slave-updates=ON"
-		echo "--gtid-strict-mode=ON"
+		say "--log-slave-updates=ON"
+		say "--gtid-strict-mode=ON"
 	else
-		echo "--gtid-mode=ON"
-		echo "--enforce-gtid-consistency=ON"
+		say "--gtid-mode=ON"
+		say "--enforce-gtid-consistency=ON"
 	fi
 	if [ "$2" != 0 ]; then
-		echo "--read-only=ON"
-		if [ "$(flavor "$1")" = mysql ]; then echo "--super-read-only=ON"; fi
+		say "--read-only=ON"
+		if [ "$(flavor "$1")" = mysql ]; then say "--super-read-only=ON"; fi
 	fi
 	return 0
 }
@@ -162,13 +167,13 @@ clone_dump_args() {
 		# --system=users dumps accounts as CREATE USER/GRANT (the mysql
 		# tables themselves would carry the primary's replication position
 		# too); --master-data --gtid sets gtid_slave_pos.
-		echo "--system=users --insert-ignore --master-data=1 --gtid"
+		say "--system=users --insert-ignore --master-data=1 --gtid"
 	else
 		# The mysql schema carries the accounts; the GTID set lands in
 		# gtid_purged.
-		echo "--set-gtid-purged=ON"
+		say "--set-gtid-purged=ON"
 	fi
-	echo "--single-transaction --routines --events --triggers --hex-blob"
+	say "--single-transaction --routines --events --triggers --hex-blob"
 }
 
 # initialise DIR (needs $version): an empty data directory with its accounts.
@@ -205,7 +210,7 @@ as_root_without_password() {
 
 # user_databases: the databases a dump holds (not the server's own).
 user_databases_sql() {
-	echo "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema') ORDER BY schema_name;"
+	say "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema') ORDER BY schema_name;"
 }
 
 # report KEY=VALUE...: the termination message, as JSON of strings and
@@ -253,5 +258,5 @@ check_sha256() {
 # are wildcards in a grant's database name: escaped).
 sql_grant_database() {
 	_db=$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/_/\\_/g' -e 's/%/\\%/g')
-	echo "GRANT ALL PRIVILEGES ON $(sql_ident "$_db").* TO $(sql_string "$2")@'%';"
+	say "GRANT ALL PRIVILEGES ON $(sql_ident "$_db").* TO $(sql_string "$2")@'%';"
 }
