@@ -231,7 +231,7 @@ func TestShippedScriptsRunARealMariaDB(t *testing.T) {
 
 	// A killed dump leaves nothing that looks complete.
 	h.sql(primary.Port, "CREATE TABLE `name-of_database`.big (id INT AUTO_INCREMENT PRIMARY KEY, pad TEXT);"+
-		"INSERT INTO `name-of_database`.big (pad) SELECT REPEAT('x', 2000) FROM seq_1_to_40000")
+		"INSERT INTO `name-of_database`.big (pad) SELECT REPEAT('x', 2000) FROM `name-of_database`.seq_1_to_40000")
 	require.Eventually(t, func() bool {
 		out, _ := mysqltest.SQL(replica.Port, "root", rootPassword, "", "SELECT COUNT(*) FROM `name-of_database`.big")
 		return out == "40000"
