@@ -86,7 +86,7 @@ func TestServerSettingsBranchOnTheServer(t *testing.T) {
 	assert.Equal(t, []string{"--server-id=1", "--log-bin=binlog", "--skip-name-resolve", "--gtid-mode=ON", "--enforce-gtid-consistency=ON"}, args(mysql84, "0"))
 	assert.Equal(t, []string{"--server-id=3", "--log-bin=binlog", "--skip-name-resolve", "--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--read-only=ON", "--super-read-only=ON"}, args(mysql84, "2"))
 	assert.Equal(t, []string{"--server-id=2", "--log-bin=binlog", "--skip-name-resolve", "--log-slave-updates=ON", "--gtid-strict-mode=ON", "--read-only=ON"}, args(maria, "1"))
-	assert.Equal(t, "--set-gtid-purged=ON\n--single-transaction --routines --events --triggers --hex-blob", lib(t, `clone_dump_args "$1"`, mysql84))
+	assert.Equal(t, "--set-gtid-purged=ON --ignore-table=mysql.gtid_executed --ignore-table=mysql.innodb_index_stats --ignore-table=mysql.innodb_table_stats\n--single-transaction --routines --events --triggers --hex-blob", lib(t, `clone_dump_args "$1"`, mysql84))
 	assert.Equal(t, "--system=users --insert-ignore --master-data=1 --gtid\n--single-transaction --routines --events --triggers --hex-blob", lib(t, `clone_dump_args "$1"`, maria))
 }
 

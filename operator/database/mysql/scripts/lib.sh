@@ -170,8 +170,10 @@ clone_dump_args() {
 		say "--system=users --insert-ignore --master-data=1 --gtid"
 	else
 		# The mysql schema carries the accounts; the GTID set lands in
-		# gtid_purged.
-		say "--set-gtid-purged=ON"
+		# gtid_purged (not through the gtid_executed table), and the
+		# replica keeps its own InnoDB statistics, tables MySQL 8 refuses
+		# to drop and re-create.
+		say "--set-gtid-purged=ON --ignore-table=mysql.gtid_executed --ignore-table=mysql.innodb_index_stats --ignore-table=mysql.innodb_table_stats"
 	fi
 	say "--single-transaction --routines --events --triggers --hex-blob"
 }
