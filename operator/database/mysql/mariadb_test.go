@@ -28,7 +28,7 @@ import (
 const rootPassword = `r0ot'"\$(x)` + "`id`;--"
 
 type host struct {
-	t       *testing.T
+	t       testing.TB
 	u       *mysqltest.User
 	root    string
 	scripts string
@@ -38,7 +38,7 @@ type host struct {
 	started map[*mysqltest.Server]func() *mysqltest.Server
 }
 
-func newHost(t *testing.T) *host {
+func newHost(t testing.TB) *host {
 	mysqltest.RequireMariaDB(t)
 	u := mysqltest.Unprivileged(t)
 	root := mysqltest.TempRoot(t, u)
