@@ -82,7 +82,9 @@ func TestReplicationAccountPluginBranchesOnTheServer(t *testing.T) {
 }
 
 func TestServerSettingsBranchOnTheServer(t *testing.T) {
-	args := func(v, ordinal string) []string { return strings.Split(lib(t, `server_args "$1" "$2"`, v, ordinal), "\n") }
+	args := func(v, ordinal string) []string {
+		return strings.Split(lib(t, `server_args "$1" "$2"`, v, ordinal), "\n")
+	}
 	assert.Equal(t, []string{"--server-id=1", "--log-bin=binlog", "--skip-name-resolve", "--gtid-mode=ON", "--enforce-gtid-consistency=ON"}, args(mysql84, "0"))
 	assert.Equal(t, []string{"--server-id=3", "--log-bin=binlog", "--skip-name-resolve", "--gtid-mode=ON", "--enforce-gtid-consistency=ON", "--read-only=ON", "--super-read-only=ON"}, args(mysql84, "2"))
 	assert.Equal(t, []string{"--server-id=2", "--log-bin=binlog", "--skip-name-resolve", "--log-slave-updates=ON", "--gtid-strict-mode=ON", "--read-only=ON"}, args(maria, "1"))
