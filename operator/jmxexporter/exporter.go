@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,8 +31,10 @@ type ExporterReconciler struct {
 	Cache  client.Reader
 	// Reader lists the selected pods' metadata live (their state
 	// annotations are not cached).
-	Reader client.Reader
-	Files  *artifacts
+	Reader   client.Reader
+	Files    *artifacts
+	Recorder events.EventRecorder
+	crds     crdCheck
 }
 
 // Reconcile recomputes the exporter's status from its pods' states.
@@ -47,7 +50,11 @@ func (r *ExporterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.summarise(ctx, &e); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, status.Patch(ctx, r.Client, before, &e)
+	recheck, err := r.syncPodMonitor(ctx, &e)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: recheck}, status.Patch(ctx, r.Client, before, &e)
 }
 
 func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.PrometheusJmxExporter) error {
