@@ -104,12 +104,7 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 	}
 	slices.SortFunc(s.MetricsEndpoints, func(a, b banzaiv1alpha1.MetricsEndpoint) int { return strings.Compare(a.Pod, b.Pod) })
 	s.MetricsEndpoints = s.MetricsEndpoints[:min(len(s.MetricsEndpoints), maxEndpoints)]
-	slices.SortFunc(s.Problems, func(a, b banzaiv1alpha1.PodProblem) int {
-		if a.Time != nil && b.Time != nil && !a.Time.Equal(b.Time) {
-			return b.Time.Compare(a.Time.Time)
-		}
-		return strings.Compare(a.Pod, b.Pod)
-	})
+	slices.SortFunc(s.Problems, mostRecentFirst)
 	s.Problems = s.Problems[:min(len(s.Problems), maxProblems)]
 	s.Attached = fmt.Sprintf("%d/%d", s.AttachedPods, s.SelectedPods)
 
@@ -125,6 +120,20 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 		setCondition(e, ConditionReady, false, first.Reason, fmt.Sprintf("%s of the selected pods serve metrics; pod %s: %s", s.Attached, first.Pod, first.Message))
 	}
 	return nil
+}
+
+// mostRecentFirst orders problems by their time, newest first, then those
+// without one (pending pods), then by pod name.
+func mostRecentFirst(a, b banzaiv1alpha1.PodProblem) int {
+	switch {
+	case a.Time != nil && b.Time != nil && !a.Time.Equal(b.Time):
+		return b.Time.Compare(a.Time.Time)
+	case a.Time != nil && b.Time == nil:
+		return -1
+	case a.Time == nil && b.Time != nil:
+		return 1
+	}
+	return strings.Compare(a.Pod, b.Pod)
 }
 
 // problemOf turns a pod's state into the status's view of it.

@@ -189,6 +189,11 @@ func TestSeedExampleAttachesToARealJVMAndReattachesAfterARestart(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, jmxexporter.ConditionReady))
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, jmxexporter.ConditionConfigFound))
 	assert.Equal(t, "app=dummyapp", e.Status.Selector)
+	// The printer columns: selector, port, attached n/m, ready.
+	out, err := testenv.Kubectl(t, "get", "jmxexp", "-n", ns)
+	require.NoError(t, err, out)
+	assert.Regexp(t, `(?m)^NAME\s+SELECTOR\s+PORT\s+ATTACHED\s+READY\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^example-prom-jmx-exp\s+app=dummyapp\s+9400\s+1/1\s+True\s`, out)
 
 	// The agent runs in the JVM on the host, and the ConfigMap's rule (with
 	// lowercaseOutputName) shaped what it serves.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path"
 	"path/filepath"
@@ -40,6 +41,14 @@ type fakeContainer struct {
 	attach jvm.Result
 	verify jvm.Result
 	steps  []string
+	// jvms are what discover finds, by container (several containers).
+	jvms map[string][]jvm.JVM
+	// copyStderr, when set, makes copies fail with it (exit code 1).
+	copyStderr string
+	// execErr, when set, fails every exec before it runs.
+	execErr error
+	// containers are the containers exec'd into, in order.
+	containers []string
 }
 
 func newFakeContainer() *fakeContainer {
@@ -50,9 +59,15 @@ func newFakeContainer() *fakeContainer {
 	}
 }
 
-func (f *fakeContainer) Exec(_ context.Context, _ *corev1.Pod, _ string, cmd []string, stdin []byte, _ time.Duration) (ExecResult, error) {
+func (f *fakeContainer) Exec(_ context.Context, _ *corev1.Pod, container string, cmd []string, stdin []byte, _ time.Duration) (ExecResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.execErr != nil {
+		return ExecResult{}, f.execErr
+	}
+	if len(f.containers) == 0 || f.containers[len(f.containers)-1] != container {
+		f.containers = append(f.containers, container)
+	}
 	switch {
 	case cmd[0] == "sh" && strings.Contains(cmd[2], "uname -m"):
 		f.steps = append(f.steps, "probe")
@@ -65,6 +80,9 @@ func (f *fakeContainer) Exec(_ context.Context, _ *corev1.Pod, _ string, cmd []s
 		n, _ := strconv.Atoi(cmd[5])
 		if len(stdin) != n {
 			return ExecResult{ExitCode: 1, Stderr: "short read"}, nil
+		}
+		if f.copyStderr != "" {
+			return ExecResult{ExitCode: 1, Stderr: f.copyStderr}, nil
 		}
 		f.steps = append(f.steps, "copy "+cmd[6])
 		f.files[path.Join(cmd[4], cmd[6])] = append([]byte(nil), stdin...)
@@ -79,6 +97,8 @@ func (f *fakeContainer) Exec(_ context.Context, _ *corev1.Pod, _ string, cmd []s
 			r = f.attach
 		case "verify":
 			r = f.verify
+		case "discover":
+			r = jvm.Result{Result: "Discovered", JVMs: f.jvms[container]}
 		}
 		b, _ := json.Marshal(r)
 		return ExecResult{Stdout: string(b) + "\n"}, nil
@@ -401,4 +421,117 @@ func TestPodReconcilerLeavesUnselectedAndPendingPodsAlone(t *testing.T) {
 	require.NoError(t, f.c.Status().Update(context.Background(), p))
 	f.reconcile()
 	assert.Empty(t, f.box.takeSteps(), "a pod that is not running is not exec'd into")
+}
+
+func TestPodReconcilerFindsTheJVMAmongContainers(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	p := f.pod()
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "sidecar", ContainerID: "containerd://side", State: running},
+		{Name: "app", ContainerID: "containerd://app", State: running},
+	}
+	require.NoError(t, f.c.Status().Update(context.Background(), p))
+	f.box.jvms = map[string][]jvm.JVM{"app": {{PID: 42}}}
+
+	f.reconcile()
+	st := f.state()
+	assert.Equal(t, "app", st.Container, "the one container running a JVM")
+	assert.Equal(t, "containerd://app", st.ContainerID)
+	assert.Equal(t, jvm.Attached, st.Result)
+
+	// A JVM in each container is ambiguous: nothing is attached.
+	g := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	require.NoError(t, g.c.Status().Update(context.Background(), withStatuses(g.pod(), p.Status.ContainerStatuses)))
+	g.box.jvms = map[string][]jvm.JVM{"app": {{PID: 42}}, "sidecar": {{PID: 7}}}
+	g.reconcile()
+	assert.NotContains(t, g.box.takeSteps(), "attach")
+	assert.Equal(t, jvm.ReasonAmbiguousJVM, g.state().Reason)
+	assert.Contains(t, g.state().Message, "set spec.jvmMatch or spec.containers")
+
+	// spec.containers picks one without looking into the others.
+	h := newPodFixture(t, withContainers(exporter("exp", time.Now(), 9400), "app"))
+	require.NoError(t, h.c.Status().Update(context.Background(), withStatuses(h.pod(), p.Status.ContainerStatuses)))
+	h.reconcile()
+	assert.Equal(t, []string{"app"}, h.box.containers)
+	assert.Equal(t, "app", h.state().Container)
+	assert.Equal(t, jvm.Attached, h.state().Result)
+}
+
+func withStatuses(p *corev1.Pod, s []corev1.ContainerStatus) *corev1.Pod {
+	p.Status.ContainerStatuses = s
+	return p
+}
+
+func withContainers(e *banzaiv1alpha1.PrometheusJmxExporter, names ...string) *banzaiv1alpha1.PrometheusJmxExporter {
+	e.Spec.Containers = names
+	return e
+}
+
+// What users hit in the field, each a reason on the pod, and retried only
+// when that may help.
+func TestPodReconcilerNamesFilesystemAndShellProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name, stderr string
+		execErr      error
+		reason       string
+		retry        bool
+	}{
+		{name: "read-only", stderr: "sh: can't create /tmp/deckhand-jmx/.x.part: Read-only file system", reason: jvm.ReasonReadOnlyFS},
+		{name: "full", stderr: "head: write error: No space left on device", reason: jvm.ReasonNoSpace, retry: true},
+		{name: "permission", stderr: "mkdir: can't create directory '/tmp/deckhand-jmx': Permission denied", reason: "PermissionDenied"},
+		{name: "no shell", execErr: errors.New(`exec: "sh": executable file not found in $PATH`), reason: "NoShell"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+			f.box.copyStderr, f.box.execErr = tc.stderr, tc.execErr
+			res := f.reconcile()
+			st := f.state()
+			assert.Equal(t, jvm.Failed, st.Result)
+			assert.Equal(t, tc.reason, st.Reason, st.Message)
+			assert.Equal(t, tc.retry, st.Retry)
+			assert.Equal(t, tc.retry, res.RequeueAfter > 0, "retried later only when it may help")
+			assert.NotContains(t, f.box.takeSteps(), "attach")
+			assert.NotContains(t, f.pod().Annotations, AnnotationScrape)
+		})
+	}
+}
+
+// The status stays small however many pods are selected: counts for all,
+// at most 100 endpoints and 20 problems (300 pods keep the test fast).
+func TestExporterStatusStaysSmallWithManyPods(t *testing.T) {
+	e := exporter("exp", time.Now(), 9400)
+	f := newPodFixture(t, e)
+	for i := range 300 {
+		st := podState{Exporter: "exp", PodUID: types.UID("u" + strconv.Itoa(i)), Port: 9400, Result: jvm.Attached, Serving: i%3 != 0,
+			Reason: map[bool]string{true: jvm.ReasonMetricsNotServed}[i%3 == 0], Time: metav1.NewTime(f.now.Add(time.Duration(i) * time.Second))}
+		require.NoError(t, f.c.Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "p" + strconv.Itoa(i), Labels: map[string]string{"app": "java"},
+			Annotations: map[string]string{AnnotationState: st.encode()},
+		}}))
+	}
+	er := &ExporterReconciler{Client: f.c, Cache: f.c, Reader: f.c, Recorder: f.events}
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	require.NoError(t, er.summarise(context.Background(), e))
+	assert.Equal(t, int32(301), e.Status.SelectedPods, "300 and the fixture's own pod")
+	assert.Equal(t, int32(200), e.Status.AttachedPods)
+	assert.Equal(t, "200/301", e.Status.Attached)
+	assert.Len(t, e.Status.MetricsEndpoints, maxEndpoints)
+	assert.Len(t, e.Status.Problems, maxProblems)
+	assert.Equal(t, "p297", e.Status.Problems[0].Pod, "the most recent problem first")
+	b, err := json.Marshal(e.Status)
+	require.NoError(t, err)
+	assert.Less(t, len(b), 32<<10, "status of %d bytes", len(b))
+}
+
+func TestBoundedBufferKeepsTheStartAndNeverBlocks(t *testing.T) {
+	b := &boundedBuffer{max: 8}
+	n, err := b.Write([]byte("12345"))
+	assert.Equal(t, 5, n)
+	require.NoError(t, err)
+	n, err = b.Write([]byte("6789abc"))
+	assert.Equal(t, 7, n, "the writer is told everything was taken, so the stream goes on")
+	require.NoError(t, err)
+	assert.Equal(t, "12345678", b.String())
+	assert.True(t, b.truncated)
 }
