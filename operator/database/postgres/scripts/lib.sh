@@ -97,7 +97,7 @@ restore_app_database() {
 	SELECT format('CREATE DATABASE %I OWNER %I', :'appdb', :'approle')
 	 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'appdb') \gexec
 	SQL
-	marker=$(restore_marker "$1" "$2")
+	marker=$(restore_marker "$1" "$(printf '%s' "$2" | tr 'A-F' 'a-f')")
 	current=$(current_marker)
 	if [ "$current" = "$marker" ]; then
 		log "database $APP_DATABASE was already restored from this backup: nothing to do"
