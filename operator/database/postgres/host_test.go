@@ -165,4 +165,3 @@ func (h *host) sql(port, dbname, sql string) string {
 func (h *host) appSQL(port, sql string) (string, error) {
 	return pgtest.PSQL(h.bin, port, h.cluster.AppUser, h.appPassword(), h.cluster.Database, sql)
 }
-

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -188,13 +189,22 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 }
 
 // MajorVersion is the first number: PostgreSQL 10 and later number their
-// major releases 10, 11, ... ("17.6" -> "17").
+// major releases 10, 11, ... ("17.6" -> "17"); before 10 it was the first
+// two ("9.6.24" -> "9.6").
 func (Engine) MajorVersion(version string) (string, bool) {
-	major, _, _ := strings.Cut(version, ".")
-	if major == "" || strings.Trim(major, "0123456789") != "" {
-		return "", false
+	parts := strings.Split(version, ".")
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return "", false
+		}
 	}
-	return major, true
+	if n, _ := strconv.Atoi(parts[0]); n < 10 {
+		if len(parts) < 2 {
+			return "", false
+		}
+		return parts[0] + "." + parts[1], true
+	}
+	return parts[0], true
 }
 
 // BackupPod runs backup.sh.

@@ -262,3 +262,108 @@ func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, info.ModTime(), info2.ModTime())
 }
+
+func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
+	h := newHost(t)
+	data := h.volume("data-0")
+	server := h.primary("data-0")
+	h.init(server.Port)
+	out, err := h.appSQL(server.Port, appData)
+	require.NoError(t, err, out)
+	want := h.sql(server.Port, h.cluster.Database, appState)
+	report, out, err := h.backup(server.Port, "backup", "pre-upgrade.dump")
+	require.NoError(t, err, out)
+	server.Stop(t)
+
+	// Same version both sides: the host has one PostgreSQL; the path is the
+	// one a major upgrade takes.
+	version := report.Version()
+	upgrade := func() (engine.Report, string, error) {
+		pod := postgres.Engine{}.UpgradePod(h.cluster, engine.Upgrade{
+			File: report.File, SHA256: report.SHA256, ClaimName: "backup", DataClaimName: "data-name-of-database-0",
+			FromVersion: version, ToVersion: version,
+		})
+		return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
+	}
+	pgdata := filepath.Join(data, "pgdata")
+	old := filepath.Join(data, "pgdata.old-"+version)
+	marker := filepath.Join(pgdata, "deckhand-test-old-directory")
+	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+
+	upgraded, out, err := upgrade()
+	require.NoError(t, err, out)
+	assert.Equal(t, report.ServerVersion, upgraded.ServerVersion)
+	assert.FileExists(t, filepath.Join(old, "deckhand-test-old-directory"), "the old directory is kept, as it was")
+	assert.NoFileExists(t, marker, "the data directory is a new one")
+	assert.NoDirExists(t, pgdata+".deckhand-upgrade")
+	assert.NoDirExists(t, pgdata+".deckhand-upgraded")
+
+	// The server starts on the new directory: rows, sequences, and the app
+	// Secret's password (a backup holds no roles: the Job made it).
+	server = h.primary("data-0")
+	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
+	out, err = h.appSQL(server.Port, "SELECT current_user")
+	require.NoError(t, err, out)
+	server.Stop(t)
+
+	// Run again: nothing to do, nothing lost.
+	again, out, err := upgrade()
+	require.NoError(t, err, out)
+	assert.Equal(t, upgraded, again)
+	assert.Contains(t, out, "already the upgraded directory")
+	assert.FileExists(t, filepath.Join(old, "deckhand-test-old-directory"))
+
+	// A Job killed between the two renames of the swap (the old directory
+	// moved, the new one not yet in place) finishes the swap when run again.
+	require.NoError(t, os.Rename(pgdata, pgdata+".deckhand-upgraded"))
+	_, out, err = upgrade()
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "finishing the swap")
+	assert.FileExists(t, filepath.Join(pgdata, "PG_VERSION"))
+	assert.FileExists(t, filepath.Join(old, "deckhand-test-old-directory"))
+
+	// A Job killed while restoring left an incomplete directory: it is
+	// made again (here, from the start: the old directory back in place).
+	require.NoError(t, os.RemoveAll(pgdata))
+	require.NoError(t, os.Rename(old, pgdata))
+	h.u.Dir(t, pgdata+".deckhand-upgrade")
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata+".deckhand-upgrade", "PG_VERSION"), []byte("junk"), 0o644))
+	_, out, err = upgrade()
+	require.NoError(t, err, out)
+	assert.FileExists(t, filepath.Join(old, "deckhand-test-old-directory"))
+	server = h.primary("data-0")
+	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
+	server.Stop(t)
+
+	// A wrong checksum is refused before anything moves.
+	require.NoError(t, os.RemoveAll(pgdata))
+	require.NoError(t, os.Rename(old, pgdata))
+	report.SHA256 = strings.Repeat("f", 64)
+	_, out, err = upgrade()
+	require.Error(t, err)
+	assert.Contains(t, out, "refusing to restore")
+	assert.FileExists(t, marker)
+	assert.NoDirExists(t, old)
+}
+
+func TestTheServerRemovesTheOldDirectoryOnlyWhenAsked(t *testing.T) {
+	h := newHost(t)
+	data := h.volume("data-0")
+	server := h.primary("data-0")
+	h.init(server.Port)
+	server.Stop(t)
+	old := filepath.Join(data, "pgdata.old-14.9")
+	h.u.Dir(t, old)
+	require.NoError(t, os.WriteFile(filepath.Join(old, "PG_VERSION"), []byte("14\n"), 0o644))
+
+	server = h.primary("data-0")
+	assert.DirExists(t, old)
+	server.Stop(t)
+
+	h.cluster.RemoveOldData = true
+	server = h.primary("data-0")
+	assert.NoDirExists(t, old)
+	assert.Contains(t, server.Log.String(), "removing the old data directory")
+	out, err := h.appSQL(server.Port, "SELECT current_database()")
+	require.NoError(t, err, out)
+}
