@@ -78,4 +78,3 @@ ANALYZE events;
 			size, report.Size, backup.Seconds(), bareDump.Seconds(), restore.Seconds(), bareRestore.Seconds())
 	}
 }
-
