@@ -104,6 +104,8 @@ func TestVersionComparison(t *testing.T) {
 	assert.False(t, check("8.1.0", "8", "2", "0"))
 	assert.True(t, check("10.11.19-MariaDB-0+deb12u1", "10", "11", "19"))
 	assert.False(t, check("10.6.1-MariaDB", "10", "11", "0"))
+	assert.Equal(t, "8.4", lib(t, `series "$1"`, mysql84))
+	assert.Equal(t, "10.11", lib(t, `series "$1"`, maria))
 	assert.Equal(t, "mariadb", lib(t, `flavor "$1"`, maria114))
 	assert.Equal(t, "mysql", lib(t, `flavor "$1"`, mysql9))
 }

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"crypto/sha256"
+	"maps"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -35,14 +36,14 @@ type host struct {
 	secrets map[string]map[string]string
 	cluster engine.Cluster
 	// started remembers how each server was started, for restarts.
-	started map[*mysqltest.Server]func() *mysqltest.Server
+	started map[*mysqltest.Server]func(extra map[string]string) *mysqltest.Server
 }
 
 func newHost(t testing.TB) *host {
 	mysqltest.RequireMariaDB(t)
 	u := mysqltest.Unprivileged(t)
 	root := mysqltest.TempRoot(t, u)
-	h := &host{t: t, u: u, root: root, scripts: filepath.Join(root, "scripts"), started: map[*mysqltest.Server]func() *mysqltest.Server{}}
+	h := &host{t: t, u: u, root: root, scripts: filepath.Join(root, "scripts"), started: map[*mysqltest.Server]func(map[string]string) *mysqltest.Server{}}
 	mysqltest.WriteScripts(t, u, h.scripts, mysql.Engine{}.Scripts())
 	h.cluster = engine.Cluster{
 		Name: "my-cluster", Namespace: "default", Image: "mariadb:10.11", Port: 3306,
@@ -76,20 +77,23 @@ func (h *host) server(name string, ordinal int, primaryPort string) *mysqltest.S
 	})
 	argv := mysqltest.Command(h.t, pod.Container, h.scripts)
 	password := h.secrets[h.cluster.SuperuserSecret]["password"]
-	var start func() *mysqltest.Server
-	start = func() *mysqltest.Server {
-		s := mysqltest.Start(h.t, h.u, env, argv, password)
+	var start func(extra map[string]string) *mysqltest.Server
+	start = func(extra map[string]string) *mysqltest.Server {
+		e := maps.Clone(env)
+		maps.Copy(e, extra)
+		s := mysqltest.Start(h.t, h.u, e, argv, password)
 		h.started[s] = start
 		return s
 	}
-	return start()
+	return start(nil)
 }
 
-// restart starts a stopped server again on the same volume and port.
-func (h *host) restart(s *mysqltest.Server) *mysqltest.Server {
+// restart starts a server again on the same volume and port, with extra
+// environment (what a changed pod template would set).
+func (h *host) restart(s *mysqltest.Server, extra map[string]string) *mysqltest.Server {
 	h.t.Helper()
 	s.Stop(h.t)
-	return h.started[s]()
+	return h.started[s](extra)
 }
 
 // job runs a Job's pod on the host.
@@ -131,6 +135,11 @@ func TestShippedScriptsRunARealMariaDB(t *testing.T) {
 	require.Error(t, err, "root must need its password")
 	assert.Equal(t, "0", h.sql(primary.Port, "SELECT COUNT(*) FROM mysql.user WHERE user = ''"), "no anonymous accounts")
 	assert.Contains(t, h.sql(primary.Port, "SELECT @@read_only, @@server_id, @@log_bin"), "0\t1\t1")
+	seriesOf := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(h.root, name, "data", "deckhand-series"))
+		return strings.TrimSpace(string(b))
+	}
+	assert.Equal(t, "10.11", seriesOf("primary"), "the data directory records its release series")
 
 	// Init, twice: the database and its account, once.
 	for range 2 {
@@ -172,7 +181,7 @@ func TestShippedScriptsRunARealMariaDB(t *testing.T) {
 	h.sql(replica.Port, "START SLAVE")
 
 	// A restarted primary keeps its data directory.
-	primary2 := h.restart(primary)
+	primary2 := h.restart(primary, nil)
 	assert.Contains(t, h.rows(primary2.Port), "after the clone")
 	primary = primary2
 
@@ -275,9 +284,29 @@ func TestShippedScriptsRunARealMariaDB(t *testing.T) {
 	_, err = os.Stat(filepath.Join(h.root, "restored", "data.deckhand-old-10.11", "mysql"))
 	assert.NoError(t, err, "the old data directory is kept")
 	h.cluster = other
-	upgraded := h.restart(restored)
+	upgraded := h.restart(restored, nil)
 	got, err = mysqltest.SQL(upgraded.Port, "root", "other-root", "", "SELECT id, note, HEX(blobby) FROM `name-of_database`.`t` ORDER BY id")
 	require.NoError(t, err, got)
 	assert.Contains(t, got, "after the clone")
+	assert.Equal(t, "10.11", seriesOf("restored"))
 	h.cluster = saved
+
+	// A replica whose data is of another series (the primary was upgraded)
+	// moves it aside and clones the primary again; REMOVE_OLD_DATA removes
+	// what was kept.
+	require.NoError(t, os.WriteFile(filepath.Join(h.root, "replica", "data", "deckhand-series"), []byte("10.6\n"), 0o644))
+	replica = h.restart(replica, nil)
+	_, err = os.Stat(filepath.Join(h.root, "replica", "data.deckhand-old-10.6", "mysql"))
+	require.NoError(t, err, "the replica's old data is kept aside")
+	assert.Equal(t, "10.11", seriesOf("replica"))
+	h.sql(primary.Port, "INSERT INTO `name-of_database`.t VALUES (4, 'after the re-clone', NULL)")
+	require.Eventually(t, func() bool {
+		out, _ := mysqltest.SQL(replica.Port, "root", rootPassword, "", "SELECT note FROM `name-of_database`.t WHERE id = 4")
+		return out == "after the re-clone"
+	}, 30*time.Second, 200*time.Millisecond, "the re-cloned replica follows the primary")
+	assert.Equal(t, h.rows(primary.Port), h.rows(replica.Port))
+	replica = h.restart(replica, map[string]string{"REMOVE_OLD_DATA": "true"})
+	_, err = os.Stat(filepath.Join(h.root, "replica", "data.deckhand-old-10.6"))
+	assert.True(t, os.IsNotExist(err), "REMOVE_OLD_DATA removed the old data")
+	assert.Equal(t, h.rows(primary.Port), h.rows(replica.Port), "and nothing else")
 }

@@ -154,11 +154,13 @@ func (Engine) Scripts() map[string]string {
 
 // ServerPod runs bootstrap.sh: a new data directory (the primary) or a
 // clone of the primary (replicas) on an empty volume, then the server in
-// the foreground.
+// the foreground. With c.RemoveOldData it first removes the data
+// directories a major upgrade kept (data.deckhand-old-*).
 //
 // Environment: DATA_DIR, PORT, BIND_ADDRESS (empty: every address),
 // MYSQL_UNIX_PORT, MYSQL_PWD (root's password), REPLICATION_PASSWORD,
-// POD_NAME, PRIMARY_HOST, PRIMARY_PORT, PRIMARY_WAIT_SECONDS.
+// POD_NAME, PRIMARY_HOST, PRIMARY_PORT, PRIMARY_WAIT_SECONDS;
+// REMOVE_OLD_DATA.
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	probe := func(mode string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -179,6 +181,11 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
 		// A replica waits for its primary as long as it takes.
 		{Name: "PRIMARY_WAIT_SECONDS", Value: "0"},
+	}
+	if c.RemoveOldData {
+		// Only when asked: the pod template of every other cluster stays
+		// as it was, so no rollout.
+		env = append(env, corev1.EnvVar{Name: "REMOVE_OLD_DATA", Value: "true"})
 	}
 	env = append(env, rootEnv(c)...)
 	env = append(env, corev1.EnvVar{Name: "REPLICATION_PASSWORD", ValueFrom: secretKey(replicationSecret(c), "password")})

@@ -132,3 +132,16 @@ func TestConnectionURIQuotesWhatNeedsIt(t *testing.T) {
 	assert.Equal(t, "my-cluster-rw.ns.svc:3306", u.Host)
 	assert.Equal(t, "/name-of-database", u.Path)
 }
+
+func TestOldDataIsRemovedOnlyWhenAsked(t *testing.T) {
+	c := cluster()
+	assert.NotContains(t, envNames(Engine{}.ServerPod(c)), "REMOVE_OLD_DATA", "no change to the template of other clusters")
+	c.RemoveOldData = true
+	for _, e := range (Engine{}).ServerPod(c).Container.Env {
+		if e.Name == "REMOVE_OLD_DATA" {
+			assert.Equal(t, "true", e.Value)
+			return
+		}
+	}
+	t.Fatal("no REMOVE_OLD_DATA with RemoveOldData")
+}

@@ -10,10 +10,19 @@
 # that is not one is refused. Then the server runs in the foreground with
 # the arguments given (--name=value settings).
 #
+# Each data directory records the release series it was made with
+# (deckhand-series). A replica whose directory is of another series than
+# the server's (after a major upgrade of the primary, whose history starts
+# again from the dump) moves it aside as DATA_DIR.deckhand-old-<series>
+# and clones the primary again. With REMOVE_OLD_DATA=true (the operator
+# sets it once the upgraded primary has been ready) the
+# DATA_DIR.deckhand-old-* directories are removed before the server starts.
+#
 # Environment (set by the StatefulSet): DATA_DIR, PORT, BIND_ADDRESS,
 # MYSQL_UNIX_PORT (the socket), MYSQL_PWD (root's password),
 # REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>), PRIMARY_HOST and
-# PRIMARY_PORT (the read-write Service); PRIMARY_WAIT_SECONDS (0: forever).
+# PRIMARY_PORT (the read-write Service); PRIMARY_WAIT_SECONDS (0: forever);
+# REMOVE_OLD_DATA (optional).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
@@ -54,8 +63,22 @@ clone_primary() {
 	rm -f "$dump"
 }
 
+if [ "${REMOVE_OLD_DATA:-false}" = true ]; then
+	for dir in "$DATA_DIR".deckhand-old-*; do
+		[ -d "$dir" ] || continue
+		log "REMOVE_OLD_DATA=true: removing the old data directory $dir"
+		rm -rf "$dir"
+	done
+fi
+data_series=$(cat "$DATA_DIR/$SERIES_FILE" 2>/dev/null || true)
+if [ "$ordinal" != 0 ] && [ -d "$DATA_DIR/mysql" ] && [ -n "$data_series" ] && [ "$data_series" != "$(series "$version")" ]; then
+	log "this replica's data is of $data_series, the server is $(series "$version"): moving it aside as $DATA_DIR.deckhand-old-$data_series and cloning the primary again"
+	rm -rf "$DATA_DIR.deckhand-old-$data_series"
+	mv "$DATA_DIR" "$DATA_DIR.deckhand-old-$data_series"
+fi
 if [ -d "$DATA_DIR/mysql" ]; then
 	log "$DATA_DIR holds a data directory: starting it as it is"
+	series "$version" >"$DATA_DIR/$SERIES_FILE"
 elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
 	log "$DATA_DIR is not empty but holds no data directory (no mysql/): refusing to initialise over it"
 	exit 1
@@ -77,6 +100,7 @@ else
 		clone_primary "$staging"
 	fi
 	stop_private
+	series "$version" >"$staging/$SERIES_FILE"
 	rmdir "$DATA_DIR" 2>/dev/null || true
 	mv "$staging" "$DATA_DIR"
 fi

@@ -50,6 +50,16 @@ wait_for() {
 	done
 }
 
+# series VERSION: the release series ("8.4.8" -> 8.4, "10.11.19-MariaDB"
+# -> 10.11), which a data directory records in SERIES_FILE.
+series() {
+	_v=${1%%[!0-9.]*}
+	_maj=${_v%%.*}
+	_rest=${_v#*.}
+	say "$_maj.${_rest%%.*}"
+}
+SERIES_FILE=deckhand-series
+
 # flavor VERSION: mariadb or mysql.
 flavor() {
 	case $1 in

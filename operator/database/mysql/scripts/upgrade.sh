@@ -4,9 +4,10 @@
 # Runs with the new image while no server runs, on the primary's data
 # volume: checks the pre-upgrade dump's checksum, initialises a new data
 # directory beside the old one, loads the dump into it and swaps them. The
-# old directory is kept as DATA_DIR.deckhand-old-FROM_VERSION (nothing
-# removes it: the operator or a person does, once the new primary is
-# ready); a run interrupted before the swap leaves DATA_DIR as it was.
+# old directory is kept as DATA_DIR.deckhand-old-FROM_VERSION until the
+# server starts with REMOVE_OLD_DATA=true (the operator sets it once the new
+# primary has been ready); a run interrupted before the swap leaves
+# DATA_DIR as it was.
 #
 # Writes {"serverVersion": "..."} (the new server's) to the termination
 # message.
@@ -36,6 +37,7 @@ start_private "$new" 0
 	cat "$BACKUP_DIR/$BACKUP_FILE"
 } | as_root_without_password
 stop_private
+series "$version" >"$new/$SERIES_FILE"
 mv "$DATA_DIR" "$old"
 mv "$new" "$DATA_DIR"
 report serverVersion="$version"
