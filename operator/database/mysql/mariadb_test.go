@@ -2,9 +2,9 @@ package mysql_test
 
 import (
 	"crypto/sha256"
-	"maps"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
