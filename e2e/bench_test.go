@@ -27,22 +27,27 @@ import (
 // separate process, run as the chart runs it) with every controller on,
 // before and after the cluster holds 10,000 ConfigMaps of 10 KiB that no
 // monitor names, 1,000 Deployments of 5 replicas (5,000 pods, 1,000
-// ReplicaSets) and 1,000 Services, none of them deckhand's. RSS, as the
-// kernel counts it, not the Go heap.
+// ReplicaSets) and 1,000 (headless) Services, none of them deckhand's, all
+// in the namespace the operator watches. RSS, as the kernel counts it, not
+// the Go heap.
 func BenchmarkOperatorMemory(b *testing.B) {
 	const configMaps, size, deployments, replicas = 10000, 10 << 10, 1000, 5
 	c := testenv.Client(b)
-	rel := installChart(b, c, localValues(b, enableAll()...))
+	// The operator run by the tests watches its release's namespace only:
+	// the objects go there.
+	ns := testenv.Namespace(b, c)
+	rel := installChartIn(b, c, ns, localValues(b, enableAll()...))
 	load := loadAverage()
 	before := operatorRSS(b, rel)
-	namespaceWithConfigMaps(b, configMaps, size)
-	ns := testenv.Namespace(b, c)
+	createConfigMaps(b, c, ns, configMaps, size)
 	objs := make([]client.Object, 0, 2*deployments)
 	for i := range deployments {
 		name := fmt.Sprintf("app-%04d", i)
 		objs = append(objs, foreignDeployment(ns, name, replicas, 0), &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+			// Headless: the local cluster's Service IP range is too small
+			// for 1,000 more.
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, ClusterIP: corev1.ClusterIPNone,
 				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 		})
 	}
@@ -84,7 +89,7 @@ func BenchmarkOperatorMemoryPerController(b *testing.B) {
 				}
 			}
 		}
-		rss := operatorRSS(b, installChart(b, c, localValues(b, sets...)))
+		rss := operatorRSS(b, installChartIn(b, c, ns, localValues(b, sets...)))
 		fmt.Printf("%-20s %s\n", row, mib(rss))
 		b.ReportMetric(float64(rss)/1024, "rss-MiB/"+row)
 	}
@@ -156,9 +161,11 @@ func loadAverage() string {
 // ConfigMap informer (what a full cache holds), all in the same run.
 func BenchmarkConfigMonitorMemory(b *testing.B) {
 	const count, size = 10000, 10 << 10
-	rel := installChart(b, testenv.Client(b), localValues(b, append(disableAll(), "controllers.configMonitor.enabled=true")...))
+	c := testenv.Client(b)
+	data := testenv.Namespace(b, c)
+	rel := installChartIn(b, c, data, localValues(b, append(disableAll(), "controllers.configMonitor.enabled=true")...))
 	before := operatorRSS(b, rel)
-	data := namespaceWithConfigMaps(b, count, size)
+	createConfigMaps(b, c, data, count, size)
 	after := operatorRSS(b, rel)
 	informer := fullInformerHeap(b, data)
 
@@ -169,19 +176,15 @@ func BenchmarkConfigMonitorMemory(b *testing.B) {
 	b.ReportMetric(float64(after)/1024, "rss-MiB")
 }
 
-// namespaceWithConfigMaps creates count ConfigMaps of size bytes in a new
-// namespace and returns it.
-func namespaceWithConfigMaps(b *testing.B, count, size int) string {
+// createConfigMaps creates count ConfigMaps of size bytes in ns.
+func createConfigMaps(b *testing.B, c client.Client, ns string, count, size int) {
 	b.Helper()
-	c := testenv.Client(b)
-	ns := testenv.Namespace(b, c)
 	payload := strings.Repeat("x", size)
 	objs := make([]client.Object, count)
 	for i := range objs {
 		objs[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("unreferenced-%05d", i)}, Data: map[string]string{"blob": payload}}
 	}
 	testenv.CreateAll(b, c, objs)
-	return ns
 }
 
 // operatorRSS starts the operator as the chart would, waits until it is
