@@ -16,6 +16,10 @@ import (
 )
 
 func main() {
+	// `deckhand probe` checks a running operator (the chart's helm test).
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(runProbe(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := manager.Load(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
 		return
