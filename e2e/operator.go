@@ -60,6 +60,8 @@ func operatorBinary(t testing.TB) string {
 type HostOperator struct {
 	cmd    *exec.Cmd
 	health string
+	// metrics is the metrics listener's host:port, empty with metrics off.
+	metrics string
 	logs   *syncBuffer
 	done   chan error
 }
@@ -84,8 +86,10 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 	if _, ok := cfg["watch-namespaces"]; !ok {
 		cfg["watch-namespaces"] = []string{namespace}
 	}
+	metrics := ""
 	if cfg["metrics-bind-address"] != "0" {
-		cfg["metrics-bind-address"] = freeAddress(t)
+		metrics = freeAddress(t)
+		cfg["metrics-bind-address"] = metrics
 	}
 	cfgFile := filepath.Join(dir, "config.yaml")
 	b, err := yaml.Marshal(cfg)
@@ -111,7 +115,7 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
-	op := &HostOperator{cmd: cmd, health: health, logs: logs, done: make(chan error, 1)}
+	op := &HostOperator{cmd: cmd, health: health, metrics: metrics, logs: logs, done: make(chan error, 1)}
 	go func() { op.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {

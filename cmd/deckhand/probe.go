@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,8 +53,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
+	deadline := time.Now().Add(*timeout)
 	checks := []probeCheck{
 		{name: "health", url: strings.TrimSuffix(*health, "/") + "/healthz", check: expectOK},
 		{name: "readiness", url: strings.TrimSuffix(*health, "/") + "/readyz", check: expectOK},
@@ -65,7 +63,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	}
 	failed := false
 	for _, c := range checks {
-		if err := retryUntilPass(ctx, c); err != nil {
+		if err := retryUntilPass(deadline, c); err != nil {
 			fmt.Fprintf(stderr, "FAIL %s: %s: %v\n", c.name, c.url, err)
 			failed = true
 			continue
@@ -83,32 +81,23 @@ type probeCheck struct {
 	check     func(*http.Response) error
 }
 
-// retryUntilPass runs one check every second until it passes or ctx ends,
-// and returns its last error: an operator that is still starting is
-// given the time to answer.
-func retryUntilPass(ctx context.Context, c probeCheck) error {
+// retryUntilPass runs one check every second until it passes or the
+// deadline passes, and returns its last error: an operator that is still
+// starting is given the time to answer. Every check is tried at least once,
+// so a failure is reported with its own cause, never as a timeout.
+func retryUntilPass(deadline time.Time, c probeCheck) error {
 	client := &http.Client{Timeout: 5 * time.Second}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
-		err := getAndCheck(ctx, client, c)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+		err := getAndCheck(client, c)
+		if err == nil || time.Now().After(deadline) {
 			return err
-		case <-tick.C:
 		}
+		time.Sleep(time.Second)
 	}
 }
 
-func getAndCheck(ctx context.Context, client *http.Client, c probeCheck) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
+func getAndCheck(client *http.Client, c probeCheck) error {
+	resp, err := client.Get(c.url)
 	if err != nil {
 		return err
 	}

@@ -2,17 +2,12 @@ package testenv
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/operator"
 )
@@ -88,29 +82,19 @@ func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule 
 		toggles[c.ValuesKey] = map[string]any{"enabled": slices.Contains(controllers, c.Name)}
 	}
 	vals := map[string]any{"controllers": toggles, "replicaCount": 0, "crds": map[string]any{"enabled": false}}
-	chart, err := loader.Load(filepath.Join(Root(t), "charts", "deckhand"))
-	require.NoError(t, err)
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "rbac", "deckhand-test"
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
-	rel, err := install.Run(chart, vals)
+	r, err := RenderChart(t, ChartDir(t), "rbac", "deckhand-test", vals)
 	require.NoError(t, err, "rendering the chart for %v", controllers)
 
 	roles := map[string][]rbacv1.PolicyRule{}
 	var bound []string
-	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		switch {
-		case strings.Contains(doc, "\nkind: ClusterRole\n"):
-			var r rbacv1.ClusterRole
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
-			roles[r.Name] = r.Rules
-		case strings.Contains(doc, "\nkind: ClusterRoleBinding\n"):
-			var b rbacv1.ClusterRoleBinding
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &b))
-			if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind {
-				bound = append(bound, b.RoleRef.Name)
-			}
+	for _, o := range r.Kind("ClusterRole") {
+		role := Into[rbacv1.ClusterRole](t, o)
+		roles[role.Name] = role.Rules
+	}
+	for _, o := range r.Kind("ClusterRoleBinding") {
+		b := Into[rbacv1.ClusterRoleBinding](t, o)
+		if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind {
+			bound = append(bound, b.RoleRef.Name)
 		}
 	}
 	require.Len(t, bound, 1, "the chart binds one ClusterRole to its ServiceAccount")
