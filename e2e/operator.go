@@ -62,8 +62,8 @@ type HostOperator struct {
 	health string
 	// metrics is the metrics listener's host:port, empty with metrics off.
 	metrics string
-	logs   *syncBuffer
-	done   chan error
+	logs    *syncBuffer
+	done    chan error
 }
 
 // RunOperatorAsChart starts the operator described by a rendered release.

@@ -374,9 +374,9 @@ func TestNotesCommandsWorkWhenPasted(t *testing.T) {
 	assert.Contains(t, zero.Notes, "replicaCount=0: no operator pod runs")
 
 	for sets, want := range map[string][]string{
-		"crds.enabled=false,crds.installAll=true": {"crds.installAll does nothing with crds.enabled=false"},
+		"crds.enabled=false,crds.installAll=true":                                                      {"crds.installAll does nothing with crds.enabled=false"},
 		"demo.enabled=true,controllers.blogPost.enabled=false,controllers.configMonitor.enabled=false": {"demo.enabled does nothing"},
-		"metrics.enabled=false,metrics.serviceMonitor.enabled=true":                                   {"metrics.serviceMonitor.enabled does nothing with metrics.enabled=false"},
+		"metrics.enabled=false,metrics.serviceMonitor.enabled=true":                                    {"metrics.serviceMonitor.enabled does nothing with metrics.enabled=false"},
 	} {
 		notes := MustRender(t, ns, Values(t, nil, strings.Split(sets, ",")...)).Notes
 		for _, w := range want {

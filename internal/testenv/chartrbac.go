@@ -30,7 +30,16 @@ import (
 // install (the local cluster also enforces OwnerReferencesPermissionEnforcement).
 func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *rest.Config {
 	t.Helper()
-	rules := chartOperatorRules(t, controllers)
+	return ChartRBACConfigWithValues(t, namespace, nil, controllers...)
+}
+
+// ChartRBACConfigWithValues is ChartRBACConfig with more chart values under
+// controllers.<valuesKey> (for example jmxExporter: {podMonitor: true,
+// namespaces: [...]}). The Roles the chart then renders in namespaces are
+// created there too, bound to the same ServiceAccount.
+func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string]map[string]any, controllers ...string) *rest.Config {
+	t.Helper()
+	rules, roles := chartOperatorRules(t, controllers, values)
 	c := Client(t)
 	ctx := context.Background()
 	// A test may start its operator twice: each start gets its own account.
@@ -43,7 +52,16 @@ func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *res
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
 	}
-	for _, o := range []client.Object{sa, role, binding} {
+	objs := []client.Object{sa, role, binding}
+	for _, r := range roles {
+		r.Name = name
+		objs = append(objs, r, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+		})
+	}
+	for _, o := range objs {
 		require.NoError(t, c.Create(ctx, o))
 	}
 	t.Cleanup(func() {
@@ -55,7 +73,12 @@ func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *res
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = ServiceAccountToken(t, namespace, sa.Name)
 	cfg.QPS, cfg.Burst = admin.QPS, admin.Burst
-	waitUntilAllowed(t, cfg, namespace, rules[0])
+	if len(rules) > 0 {
+		waitUntilAllowed(t, cfg, namespace, rules[0])
+	}
+	for _, r := range roles {
+		waitUntilAllowed(t, cfg, r.Namespace, r.Rules[0])
+	}
 	return cfg
 }
 
@@ -73,20 +96,37 @@ func ServiceAccountToken(t testing.TB, namespace, name string) string {
 }
 
 // chartOperatorRules renders the chart, as `helm template` would, with
-// only the given controllers on, and returns the rules of the ClusterRole
-// bound to its ServiceAccount.
-func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule {
+// only the given controllers on (and their extra values), and returns the
+// rules of the ClusterRole bound to its ServiceAccount and the Roles bound
+// to it in other namespaces.
+func chartOperatorRules(t testing.TB, controllers []string, values map[string]map[string]any) ([]rbacv1.PolicyRule, []*rbacv1.Role) {
 	t.Helper()
 	toggles := map[string]any{}
 	for _, c := range operator.Controllers {
-		toggles[c.ValuesKey] = map[string]any{"enabled": slices.Contains(controllers, c.Name)}
+		v := map[string]any{"enabled": slices.Contains(controllers, c.Name)}
+		for k, val := range values[c.ValuesKey] {
+			v[k] = val
+		}
+		toggles[c.ValuesKey] = v
 	}
 	vals := map[string]any{"controllers": toggles, "replicaCount": 0, "crds": map[string]any{"enabled": false}}
-	r, err := RenderChart(t, ChartDir(t), "rbac", "deckhand-test", vals)
+	r, err := RenderChart(t, ChartDir(t), "rbac", renderNamespace, vals)
 	require.NoError(t, err, "rendering the chart for %v", controllers)
 
 	roles := map[string][]rbacv1.PolicyRule{}
 	var bound []string
+	nsRoles := map[string]*rbacv1.Role{}
+	var nsBound []string
+	for _, o := range r.Kind("Role") {
+		role := Into[rbacv1.Role](t, o)
+		nsRoles[role.Namespace+"/"+role.Name] = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: role.Namespace}, Rules: role.Rules}
+	}
+	for _, o := range r.Kind("RoleBinding") {
+		b := Into[rbacv1.RoleBinding](t, o)
+		if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind && b.RoleRef.Kind == "Role" {
+			nsBound = append(nsBound, b.Namespace+"/"+b.RoleRef.Name)
+		}
+	}
 	for _, o := range r.Kind("ClusterRole") {
 		role := Into[rbacv1.ClusterRole](t, o)
 		roles[role.Name] = role.Rules
@@ -99,9 +139,20 @@ func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule 
 	}
 	require.Len(t, bound, 1, "the chart binds one ClusterRole to its ServiceAccount")
 	rules := roles[bound[0]]
-	require.NotEmpty(t, rules, "ClusterRole %s", bound[0])
-	return rules
+	var out []*rbacv1.Role
+	for _, key := range nsBound {
+		if r := nsRoles[key]; r != nil && r.Namespace != renderNamespace {
+			out = append(out, r)
+		}
+	}
+	require.True(t, len(rules) > 0 || len(out) > 0, "ClusterRole %s", bound[0])
+	return rules, out
 }
+
+// renderNamespace is the release namespace of the chart rendered for a
+// test's rules: Roles in it are the chart's own (leader election), not a
+// controller's.
+const renderNamespace = "deckhand-test"
 
 // waitUntilAllowed waits until the API server's authorizer has seen the
 // new binding (an informer, so a few milliseconds).
