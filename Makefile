@@ -95,7 +95,7 @@ run: build ## tools, local cluster if needed, the chart, operator in the foregro
 	@hack/run.sh
 
 .PHONY: e2e-kind
-e2e-kind: ## chart-testing and the e2e suite in a kind cluster (needs Docker; not part of make test)
+e2e-kind: ## chart-testing with helm test (deckhand probe in the image), the demo and the e2e suite in a kind cluster (needs Docker; not part of make test)
 	@hack/e2e-kind.sh
 
 .PHONY: demo-image
