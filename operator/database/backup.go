@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +56,9 @@ const reportGrace = time.Minute
 // for (another backup's Job going, a server becoming ready) belongs to
 // other objects.
 const pendingRecheck = 5 * time.Second
+
+// staleRecheck: the cache lags a write of our own; look again soon.
+const staleRecheck = 200 * time.Millisecond
 
 // BackupReconciler runs each DatabaseBackup: a Job that dumps the Database
 // onto its backup volume, and another that deletes the file when the
@@ -103,10 +107,29 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	before := b.DeepCopy()
 	result, err := r.run(ctx, &b)
-	if statusErr := status.Patch(ctx, r.Client, before, &b); statusErr != nil && err == nil {
+	if statusErr := r.patchStatus(ctx, before, &b); statusErr != nil && err == nil {
 		err = statusErr
 	}
 	return result, err
+}
+
+// patchStatus writes the status only over the version it was computed
+// from: a reconcile that read a stale DatabaseBackup from the cache must
+// not overwrite a result an earlier one recorded.
+func (r *BackupReconciler) patchStatus(ctx context.Context, before, b *dbv1.DatabaseBackup) error {
+	if equality.Semantic.DeepEqual(before.Status, b.Status) {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	return client.IgnoreNotFound(err)
+}
+
+// stale reports whether the API server has a newer version of b than the
+// cache gave.
+func (r *BackupReconciler) stale(ctx context.Context, b *dbv1.DatabaseBackup) bool {
+	var fresh dbv1.DatabaseBackup
+	err := r.API.Get(ctx, client.ObjectKeyFromObject(b), &fresh)
+	return err != nil || fresh.ResourceVersion != b.ResourceVersion
 }
 
 func (r *BackupReconciler) now() time.Time {
@@ -121,32 +144,38 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
 		return reconcile.Result{}, nil
 	}
-	var db dbv1.Database
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, &db); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.fail(b, nil, "DatabaseNotFound", fmt.Sprintf("Database %s does not exist in namespace %s", b.Spec.Database, b.Namespace))
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, err
-	}
-	eng, ok := r.Engines[engineOf(&db)]
-	if !ok {
-		r.fail(b, &db, "UnknownEngine", fmt.Sprintf("engine %q is not served by this operator", engineOf(&db)))
-		return reconcile.Result{}, nil
-	}
-
 	var job batchv1.Job
-	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(db.Name)}
+	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Spec.Database)}
 	err := r.Owned.Get(ctx, jobKey, &job)
+	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
+		// The cache may not have the Job this backup just created.
+		err = r.API.Get(ctx, jobKey, &job)
+	}
 	if client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, err
 	}
-	if err == nil {
+	jobExists := err == nil
+	var db dbv1.Database
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, &db); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		if jobExists && metav1.IsControlledBy(&job, b) {
+			// The Database went while its backup ran: the result still
+			// counts.
+			return r.observeJob(ctx, b, nil, &job)
+		}
+		r.fail(b, nil, "DatabaseNotFound", fmt.Sprintf("Database %s does not exist in namespace %s", b.Spec.Database, b.Namespace))
+		return reconcile.Result{}, nil
+	}
+	if jobExists {
 		if metav1.IsControlledBy(&job, b) {
 			return r.observeJob(ctx, b, &db, &job)
 		}
+		if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
 		if b.Status.Phase == dbv1.BackupRunning {
-			// Ours went (deleted by someone) before it was observed.
 			r.fail(b, &db, "JobLost", fmt.Sprintf("backup Job %s disappeared before it finished", jobKey.Name))
 			return reconcile.Result{}, nil
 		}
@@ -156,6 +185,18 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 		}
 		r.pending(b, "WaitingForAnotherBackup", fmt.Sprintf("one backup at a time per Database: Job %s of %s runs", job.Name, owner))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
+	}
+	eng, ok := r.Engines[engineOf(&db)]
+	if !ok {
+		r.fail(b, &db, "UnknownEngine", fmt.Sprintf("engine %q is not served by this operator", engineOf(&db)))
+		return reconcile.Result{}, nil
+	}
+	if !db.DeletionTimestamp.IsZero() && b.Labels[LabelBackupReason] != reasonFinal {
+		r.fail(b, &db, "DatabaseDeleting", fmt.Sprintf("Database %s is being deleted; only its final backup runs", db.Name))
+		return reconcile.Result{}, nil
+	}
+	if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
+		return reconcile.Result{RequeueAfter: staleRecheck}, nil
 	}
 	if b.Status.Phase == dbv1.BackupRunning {
 		// The Job is gone from the cache: it finished, was observed and
@@ -210,9 +251,6 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 
 // cannotStart says why a backup must wait ("" when it may start).
 func (r *BackupReconciler) cannotStart(db *dbv1.Database, b *dbv1.DatabaseBackup) string {
-	if !db.DeletionTimestamp.IsZero() && b.Labels[LabelBackupReason] != reasonFinal {
-		return "" // failed below by the deleting check
-	}
 	if c := findCondition(db.Status.Conditions, ConditionRestored); c != nil && c.Status == metav1.ConditionFalse {
 		return fmt.Sprintf("Database %s is being restored (%s); backups wait until it is done", db.Name, c.Reason)
 	}
@@ -359,6 +397,11 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 // Job, which frees the Database's backup slot.
 func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.DatabaseBackup, db *dbv1.Database, job *batchv1.Job) (reconcile.Result, error) {
 	report, failMsg := jobPodReport(ctx, r.Owned, job)
+	finished := jobFinished(job, batchv1.JobComplete) || jobFinished(job, batchv1.JobFailed)
+	if finished && r.stale(ctx, b) {
+		// An earlier reconcile may have recorded this result already.
+		return reconcile.Result{RequeueAfter: staleRecheck}, nil
+	}
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.SHA256 == "" || report.File == "" {
@@ -412,7 +455,9 @@ func (r *BackupReconciler) complete(b *dbv1.DatabaseBackup, db *dbv1.Database, r
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, true, "Completed", msg)
 	backupsTotal.WithLabelValues(b.Namespace, b.Spec.Database, "succeeded").Inc()
 	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Completed", "Backup", "%s", msg)
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "DatabaseBackup %s completed: %s", b.Name, msg)
+	if db != nil {
+		r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "DatabaseBackup %s completed: %s", b.Name, msg)
+	}
 }
 
 // fail ends a backup for good; db may be nil (it does not exist).
@@ -442,7 +487,7 @@ func (r *BackupReconciler) deleteFile(ctx context.Context, b *dbv1.DatabaseBacku
 	before := b.DeepCopy()
 	result, done, err := r.deleteFileSteps(ctx, b)
 	if err != nil || !done {
-		if statusErr := status.Patch(ctx, r.Client, before, b); statusErr != nil && err == nil {
+		if statusErr := r.patchStatus(ctx, before, b); statusErr != nil && err == nil {
 			err = statusErr
 		}
 		return result, err

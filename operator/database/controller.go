@@ -142,7 +142,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Engines: r.Engines}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(Name+"-backup").
+		Named(Name + "-backup").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		For(&dbv1.DatabaseBackup{}).
 		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&batchv1.Job{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(r.Owned)))).

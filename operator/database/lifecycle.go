@@ -281,10 +281,10 @@ func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBa
 		if b.Status.CompletionTime == nil || b.CreationTimestamp.Before(&db.CreationTimestamp) {
 			continue
 		}
-		if last == nil || last.Status.CompletionTime.Before(b.Status.CompletionTime) {
+		if last == nil || finishedAfter(b, last) {
 			last = b
 		}
-		if b.Status.Phase == dbv1.BackupCompleted && (lastOK == nil || lastOK.Status.CompletionTime.Before(b.Status.CompletionTime)) {
+		if b.Status.Phase == dbv1.BackupCompleted && (lastOK == nil || finishedAfter(b, lastOK)) {
 			lastOK = b
 		}
 	}
@@ -321,6 +321,27 @@ func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBa
 	}
 	r.warn(db, ConditionLastBackupSucceeded, "BackupFailed", msg)
 	r.setCondition(db, ConditionLastBackupSucceeded, false, "BackupFailed", msg)
+}
+
+// finishedAfter orders finished backups. Times have a resolution of a
+// second: of two that finished in the same second, the one started later
+// counts as newer, and when that ties too, a failure does (an alert on
+// it is better than a failure hidden).
+func finishedAfter(a, b *dbv1.DatabaseBackup) bool {
+	if !a.Status.CompletionTime.Equal(b.Status.CompletionTime) {
+		return b.Status.CompletionTime.Before(a.Status.CompletionTime)
+	}
+	if as, bs := ptrTime(a.Status.StartTime), ptrTime(b.Status.StartTime); !as.Equal(bs) {
+		return bs.Before(as)
+	}
+	return a.Status.Phase == dbv1.BackupFailed && b.Status.Phase != dbv1.BackupFailed
+}
+
+func ptrTime(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // schedule creates the backup of the most recent schedule time not yet
