@@ -67,7 +67,10 @@ const (
 // +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// Secrets: delete only because OwnerReferencesPermissionEnforcement asks
+// for it to take the Database's owner reference off them (deletionPolicy
+// Retain keeps them); the operator deletes no Secret itself.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete

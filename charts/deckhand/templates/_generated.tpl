@@ -176,7 +176,6 @@ jmxExporter: jmxexporter
   - ""
   resources:
   - configmaps
-  - secrets
   - services
   verbs:
   - create
@@ -194,6 +193,7 @@ jmxExporter: jmxexporter
   - ""
   resources:
   - persistentvolumeclaims
+  - secrets
   verbs:
   - create
   - delete
