@@ -69,8 +69,12 @@ chart-lint: ## helm lint --strict and ct lint (yamllint) of the chart, with ever
 test-deps: ## install what the tests need (Debian packages, tools)
 	@hack/test-deps.sh
 
+.PHONY: fuzz
+fuzz: ## every Go fuzz target for FUZZTIME each (default 10s)
+	@hack/fuzz.sh
+
 .PHONY: test
-test: test-deps verify lint chart-lint ## every test: unit and integration (real API server), with the race detector
+test: test-deps verify lint chart-lint fuzz ## every test: unit and integration (real API server), with the race detector
 	@$(CLUSTER) up >/dev/null
 	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 

@@ -98,7 +98,8 @@ func minuteOfDay(v intstr.IntOrString, isEnd bool) (int, error) {
 	hour, err1 := strconv.Atoi(h)
 	minute, err2 := strconv.Atoi(m)
 	switch {
-	case !ok || err1 != nil || err2 != nil || len(h) != 2 || len(m) != 2:
+	// Atoi takes a sign ("-1", "+2"): admission allows digits only.
+	case !ok || err1 != nil || err2 != nil || !twoDigits(h) || !twoDigits(m):
 		return 0, fmt.Errorf("%q is not HH:MM", v.StrVal)
 	case isEnd && hour == 24 && minute == 0:
 		return 24 * 60, nil
@@ -106,6 +107,10 @@ func minuteOfDay(v intstr.IntOrString, isEnd bool) (int, error) {
 		return 0, fmt.Errorf("%q is not a time of day", v.StrVal)
 	}
 	return hour*60 + minute, nil
+}
+
+func twoDigits(s string) bool {
+	return len(s) == 2 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9'
 }
 
 // covers reports whether the window is in force at local wall time
