@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -226,7 +227,14 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 		}
 		return reconcile.Result{}, err
 	}
-	desired := backupJob(&db, eng, b, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
+	// The image the servers run now, which differs from spec.image while
+	// an image change waits for this very backup.
+	image := imageOf(&db, eng)
+	var sts appsv1.StatefulSet
+	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(&db).StatefulSet}, &sts); err == nil && liveImage(&sts) != "" {
+		image = liveImage(&sts)
+	}
+	desired := backupJob(&db, eng, b, image, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
 	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Another backup took the slot first.
@@ -240,7 +248,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 	b.Status.StartTime = &now
 	b.Status.ClaimName = claim
 	b.Status.File = backupFile(b)
-	b.Status.Image = imageOf(&db, eng)
+	b.Status.Image = image
 	b.Status.Engine = engineOf(&db)
 	b.Status.Source = source
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "Running",
@@ -340,8 +348,10 @@ func backupClaim(db *dbv1.Database) *corev1.PersistentVolumeClaim {
 
 // backupJob runs the engine's backup container from the Database's own
 // image, owned by the DatabaseBackup.
-func backupJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, spec engine.Backup) *batchv1.Job {
-	pod := eng.BackupPod(clusterOf(db, eng), spec)
+func backupJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, image string, spec engine.Backup) *batchv1.Job {
+	c := clusterOf(db, eng)
+	c.Image = image
+	pod := eng.BackupPod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: componentBackup})
 	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }

@@ -40,7 +40,11 @@ func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine
 	if l.has("StatefulSet", n.StatefulSet) {
 		claims = l.statefulSet.Spec.VolumeClaimTemplates
 	}
-	if err := r.applyOne(ctx, db, statefulSet(db, eng, claims), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+	image, err := r.imageToRun(ctx, db, eng, l)
+	if err != nil {
+		return err
+	}
+	if err := r.applyOne(ctx, db, statefulSetRunning(db, eng, claims, image), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
 		return err
 	}
 	if err := r.ensurePDB(ctx, db, l); err != nil {

@@ -593,3 +593,105 @@ func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "database is immutable")
 }
+
+func setImage(t *testing.T, c client.Client, db *dbv1.Database, image string, annotations map[string]string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
+		db.Spec.Image = image
+		if annotations != nil {
+			db.Annotations = annotations
+		}
+		return c.Update(context.Background(), db)
+	}))
+}
+
+func serverImage(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	sts := get(t, c, ns, name, &appsv1.StatefulSet{})
+	return sts.Spec.Template.Spec.Containers[0].Image
+}
+
+func TestImageChangesBackUpFirstAndDowngradesAreRefused(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "rolling", 2)
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	// Same major: a backup with the old image first, then the roll.
+	setImage(t, c, db, "postgres:17.7", nil)
+	var backups dbv1.DatabaseBackupList
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.List(ctx, &backups, client.InNamespace(ns)))
+		require.Len(ct, backups.Items, 1)
+	}, wait, 100*time.Millisecond, "the pre-upgrade backup")
+	pre := backups.Items[0]
+	assert.Equal(t, "pre-upgrade", pre.Labels[database.LabelBackupReason])
+	job := backupJobOf(t, c, ns, "rolling", pre.Name)
+	assert.Equal(t, "postgres:17.6", job.Spec.Template.Spec.Containers[0].Image, "the dump is taken with the image that runs")
+	cur := waitFor(t, c, db, "Upgrading", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "BackingUp", condition(d, database.ConditionUpgrading).Reason)
+	})
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "rolling"), "no roll before the backup completed")
+	assert.Equal(t, "17.6", cur.Status.CurrentVersion)
+
+	reportBackup(t, c, ns, "rolling", pre.Name, 10)
+	cur = waitFor(t, c, db, "rolled to 17.7", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, "postgres:17.7", d.Status.CurrentImage)
+	})
+	assert.Equal(t, "17.7", cur.Status.CurrentVersion)
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	var done dbv1.DatabaseBackup
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&pre), &done))
+	assert.Equal(t, dbv1.BackupCompleted, done.Status.Phase)
+	assert.True(t, done.Status.CompletionTime.Time.Before(time.Now()))
+
+	// A major downgrade: refused, nothing changes.
+	setImage(t, c, db, "postgres:16.4", nil)
+	cur = waitFor(t, c, db, "UpgradeBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Downgrade", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgradeBlocked).Message, "PostgreSQL 17.7 to 16.4 is a major-version downgrade")
+	assert.Contains(t, eventReasons(t, c, ns, "rolling", corev1.EventTypeWarning), "Downgrade")
+	time.Sleep(time.Second)
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
+	assert.Len(t, backups.Items, 1, "no backup for a refused change")
+
+	// A major upgrade is not automated yet: refused the same way.
+	setImage(t, c, db, "postgres:18.0", nil)
+	cur = waitFor(t, c, db, "UpgradeBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "MajorUpgradeNotAutomated", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+
+	// An image without a version: only with the annotation, and after a backup.
+	setImage(t, c, db, "registry.example/postgres-custom", nil)
+	cur = waitFor(t, c, db, "VersionUnreadable", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "VersionUnreadable", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgradeBlocked).Message, "annotate the Database stable.imaginedata.co/allow-unknown-version=true")
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	setImage(t, c, db, "registry.example/postgres-custom", map[string]string{database.AnnotationAllowUnknownVersion: "true"})
+	var second string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.List(ctx, &backups, client.InNamespace(ns)))
+		require.Len(ct, backups.Items, 2)
+		for _, b := range backups.Items {
+			if b.Name != pre.Name {
+				second = b.Name
+			}
+		}
+	}, wait, 100*time.Millisecond, "the second pre-upgrade backup")
+	reportBackup(t, c, ns, "rolling", second, 20)
+	waitFor(t, c, db, "rolled to the custom image", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "registry.example/postgres-custom", d.Status.CurrentImage)
+	})
+}
