@@ -26,6 +26,10 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/database"
 )
 
+// The cluster tests wait on Jobs and the API server far more than they use
+// CPU, and each has a namespace and an operator of its own: they run side
+// by side (t.Parallel).
+
 func newBackup(ns, name, database string) *dbv1.DatabaseBackup {
 	return &dbv1.DatabaseBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -128,6 +132,7 @@ func envOf(c corev1.Container) map[string]string {
 }
 
 func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -237,6 +242,7 @@ func onePodQuota(t *testing.T, c client.Client, ns string) *corev1.ResourceQuota
 }
 
 func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -275,6 +281,7 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 }
 
 func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -354,6 +361,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 }
 
 func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -414,6 +422,7 @@ func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testi
 }
 
 func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -469,6 +478,7 @@ func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
 }
 
 func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -550,6 +560,7 @@ func jobDone(j *batchv1.Job) time.Time {
 }
 
 func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -613,6 +624,7 @@ func serverImage(t *testing.T, c client.Client, ns, name string) string {
 }
 
 func TestImageChangesBackUpFirstAndDowngradesAreRefused(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
