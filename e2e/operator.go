@@ -156,6 +156,26 @@ func (o *HostOperator) Stop(t testing.TB) error {
 	}
 }
 
+// Kill sends SIGKILL, as a node failure or the OOM killer would: no
+// deferred cleanup runs and a held Lease is not released.
+func (o *HostOperator) Kill(t testing.TB) {
+	t.Helper()
+	require.NoError(t, o.cmd.Process.Kill())
+	err := <-o.done
+	o.done <- err // for Running
+}
+
+// Running reports whether the process has not exited.
+func (o *HostOperator) Running() bool {
+	select {
+	case err := <-o.done:
+		o.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
 // Logs is what the operator printed so far.
 func (o *HostOperator) Logs() string { return o.logs.String() }
 
