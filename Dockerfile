@@ -16,19 +16,24 @@ RUN for arch in amd64 arm64; do \
         -o /out/lib/deckhand-jmx-attach-linux-$arch ./cmd/deckhand-jmx-attach; \
     done
 
-# The upstream Prometheus JMX exporter agent, pinned, and checked against
-# the SHA-1 Maven Central publishes beside it (the build fails on a
-# mismatch). Set JMX_EXPORTER_SHA1 to pin the checksum itself as well.
+# The upstream Prometheus JMX exporter agent, pinned. 1.0.1 is the last
+# javaagent release on Maven Central (from 1.1.0 on the jar is published on
+# GitHub Releases only). The jar is checked twice, and the build fails on
+# a mismatch: against the SHA-1 Maven Central publishes beside it, and
+# against the SHA-256 pinned here (the value two independent package
+# recipes pin for this jar). Override both build args together. The jar
+# cannot be downloaded on the machines deckhand is developed on, so this
+# stage was not run there, and no substitute jar is shipped instead.
 FROM golang:1.26 AS agent
 ARG JMX_EXPORTER_VERSION=1.0.1
-ARG JMX_EXPORTER_SHA1=""
+ARG JMX_EXPORTER_SHA256=7d61f737fd661610ccc14aea79764faa1ea94a340cbc8f0029b3d2edea3d80c1
 RUN set -eu; \
     base=https://repo1.maven.org/maven2/io/prometheus/jmx/jmx_prometheus_javaagent/${JMX_EXPORTER_VERSION}; \
     jar=jmx_prometheus_javaagent-${JMX_EXPORTER_VERSION}.jar; \
     curl -fsSLo /tmp/$jar $base/$jar; \
     published=$(curl -fsSL $base/$jar.sha1 | cut -c1-40); \
     echo "$published  /tmp/$jar" | sha1sum -c -; \
-    if [ -n "$JMX_EXPORTER_SHA1" ]; then echo "$JMX_EXPORTER_SHA1  /tmp/$jar" | sha1sum -c -; fi; \
+    echo "$JMX_EXPORTER_SHA256  /tmp/$jar" | sha256sum -c -; \
     mkdir -p /out/lib && mv /tmp/$jar /out/lib/jmx_prometheus_javaagent.jar
 
 FROM gcr.io/distroless/static-debian12:nonroot

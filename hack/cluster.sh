@@ -45,12 +45,19 @@ wait_ready() {
 # `flock` lock (whatever descriptor it is on) for as long as they run.
 without_inherited_fds() {
   (
-    for fd in /proc/$BASHPID/fd/*; do
-      fd=${fd##*/}
-      if ((fd > 2)); then eval "exec $fd>&-"; fi
-    done
+    close_inherited_fds
     exec "$@"
   )
+}
+
+# close_inherited_fds closes every descriptor beyond 0-2 of the current
+# (sub)shell; call it only in a subshell.
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    if ((fd > 2)); then eval "exec $fd>&-"; fi
+  done
 }
 
 create() {
@@ -149,9 +156,13 @@ ensure_provisioner() {
   fi
   stop_provisioner
   mv "$provisioner_bin.new" "$provisioner_bin"
-  # setsid: it outlives this script.
-  without_inherited_fds setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
-    >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null &
+  # setsid: it outlives this script. One subshell, exec'd: a function
+  # called with & would leave a bash parent holding the lock of `up`.
+  (
+    close_inherited_fds
+    exec setsid "$provisioner_bin" --kubeconfig "$kubeconfig" --root "$cluster_dir/volumes" \
+      >>"$cluster_dir/logs/deckhand-provisioner.log" 2>&1 </dev/null
+  ) &
   echo $! >"$provisioner_pid"
   sleep 0.5
   if ! provisioner_running; then

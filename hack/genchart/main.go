@@ -86,11 +86,15 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		gated, err := hasSecretsValue(*chartDir, c)
+		gated, err := hasValue(*chartDir, c, "secrets")
 		if err != nil {
 			log.Fatal(err)
 		}
-		rules, err := rbacRules(*controllerGen, c.Name, c.ValuesKey, gated)
+		groupGates, err := optionalGroupGates(*chartDir, c)
+		if err != nil {
+			log.Fatal(err)
+		}
+		rules, err := rbacRules(*controllerGen, c.Name, c.ValuesKey, gated, groupGates)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -205,7 +209,7 @@ func crdTemplate(src string, crd *apiextensionsv1.CustomResourceDefinition, valu
 // its rules as YAML list items, sorted as controller-gen sorts them, with
 // access to Secrets split out under the controller's secrets value when
 // gated.
-func rbacRules(controllerGen, name, valuesKey string, gated bool) (string, error) {
+func rbacRules(controllerGen, name, valuesKey string, gated bool, groupGates map[string]string) (string, error) {
 	cmd := exec.Command(controllerGen, "rbac:roleName=deckhand", "paths=./operator/"+name+"/...", "output:rbac:stdout")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -229,6 +233,14 @@ func rbacRules(controllerGen, name, valuesKey string, gated bool) (string, error
 	})
 	var rules strings.Builder
 	for _, rule := range role.Rules {
+		if gate := groupGate(rule, groupGates); gate != "" {
+			b, err := yaml.Marshal([]rbacv1.PolicyRule{rule})
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&rules, "{{- if (index .Values.controllers %q).%s }}\n%s{{- end }}\n", valuesKey, gate, b)
+			continue
+		}
 		rest, secrets := []rbacv1.PolicyRule{rule}, (*rbacv1.PolicyRule)(nil)
 		if gated {
 			rest, secrets = splitSecrets(rule)
@@ -275,10 +287,42 @@ func secretsGate(valuesKey string) string {
 	return fmt.Sprintf("{{- if (index .Values.controllers %q).secrets }}", valuesKey)
 }
 
-// hasSecretsValue reports whether values.yaml offers
-// controllers.<key>.secrets, which then gates the controller's rules on
-// Secrets.
-func hasSecretsValue(chartDir string, c registration.Controller) (bool, error) {
+// optionalGroups are API groups of optional integrations: a controller's
+// rules on them are granted only when its values offer the named switch
+// and it is on (controllers.jmxExporter.podMonitor for PodMonitors).
+var optionalGroups = map[string]string{
+	"monitoring.coreos.com": "podMonitor",
+}
+
+// optionalGroupGates are the optionalGroups whose switch the controller's
+// values offer.
+func optionalGroupGates(chartDir string, c registration.Controller) (map[string]string, error) {
+	gates := map[string]string{}
+	for group, value := range optionalGroups {
+		ok, err := hasValue(chartDir, c, value)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			gates[group] = value
+		}
+	}
+	return gates, nil
+}
+
+// groupGate is the switch gating a rule on one optional group ("" when
+// none). controller-gen gives each group its own rule.
+func groupGate(rule rbacv1.PolicyRule, gates map[string]string) string {
+	if len(rule.APIGroups) != 1 {
+		return ""
+	}
+	return gates[rule.APIGroups[0]]
+}
+
+// hasValue reports whether values.yaml offers controllers.<key>.<name>
+// (secrets, which then gates the controller's rules on Secrets, or an
+// optionalGroups switch).
+func hasValue(chartDir string, c registration.Controller, name string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
 		return false, err
@@ -289,6 +333,6 @@ func hasSecretsValue(chartDir string, c registration.Controller) (bool, error) {
 	if err := yaml.Unmarshal(b, &values); err != nil {
 		return false, fmt.Errorf("values.yaml: %w", err)
 	}
-	_, ok := values.Controllers[c.ValuesKey]["secrets"]
+	_, ok := values.Controllers[c.ValuesKey][name]
 	return ok, nil
 }

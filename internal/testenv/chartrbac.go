@@ -36,7 +36,16 @@ import (
 // install (the local cluster also enforces OwnerReferencesPermissionEnforcement).
 func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *rest.Config {
 	t.Helper()
-	rules := chartOperatorRules(t, controllers)
+	return ChartRBACConfigWithValues(t, namespace, nil, controllers...)
+}
+
+// ChartRBACConfigWithValues is ChartRBACConfig with more chart values under
+// controllers.<valuesKey> (for example jmxExporter: {podMonitor: true,
+// namespaces: [...]}). The Roles the chart then renders in namespaces are
+// created there too, bound to the same ServiceAccount.
+func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string]map[string]any, controllers ...string) *rest.Config {
+	t.Helper()
+	rules, roles := chartOperatorRules(t, controllers, values)
 	c := Client(t)
 	ctx := context.Background()
 	// A test may start its operator twice: each start gets its own account.
@@ -49,7 +58,16 @@ func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *res
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
 	}
-	for _, o := range []client.Object{sa, role, binding} {
+	objs := []client.Object{sa, role, binding}
+	for _, r := range roles {
+		r.Name = name
+		objs = append(objs, r, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+		})
+	}
+	for _, o := range objs {
 		require.NoError(t, c.Create(ctx, o))
 	}
 	t.Cleanup(func() {
@@ -61,7 +79,12 @@ func ChartRBACConfig(t testing.TB, namespace string, controllers ...string) *res
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = ServiceAccountToken(t, namespace, sa.Name)
 	cfg.QPS, cfg.Burst = admin.QPS, admin.Burst
-	waitUntilAllowed(t, cfg, namespace, rules[0])
+	if len(rules) > 0 {
+		waitUntilAllowed(t, cfg, namespace, rules[0])
+	}
+	for _, r := range roles {
+		waitUntilAllowed(t, cfg, r.Namespace, r.Rules[0])
+	}
 	return cfg
 }
 
@@ -79,13 +102,18 @@ func ServiceAccountToken(t testing.TB, namespace, name string) string {
 }
 
 // chartOperatorRules renders the chart, as `helm template` would, with
-// only the given controllers on, and returns the rules of the ClusterRole
-// bound to its ServiceAccount.
-func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule {
+// only the given controllers on (and their extra values), and returns the
+// rules of the ClusterRole bound to its ServiceAccount and the Roles bound
+// to it in other namespaces.
+func chartOperatorRules(t testing.TB, controllers []string, values map[string]map[string]any) ([]rbacv1.PolicyRule, []*rbacv1.Role) {
 	t.Helper()
 	toggles := map[string]any{}
 	for _, c := range operator.Controllers {
-		toggles[c.ValuesKey] = map[string]any{"enabled": slices.Contains(controllers, c.Name)}
+		v := map[string]any{"enabled": slices.Contains(controllers, c.Name)}
+		for k, val := range values[c.ValuesKey] {
+			v[k] = val
+		}
+		toggles[c.ValuesKey] = v
 	}
 	vals := map[string]any{"controllers": toggles, "replicaCount": 0, "crds": map[string]any{"enabled": false}}
 	chart, err := loader.Load(filepath.Join(Root(t), "charts", "deckhand"))
@@ -99,8 +127,20 @@ func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule 
 
 	roles := map[string][]rbacv1.PolicyRule{}
 	var bound []string
+	nsRoles := map[string]*rbacv1.Role{}
+	var nsBound []string
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		switch {
+		case strings.Contains(doc, "\nkind: Role\n"):
+			var r rbacv1.Role
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
+			nsRoles[r.Namespace+"/"+r.Name] = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace}, Rules: r.Rules}
+		case strings.Contains(doc, "\nkind: RoleBinding\n"):
+			var b rbacv1.RoleBinding
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &b))
+			if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind && b.RoleRef.Kind == "Role" {
+				nsBound = append(nsBound, b.Namespace+"/"+b.RoleRef.Name)
+			}
 		case strings.Contains(doc, "\nkind: ClusterRole\n"):
 			var r rbacv1.ClusterRole
 			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
@@ -115,8 +155,14 @@ func chartOperatorRules(t testing.TB, controllers []string) []rbacv1.PolicyRule 
 	}
 	require.Len(t, bound, 1, "the chart binds one ClusterRole to its ServiceAccount")
 	rules := roles[bound[0]]
-	require.NotEmpty(t, rules, "ClusterRole %s", bound[0])
-	return rules
+	var out []*rbacv1.Role
+	for _, key := range nsBound {
+		if r := nsRoles[key]; r != nil && r.Namespace != install.Namespace {
+			out = append(out, r)
+		}
+	}
+	require.True(t, len(rules) > 0 || len(out) > 0, "ClusterRole %s", bound[0])
+	return rules, out
 }
 
 // waitUntilAllowed waits until the API server's authorizer has seen the

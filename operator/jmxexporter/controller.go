@@ -116,7 +116,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Complete(pods); err != nil {
 		return err
 	}
-	exporters := &ExporterReconciler{Client: mgr.GetClient(), Cache: c, Reader: mgr.GetAPIReader(), Files: pods.Files}
+	exporters := &ExporterReconciler{Client: mgr.GetClient(), Cache: c, Reader: mgr.GetAPIReader(), Files: pods.Files, Recorder: recorder}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		WatchesRawSource(source.Kind[client.Object](c, &banzaiv1alpha1.PrometheusJmxExporter{}, &handler.EnqueueRequestForObject{})).

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,8 +31,10 @@ type ExporterReconciler struct {
 	Cache  client.Reader
 	// Reader lists the selected pods' metadata live (their state
 	// annotations are not cached).
-	Reader client.Reader
-	Files  *artifacts
+	Reader   client.Reader
+	Files    *artifacts
+	Recorder events.EventRecorder
+	crds     crdCheck
 }
 
 // Reconcile recomputes the exporter's status from its pods' states.
@@ -47,7 +50,11 @@ func (r *ExporterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.summarise(ctx, &e); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, status.Patch(ctx, r.Client, before, &e)
+	recheck, err := r.syncPodMonitor(ctx, &e)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: recheck}, status.Patch(ctx, r.Client, before, &e)
 }
 
 func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.PrometheusJmxExporter) error {
@@ -97,12 +104,7 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 	}
 	slices.SortFunc(s.MetricsEndpoints, func(a, b banzaiv1alpha1.MetricsEndpoint) int { return strings.Compare(a.Pod, b.Pod) })
 	s.MetricsEndpoints = s.MetricsEndpoints[:min(len(s.MetricsEndpoints), maxEndpoints)]
-	slices.SortFunc(s.Problems, func(a, b banzaiv1alpha1.PodProblem) int {
-		if a.Time != nil && b.Time != nil && !a.Time.Equal(b.Time) {
-			return b.Time.Compare(a.Time.Time)
-		}
-		return strings.Compare(a.Pod, b.Pod)
-	})
+	slices.SortFunc(s.Problems, mostRecentFirst)
 	s.Problems = s.Problems[:min(len(s.Problems), maxProblems)]
 	s.Attached = fmt.Sprintf("%d/%d", s.AttachedPods, s.SelectedPods)
 
@@ -118,6 +120,20 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 		setCondition(e, ConditionReady, false, first.Reason, fmt.Sprintf("%s of the selected pods serve metrics; pod %s: %s", s.Attached, first.Pod, first.Message))
 	}
 	return nil
+}
+
+// mostRecentFirst orders problems by their time, newest first, then those
+// without one (pending pods), then by pod name.
+func mostRecentFirst(a, b banzaiv1alpha1.PodProblem) int {
+	switch {
+	case a.Time != nil && b.Time != nil && !a.Time.Equal(b.Time):
+		return b.Time.Compare(a.Time.Time)
+	case a.Time != nil && b.Time == nil:
+		return -1
+	case a.Time == nil && b.Time != nil:
+		return 1
+	}
+	return strings.Compare(a.Pod, b.Pod)
 }
 
 // problemOf turns a pod's state into the status's view of it.

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,11 +63,27 @@ func helper(t *testing.T) string {
 }
 
 // startOperator runs the controller with the helper, the stand-in agent
-// and a target directory of this test's own.
-func startOperator(t *testing.T, ns string) {
+// and a target directory of this test's own, which it returns.
+func startOperator(t *testing.T, ns string) string {
 	t.Helper()
-	o := jmxexporter.Options{HelperPath: helper(t), AgentJar: jvmtest.Compile(t).Agent, TargetDir: filepath.Join(t.TempDir(), "target")}
-	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, jmxexporter.Name), func(mgr ctrl.Manager) error { return jmxexporter.Setup(mgr, o) }, ns)
+	return startOperatorWith(t, testenv.ChartRBACConfig(t, ns, jmxexporter.Name), nil, nil, ns)
+}
+
+// startOperatorWith runs the controller (limited to limit, when set) and
+// the other setups in one manager watching namespaces, as rc.
+func startOperatorWith(t *testing.T, rc *rest.Config, limit []string, others []func(ctrl.Manager) error, namespaces ...string) string {
+	t.Helper()
+	target := filepath.Join(t.TempDir(), "target")
+	o := jmxexporter.Options{HelperPath: helper(t), AgentJar: jvmtest.Compile(t).Agent, TargetDir: target, Namespaces: limit}
+	testenv.StartController(t, rc, func(mgr ctrl.Manager) error {
+		for _, setup := range others {
+			if err := setup(mgr); err != nil {
+				return err
+			}
+		}
+		return jmxexporter.Setup(mgr, o)
+	}, namespaces...)
+	return target
 }
 
 // routeExec makes kwok run the pod's execs on this host, in workDir, with
@@ -173,6 +189,11 @@ func TestSeedExampleAttachesToARealJVMAndReattachesAfterARestart(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, jmxexporter.ConditionReady))
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, jmxexporter.ConditionConfigFound))
 	assert.Equal(t, "app=dummyapp", e.Status.Selector)
+	// The printer columns: selector, port, attached n/m, ready.
+	out, err := testenv.Kubectl(t, "get", "jmxexp", "-n", ns)
+	require.NoError(t, err, out)
+	assert.Regexp(t, `(?m)^NAME\s+SELECTOR\s+PORT\s+ATTACHED\s+READY\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^example-prom-jmx-exp\s+app=dummyapp\s+9400\s+1/1\s+True\s`, out)
 
 	// The agent runs in the JVM on the host, and the ConfigMap's rule (with
 	// lowercaseOutputName) shaped what it serves.
@@ -221,13 +242,9 @@ func TestSeedExampleAttachesToARealJVMAndReattachesAfterARestart(t *testing.T) {
 		require.Contains(ct, pod.Annotations, jmxexporter.AnnotationState)
 	}, 30*time.Second, 200*time.Millisecond)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var evs eventsv1.EventList
-		require.NoError(ct, c.List(context.Background(), &evs, client.InNamespace(ns)))
-		found := false
-		for _, ev := range evs.Items {
-			found = found || (ev.Reason == "Released" && ev.Regarding.Name == "dummyapp")
-		}
-		require.True(ct, found)
+		ev := eventFor(ct, c, ns, "Released", "dummyapp")
+		require.Contains(ct, ev.Note, "a Java agent cannot be unloaded")
+		require.Contains(ct, ev.Note, "scrape annotations removed")
 	}, 30*time.Second, 200*time.Millisecond)
 	assert.False(t, second.Exited())
 }

@@ -129,8 +129,8 @@ func (r *PodReconciler) step(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 	if next.Result == jvm.Failed && next.Retry {
 		return next, backoff(next.Attempts)
 	}
-	if next.loaded() && !next.Serving {
-		return next, backoff(1)
+	if next.Result == jvm.Attached && !next.Serving {
+		return next, backoff(1) // loaded: verify again until metrics answer
 	}
 	return next, 0
 }

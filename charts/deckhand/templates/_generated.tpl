@@ -299,6 +299,12 @@ jmxExporter: jmxexporter
 - apiGroups:
   - banzaicloud.com
   resources:
+  - prometheusjmxexporters/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - banzaicloud.com
+  resources:
   - prometheusjmxexporters/status
   verbs:
   - get
@@ -311,4 +317,15 @@ jmxExporter: jmxexporter
   verbs:
   - create
   - patch
+{{- if (index .Values.controllers "jmxExporter").podMonitor }}
+- apiGroups:
+  - monitoring.coreos.com
+  resources:
+  - podmonitors
+  verbs:
+  - create
+  - delete
+  - get
+  - patch
+{{- end }}
 {{- end }}

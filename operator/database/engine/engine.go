@@ -50,6 +50,10 @@ type Cluster struct {
 	// PrimaryHost is the read-write Service: where standbys and Jobs find
 	// the primary.
 	PrimaryHost string
+	// RemoveOldData tells the servers to remove the data directories a
+	// major-version upgrade kept. The controller sets it once the upgraded
+	// primary has been ready; it takes effect when a server (re)starts.
+	RemoveOldData bool
 }
 
 // Pod is the engine's part of a pod: its one container, the volumes it

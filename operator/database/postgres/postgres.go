@@ -1,7 +1,9 @@
 // Package postgres is the PostgreSQL engine of the Database controller:
 // the official image, and shell scripts (embedded, so the bytes the tests
 // run against a real server are the bytes the operator ships) that
-// initialise a primary, clone standbys and create the app database.
+// initialise a primary, clone standbys, create the app database, and back
+// it up, restore it and upgrade it to a new major version
+// (docs/database-scripts.md).
 package postgres
 
 import (
@@ -10,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,7 +100,8 @@ func (Engine) Scripts() map[string]string {
 }
 
 // ServerPod runs bootstrap.sh: initdb or pg_basebackup on an empty volume,
-// then postgres in the foreground.
+// then postgres in the foreground. With c.RemoveOldData it first removes
+// the data directories a major upgrade kept (pgdata.old-*).
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -115,6 +119,11 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		{Name: "PRIMARY_HOST", Value: c.PrimaryHost},
 		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
 		{Name: "LISTEN_ADDRESSES", Value: "*"},
+	}
+	if c.RemoveOldData {
+		// Only when asked: the pod template of every other Database stays
+		// as it was, so no rollout.
+		env = append(env, corev1.EnvVar{Name: "REMOVE_OLD_DATA", Value: "true"})
 	}
 	env = append(env, superuserEnv(c)...)
 	container := corev1.Container{
@@ -180,13 +189,22 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 }
 
 // MajorVersion is the first number: PostgreSQL 10 and later number their
-// major releases 10, 11, ... ("17.6" -> "17").
+// major releases 10, 11, ... ("17.6" -> "17"); before 10 it was the first
+// two ("9.6.24" -> "9.6").
 func (Engine) MajorVersion(version string) (string, bool) {
-	major, _, _ := strings.Cut(version, ".")
-	if major == "" || strings.Trim(major, "0123456789") != "" {
-		return "", false
+	parts := strings.Split(version, ".")
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return "", false
+		}
 	}
-	return major, true
+	if n, _ := strconv.Atoi(parts[0]); n < 10 {
+		if len(parts) < 2 {
+			return "", false
+		}
+		return parts[0] + "." + parts[1], true
+	}
+	return parts[0], true
 }
 
 // BackupPod runs backup.sh.
@@ -226,12 +244,20 @@ func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
 //
 // Environment: PGDATA (the current data directory), PGPORT (a port for a
 // server only the Job reaches, on 127.0.0.1), PGUSER and PGPASSWORD (the
-// superuser), BACKUP_DIR, BACKUP_FILE, BACKUP_SHA256, FROM_VERSION,
-// TO_VERSION, TERMINATION_MESSAGE_PATH.
+// superuser), APP_DATABASE, APP_USER and APP_PASSWORD (the new directory
+// gets the app role as init.sh makes it: a backup holds no roles),
+// BACKUP_DIR, BACKUP_FILE, BACKUP_SHA256, FROM_VERSION, TO_VERSION,
+// TERMINATION_MESSAGE_PATH.
+//
+// The old directory is kept beside PGDATA as pgdata.old-<FromVersion>
+// until the server runs with Cluster.RemoveOldData.
 func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 	env := []corev1.EnvVar{
 		{Name: "PGDATA", Value: pgdata},
 		{Name: "PGPORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "APP_USER", Value: c.AppUser},
+		{Name: "APP_PASSWORD", ValueFrom: secretKey(c.AppSecret, "password")},
 		{Name: "BACKUP_FILE", Value: u.File},
 		{Name: "BACKUP_SHA256", Value: u.SHA256},
 		{Name: "FROM_VERSION", Value: u.FromVersion},

@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := Engine{}.Scripts()
-	require.ElementsMatch(t, []string{BootstrapScript, InitScript}, keys(scripts))
+	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, "lib.sh"}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("scripts/" + name)
 		require.NoError(t, err)
@@ -55,4 +56,117 @@ func TestPodsRunAsThePostgresUserOfTheImage(t *testing.T) {
 	assert.Equal(t, int64(999), *p.SecurityContext.RunAsUser)
 	assert.True(t, *p.SecurityContext.RunAsNonRoot)
 	assert.Equal(t, []string{"ALL"}, []string{string(p.Container.SecurityContext.Capabilities.Drop[0])})
+}
+
+func TestMajorVersionIsTheFirstNumber(t *testing.T) {
+	for version, want := range map[string]string{
+		"17.6": "17", "15": "15", "10.23": "10", "9.6.24": "9.6", "9": "", "18beta1": "", "": "", "latest": "", ".5": "", "17.": "",
+	} {
+		got, ok := Engine{}.MajorVersion(version)
+		assert.Equal(t, want, got, version)
+		assert.Equal(t, want != "", ok, version)
+	}
+}
+
+var jobCluster = engine.Cluster{
+	Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5433, Database: "name-of-database", AppUser: "app",
+	SuperuserSecret: "db-superuser", AppSecret: "db-app", PrimaryHost: "db-rw.ns.svc",
+}
+
+// envOf is a container's environment: values, and secretKeyRefs as
+// "secret:<name>/<key>".
+func envOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			out[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			continue
+		}
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+func mounts(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		out[m.Name] = m.MountPath
+	}
+	return out
+}
+
+func claims(p engine.Pod) map[string]string {
+	out := map[string]string{}
+	for _, v := range p.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			out[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return out
+}
+
+func assertRestrictedJob(t *testing.T, p engine.Pod, script string) {
+	t.Helper()
+	assert.Equal(t, []string{"sh", "/deckhand/scripts/" + script}, p.Container.Command)
+	assert.Equal(t, jobCluster.Image, p.Container.Image, "a Job runs the server's own image")
+	assert.Equal(t, "/dev/termination-log", p.Container.TerminationMessagePath)
+	assert.Equal(t, corev1.TerminationMessageFallbackToLogsOnError, p.Container.TerminationMessagePolicy)
+	assert.Equal(t, int64(999), *p.SecurityContext.RunAsUser)
+	assert.True(t, *p.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, p.SecurityContext.SeccompProfile.Type)
+	assert.False(t, *p.Container.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, p.Container.SecurityContext.Capabilities.Drop)
+	env := envOf(p.Container)
+	assert.Equal(t, "secret:db-superuser/username", env["PGUSER"])
+	assert.Equal(t, "secret:db-superuser/password", env["PGPASSWORD"])
+	assert.Equal(t, "/deckhand/backup", env["BACKUP_DIR"])
+	assert.Equal(t, "/dev/termination-log", env["TERMINATION_MESSAGE_PATH"])
+}
+
+func TestBackupPodDumpsFromTheGivenHostIntoTheBackupVolume(t *testing.T) {
+	p := Engine{}.BackupPod(jobCluster, engine.Backup{File: "db/2026.dump", Host: "db-1.db.ns.svc", ClaimName: "db-backup"})
+	assertRestrictedJob(t, p, BackupScript)
+	env := envOf(p.Container)
+	assert.Equal(t, "db-1.db.ns.svc", env["SOURCE_HOST"])
+	assert.Equal(t, "5433", env["SOURCE_PORT"])
+	assert.Equal(t, "name-of-database", env["APP_DATABASE"])
+	assert.Equal(t, "db/2026.dump", env["BACKUP_FILE"])
+	assert.Equal(t, map[string]string{engine.ScriptsVolume: "/deckhand/scripts", engine.BackupVolume: "/deckhand/backup"}, mounts(p.Container))
+	assert.Equal(t, map[string]string{engine.BackupVolume: "db-backup"}, claims(p))
+	assert.True(t, p.Container.VolumeMounts[0].ReadOnly, "scripts are read-only")
+}
+
+func TestRestorePodRestoresIntoThePrimaryWithTheChecksum(t *testing.T) {
+	p := Engine{}.RestorePod(jobCluster, engine.Restore{File: "other/x.dump", SHA256: "abc", ClaimName: "other-backup"})
+	assertRestrictedJob(t, p, RestoreScript)
+	env := envOf(p.Container)
+	assert.Equal(t, "db-rw.ns.svc", env["PRIMARY_HOST"])
+	assert.Equal(t, "5433", env["PRIMARY_PORT"])
+	assert.Equal(t, "app", env["APP_USER"])
+	assert.Equal(t, "other/x.dump", env["BACKUP_FILE"])
+	assert.Equal(t, "abc", env["BACKUP_SHA256"])
+	assert.NotContains(t, env, "APP_PASSWORD", "the init Job gives the role its password")
+	assert.Equal(t, map[string]string{engine.BackupVolume: "other-backup"}, claims(p))
+}
+
+func TestUpgradePodMountsTheDataVolumeWhereTheServerDoes(t *testing.T) {
+	u := engine.Upgrade{File: "x.dump", SHA256: "abc", ClaimName: "db-backup", DataClaimName: "data-db-0", FromVersion: "16.4", ToVersion: "17.6"}
+	p := Engine{}.UpgradePod(jobCluster, u)
+	assertRestrictedJob(t, p, UpgradeScript)
+	env := envOf(p.Container)
+	server := Engine{}.ServerPod(jobCluster)
+	assert.Equal(t, envOf(server.Container)["PGDATA"], env["PGDATA"])
+	assert.Equal(t, mounts(server.Container)[engine.DataVolume], mounts(p.Container)[engine.DataVolume])
+	assert.Equal(t, "16.4", env["FROM_VERSION"])
+	assert.Equal(t, "17.6", env["TO_VERSION"])
+	assert.Equal(t, "secret:db-app/password", env["APP_PASSWORD"])
+	assert.Equal(t, "5433", env["PGPORT"])
+	assert.Equal(t, map[string]string{engine.BackupVolume: "db-backup", engine.DataVolume: "data-db-0"}, claims(p))
+}
+
+func TestServerPodAsksForRemovalOfOldDataOnlyWhenTold(t *testing.T) {
+	assert.NotContains(t, envOf(Engine{}.ServerPod(jobCluster).Container), "REMOVE_OLD_DATA", "no change to the template of other Databases")
+	c := jobCluster
+	c.RemoveOldData = true
+	assert.Equal(t, "true", envOf(Engine{}.ServerPod(c).Container)["REMOVE_OLD_DATA"])
 }

@@ -68,6 +68,17 @@ type PrometheusJmxExporterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^/[^\\\\s?#]*$')",message="path must start with / and contain no spaces, ? or #, e.g. /metrics"
 	// +optional
 	Path string `json:"path,omitempty"`
+
+	// PodMonitor, when true, makes the operator keep a prometheus-operator
+	// PodMonitor of the same name that scrapes the pods this exporter
+	// serves (port and path above), for Prometheus installations that do
+	// not read prometheus.io annotations. It needs the PodMonitor CRD
+	// (monitoring.coreos.com) in the cluster and the right to write
+	// PodMonitors (chart value controllers.jmxExporter.podMonitor);
+	// without either, the PodMonitor condition says so and the rest works
+	// on. Setting it back to false deletes the PodMonitor.
+	// +optional
+	PodMonitor bool `json:"podMonitor,omitempty"`
 }
 
 // MetricsEndpoint is a pod whose JVM serves metrics (the seed's pod and
@@ -147,8 +158,9 @@ type PrometheusJmxExporterStatus struct {
 	// +listType=atomic
 	Problems []PodProblem `json:"problems,omitempty"`
 
-	// Conditions: Ready (every selected pod serves metrics) and ConfigFound
-	// (the ConfigMap and key exist).
+	// Conditions: Ready (every selected pod serves metrics), ConfigFound
+	// (the ConfigMap and key exist) and, with spec.podMonitor, PodMonitor
+	// (the PodMonitor is in place).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

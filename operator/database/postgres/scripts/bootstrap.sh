@@ -9,32 +9,19 @@
 #
 # Uses only what PostgreSQL 15 to 18 share.
 #
+# A standby whose data directory is of another major version than the
+# server's (after a major upgrade of the primary) moves it aside, as
+# pgdata.old-<its version>, and clones the primary again. With
+# REMOVE_OLD_DATA=true (the operator sets it once the upgraded primary has
+# been ready), the pgdata.old-* directories beside PGDATA (upgrade.sh's and
+# those standbys') are removed before the server starts.
+#
 # Environment (set by the StatefulSet): PGDATA, PGPORT, PGUSER and
 # PGPASSWORD (the superuser), POD_NAME (ends in -<ordinal>), PRIMARY_HOST
-# and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES.
+# and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
+# REMOVE_OLD_DATA (optional).
 set -eu
-
-log() { printf '%s bootstrap: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-
-# init_primary DIR: a new cluster whose superuser has the generated password.
-init_primary() {
-	# initdb reads the password from a file: keep it off the command line.
-	pwfile=$(mktemp)
-	trap 'rm -f "$pwfile"' EXIT
-	printf '%s\n' "$PGPASSWORD" >"$pwfile"
-	initdb -D "$1" --username="$PGUSER" --pwfile="$pwfile" \
-		--auth-local=trust --auth-host=scram-sha-256 \
-		--encoding=UTF8 --locale=C --data-checksums >&2
-	rm -f "$pwfile"
-	trap - EXIT
-	# Clients and standbys connect from other pods, always with a password.
-	cat >>"$1/pg_hba.conf" <<-'HBA'
-
-	# deckhand: clients and standbys from other pods, with a password
-	host all all all scram-sha-256
-	host replication all all scram-sha-256
-	HBA
-}
+. "$(dirname "$0")/lib.sh"
 
 # clone_primary DIR: a standby streaming from the primary.
 clone_primary() {
@@ -49,6 +36,21 @@ clone_primary() {
 }
 
 ordinal=${POD_NAME##*-}
+server_major=$(postgres -V | sed 's/^postgres (PostgreSQL) //; s/[^0-9].*//')
+data_major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null || true)
+if [ "$ordinal" != 0 ] && [ -n "$data_major" ] && [ "$data_major" != "$server_major" ]; then
+	aside=$PGDATA.old-$data_major
+	log "standby data directory is PostgreSQL $data_major, the server $server_major: moving it to $aside and cloning the primary again"
+	rm -rf "$aside"
+	mv "$PGDATA" "$aside"
+fi
+if [ "${REMOVE_OLD_DATA:-false}" = true ]; then
+	for dir in "$PGDATA".old-*; do
+		[ -d "$dir" ] || continue
+		log "REMOVE_OLD_DATA=true: removing the old data directory $dir"
+		rm -rf "$dir"
+	done
+fi
 if [ -s "$PGDATA/PG_VERSION" ]; then
 	log "$PGDATA holds a PostgreSQL $(cat "$PGDATA/PG_VERSION") data directory: starting it as it is"
 elif [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
@@ -62,7 +64,7 @@ else
 	rm -rf "$staging"
 	if [ "$ordinal" = 0 ]; then
 		log "empty volume on the primary (ordinal 0): initialising $PGDATA"
-		init_primary "$staging"
+		init_datadir "$staging"
 	else
 		log "empty volume on standby ordinal $ordinal: cloning the primary into $PGDATA"
 		clone_primary "$staging"

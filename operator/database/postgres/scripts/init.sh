@@ -3,7 +3,8 @@
 #
 # Waits for the primary, then creates the app role and the database it
 # owns, each only if missing: a second run changes nothing, and an existing
-# database or role is left as it is. Names are quoted as identifiers
+# database or role is left as it is, except that a role without a password
+# (as a restore creates it) gets APP_PASSWORD. Names are quoted as identifiers
 # (format %I), values as literals (%L), and reach psql through the
 # environment (\getenv), never through the command line.
 #
@@ -41,6 +42,10 @@ SET log_min_error_statement = 'panic';
 \getenv apppass APP_PASSWORD
 SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', :'approle', :'apppass')
  WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = :'approle') \gexec
+-- A restore (restore.sh) creates the role without a password: give it one,
+-- once; a role with a password keeps it.
+SELECT format('ALTER ROLE %I PASSWORD %L', :'approle', :'apppass')
+ WHERE EXISTS (SELECT FROM pg_catalog.pg_authid WHERE rolname = :'approle' AND rolpassword IS NULL) \gexec
 SELECT format('CREATE DATABASE %I OWNER %I', :'appdb', :'approle')
  WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'appdb') \gexec
 SQL

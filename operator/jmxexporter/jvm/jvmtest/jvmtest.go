@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -62,7 +63,8 @@ func compile() (Build, error) {
 	dir := filepath.Join(os.TempDir(), "deckhand-jvmtest-"+hex.EncodeToString(h.Sum(nil))[:12])
 	b := Build{Classes: filepath.Join(dir, "classes"), Agent: filepath.Join(dir, "stand-in-agent.jar")}
 	if _, err := os.Stat(b.Agent); err == nil {
-		return b, nil
+		// Readable by the unprivileged users tests run JVMs and helpers as.
+		return b, os.Chmod(dir, 0o755)
 	}
 	work, err := os.MkdirTemp(os.TempDir(), "deckhand-jvmtest-build-")
 	if err != nil {
@@ -96,6 +98,9 @@ func compile() (Build, error) {
 	}
 	// Publish atomically: other test processes may compile at the same time.
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return Build{}, err
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
 		return Build{}, err
 	}
 	if err := os.Rename(work, dir); err != nil && !os.IsExist(err) && !isNotEmpty(err) {
@@ -150,10 +155,20 @@ func (j *JVM) Stop() {
 // returns once the JVM has started (its hsperfdata file exists).
 func Start(t testing.TB, dir string, jvmOptions []string, markers ...string) *JVM {
 	t.Helper()
+	return StartAs(t, nil, dir, jvmOptions, markers...)
+}
+
+// StartAs is Start with the JVM running as another user (nil: this
+// process's); dir must be writable by that user.
+func StartAs(t testing.TB, user *syscall.Credential, dir string, jvmOptions []string, markers ...string) *JVM {
+	t.Helper()
 	b := Compile(t)
 	args := append(append([]string{"-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp", b.Classes}, jvmOptions...), "App")
 	cmd := exec.Command("java", append(args, markers...)...)
 	cmd.Dir = dir
+	if user != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
+	}
 	log := &SafeBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -166,6 +181,18 @@ func Start(t testing.TB, dir string, jvmOptions []string, markers ...string) *JV
 		time.Sleep(20 * time.Millisecond)
 	}
 	return j
+}
+
+// Nobody is Debian's unprivileged user (uid 65534), to run a JVM or the
+// helper as someone else than root. It fails the test when not root.
+func Nobody(t testing.TB) *syscall.Credential {
+	t.Helper()
+	require.Equal(t, 0, os.Geteuid(), "running processes as another user needs root")
+	u, err := user.Lookup("nobody")
+	require.NoError(t, err)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 // FreePort is a TCP port nothing listens on right now.

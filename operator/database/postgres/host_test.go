@@ -1,0 +1,167 @@
+package postgres_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
+)
+
+// host runs the engine's pods on the host's PostgreSQL: each pod's
+// command and environment come from the pod builders; only what a host
+// cannot share with a pod is overridden: volumes (mount paths become
+// directories of the test), PATH (Debian keeps the binaries in
+// /usr/lib/postgresql/<major>/bin), ports and hosts (127.0.0.1: the test's
+// servers listen there only) and the termination message file.
+type host struct {
+	t       testing.TB
+	u       *pgtest.User
+	bin     string
+	root    string
+	scripts string
+	cluster engine.Cluster
+	secrets map[string]map[string]string
+}
+
+func newHost(t testing.TB) *host {
+	bin := pgtest.Bin(t)
+	u := pgtest.Unprivileged(t)
+	root := u.TempDir(t)
+	h := &host{
+		t: t, u: u, bin: bin, root: root,
+		scripts: u.WriteScripts(t, root, postgres.Engine{}.Scripts()),
+		cluster: engine.Cluster{
+			Name: "name-of-database", Namespace: "ns", Image: postgres.DefaultImage, Port: postgres.DefaultPort,
+			Database: "name-of-database", AppUser: "name-of-database",
+			SuperuserSecret: "name-of-database-superuser", AppSecret: "name-of-database-app",
+			PrimaryHost: "name-of-database-rw.ns.svc",
+		},
+		secrets: map[string]map[string]string{
+			"name-of-database-superuser": {"username": postgres.Superuser, "password": randomPassword(t)},
+			"name-of-database-app":       {"password": randomPassword(t)},
+		},
+	}
+	u.Dir(t, root, "tmp")
+	return h
+}
+
+func randomPassword(t testing.TB) string {
+	b := make([]byte, 12)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	// Quotes and a backslash, so a script that does not quote fails.
+	return hex.EncodeToString(b) + `'"\`
+}
+
+func (h *host) superPassword() string { return h.secrets[h.cluster.SuperuserSecret]["password"] }
+func (h *host) appPassword() string   { return h.secrets[h.cluster.AppSecret]["password"] }
+
+// volume is a directory standing for a volume.
+func (h *host) volume(name string) string { return h.u.Dir(h.t, h.root, "volumes", name) }
+
+// env is pod's environment on the host. volumes maps the pod's volume
+// names to directories; values under a mount path move with it.
+func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]string) map[string]string {
+	t := h.t
+	t.Helper()
+	c := pod.Container
+	env := pgtest.ContainerEnv(t, c, podName, func(name, key string) string {
+		v, ok := h.secrets[name][key]
+		require.True(t, ok, "Secret %s has no key %s", name, key)
+		return v
+	})
+	for _, m := range c.VolumeMounts {
+		dir, ok := volumes[m.Name]
+		if !ok {
+			continue
+		}
+		for k, v := range env {
+			if v == m.MountPath || strings.HasPrefix(v, m.MountPath+"/") {
+				env[k] = dir + strings.TrimPrefix(v, m.MountPath)
+			}
+		}
+	}
+	env["PATH"] = h.bin + ":/usr/bin:/bin"
+	for _, k := range []string{"PGPORT", "PRIMARY_PORT", "SOURCE_PORT"} {
+		if _, ok := env[k]; ok {
+			env[k] = port
+		}
+	}
+	for _, k := range []string{"PRIMARY_HOST", "SOURCE_HOST", "LISTEN_ADDRESSES"} {
+		if _, ok := env[k]; ok {
+			env[k] = "127.0.0.1"
+		}
+	}
+	if _, ok := env["TERMINATION_MESSAGE_PATH"]; ok {
+		env["TERMINATION_MESSAGE_PATH"] = filepath.Join(h.root, "tmp", podName+"-termination-log")
+	}
+	return env
+}
+
+// primary starts a primary (ordinal 0) on the volume dataVolume.
+func (h *host) primary(dataVolume string) *pgtest.Server {
+	h.t.Helper()
+	pod := postgres.Engine{}.ServerPod(h.cluster)
+	env := h.env(pod, h.cluster.Name+"-0", pgtest.FreePort(h.t), map[string]string{engine.DataVolume: h.volume(dataVolume)})
+	return h.u.StartServer(h.t, h.bin, env, pgtest.HostCommand(h.t, pod.Container, h.scripts))
+}
+
+// job runs a Job's pod to its end: its Report, its output and whether it
+// failed.
+func (h *host) job(pod engine.Pod, name, port string, volumes map[string]string) (engine.Report, string, error) {
+	h.t.Helper()
+	env := h.env(pod, name, port, volumes)
+	_ = os.Remove(env["TERMINATION_MESSAGE_PATH"])
+	out, err := h.u.Command(env, pgtest.HostCommand(h.t, pod.Container, h.scripts)).CombinedOutput()
+	if err != nil {
+		return engine.Report{}, string(out), err
+	}
+	b, rerr := os.ReadFile(env["TERMINATION_MESSAGE_PATH"])
+	require.NoError(h.t, rerr, "the Job succeeded without a report:\n%s", out)
+	report, rerr := engine.ParseReport(string(b))
+	require.NoError(h.t, rerr, "%s", b)
+	return report, string(out), nil
+}
+
+// init runs the init Job against the server on port.
+func (h *host) init(port string) {
+	h.t.Helper()
+	_, out, err := h.job(postgres.Engine{}.InitPod(h.cluster), "init", port, nil)
+	require.NoError(h.t, err, out)
+}
+
+// backup runs a backup Job of the server on port into backupVolume.
+func (h *host) backup(port, backupVolume, file string) (engine.Report, string, error) {
+	h.t.Helper()
+	pod := postgres.Engine{}.BackupPod(h.cluster, engine.Backup{File: file, Host: h.cluster.Name + "-1", ClaimName: "backup"})
+	return h.job(pod, "backup", port, map[string]string{engine.BackupVolume: h.volume(backupVolume)})
+}
+
+// restore runs a restore Job into the server on port.
+func (h *host) restore(port, backupVolume, file, sha256 string) (engine.Report, string, error) {
+	h.t.Helper()
+	pod := postgres.Engine{}.RestorePod(h.cluster, engine.Restore{File: file, SHA256: sha256, ClaimName: "backup"})
+	return h.job(pod, "restore", port, map[string]string{engine.BackupVolume: h.volume(backupVolume)})
+}
+
+// sql runs SQL on the server on port as the superuser.
+func (h *host) sql(port, dbname, sql string) string {
+	h.t.Helper()
+	out, err := pgtest.PSQL(h.bin, port, postgres.Superuser, h.superPassword(), dbname, sql)
+	require.NoError(h.t, err, "%s\n%s", sql, out)
+	return out
+}
+
+// appSQL runs SQL on the server on port as the app role, with the app
+// Secret's password.
+func (h *host) appSQL(port, sql string) (string, error) {
+	return pgtest.PSQL(h.bin, port, h.cluster.AppUser, h.appPassword(), h.cluster.Database, sql)
+}

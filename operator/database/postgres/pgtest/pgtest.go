@@ -1,0 +1,250 @@
+// Package pgtest runs the PostgreSQL engine's shipped scripts on the host's
+// Debian PostgreSQL (hack/test-deps.sh installs it), as tests and
+// benchmarks do: as an unprivileged user (servers refuse root), on free
+// ports of 127.0.0.1, with a container's environment resolved the way the
+// kubelet would resolve it.
+package pgtest
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// Bin is the newest Debian PostgreSQL's binary directory.
+func Bin(t testing.TB) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	require.NotEmpty(t, dirs, "Debian's PostgreSQL is not installed: run hack/test-deps.sh (make test-deps)")
+	major := func(p string) int {
+		n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(p))))
+		return n
+	}
+	sort.Slice(dirs, func(i, j int) bool { return major(dirs[i]) < major(dirs[j]) })
+	return filepath.Dir(dirs[len(dirs)-1])
+}
+
+// Major is the major version of the binaries in bin
+// (/usr/lib/postgresql/15/bin -> "15").
+func Major(bin string) string { return filepath.Base(filepath.Dir(bin)) }
+
+// User is who runs the servers and scripts; nil when the test itself is
+// not root (then it runs them as itself).
+type User struct {
+	UID, GID int
+	Name     string
+}
+
+// Unprivileged is Debian's postgres user when the test runs as root.
+func Unprivileged(t testing.TB) *User {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	require.NoError(t, err, "Debian's postgresql package creates the postgres user: run hack/test-deps.sh")
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	// Debian's servers put their socket here, as the official image does.
+	require.NoError(t, os.MkdirAll("/var/run/postgresql", 0o2775))
+	require.NoError(t, os.Chown("/var/run/postgresql", uid, gid))
+	return &User{UID: uid, GID: gid, Name: u.Username}
+}
+
+// Dir makes a directory the server user owns.
+func (u *User) Dir(t testing.TB, parts ...string) string {
+	t.Helper()
+	dir := filepath.Join(parts...)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	if u != nil {
+		require.NoError(t, os.Chown(dir, u.UID, u.GID))
+	}
+	return dir
+}
+
+// TempDir is a directory the server user owns, removed at the end of the
+// test (t.TempDir's parents are not reachable by another user).
+func (u *User) TempDir(t testing.TB) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "deckhand-pg-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	return u.Dir(t, root)
+}
+
+// Command is argv run as the server user with exactly env.
+func (u *User) Command(env map[string]string, argv []string) *exec.Cmd {
+	if u != nil {
+		argv = append([]string{"setpriv", "--reuid=" + strconv.Itoa(u.UID), "--regid=" + strconv.Itoa(u.GID), "--init-groups", "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// Its own process group, so a test can kill it with its children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// FreePort is a TCP port of 127.0.0.1 that nothing listens on.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// ContainerEnv is the container's environment as the kubelet would set it
+// in pod: values, Secret keys (from secret(name, key)) and the pod's name.
+func ContainerEnv(t testing.TB, container corev1.Container, pod string, secret func(name, key string) string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range container.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = secret(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = pod
+		default:
+			t.Fatalf("env %s: a source the test does not resolve", e.Name)
+		}
+	}
+	return env
+}
+
+// HostCommand is the container's command and args with the scripts
+// volume's mount path replaced by scripts, the host's copy of it.
+func HostCommand(t testing.TB, container corev1.Container, scripts string) []string {
+	t.Helper()
+	mount := MountPath(t, container, engine.ScriptsVolume)
+	var out []string
+	for _, a := range append(append([]string{}, container.Command...), container.Args...) {
+		if rest, ok := strings.CutPrefix(a, mount+"/"); ok {
+			a = filepath.Join(scripts, rest)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// MountPath is where container mounts volume.
+func MountPath(t testing.TB, container corev1.Container, volume string) string {
+	t.Helper()
+	for _, m := range container.VolumeMounts {
+		if m.Name == volume {
+			return m.MountPath
+		}
+	}
+	t.Fatalf("container %s does not mount %s", container.Name, volume)
+	return ""
+}
+
+// WriteScripts writes files (a scripts ConfigMap's data) into a directory
+// the server user can read.
+func (u *User) WriteScripts(t testing.TB, root string, files map[string]string) string {
+	t.Helper()
+	dir := u.Dir(t, root, "scripts")
+	for name, body := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o444))
+	}
+	return dir
+}
+
+// Server is a server started through the bootstrap script.
+type Server struct {
+	Cmd  *exec.Cmd
+	Port string
+	Log  *SyncBuffer
+	done chan error
+}
+
+// SyncBuffer is a bytes.Buffer that a process and a test share.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// StartServer runs argv (the bootstrap script) with env until the server
+// on env["PGPORT"] accepts connections; it is stopped at the end of the
+// test.
+func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv []string) *Server {
+	t.Helper()
+	s := &Server{Cmd: u.Command(env, argv), Port: env["PGPORT"], Log: &SyncBuffer{}, done: make(chan error, 1)}
+	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
+	require.NoError(t, s.Cmd.Start())
+	go func() { s.done <- s.Cmd.Wait() }()
+	t.Cleanup(func() { s.Stop(t) })
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return true
+		default:
+		}
+		return exec.Command(filepath.Join(bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", s.Port).Run() == nil
+	}, 90*time.Second, 200*time.Millisecond, "server on port %s did not start", s.Port)
+	select {
+	case err := <-s.done:
+		t.Fatalf("server on port %s exited: %v\n%s", s.Port, err, s.Log.String())
+	default:
+	}
+	return s
+}
+
+// Stop shuts the server down fast (SIGINT), as the official image's stop
+// signal does.
+func (s *Server) Stop(t testing.TB) {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return
+	default:
+	}
+	_ = s.Cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-s.done:
+		s.done <- err
+	case <-time.After(60 * time.Second):
+		_ = s.Cmd.Process.Kill()
+		t.Errorf("server on port %s did not stop within 60 s", s.Port)
+	}
+}
+
+// PSQL runs SQL as a client of the server on port of 127.0.0.1.
+func PSQL(bin, port, user, password, dbname, sql string) (string, error) {
+	cmd := exec.Command(filepath.Join(bin, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+		"-h", "127.0.0.1", "-p", port, "-U", user, "-d", dbname, "-c", sql)
+	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=5"}
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
