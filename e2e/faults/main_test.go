@@ -17,12 +17,17 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
 const clusterName = "deckhand-faults"
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	kubeconfig, err := cluster("up")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -26,9 +26,9 @@ import (
 // workloads is the size of the rollout each fault interrupts.
 const workloads = 100
 
-// restartsPerSecond paces the rollout so a fault lands in its middle: 100
-// workloads take about 10 s.
-const restartsPerSecond = "10"
+// restartsPerSecond, with a burst of 1, paces the rollout so a fault lands
+// in its middle: 100 workloads take about 20 s.
+const restartsPerSecond = "5"
 
 // release installs the chart (CRDs, RBAC, config; no operator pod: the
 // local cluster runs no containers) into a new namespace, with only
@@ -41,7 +41,7 @@ func release(t *testing.T, sets ...string) (client.Client, string, *e2e.Rendered
 	vals := e2e.Values(t, nil, append([]string{
 		"replicaCount=0", "demo.enabled=false",
 		"controllers.tdset.enabled=false", "controllers.blogPost.enabled=false",
-		"config.configmonitor-restarts-per-second=" + restartsPerSecond,
+		"config.configmonitor-restarts-per-second=" + restartsPerSecond, "config.configmonitor-restart-burst=1",
 	}, sets...)...)
 	helm := e2e.NewHelm(t, ns)
 	_, err := helm.Install("deckhand", e2e.ChartDir(t), vals)
@@ -57,13 +57,19 @@ type rollout struct {
 	ns        string
 	configMap *corev1.ConfigMap
 	monitor   *magalixv1.ConfigMonitor
-	baseline  map[string]int
+	// baseline is each Deployment's revision before the change.
+	baseline map[string]int
+	// before is the monitor's hash of the configuration before the change,
+	// and beforeStamp each Deployment's annotation then (empty when the
+	// monitor took it in without a roll).
+	before      string
+	beforeStamp map[string]string
 }
 
 func newRollout(t *testing.T, c client.Client, ns string) *rollout {
 	t.Helper()
 	ctx := context.Background()
-	r := &rollout{c: c, ns: ns, baseline: map[string]int{}}
+	r := &rollout{c: c, ns: ns, baseline: map[string]int{}, beforeStamp: map[string]string{}}
 	r.configMap = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: ns}, Data: map[string]string{"v": "1"}}
 	require.NoError(t, c.Create(ctx, r.configMap))
 	for i := range workloads {
@@ -104,7 +110,9 @@ func (r *rollout) waitTakenIn(t *testing.T) {
 		for _, d := range r.deployments(ct) {
 			require.Equal(ct, int32(1), d.Status.ReadyReplicas, d.Name)
 			r.baseline[d.Name] = revision(d)
+			r.beforeStamp[d.Name] = r.hashOf(d)
 		}
+		r.before = m.Status.ObservedHash
 	}, 3*time.Minute, time.Second)
 }
 
@@ -116,44 +124,34 @@ func (r *rollout) change(t *testing.T, value string) {
 	require.NoError(t, r.c.Update(context.Background(), cm))
 }
 
-// stamped counts the Deployments whose template carries the hash of the
+// reached counts the Deployments whose template changed since before the
 // change: those the rollout reached.
-func (r *rollout) stamped(t require.TestingT, hash string) int {
+func (r *rollout) reached(t require.TestingT) int {
 	n := 0
 	for _, d := range r.deployments(t) {
-		if d.Spec.Template.Annotations[configmonitor.AnnotationKey(&r.monitor.Spec)] == hash {
+		if r.hashOf(d) != r.beforeStamp[d.Name] {
 			n++
 		}
 	}
 	return n
 }
 
-// currentHash is the hash the monitor recorded for the configuration now
-// in the ConfigMap, once it has seen it.
-func (r *rollout) hashOnce(t *testing.T, before string) string {
+func (r *rollout) hashOf(d appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[configmonitor.AnnotationKey(&r.monitor.Spec)]
+}
+
+// waitDone waits until the monitor reports the change handled and every
+// workload carries its hash.
+func (r *rollout) waitDone(t *testing.T, within time.Duration) {
 	t.Helper()
-	var hash string
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		m := &magalixv1.ConfigMonitor{}
 		require.NoError(ct, r.c.Get(context.Background(), client.ObjectKeyFromObject(r.monitor), m))
-		require.NotEqual(ct, before, m.Status.ObservedHash)
-		require.NotEmpty(ct, m.Status.ObservedHash)
-		hash = m.Status.ObservedHash
-	}, 2*time.Minute, 100*time.Millisecond)
-	return hash
-}
-
-func (r *rollout) observedHash(t *testing.T) string {
-	m := &magalixv1.ConfigMonitor{}
-	require.NoError(t, r.c.Get(context.Background(), client.ObjectKeyFromObject(r.monitor), m))
-	return m.Status.ObservedHash
-}
-
-// waitAllStamped waits until every workload carries hash.
-func (r *rollout) waitAllStamped(t *testing.T, hash string, within time.Duration) {
-	t.Helper()
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.Equal(ct, workloads, r.stamped(ct, hash))
+		require.NotEqual(ct, r.before, m.Status.ObservedHash)
+		require.Empty(ct, m.Status.PendingWorkloads)
+		for _, d := range r.deployments(ct) {
+			require.Equal(ct, m.Status.ObservedHash, r.hashOf(d), d.Name)
+		}
 	}, within, 200*time.Millisecond)
 }
 
@@ -196,11 +194,11 @@ func revision(d appsv1.Deployment) int {
 
 // waitMidway waits until the rollout has reached some workloads but not
 // all: the moment the fault is meant for.
-func (r *rollout) waitMidway(t *testing.T, hash string) int {
+func (r *rollout) waitMidway(t *testing.T) int {
 	t.Helper()
 	var n int
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		n = r.stamped(ct, hash)
+		n = r.reached(ct)
 		require.GreaterOrEqual(ct, n, workloads/5)
 	}, time.Minute, 50*time.Millisecond)
 	require.Less(t, n, workloads, "the rollout finished before the fault: pace it slower")

@@ -1,0 +1,130 @@
+package faults
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+
+	"github.com/deckhand-dev/deckhand/e2e"
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+)
+
+// faultyProxy stands between the operator and the API server on
+// 127.0.0.1: it answers a share of the requests itself with 429 (with
+// Retry-After) or 500, delays others, and counts what the operator sends.
+type faultyProxy struct {
+	*httptest.Server
+	requests atomic.Int64
+	injected atomic.Int64
+	faulty   atomic.Bool
+	mu       sync.Mutex
+	times    []time.Time
+}
+
+func newFaultyProxy(t *testing.T) *faultyProxy {
+	t.Helper()
+	admin := testenv.RESTConfig(t)
+	target, err := url.Parse(admin.Host)
+	require.NoError(t, err)
+	ca := admin.CAData
+	if len(ca) == 0 {
+		ca, err = os.ReadFile(admin.CAFile)
+		require.NoError(t, err)
+	}
+	// Trust the API server, but present no credentials of our own: the
+	// operator's own token passes through, so it acts as itself.
+	transport, err := rest.TransportFor(&rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	rp.FlushInterval = -1 // watches stream
+
+	p := &faultyProxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		n := p.requests.Add(1)
+		p.mu.Lock()
+		p.times = append(p.times, time.Now())
+		p.mu.Unlock()
+		if p.faulty.Load() && !isLeaseOrWatch(req) {
+			switch n % 10 {
+			case 0, 3:
+				p.injected.Add(1)
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}`, http.StatusTooManyRequests)
+				return
+			case 6:
+				p.injected.Add(1)
+				http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`, http.StatusInternalServerError)
+				return
+			case 8:
+				time.Sleep(300 * time.Millisecond)
+			}
+		}
+		rp.ServeHTTP(w, req)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// isLeaseOrWatch spares what keeps the process alive and informed; faults
+// on them are the API-server-stopped test's subject.
+func isLeaseOrWatch(req *http.Request) bool {
+	return strings.Contains(req.URL.Path, "/leases") || req.URL.Query().Get("watch") == "true"
+}
+
+// since counts the requests at or after t.
+func (p *faultyProxy) since(t time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, at := range p.times {
+		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// Three in ten of the operator's requests refused (429 with Retry-After,
+// or 500) and one in ten slow, through a whole rollout: the operator
+// retries with backoff, never crashes, rolls each workload exactly once,
+// and falls quiet once done (no busy loop).
+func TestThrottlingAndServerErrorsAreRetriedWithoutABusyLoop(t *testing.T) {
+	c, ns, rendered := release(t, "leaderElection.enabled=false")
+	proxy := newFaultyProxy(t)
+	op := e2e.RunOperatorAsChartVia(t, rendered, ns, proxy.URL)
+	op.WaitReady(t)
+
+	r := newRollout(t, c, ns)
+	r.waitTakenIn(t)
+	proxy.faulty.Store(true)
+	start, sentBefore := time.Now(), proxy.requests.Load()
+	r.change(t, "2")
+	r.waitDone(t, 3*time.Minute)
+	took := time.Since(start)
+	sent, injected := proxy.requests.Load()-sentBefore, proxy.injected.Load()
+
+	r.rolledExactlyOnce(t)
+	quietFrom := time.Now()
+	time.Sleep(10 * time.Second)
+	idle := proxy.since(quietFrom)
+	assert.True(t, op.Running(), "the operator exited:\n%s", op.Logs())
+	assert.Greater(t, injected, int64(0), "no fault was injected: the test proved nothing")
+	// Settled, the operator only renews nothing and watches: a handful of
+	// requests in 10 s, not a retry loop.
+	assert.Less(t, idle, 20, "requests in the 10 s after the rollout: a busy loop?")
+	assert.Less(t, sent, int64(20*workloads), "requests for one change of %d workloads", workloads)
+	t.Logf("RESULT api-faults: 30%% of requests refused (429 Retry-After 1 / 500), 10%% delayed 300 ms; rollout of %d workloads done in %.1f s with %d requests (%d refused); %d requests in the 10 s after; every workload rolled exactly once",
+		workloads, took.Seconds(), sent, injected, idle)
+}
