@@ -67,13 +67,13 @@ type HostOperator struct {
 // RunOperatorAsChart starts the operator described by a rendered release.
 func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperator {
 	t.Helper()
-	return RunOperatorAsChartVia(t, r, namespace, "")
+	return RunOperatorAsChartVia(t, r, namespace, "", nil)
 }
 
 // RunOperatorAsChartVia is RunOperatorAsChart with the API server reached
-// at server (plain HTTP on 127.0.0.1, e.g. a fault-injecting proxy) instead
-// of the cluster's address; "" is the cluster's.
-func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string) *HostOperator {
+// at server (HTTPS with certificate authority caPEM, e.g. a fault-injecting
+// proxy on 127.0.0.1) instead of the cluster's address; "" is the cluster's.
+func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string, caPEM []byte) *HostOperator {
 	t.Helper()
 	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
 	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
@@ -107,7 +107,7 @@ func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string) 
 		}
 		args = append(args, a)
 	}
-	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir, server))
+	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir, server, caPEM))
 
 	cmd := exec.Command(operatorBinary(t), args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
@@ -220,7 +220,7 @@ func isFailure(line string) bool {
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // ServiceAccount with a token from the TokenRequest API.
-func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string) string {
+func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string, serverCA []byte) string {
 	t.Helper()
 	admin := testenv.RESTConfig(t)
 	token := testenv.ServiceAccountToken(t, namespace, sa)
@@ -234,7 +234,7 @@ func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string) s
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
 	if server != "" {
-		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: server}
+		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: serverCA}
 	}
 	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: namespace}
