@@ -12,6 +12,8 @@ command -v curl >/dev/null || need+=(curl)
 # The Database controller's scripts are proven on Debian's PostgreSQL (15 on
 # bookworm); the servers run as its postgres user.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/null 2>&1 || need+=(postgresql)
+# The MySQL engine's scripts are proven on Debian's MariaDB (10.11 on bookworm).
+command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
 # The JMX exporter's tests compile and run a real JVM (java, javac, jar).
 command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
 if [[ ${#need[@]} -gt 0 ]]; then

@@ -101,10 +101,15 @@ func main() {
 		fmt.Fprintf(&tpl, "\n{{/* RBAC rules of %s, from the +kubebuilder:rbac markers in operator/%s. */}}\n", c.Name, c.Name)
 		fmt.Fprintf(&tpl, "{{- define \"deckhand.rules.%s\" }}\n%s{{- end }}\n", c.ValuesKey, rules)
 	}
-	for file := range crds {
-		if _, ok := claimed[file]; !ok {
-			log.Fatalf("%s belongs to no controller in the registry", file)
+	for file, crd := range crds {
+		if _, ok := claimed[file]; ok {
+			continue
 		}
+		if why, ok := unbuiltGroups[crd.Spec.Group]; ok {
+			log.Printf("%s stays out of the chart: %s", file, why)
+			continue
+		}
+		log.Fatalf("%s belongs to no controller in the registry", file)
 	}
 	if err := os.WriteFile(filepath.Join(*chartDir, "templates", "_generated.tpl"), tpl.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
@@ -121,6 +126,15 @@ func main() {
 var dataGroups = map[string]bool{
 	"stable.imaginedata.co":            true,
 	"cr.mysqloperator.grtl.github.com": true,
+}
+
+// unbuiltGroups are API groups whose types exist (crds/, for tests and
+// kubectl) before their controller does: their CRDs stay out of the chart,
+// whose toggle for them still fails with "not built", until the
+// controller is in the registry. Any other CRD without a controller is an
+// error.
+var unbuiltGroups = map[string]string{
+	"cr.mysqloperator.grtl.github.com": "the MySQLCluster controller is not built yet (controllers.mysqlCluster)",
 }
 
 func readCRDs(dir string) (map[string]*apiextensionsv1.CustomResourceDefinition, error) {

@@ -47,6 +47,9 @@ type Cluster struct {
 	// "username"); the containers read them through secretKeyRef.
 	SuperuserSecret string
 	AppSecret       string
+	// ReplicationSecret holds "password" of the account replicas connect
+	// as, for engines that have one (MySQL); empty: SuperuserSecret's.
+	ReplicationSecret string
 	// PrimaryHost is the read-write Service: where standbys and Jobs find
 	// the primary.
 	PrimaryHost string

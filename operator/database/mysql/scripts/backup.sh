@@ -1,0 +1,64 @@
+#!/bin/sh
+# deckhand: a backup Job of a MySQL or MariaDB cluster.
+#
+# Dumps every user database (not the server's own: accounts belong to the
+# cluster that loads the dump, whose Secret and init Job make them) with
+# the image's own dump tool, in one transaction (--single-transaction: a
+# consistent snapshot of InnoDB tables without locking writers), from the
+# source server (a ready replica when there is one). The dump is written
+# under a temporary name (FILE.partial), checked to be complete (the dump
+# tool's last line), fsynced, checksummed and only then renamed to FILE:
+# a file named FILE is always a complete dump, and a killed Job leaves at
+# most a .partial file.
+#
+# Writes {"file", "size", "sha256", "serverVersion"} to the termination
+# message.
+#
+# Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, MYSQL_PWD
+# (root's password), BACKUP_DIR (the backup volume), BACKUP_FILE (relative
+# to it), TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+set -eu
+. "$(dirname "$0")/lib.sh"
+pick_commands
+
+final=$BACKUP_DIR/$BACKUP_FILE
+partial=$final.partial
+mkdir -p "$(dirname "$final")"
+rm -f "$partial"
+trap 'rm -f "$partial"' EXIT INT TERM
+
+wait_for "$SOURCE_HOST" "$SOURCE_PORT"
+version=$(query "$SOURCE_HOST" "$SOURCE_PORT" 'SELECT VERSION()')
+dbs=$(databases_of "$SOURCE_HOST" "$SOURCE_PORT")
+set --
+while IFS= read -r db; do
+	if [ -n "$db" ]; then set -- "$@" "$db"; fi
+done <<LIST
+$dbs
+LIST
+gtid=
+if [ "$(flavor "$version")" = mysql ]; then
+	# The dump restores into another cluster, whose GTID history is its own.
+	gtid=--set-gtid-purged=OFF
+fi
+log "dumping $# database(s) from $SOURCE_HOST:$SOURCE_PORT ($version)"
+if [ $# -gt 0 ]; then
+	"$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
+		--routines --events --triggers --hex-blob $gtid \
+		--result-file="$partial" --databases "$@"
+	if ! tail -n 1 "$partial" | grep -q '^-- Dump completed'; then
+		log "the dump tool exited without finishing the dump"
+		exit 1
+	fi
+else
+	printf -- '-- deckhand: %s held no databases\n-- Dump completed on %s\n' \
+		"$SOURCE_HOST" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$partial"
+fi
+sync "$partial"
+sum=$(sha256sum "$partial" | cut -d ' ' -f 1)
+size=$(wc -c <"$partial" | tr -d ' ')
+mv "$partial" "$final"
+sync "$(dirname "$final")"
+trap - EXIT INT TERM
+report file="$BACKUP_FILE" size="$size" sha256="$sum" serverVersion="$version"
+log "wrote $BACKUP_FILE: $size bytes, sha256 $sum"

@@ -1,0 +1,274 @@
+# deckhand: shared functions of the MySQL/MariaDB scripts (sourced, not run).
+#
+# Everything that differs between MySQL and MariaDB is decided here, from
+# the server's own version string ("8.4.8" or "10.11.19-MariaDB-..."): the
+# command names, the replication statements, the GTID syntax and the
+# authentication plugin of the replication user. The sql_* functions only
+# print statements, so tests can check the MySQL branch without a MySQL
+# server (Debian ships MariaDB only).
+#
+# Secrets reach the client through MYSQL_PWD (the root password) and the
+# statements on stdin, never through a command line.
+
+# The replication account the replicas connect as.
+REPLICATION_USER=deckhand_repl
+
+# say LINE: LINE as it is (dash's echo would read backslashes in it).
+say() { printf '%s\n' "$*"; }
+
+log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${0##*/}" "$*" >&2; }
+
+# pick_commands sets CLIENT, DUMP, ADMIN, SERVER and INSTALL_DB: MariaDB
+# 11 images have only the mariadb* names; MySQL images only mysql*.
+pick_commands() {
+	if command -v mariadb >/dev/null 2>&1; then
+		CLIENT=mariadb DUMP=mariadb-dump ADMIN=mariadb-admin SERVER=mariadbd INSTALL_DB=mariadb-install-db
+	else
+		CLIENT=mysql DUMP=mysqldump ADMIN=mysqladmin SERVER=mysqld INSTALL_DB=
+	fi
+}
+
+# server_version: the server binary's version ("8.4.8",
+# "10.11.19-MariaDB-0+deb12u1"), as SELECT VERSION() says it.
+server_version() {
+	"$SERVER" --version | sed -n 's/.* Ver \([^ ]*\).*/\1/p'
+}
+
+# wait_for HOST PORT: until the server there answers a query as root
+# (PRIMARY_WAIT_SECONDS, default 600; 0 waits forever).
+wait_for() {
+	_waited=0
+	until "$CLIENT" -h "$1" -P "$2" -uroot --connect-timeout=5 -N -B -e 'SELECT 1' >/dev/null 2>&1; do
+		_limit=${PRIMARY_WAIT_SECONDS:-600}
+		if [ "$_limit" != 0 ] && [ "$_waited" -ge "$_limit" ]; then
+			log "the server at $1:$2 did not accept connections within ${_waited}s"
+			return 1
+		fi
+		log "waiting for the server at $1:$2"
+		sleep 2
+		_waited=$((_waited + 2))
+	done
+}
+
+# series VERSION: the release series ("8.4.8" -> 8.4, "10.11.19-MariaDB"
+# -> 10.11), which a data directory records in SERIES_FILE.
+series() {
+	_v=${1%%[!0-9.]*}
+	_maj=${_v%%.*}
+	_rest=${_v#*.}
+	say "$_maj.${_rest%%.*}"
+}
+SERIES_FILE=deckhand-series
+
+# flavor VERSION: mariadb or mysql.
+flavor() {
+	case $1 in
+	*MariaDB* | *mariadb*) say mariadb ;;
+	*) say mysql ;;
+	esac
+}
+
+# version_at_least VERSION MAJOR MINOR [PATCH]: true when VERSION's leading
+# numbers are at least MAJOR.MINOR.PATCH.
+version_at_least() {
+	_v=${1%%[!0-9.]*}
+	_maj=${_v%%.*}
+	_rest=${_v#*.}
+	_min=${_rest%%.*}
+	_pat=${_rest#*.}
+	_pat=${_pat%%.*}
+	[ "$_maj" -gt "$2" ] && return 0
+	[ "$_maj" -lt "$2" ] && return 1
+	[ "${_min:-0}" -gt "$3" ] && return 0
+	[ "${_min:-0}" -lt "$3" ] && return 1
+	[ "${_pat:-0}" -ge "${4:-0}" ]
+}
+
+# sql_string VALUE: VALUE as an SQL string literal (quotes doubled,
+# backslashes escaped, as the default sql_mode reads them).
+sql_string() {
+	printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/''/g")"
+}
+
+# sql_ident NAME: NAME as a quoted identifier.
+sql_ident() {
+	printf '`%s`' "$(printf '%s' "$1" | sed 's/`/``/g')"
+}
+
+# sql_accounts VERSION ROOT_PASSWORD REPLICATION_PASSWORD: root from
+# anywhere (with the Secret's password) and the replication account. Not
+# written to the binary log: every server makes its own accounts, so a
+# replica's history starts empty, as GTID auto-positioning needs.
+sql_accounts() {
+	_root=$(sql_string "$2")
+	_repl=$(sql_string "$3")
+	say "SET SESSION sql_log_bin = 0;"
+	say "ALTER USER 'root'@'localhost' IDENTIFIED BY $_root;"
+	say "CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $_root;"
+	say "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;"
+	if [ "$(flavor "$1")" = mariadb ]; then
+		# MariaDB's replicas authenticate with the native plugin.
+		say "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD($_repl);"
+		# mariadb-install-db makes root@127.0.0.1, root@::1 and
+		# root@<hostname> without a password, and may make anonymous
+		# accounts: each would win over root@'%' for some connections.
+		say "DELETE FROM mysql.global_priv WHERE User = '' OR (User = 'root' AND Host NOT IN ('localhost', '%'));"
+		say "DELETE FROM mysql.proxies_priv WHERE Host NOT IN ('localhost', '%');"
+	else
+		# MySQL 8.4 disables mysql_native_password: caching_sha2_password,
+		# whose key the replica fetches (GET_SOURCE_PUBLIC_KEY).
+		say "CREATE USER IF NOT EXISTS '$REPLICATION_USER'@'%' IDENTIFIED WITH caching_sha2_password BY $_repl;"
+	fi
+	say "GRANT REPLICATION SLAVE ON *.* TO '$REPLICATION_USER'@'%';"
+	say "FLUSH PRIVILEGES;"
+}
+
+# sql_reset_gtids VERSION: forget this server's binary logs and GTID
+# history before a clone's dump sets them.
+sql_reset_gtids() {
+	if [ "$(flavor "$1")" = mysql ] && version_at_least "$1" 8 2; then
+		say "RESET BINARY LOGS AND GTIDS;"
+	else
+		say "RESET MASTER;"
+	fi
+}
+
+# sql_follow_primary VERSION HOST PORT PASSWORD: replicate from the primary
+# from the GTID position the clone's dump set.
+sql_follow_primary() {
+	_host=$(sql_string "$2")
+	_pass=$(sql_string "$4")
+	if [ "$(flavor "$1")" = mariadb ]; then
+		say "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_USE_GTID=slave_pos;"
+		say "START SLAVE;"
+	elif version_at_least "$1" 8 0 23; then
+		say "CHANGE REPLICATION SOURCE TO SOURCE_HOST=$_host, SOURCE_PORT=$3, SOURCE_USER='$REPLICATION_USER', SOURCE_PASSWORD=$_pass, SOURCE_CONNECT_RETRY=5, SOURCE_AUTO_POSITION=1, GET_SOURCE_PUBLIC_KEY=1;"
+		say "START REPLICA;"
+	else
+		say "CHANGE MASTER TO MASTER_HOST=$_host, MASTER_PORT=$3, MASTER_USER='$REPLICATION_USER', MASTER_PASSWORD=$_pass, MASTER_CONNECT_RETRY=5, MASTER_AUTO_POSITION=1, GET_MASTER_PUBLIC_KEY=1;"
+		say "START SLAVE;"
+	fi
+}
+
+# server_args VERSION ORDINAL: the replication settings of a server (the
+# primary at ordinal 0, read-only replicas beside it).
+server_args() {
+	say "--server-id=$(($2 + 1))"
+	say "--log-bin=binlog"
+	say "--skip-name-resolve"
+	if [ "$(flavor "$1")" = mariadb ]; then
+		say "--log-slave-updates=ON"
+		say "--gtid-strict-mode=ON"
+	else
+		say "--gtid-mode=ON"
+		say "--enforce-gtid-consistency=ON"
+	fi
+	if [ "$2" != 0 ]; then
+		say "--read-only=ON"
+		if [ "$(flavor "$1")" = mysql ]; then say "--super-read-only=ON"; fi
+	fi
+	return 0
+}
+
+# clone_dump_args VERSION: how a replica dumps the primary: consistent
+# (one transaction), with the accounts and the GTID position.
+clone_dump_args() {
+	if [ "$(flavor "$1")" = mariadb ]; then
+		# --system=users dumps accounts as CREATE USER/GRANT (the mysql
+		# tables themselves would carry the primary's replication position
+		# too); --master-data --gtid sets gtid_slave_pos.
+		say "--system=users --insert-ignore --master-data=1 --gtid"
+	else
+		# The mysql schema carries the accounts; the GTID set lands in
+		# gtid_purged (not through the gtid_executed table), and the
+		# replica keeps its own InnoDB statistics, tables MySQL 8 refuses
+		# to drop and re-create.
+		say "--set-gtid-purged=ON --ignore-table=mysql.gtid_executed --ignore-table=mysql.innodb_index_stats --ignore-table=mysql.innodb_table_stats"
+	fi
+	say "--single-transaction --routines --events --triggers --hex-blob"
+}
+
+# initialise DIR (needs $version): an empty data directory with its accounts.
+initialise() {
+	if [ "$(flavor "$version")" = mariadb ]; then
+		"$INSTALL_DB" --datadir="$1" --auth-root-authentication-method=normal \
+			--skip-test-db --skip-name-resolve >&2
+	else
+		"$SERVER" --initialize-insecure --datadir="$1" >&2
+	fi
+}
+
+# start_private DIR ORDINAL: the server on DIR with no network, for setting up.
+start_private() {
+	# shellcheck disable=SC2046 # one argument per line
+	"$SERVER" --datadir="$1" --skip-networking --socket="$MYSQL_UNIX_PORT" \
+		--pid-file="$1.deckhand.pid" $(server_args "$version" "$2") >&2 &
+	private_pid=$!
+	until "$ADMIN" --socket="$MYSQL_UNIX_PORT" -uroot ping >/dev/null 2>&1; do
+		kill -0 "$private_pid" 2>/dev/null || { log "the server did not start"; exit 1; }
+		sleep 1
+	done
+}
+
+stop_private() {
+	"$ADMIN" --socket="$MYSQL_UNIX_PORT" -uroot shutdown
+	wait "$private_pid" || true
+}
+
+# as_root_without_password: a new data directory's root has none yet.
+as_root_without_password() {
+	env -u MYSQL_PWD "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
+}
+
+# user_databases: the databases a dump holds (not the server's own).
+user_databases_sql() {
+	say "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema') ORDER BY schema_name;"
+}
+
+# report KEY=VALUE...: the termination message, as JSON of strings and
+# numbers (values are versions, file names and hex: no quoting needed
+# beyond dropping quotes and backslashes).
+report() {
+	_out='{'
+	_sep=
+	for _kv in "$@"; do
+		_k=${_kv%%=*}
+		_v=$(printf '%s' "${_kv#*=}" | tr -d '"\\')
+		case $_k in
+		size) _out="$_out$_sep\"$_k\":$_v" ;;
+		*) _out="$_out$_sep\"$_k\":\"$_v\"" ;;
+		esac
+		_sep=,
+	done
+	printf '%s}\n' "$_out" >"$TERMINATION_MESSAGE_PATH"
+}
+
+# databases_of HOST PORT: the user databases there, one a line.
+databases_of() {
+	user_databases_sql | "$CLIENT" -h "$1" -P "$2" -uroot -N -B
+}
+
+# query HOST PORT SQL: one value.
+query() {
+	"$CLIENT" -h "$1" -P "$2" -uroot -N -B -e "$3"
+}
+
+# check_sha256 FILE SUM: refuse a file whose checksum is not SUM.
+check_sha256() {
+	if [ ! -f "$1" ]; then
+		log "$1 does not exist"
+		return 1
+	fi
+	_actual=$(sha256sum "$1" | cut -d ' ' -f 1)
+	if [ "$_actual" != "$2" ]; then
+		log "$1 has checksum $_actual, not $2: refusing to load it"
+		return 1
+	fi
+}
+
+# sql_grant_database DATABASE USER: the user owns DATABASE ('_' and '%'
+# are wildcards in a grant's database name: escaped).
+sql_grant_database() {
+	_db=$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/_/\\_/g' -e 's/%/\\%/g')
+	say "GRANT ALL PRIVILEGES ON $(sql_ident "$_db").* TO $(sql_string "$2")@'%';"
+}
