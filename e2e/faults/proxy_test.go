@@ -1,12 +1,16 @@
+//go:build faultproxy
+
 package faults
 
 import (
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +36,9 @@ type faultyProxy struct {
 	faulty   atomic.Bool
 	mu       sync.Mutex
 	times    []time.Time
+	// byKind counts requests by method and resource (names and namespaces
+	// dropped).
+	byKind map[string]int
 }
 
 func newFaultyProxy(t *testing.T) *faultyProxy {
@@ -62,14 +69,17 @@ func newFaultyProxy(t *testing.T) *faultyProxy {
 		w.WriteHeader(http.StatusBadGateway)
 	}
 
-	p := &faultyProxy{}
+	p := &faultyProxy{byKind: map[string]int{}}
 	// TLS: client-go sends a bearer token only over HTTPS.
 	p.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		n := p.requests.Add(1)
+		kind := requestKind(req)
 		p.mu.Lock()
 		p.times = append(p.times, time.Now())
+		p.byKind[kind]++
 		p.mu.Unlock()
 		if p.faulty.Load() && !isLeaseOrWatch(req) {
+
 			switch n % 20 {
 			case 0, 10:
 				p.injected.Add(1)
@@ -88,6 +98,54 @@ func newFaultyProxy(t *testing.T) *faultyProxy {
 	}))
 	t.Cleanup(p.Close)
 	return p
+}
+
+// requestKind is "GET pods" for GET /api/v1/namespaces/x/pods/y.
+func requestKind(req *http.Request) string {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	var kept []string
+	for i := 0; i < len(parts); i++ {
+		switch parts[i] {
+		case "api", "apis":
+			continue
+		case "namespaces":
+			i++ // skip the namespace's name
+			continue
+		}
+		kept = append(kept, parts[i])
+	}
+	// Drop the group/version prefix and object names: keep resource words.
+	words := []string{}
+	for _, k := range kept {
+		if strings.Contains(k, ".") || strings.HasPrefix(k, "v1") || k == "v2" || strings.HasPrefix(k, "w-") || strings.HasPrefix(k, "test") || len(k) > 30 {
+			continue
+		}
+		words = append(words, k)
+	}
+	if req.URL.Query().Get("watch") == "true" {
+		words = append(words, "(watch)")
+	}
+	return req.Method + " " + strings.Join(words, "/")
+}
+
+// top lists the most frequent request kinds.
+func (p *faultyProxy) top(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	type kc struct {
+		kind  string
+		count int
+	}
+	var all []kc
+	for k, c := range p.byKind {
+		all = append(all, kc{k, c})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].count > all[j].count })
+	var out []string
+	for i := 0; i < len(all) && i < n; i++ {
+		out = append(out, fmt.Sprintf("%s: %d", all[i].kind, all[i].count))
+	}
+	return strings.Join(out, ", ")
 }
 
 // caPEM is the proxy's certificate, for the operator's kubeconfig.
@@ -129,6 +187,12 @@ func TestThrottlingAndServerErrorsAreRetriedWithoutABusyLoop(t *testing.T) {
 	proxy.faulty.Store(true)
 	start, sentBefore := time.Now(), proxy.requests.Load()
 	r.change(t, "2")
+	t.Cleanup(func() {
+		t.Logf("requests by kind: %s", proxy.top(10))
+		if t.Failed() {
+			t.Logf("reached %d of %d; monitor status: %s", r.reached(t), workloads, r.status(t))
+		}
+	})
 	r.waitDone(t, 5*time.Minute)
 	took := time.Since(start)
 	sent, injected := proxy.requests.Load()-sentBefore, proxy.injected.Load()

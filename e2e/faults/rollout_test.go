@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/e2e"
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -134,6 +135,15 @@ func (r *rollout) reached(t require.TestingT) int {
 		}
 	}
 	return n
+}
+
+// status is the monitor's status as YAML, for failure messages.
+func (r *rollout) status(t *testing.T) string {
+	m := &magalixv1.ConfigMonitor{}
+	require.NoError(t, r.c.Get(context.Background(), client.ObjectKeyFromObject(r.monitor), m))
+	b, err := yaml.Marshal(m.Status)
+	require.NoError(t, err)
+	return string(b)
 }
 
 func (r *rollout) hashOf(d appsv1.Deployment) string {
