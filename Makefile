@@ -80,14 +80,22 @@ fuzz: ## every Go fuzz target for FUZZTIME each (default 10s)
 	@hack/fuzz.sh
 
 .PHONY: test
-test: test-deps verify lint chart-lint fuzz ## every test: unit and integration (real API server), with the race detector
+test: test-deps verify lint chart-lint fuzz ## every test: unit and integration (real API server), with the race detector; ends with each package's time
 	@$(CLUSTER) up >/dev/null
-	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	@log=$$(mktemp); start=$$(date +%s); status=0; \
+	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -race -count=1 $(GO_TEST_FLAGS) ./... 2>&1 | tee "$$log" || status=$$?; \
+	echo; echo "go test time per package (slowest first; total $$(( $$(date +%s) - start )) s wall):"; \
+	awk '($$1 == "ok" || $$1 == "FAIL") && NF >= 3 { t = $$3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $$1, t, $$2 }' "$$log" | sort -k2 -g -r; \
+	rm -f "$$log"; exit $$status
 
+# Benchmarks run one package at a time (-p 1): two benchmarks sharing the
+# cores would measure each other. BENCH selects some (a go test -bench
+# pattern); docs/performance.md has the line for each table.
+BENCH ?= .
 .PHONY: bench
-bench: ## benchmarks (print numbers; they are not pass/fail tests)
+bench: ## benchmarks, one package at a time (print numbers next to a floor; not pass/fail)
 	@$(CLUSTER) up >/dev/null
-	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) go test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./...
 
 ##@ run
 .PHONY: run

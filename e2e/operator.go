@@ -69,6 +69,14 @@ type HostOperator struct {
 // RunOperatorAsChart starts the operator described by a rendered release.
 func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperator {
 	t.Helper()
+	return RunOperatorAsChartVia(t, r, namespace, "", nil)
+}
+
+// RunOperatorAsChartVia is RunOperatorAsChart with the API server reached
+// at server (HTTPS with certificate authority caPEM, e.g. a fault-injecting
+// proxy on 127.0.0.1) instead of the cluster's address; "" is the cluster's.
+func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string, caPEM []byte) *HostOperator {
+	t.Helper()
 	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
 	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
 	container := d.Spec.Template.Spec.Containers[0]
@@ -103,7 +111,7 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 		}
 		args = append(args, a)
 	}
-	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir))
+	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir, server, caPEM))
 
 	cmd := exec.Command(operatorBinary(t), args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
@@ -160,6 +168,26 @@ func (o *HostOperator) Stop(t testing.TB) error {
 	}
 }
 
+// Kill sends SIGKILL, as a node failure or the OOM killer would: no
+// deferred cleanup runs and a held Lease is not released.
+func (o *HostOperator) Kill(t testing.TB) {
+	t.Helper()
+	require.NoError(t, o.cmd.Process.Kill())
+	err := <-o.done
+	o.done <- err // for Running
+}
+
+// Running reports whether the process has not exited.
+func (o *HostOperator) Running() bool {
+	select {
+	case err := <-o.done:
+		o.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
 // Logs is what the operator printed so far.
 func (o *HostOperator) Logs() string { return o.logs.String() }
 
@@ -196,7 +224,7 @@ func isFailure(line string) bool {
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // ServiceAccount with a token from the TokenRequest API.
-func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
+func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string, serverCA []byte) string {
 	t.Helper()
 	admin := testenv.RESTConfig(t)
 	token := testenv.ServiceAccountToken(t, namespace, sa)
@@ -209,6 +237,9 @@ func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
+	if server != "" {
+		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: serverCA}
+	}
 	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: namespace}
 	kc.CurrentContext = "sa"

@@ -9,6 +9,7 @@
 package configmonitor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,11 +27,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	"github.com/deckhand-dev/deckhand/operator/status"
@@ -62,22 +65,35 @@ const (
 	DefaultRestartBurst      = 100
 )
 
+// DefaultWorkers is how many monitors reconcile at once. A reconcile spends
+// its time waiting on two API round trips (read the ConfigMap, patch the
+// workload), so workers cost little CPU; 8 keeps a burst of changes from
+// queueing behind each other on a 2-core node.
+const DefaultWorkers = 8
+
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors,verbs=get;list;watch
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;delete
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler restarts the workloads of each ConfigMonitor when its
 // configuration changes.
 type Reconciler struct {
-	// Client reads ConfigMonitors from the cache and writes.
+	// Client reads ConfigMonitors, and the metadata of pods and
+	// ReplicaSets, from the cache, and writes.
 	Client client.Client
-	// Reader reads ConfigMaps, Secrets, pods and workloads straight from the
-	// API server: nothing of theirs but ConfigMap/Secret metadata is cached.
+	// Workloads reads Deployment, StatefulSet and DaemonSet metadata from a
+	// cache of ConfigMonitor's own: the manager's Deployment cache may hold
+	// only deckhand's Deployments (TDSet's label filter), and a restart
+	// needs every workload's resourceVersion and generation.
+	Workloads client.Reader
+	// Reader reads ConfigMaps, Secrets and, when the cache is behind,
+	// workloads straight from the API server: nothing of theirs but
+	// metadata is cached.
 	Reader   client.Reader
 	Recorder events.EventRecorder
 	// Limiter paces restarts across all monitors.
@@ -102,6 +118,12 @@ type Options struct {
 	// zero means DefaultRestartsPerSecond and DefaultRestartBurst.
 	RestartsPerSecond float64
 	RestartBurst      int
+	// Workers is how many monitors reconcile at once; zero means
+	// DefaultWorkers.
+	Workers int
+	// Namespaces limits the workload metadata cache to the namespaces the
+	// operator watches; empty means all.
+	Namespaces []string
 }
 
 // restartLimiter is the token bucket of o, with the defaults for zeros.
@@ -118,7 +140,12 @@ func restartLimiter(o Options) *rate.Limiter {
 
 // Setup registers the ConfigMonitor controller with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
+	workloads, err := workloadCache(mgr, o.Namespaces)
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
+		Workloads:     workloads,
 		Client:        mgr.GetClient(),
 		Reader:        mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("deckhand-" + Name),
@@ -129,11 +156,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if r.IgnoreSecrets {
 		mgr.GetLogger().WithName(Name).Info("Secrets are ignored: monitors naming a Secret are reported as SecretsIgnored and restart nothing")
 	}
-	return r.SetupWithManager(mgr)
+	return r.SetupWithManager(mgr, workloads, cmp.Or(o.Workers, DefaultWorkers))
 }
 
-// SetupWithManager indexes monitors by what they watch and wires the watches.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+// SetupWithManager indexes monitors by what they watch and wires the
+// watches. The workload cache's informers are started by watches that
+// enqueue nothing, so the controller starts only once they have synced.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workloads cache.Cache, workers int) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &magalixv1.ConfigMonitor{}, indexConfigMap, func(o client.Object) []string {
@@ -151,7 +180,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		// Status writes (its own) must not queue a second reconcile that
 		// would delay the next ConfigMap event.
 		For(&magalixv1.ConfigMonitor{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -161,9 +190,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// start for the reaction clock.
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap)),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		// ReplicaSet metadata (owner references) maps pods to Deployments
-		// without a request per ReplicaSet; nothing is enqueued from it.
+		// Pod and ReplicaSet metadata (labels, owner references) map a
+		// monitor's selector to its workloads without a request; nothing
+		// is enqueued from them.
+		WatchesMetadata(&corev1.Pod{}, handler.Funcs{}).
 		WatchesMetadata(&appsv1.ReplicaSet{}, handler.Funcs{})
+	for _, kind := range workloadKinds {
+		b = b.WatchesRawSource(source.Kind[client.Object](workloads, workloadMetadata(kind), handler.Funcs{}))
+	}
 	if !r.IgnoreSecrets {
 		b = b.WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret)),
 			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{}))

@@ -15,6 +15,10 @@ const (
 	flagRestartsPerSecond = "configmonitor-restarts-per-second"
 	flagRestartBurst      = "configmonitor-restart-burst"
 	flagIgnoreSecrets     = "configmonitor-ignore-secrets"
+	flagWorkers           = "configmonitor-workers"
+	// flagWatchNamespaces is the operator's own option: the workload
+	// cache covers the same namespaces as the manager's.
+	flagWatchNamespaces = "watch-namespaces"
 )
 
 // Registration is how the registry knows ConfigMonitor.
@@ -36,6 +40,7 @@ var Registration = registration.Controller{
 func addFlags(fs *pflag.FlagSet) {
 	fs.Float64(flagRestartsPerSecond, DefaultRestartsPerSecond, "ConfigMonitor's restarts per second across all monitors (a token bucket), so a configuration storm cannot flood the API server")
 	fs.Int(flagRestartBurst, DefaultRestartBurst, "restarts ConfigMonitor may make at once before --"+flagRestartsPerSecond+" applies")
+	fs.Int(flagWorkers, DefaultWorkers, "ConfigMonitors reconciled at once; each mostly waits on two API round trips, so more workers cut queueing when many configurations change together")
 	fs.Bool(flagIgnoreSecrets, false, "run ConfigMonitor without any access to Secrets: monitors naming one (spec.secret) are reported, not served")
 }
 
@@ -45,9 +50,14 @@ func OptionsFrom(s registration.Settings) (Options, error) {
 		IgnoreSecrets:     s.GetBool(flagIgnoreSecrets),
 		RestartsPerSecond: s.GetFloat64(flagRestartsPerSecond),
 		RestartBurst:      s.GetInt(flagRestartBurst),
+		Workers:           s.GetInt(flagWorkers),
+		Namespaces:        s.GetStringSlice(flagWatchNamespaces),
 	}
 	if o.RestartsPerSecond <= 0 || o.RestartBurst <= 0 {
 		return o, fmt.Errorf("%s and %s must be positive (suspend a monitor with spec.suspend instead)", flagRestartsPerSecond, flagRestartBurst)
+	}
+	if o.Workers <= 0 {
+		return o, fmt.Errorf("%s must be positive", flagWorkers)
 	}
 	return o, nil
 }

@@ -2,12 +2,14 @@ package configmonitor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,14 +64,14 @@ type rollout struct {
 // stops it early (a *rateLimitedError); the targets it did not reach are
 // pending, and so are those whose restart failed.
 func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, selector labels.Selector, hash string) (rollout, error) {
-	var pods corev1.PodList
-	if err := r.Reader.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
-		return rollout{}, fmt.Errorf("listing pods %s: %w", selector, err)
+	pods, err := r.selectedPods(ctx, m.Namespace, selector)
+	if err != nil {
+		return rollout{}, err
 	}
 	if m.Spec.Strategy == magalixv1.DeletePods {
-		return r.deletePods(ctx, m, pods.Items)
+		return r.deletePods(ctx, m, pods)
 	}
-	targets, unsupported, err := r.ownersOf(ctx, pods.Items)
+	targets, unsupported, err := r.ownersOf(ctx, pods)
 	if err != nil {
 		return rollout{}, err
 	}
@@ -106,9 +108,25 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 	return out, errors.Join(errs...)
 }
 
+// selectedPods lists the metadata of the pods selector selects, from the
+// cache: labels, owner references and creation times are all a restart
+// needs, and a change costs no LIST request however many pods there are.
+func (r *Reconciler) selectedPods(ctx context.Context, namespace string, selector labels.Selector) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return nil, fmt.Errorf("listing pods %s: %w", selector, err)
+	}
+	for i := range list.Items {
+		// Events and deletions need the kind, which cached items may lack.
+		list.Items[i].SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	}
+	return list.Items, nil
+}
+
 // ownersOf maps pods to the workloads that own them: ReplicaSet→Deployment,
 // StatefulSet, DaemonSet. Each ReplicaSet is read once.
-func (r *Reconciler) ownersOf(ctx context.Context, pods []corev1.Pod) ([]workload, []skip, error) {
+func (r *Reconciler) ownersOf(ctx context.Context, pods []metav1.PartialObjectMetadata) ([]workload, []skip, error) {
 	var targets []workload
 	var skips []skip
 	replicaSets := map[string]*metav1.OwnerReference{}
@@ -198,6 +216,67 @@ func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t 
 // Deployment is stamped too: it rolls when `kubectl rollout resume` lifts
 // the pause, as its owner expects.
 func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, error) {
+	result, err := r.rollOutFromCache(ctx, m, t, hash)
+	if !errors.Is(err, errCacheBehind) {
+		return result, err
+	}
+	return r.rollOutLive(ctx, m, t, hash)
+}
+
+// errCacheBehind says the workload cache cannot vouch for a workload: it
+// has not seen it, or the API server has a newer version.
+var errCacheBehind = errors.New("workload cache behind the API server")
+
+// rollOutFromCache stamps the hash in one request, without reading the
+// workload: the patch carries the resourceVersion of the cached metadata,
+// so it applies only to the version the cache has seen, and the generation
+// the server returns says whether the template changed (rolled) or
+// carried the hash already (a no-op patch keeps the generation). A
+// conflict (the cache is behind, or another monitor just stamped it) is
+// errCacheBehind: the caller reads the workload live.
+func (r *Reconciler) rollOutFromCache(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, error) {
+	if r.Workloads == nil {
+		return gone, errCacheBehind
+	}
+	cached := workloadMetadata(t.kind)
+	if err := r.Workloads.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, cached); err != nil {
+		return gone, errCacheBehind
+	}
+	token, err := r.takeRestartToken()
+	if err != nil {
+		return gone, err
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": cached.ResourceVersion},
+		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{AnnotationKey(&m.Spec): hash}}}},
+	})
+	if err != nil {
+		return gone, err
+	}
+	obj, _ := newWorkload(t.kind)
+	obj.SetNamespace(m.Namespace)
+	obj.SetName(t.name)
+	err = r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		token.Cancel()
+		return gone, errCacheBehind
+	case err != nil:
+		token.Cancel()
+		return gone, err
+	case obj.GetGeneration() == cached.Generation:
+		token.Cancel()
+		skipped.WithLabelValues("AlreadyCurrent").Inc()
+		return alreadyCurrent, nil
+	}
+	r.reportRestart(m, t, obj, hash)
+	return rolled, nil
+}
+
+// rollOutLive reads the workload from the API server and stamps the hash
+// unless it carries it already.
+func (r *Reconciler) rollOutLive(ctx context.Context, m *magalixv1.ConfigMonitor, t workload, hash string) (outcome, error) {
 	obj, template := newWorkload(t.kind)
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, obj)
 	if apierrors.IsNotFound(err) {
@@ -211,7 +290,8 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 		skipped.WithLabelValues("AlreadyCurrent").Inc()
 		return alreadyCurrent, nil
 	}
-	if err := r.takeRestartToken(); err != nil {
+	token, err := r.takeRestartToken()
+	if err != nil {
 		return gone, err
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
@@ -221,8 +301,16 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	}
 	tmpl.Annotations[key] = hash
 	if err := r.Client.Patch(ctx, obj, patch, client.FieldOwner(FieldManager)); err != nil {
+		token.Cancel()
 		return gone, err
 	}
+	r.reportRestart(m, t, obj, hash)
+	return rolled, nil
+}
+
+// reportRestart counts a restart and announces it on the monitor and the
+// workload.
+func (r *Reconciler) reportRestart(m *magalixv1.ConfigMonitor, t workload, obj client.Object, hash string) {
 	r.observeReaction(m)
 	restarts.WithLabelValues(t.kind).Inc()
 	msg := fmt.Sprintf("%s changed (configuration %s): rolling restart", configNames(m), short(hash))
@@ -231,7 +319,6 @@ func (r *Reconciler) rollOutOnce(ctx context.Context, m *magalixv1.ConfigMonitor
 	}
 	r.Recorder.Eventf(m, obj, corev1.EventTypeNormal, "Restarted", "Restart", "%s of %s", msg, t)
 	r.Recorder.Eventf(obj, m, corev1.EventTypeNormal, "Restarted", "Restart", "%s by ConfigMonitor %s", msg, m.Name)
-	return rolled, nil
 }
 
 // rateLimitedError says the shared restart budget is spent for now.
@@ -250,17 +337,18 @@ func (e *cutoffWait) Error() string {
 
 // takeRestartToken takes one restart from the shared budget, or says how
 // long until one is free. It never waits: a waiting reconcile would hold
-// one of the controller's few workers and show nothing in status.
-func (r *Reconciler) takeRestartToken() error {
+// one of the controller's workers and show nothing in status. Cancel the
+// reservation to give the token back when no restart happened.
+func (r *Reconciler) takeRestartToken() (*rate.Reservation, error) {
 	res := r.Limiter.Reserve()
 	if !res.OK() {
-		return fmt.Errorf("restart rate limit with burst %d allows no restart", r.Limiter.Burst())
+		return nil, fmt.Errorf("restart rate limit with burst %d allows no restart", r.Limiter.Burst())
 	}
 	if wait := res.Delay(); wait > 0 {
 		res.Cancel()
-		return &rateLimitedError{retryAfter: wait}
+		return nil, &rateLimitedError{retryAfter: wait}
 	}
-	return nil
+	return res, nil
 }
 
 // newWorkload returns an empty object of kind and an accessor of its pod
@@ -284,7 +372,7 @@ func newWorkload(kind string) (client.Object, func() *corev1.PodTemplateSpec) {
 // persisted before the first deletion, so a retry, or a reconcile from a
 // cache that has not seen this one's status yet, spares the pods that
 // replaced the deleted ones.
-func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor, pods []corev1.Pod) (rollout, error) {
+func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor, pods []metav1.PartialObjectMetadata) (rollout, error) {
 	cutoff, done, err := r.persistCutoff(ctx, m)
 	if err != nil || done {
 		return rollout{}, err
@@ -300,7 +388,7 @@ func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor,
 			continue
 		}
 		ref := magalixv1.WorkloadRef{Kind: "Pod", Name: pod.Name}
-		if err := r.takeRestartToken(); err != nil {
+		if _, err := r.takeRestartToken(); err != nil {
 			for _, rest := range pods[i:] {
 				if rest.DeletionTimestamp.IsZero() && rest.CreationTimestamp.Time.Before(cutoff) {
 					out.pending = append(out.pending, magalixv1.WorkloadRef{Kind: "Pod", Name: rest.Name})

@@ -4,9 +4,12 @@
 package tdset
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -67,22 +71,49 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Now is the clock; tests replace it.
 	Now func() time.Time
+
+	// applied holds, per TDSet UID, its Deployment as the last scaling
+	// apply returned it, until the cache has seen that generation: the
+	// follow-up reconcile that writes status then neither applies again
+	// nor reports from a stale copy.
+	applied sync.Map
+}
+
+// DefaultWorkers is how many TDSets reconcile at once. At a boundary shared
+// by many TDSets each reconcile waits on one API write; 8 in parallel keep
+// the API server busy without queueing behind each other.
+const DefaultWorkers = 8
+
+// Options are the controller's settings.
+type Options struct {
+	// Workers is how many TDSets reconcile at once; zero means
+	// DefaultWorkers.
+	Workers int
+	// Now is the clock; nil means the wall clock. Tests put a window
+	// boundary seconds away with their own.
+	Now func() time.Time
 }
 
 // Setup registers the TDSet controller, on the wall clock, with the manager.
 func Setup(mgr ctrl.Manager) error {
-	return SetupWithClock(mgr, time.Now)
+	return SetupWithOptions(mgr, Options{})
 }
 
 // SetupWithClock registers the controller with a clock of the caller's, so
 // tests can put a window boundary seconds away.
 func SetupWithClock(mgr ctrl.Manager, now func() time.Time) error {
-	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: now}
+	return SetupWithOptions(mgr, Options{Now: now})
+}
+
+// SetupWithOptions registers the controller with the manager.
+func SetupWithOptions(mgr ctrl.Manager, o Options) error {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("deckhand-" + Name), Now: o.Now}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
-		// Reconciles are short and mostly wait on one API write: a few in
-		// parallel converge 1,000 TDSets several times faster.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(o.Workers, DefaultWorkers)}).
 		For(&schedulev1.TDSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
@@ -121,6 +152,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := td.DeepCopy()
 	now := r.Now()
 	result, err := r.reconcile(ctx, &td, now)
+	if errors.Is(err, errScaledFirst) {
+		// The status, the Service, the HPA's floor and the Scaled event
+		// follow in a reconcile queued behind the other TDSets due now, so
+		// at a boundary shared by many every Deployment is scaled before
+		// any status is written.
+		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(followUpPriority)}, nil
+	}
 	td.Status.ObservedGeneration = td.Generation
 	if statusErr := status.Patch(ctx, r.Client, before, &td); statusErr != nil && err == nil {
 		err = statusErr
@@ -146,7 +184,7 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	if err != nil || deploy == nil {
 		return wake, err
 	}
-	hpa, err := r.hpaIfItMatters(ctx, td, deploy, decision.Replicas)
+	hpa, err := r.hpaIfItMatters(ctx, td)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -161,9 +199,14 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	previous := td.Status.DesiredReplicas
 	firstSight := td.Status.ObservedGeneration == 0 && td.Status.ScaleTarget == ""
 	recordDecision(td, decision, schedule)
-	if err := r.applyDeployment(ctx, td, deploy, decision.Replicas, hpa); err != nil {
+	scaled, err := r.applyDeployment(ctx, td, deploy, decision.Replicas, hpa)
+	if err != nil {
 		r.setCondition(td, ConditionReady, false, "ApplyFailed", err.Error())
 		return ctrl.Result{}, err
+	}
+	if scaled != nil && deploy.Name != "" && !firstSight {
+		r.applied.Store(td.UID, scaled)
+		return wake, errScaledFirst
 	}
 	if err := r.scaleHPA(ctx, td, hpa, decision.Replicas); err != nil {
 		return ctrl.Result{}, err
@@ -182,6 +225,14 @@ func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now ti
 	}
 	return wake, nil
 }
+
+// errScaledFirst says the reconcile scaled the Deployment and left the rest
+// to a follow-up reconcile.
+var errScaledFirst = errors.New("deployment scaled; status follows")
+
+// followUpPriority queues the follow-up of a scaling behind reconciles of
+// the default priority (0): TDSets whose boundary is due, and watch events.
+const followUpPriority = -10
 
 // requeueAfter wakes the controller at the next boundary, or after the
 // resync interval if that comes first.
@@ -230,6 +281,9 @@ func (r *Reconciler) reportOverlaps(td *schedulev1.TDSet, s *Schedule) {
 func (r *Reconciler) ownDeployment(ctx context.Context, td *schedulev1.TDSet) (*appsv1.Deployment, error) {
 	var d appsv1.Deployment
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(td), &d)
+	if applied := r.lastApplied(td, &d, err); applied != nil {
+		return r.ifOwned(td, applied), nil
+	}
 	if apierrors.IsNotFound(err) {
 		err = r.Reader.Get(ctx, client.ObjectKeyFromObject(td), &d)
 	}
@@ -240,6 +294,25 @@ func (r *Reconciler) ownDeployment(ctx context.Context, td *schedulev1.TDSet) (*
 		return nil, err
 	}
 	return r.ifOwned(td, &d), nil
+}
+
+// lastApplied is the Deployment TDSet's last scaling apply returned, when
+// the cache (cached, read with err) has not caught up with it yet; nil
+// once it has, and the remembered copy is dropped then.
+func (r *Reconciler) lastApplied(td *schedulev1.TDSet, cached *appsv1.Deployment, err error) *appsv1.Deployment {
+	v, ok := r.applied.Load(td.UID)
+	if !ok {
+		return nil
+	}
+	applied := v.(*appsv1.Deployment)
+	if err == nil && cached.Generation >= applied.Generation {
+		r.applied.Delete(td.UID)
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil
+	}
+	return applied.DeepCopy()
 }
 
 // liveDeployment reads the Deployment from the API server.
@@ -264,17 +337,14 @@ func (r *Reconciler) ifOwned(td *schedulev1.TDSet, d *appsv1.Deployment) *appsv1
 }
 
 // hpaIfItMatters finds the HorizontalPodAutoscaler scaling the TDSet's
-// Deployment, read live, when the answer can change what TDSet does: a
-// write to the Deployment is due, or an HPA scaled it last time. In the
-// steady state without an HPA it costs no request.
-func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet, d *appsv1.Deployment, desired int32) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	hadHPA := strings.HasPrefix(td.Status.ScaleTarget, "HorizontalPodAutoscaler/")
-	if !hadHPA && d.Name != "" && deploymentMatches(d, td, desired) {
-		// Nothing to write; only an HPA that appeared could change that.
-		// The metadata cache says, without a request, whether any exists.
-		if any, err := r.namespaceHasHPAs(ctx, td.Namespace); err != nil || !any {
-			return nil, err
-		}
+// Deployment, read live, when the namespace has any HPA. The metadata
+// cache says so without a request: at a boundary shared by many TDSets, a
+// live LIST each would double the requests that delay the scaling. An HPA
+// created too recently for the cache wakes the TDSet when the cache sees
+// it, and TDSet then hands it the replicas.
+func (r *Reconciler) hpaIfItMatters(ctx context.Context, td *schedulev1.TDSet) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	if any, err := r.namespaceHasHPAs(ctx, td.Namespace); err != nil || !any {
+		return nil, err
 	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
 	if err := r.Reader.List(ctx, &list, client.InNamespace(td.Namespace)); err != nil {
@@ -320,8 +390,10 @@ func ownerReference(td *schedulev1.TDSet) *metav1ac.OwnerReferenceApplyConfigura
 
 // applyDeployment server-side applies the fields TDSet owns, and only when
 // one of them differs, so a steady state makes no API writes. With an HPA
-// the replica count is the HPA's: TDSet keeps whatever it finds.
-func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, current *appsv1.Deployment, desired int32, hpa *autoscalingv2.HorizontalPodAutoscaler) error {
+// the replica count is the HPA's: TDSet keeps whatever it finds. It
+// returns the Deployment as the apply left it, nil when nothing was
+// written.
+func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, current *appsv1.Deployment, desired int32, hpa *autoscalingv2.HorizontalPodAutoscaler) (*appsv1.Deployment, error) {
 	replicas := desired
 	switch {
 	case td.Spec.Suspend && current.Name != "":
@@ -334,7 +406,10 @@ func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, 
 		td.Status.ScaleTarget = "HorizontalPodAutoscaler/" + hpa.Name
 	}
 	if current.Name != "" && deploymentMatches(current, td, replicas) {
-		return nil
+		return nil, nil
+	}
+	if current.Name != "" && hpa == nil && deploymentMatches(current, td, ptr.Deref(current.Spec.Replicas, 1)) {
+		return r.scale(ctx, current, replicas)
 	}
 	apply := appsv1ac.Deployment(td.Name, td.Namespace).
 		WithLabels(objectLabels(td)).
@@ -354,7 +429,34 @@ func (r *Reconciler) applyDeployment(ctx context.Context, td *schedulev1.TDSet, 
 					WithName(containerName).
 					WithImage(td.Spec.Container.Image).
 					WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(td.Spec.Container.Port).WithProtocol(corev1.ProtocolTCP))))))
-	return r.Client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+	if err := r.Client.Apply(ctx, apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	return asDeployment(apply)
+}
+
+// scale sets only the replica count, the one field a window boundary
+// changes, with a merge patch under TDSet's field manager: at a boundary
+// shared by many TDSets it costs the API server what a plain client's
+// scaling does, where a full apply costs several times more.
+func (r *Reconciler) scale(ctx context.Context, current *appsv1.Deployment, replicas int32) (*appsv1.Deployment, error) {
+	d := current.DeepCopy()
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := r.Client.Patch(ctx, d, patch, client.FieldOwner(FieldManager)); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// asDeployment converts the apply configuration the server filled in with
+// its answer into a Deployment.
+func asDeployment(apply *appsv1ac.DeploymentApplyConfiguration) (*appsv1.Deployment, error) {
+	raw, err := json.Marshal(apply)
+	if err != nil {
+		return nil, err
+	}
+	d := &appsv1.Deployment{}
+	return d, json.Unmarshal(raw, d)
 }
 
 func deploymentMatches(d *appsv1.Deployment, td *schedulev1.TDSet, replicas int32) bool {

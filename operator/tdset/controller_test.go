@@ -125,8 +125,16 @@ func sameKind(a, b client.Object) bool { return fmt.Sprintf("%T", a) == fmt.Spri
 func (f *fixture) reconcile(t *testing.T) (*schedulev1.TDSet, time.Duration) {
 	t.Helper()
 	key := client.ObjectKey{Namespace: "temp", Name: "tdset-hello-world"}
+	events := len(f.events.Events)
 	res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 	require.NoError(t, err)
+	if res.Priority != nil && *res.Priority == followUpPriority {
+		// A scaling: the status and events follow in a second reconcile,
+		// as the controller's queue would run it.
+		assert.Equal(t, events, len(f.events.Events), "an event came before the follow-up")
+		res, err = f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+		require.NoError(t, err)
+	}
 	var td schedulev1.TDSet
 	require.NoError(t, f.c.Get(context.Background(), key, &td))
 	return &td, res.RequeueAfter
@@ -391,7 +399,7 @@ func TestForeignServiceDoesNotDelayTheNextBoundary(t *testing.T) {
 	assert.EqualValues(t, 5, ptr.Deref(f.deployment(t).Spec.Replicas, 0), "the Deployment is scaled despite the foreign Service")
 }
 
-func TestHPAFoundLiveWhenTheCacheHasNotSeenIt(t *testing.T) {
+func TestAnHPACreatedBeforeABoundaryKeepsItsReplicas(t *testing.T) {
 	f := newFixture(t, seedTDSet(t))
 	f.reconcile(t) // creates the Deployment at 5
 	require.NoError(t, f.c.Create(context.Background(), hpaFor("tdset-hello-world")))
@@ -460,4 +468,32 @@ func TestMissingTDSetIsNotAnError(t *testing.T) {
 	f := newFixture(t)
 	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "temp", Name: "gone"}})
 	assert.NoError(t, err)
+}
+
+func TestBoundaryScalesFirstAndReportsInAFollowUp(t *testing.T) {
+	f := newFixture(t, seedTDSet(t))
+	f.now = time.Date(2026, 11, 23, 16, 59, 59, 999_000_000, time.UTC)
+	f.reconcile(t)
+	f.drainEvents()
+	key := client.ObjectKey{Namespace: "temp", Name: "tdset-hello-world"}
+
+	f.now = time.Date(2026, 11, 23, 17, 0, 0, 1_000_000, time.UTC)
+	writes := f.writes
+	res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, ptr.Deref(f.deployment(t).Spec.Replicas, 0))
+	assert.Equal(t, writes+1, f.writes, "the boundary wrote more than the Deployment")
+	var td schedulev1.TDSet
+	require.NoError(t, f.c.Get(context.Background(), key, &td))
+	assert.EqualValues(t, 5, td.Status.DesiredReplicas, "the status was written before the follow-up")
+	require.NotNil(t, res.Priority)
+	assert.Less(t, *res.Priority, 0, "the follow-up would not queue behind other TDSets' boundaries")
+	assert.Empty(t, f.drainEvents())
+
+	_, err = f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	require.NoError(t, err)
+	assert.Equal(t, writes+2, f.writes, "the follow-up wrote more than the status")
+	require.NoError(t, f.c.Get(context.Background(), key, &td))
+	assert.EqualValues(t, 3, td.Status.DesiredReplicas)
+	assert.Len(t, f.drainEvents(), 1, "no Scaled event")
 }

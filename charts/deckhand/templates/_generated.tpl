@@ -62,6 +62,7 @@ jmxExporter: jmxexporter
   verbs:
   - delete
   - list
+  - watch
 - apiGroups:
   - apps
   resources:
@@ -70,7 +71,9 @@ jmxExporter: jmxexporter
   - statefulsets
   verbs:
   - get
+  - list
   - patch
+  - watch
 - apiGroups:
   - apps
   resources:
