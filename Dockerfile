@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# The deckhand operator: a static binary on distroless, running as nonroot,
-# with no shell in the image.
+# The deckhand operator: a static binary on an empty image (scratch),
+# running as 65532:65532, with no shell. `make image` builds the same image
+# without Docker (hack/image, which checks this file's final stage against
+# it); this file also adds the upstream JMX exporter agent jar.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -8,7 +10,7 @@ RUN go mod download
 COPY cmd/ cmd/
 COPY operator/ operator/
 ARG VERSION=dev
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o /out/deckhand ./cmd/deckhand
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/deckhand ./cmd/deckhand
 # The JMX exporter's attach helper, copied by the operator into Java
 # containers of either architecture: static, no cgo.
 RUN for arch in amd64 arm64; do \
@@ -36,7 +38,11 @@ RUN set -eu; \
     echo "$JMX_EXPORTER_SHA256  /tmp/$jar" | sha256sum -c -; \
     mkdir -p /out/lib && mv /tmp/$jar /out/lib/jmx_prometheus_javaagent.jar
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM scratch
+ARG VERSION=dev
+LABEL org.opencontainers.image.title=deckhand \
+      org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.source=https://github.com/deckhand-dev/deckhand
 COPY --from=build /out/deckhand /deckhand
 COPY --from=build /out/lib/ /usr/local/lib/deckhand/
 COPY --from=agent /out/lib/ /usr/local/lib/deckhand/

@@ -10,8 +10,13 @@ TOOLS   := hack/tools.sh
 CLUSTER := hack/cluster.sh
 tool     = $(shell $(TOOLS) dir $(1))/$(2)
 CONTROLLER_GEN = $(call tool,controller-gen,controller-gen)
+HELM_DOCS      = $(call tool,helm-docs,helm-docs)
 KUBECTL        = $(call tool,kube,kubectl)
 IMAGE ?= deckhand:dev
+# The operator's version: the chart's appVersion, stamped into the binary and the image.
+VERSION ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/deckhand/Chart.yaml)
+IMAGE_DIR ?= build/image
+PLATFORMS ?= linux/amd64,linux/arm64
 GO_TEST_FLAGS ?=
 
 .PHONY: help
@@ -37,12 +42,13 @@ env: ## print exports for the pinned tools and the local cluster: eval "$$(make 
 
 ##@ development
 .PHONY: generate
-generate: ## regenerate deepcopy code and CRDs from the Go API types
-	@$(TOOLS) build controller-gen
+generate: ## regenerate deepcopy code, CRDs, the chart's generated templates, schema and README
+	@$(TOOLS) build controller-gen helm-docs
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./operator/apis/...
 	rm -f crds/*.yaml
 	$(CONTROLLER_GEN) crd paths=./operator/apis/... output:crd:dir=crds
 	go run ./hack/genchart --controller-gen $(CONTROLLER_GEN)
+	$(HELM_DOCS) --log-level warning --chart-search-root charts --sort-values-order file
 
 .PHONY: verify
 verify: generate ## fail when a generated file is stale
@@ -97,13 +103,17 @@ run: build ## tools, local cluster if needed, the chart, operator in the foregro
 	@hack/run.sh
 
 .PHONY: e2e-kind
-e2e-kind: ## chart-testing and the e2e suite in a kind cluster (needs Docker; not part of make test)
+e2e-kind: ## chart-testing with helm test (deckhand probe in the image), the demo and the e2e suite in a kind cluster (needs Docker; not part of make test)
 	@hack/e2e-kind.sh
 
 .PHONY: demo-image
 demo-image: ## build seed 000's Flask demo image deckhand-demo-flask:0.1.0 (needs a Docker engine)
 	docker build -t deckhand-demo-flask:0.1.0 demo/flask
 
+.PHONY: image
+image: ## build the operator image without Docker, for $(PLATFORMS), as an OCI layout in $(IMAGE_DIR)
+	go run ./hack/image --out $(IMAGE_DIR) --platforms $(PLATFORMS) --version $(VERSION)
+
 .PHONY: docker-build
-docker-build: ## build the operator image (needs a Docker engine)
-	docker build -t $(IMAGE) .
+docker-build: ## build the operator image with Docker (the same image, plus the upstream JMX agent jar)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -77,17 +78,35 @@ func (r installed) serviceAccount() string {
 
 func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	testenv.InstallCRDs(t)
+	// ServiceMonitor and PrometheusRule, checked against the Prometheus
+	// Operator's own CRD schemas.
+	testenv.InstallMonitoringCRDs(t)
 	c := testenv.Client(t)
 	dyn, err := dynamic.NewForConfig(testenv.RESTConfig(t))
 	require.NoError(t, err)
 
+	type render struct {
+		name string
+		vals func(t *testing.T) map[string]any
+	}
+	var renders []render
 	for _, file := range ciValuesFiles(t) {
-		t.Run(shortName(file), func(t *testing.T) {
+		renders = append(renders, render{releaseRendered, func(t *testing.T) map[string]any { return Values(t, []string{file}) }})
+	}
+	// Helm's longest release name, with every optional object on.
+	renders = append(renders, render{strings.Repeat("r", helmLimit), func(t *testing.T) map[string]any {
+		return everythingOn(t, "controllers.jmxExporter.namespaces=null")
+	}})
+	for i, rd := range renders {
+		label := "everything-on-53-character-name"
+		if i < len(renders)-1 {
+			label = shortName(ciValuesFiles(t)[i])
+		}
+		t.Run(label, func(t *testing.T) {
 			namespace := testenv.Namespace(t, c)
-			install := Values(t, []string{file})
-			r, err := Render(t, ChartDir(t), namespace, install)
+			r, err := testenv.RenderChart(t, ChartDir(t), rd.name, namespace, rd.vals(t))
 			require.NoError(t, err)
-			for _, o := range append(r.Objects, r.Hooks...) {
+			for _, o := range r.All() {
 				mapping, err := c.RESTMapper().RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
 				require.NoError(t, err, "%s is not served by the cluster", o.GroupVersionKind())
 				var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
@@ -120,6 +139,13 @@ func TestOperatorPodIsAdmittedUnderRestrictedPodSecurity(t *testing.T) {
 	pod.Spec.ServiceAccountName = "default" // admission checks the pod, not its account
 	require.NoError(t, c.Create(context.Background(), pod.DeepCopy(), client.DryRunAll),
 		"the chart's operator pod must pass the restricted profile")
+
+	// So must the helm test Job's pod.
+	rendered := MustRender(t, restricted.Name, Values(t, nil))
+	require.Len(t, rendered.Tests, 1)
+	job := Into[batchv1.Job](t, rendered.Tests[0])
+	testPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "deckhand-test", Namespace: restricted.Name}, Spec: job.Spec.Template.Spec}
+	require.NoError(t, c.Create(context.Background(), testPod, client.DryRunAll), "the helm test pod must pass the restricted profile")
 
 	// So must the demo's Flask pod.
 	var demo *appsv1.Deployment

@@ -4,46 +4,29 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
-// kubeVersion is the local cluster's; render tests use it as Helm's
-// capabilities so they match what an install there sees.
-var kubeVersion = chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
-
 // ChartDir is charts/deckhand in this repository.
-func ChartDir(t testing.TB) string { return filepath.Join(testenv.Root(t), "charts", "deckhand") }
+func ChartDir(t testing.TB) string { return testenv.ChartDir(t) }
 
 // LoadChart loads a chart directory.
-func LoadChart(t testing.TB, dir string) *chart.Chart {
-	t.Helper()
-	c, err := loader.Load(dir)
-	require.NoError(t, err)
-	return c
-}
+func LoadChart(t testing.TB, dir string) *chart.Chart { return testenv.LoadChart(t, dir) }
 
 // Values merges values files and --set style assignments as the helm CLI does.
 func Values(t testing.TB, files []string, sets ...string) map[string]any {
@@ -54,29 +37,17 @@ func Values(t testing.TB, files []string, sets ...string) map[string]any {
 	return v
 }
 
-// Rendered is a chart rendered for one set of values.
-type Rendered struct {
-	Objects []*unstructured.Unstructured
-	Hooks   []*unstructured.Unstructured
-	Notes   string
-}
+// Rendered is a chart rendered for one set of values (testenv's, shared
+// with the controller tests' chart RBAC).
+type Rendered = testenv.Rendered
+
+// releaseRendered is the name render tests give their release.
+const releaseRendered = "deckhand"
 
 // Render renders the chart client-side, as `helm template` would.
 func Render(t testing.TB, chartDir, namespace string, vals map[string]any) (*Rendered, error) {
 	t.Helper()
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "deckhand", namespace
-	install.KubeVersion = &kubeVersion
-	rel, err := install.Run(LoadChart(t, chartDir), vals)
-	if err != nil {
-		return nil, err
-	}
-	r := &Rendered{Objects: decodeManifests(t, rel.Manifest), Notes: rel.Info.Notes}
-	for _, h := range rel.Hooks {
-		r.Hooks = append(r.Hooks, decodeManifests(t, h.Manifest)...)
-	}
-	return r, nil
+	return testenv.RenderChart(t, chartDir, releaseRendered, namespace, vals)
 }
 
 // MustRender is Render that fails the test on an error.
@@ -88,71 +59,11 @@ func MustRender(t testing.TB, namespace string, vals map[string]any) *Rendered {
 }
 
 func decodeManifests(t testing.TB, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	split := releaseutil.SplitManifests(manifest)
-	keys := make([]string, 0, len(split))
-	for k := range split {
-		keys = append(keys, k)
-	}
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
-	for _, k := range keys {
-		dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewBufferString(split[k]), 4096)
-		for {
-			obj := map[string]any{}
-			err := dec.Decode(&obj)
-			if err == io.EOF {
-				break
-			}
-			require.NoError(t, err, split[k])
-			if len(obj) > 0 {
-				out = append(out, &unstructured.Unstructured{Object: obj})
-			}
-		}
-	}
-	return out
-}
-
-// Kind returns the rendered objects of one kind.
-func (r *Rendered) Kind(kind string) []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
-	for _, o := range r.Objects {
-		if o.GetKind() == kind {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// One returns the single rendered object of a kind, failing otherwise.
-func (r *Rendered) One(t testing.TB, kind string) *unstructured.Unstructured {
-	t.Helper()
-	objs := r.Kind(kind)
-	require.Len(t, objs, 1, "rendered %s objects", kind)
-	return objs[0]
-}
-
-// Operator returns the single rendered object of a kind that belongs to
-// the operator, not to the demo (which has its own Deployment and ConfigMap).
-func (r *Rendered) Operator(t testing.TB, kind string) *unstructured.Unstructured {
-	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, o := range r.Kind(kind) {
-		if o.GetLabels()["app.kubernetes.io/component"] != "demo" {
-			objs = append(objs, o)
-		}
-	}
-	require.Len(t, objs, 1, "rendered operator %s objects", kind)
-	return objs[0]
+	return testenv.DecodeManifests(t, manifest)
 }
 
 // Into converts an unstructured object into a typed one.
-func Into[T any](t testing.TB, u *unstructured.Unstructured) *T {
-	t.Helper()
-	out := new(T)
-	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out))
-	return out
-}
+func Into[T any](t testing.TB, u *unstructured.Unstructured) *T { return testenv.Into[T](t, u) }
 
 // Helm is the Helm SDK bound to one namespace of the test cluster.
 type Helm struct {

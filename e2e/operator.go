@@ -60,12 +60,22 @@ func operatorBinary(t testing.TB) string {
 type HostOperator struct {
 	cmd    *exec.Cmd
 	health string
-	logs   *syncBuffer
-	done   chan error
+	// metrics is the metrics listener's host:port, empty with metrics off.
+	metrics string
+	logs    *syncBuffer
+	done    chan error
 }
 
 // RunOperatorAsChart starts the operator described by a rendered release.
 func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperator {
+	t.Helper()
+	return RunOperatorAsChartVia(t, r, namespace, "", nil)
+}
+
+// RunOperatorAsChartVia is RunOperatorAsChart with the API server reached
+// at server (HTTPS with certificate authority caPEM, e.g. a fault-injecting
+// proxy on 127.0.0.1) instead of the cluster's address; "" is the cluster's.
+func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string, caPEM []byte) *HostOperator {
 	t.Helper()
 	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
 	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
@@ -84,8 +94,10 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 	if _, ok := cfg["watch-namespaces"]; !ok {
 		cfg["watch-namespaces"] = []string{namespace}
 	}
+	metrics := ""
 	if cfg["metrics-bind-address"] != "0" {
-		cfg["metrics-bind-address"] = freeAddress(t)
+		metrics = freeAddress(t)
+		cfg["metrics-bind-address"] = metrics
 	}
 	cfgFile := filepath.Join(dir, "config.yaml")
 	b, err := yaml.Marshal(cfg)
@@ -99,7 +111,7 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 		}
 		args = append(args, a)
 	}
-	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir))
+	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir, server, caPEM))
 
 	cmd := exec.Command(operatorBinary(t), args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
@@ -111,7 +123,7 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
-	op := &HostOperator{cmd: cmd, health: health, logs: logs, done: make(chan error, 1)}
+	op := &HostOperator{cmd: cmd, health: health, metrics: metrics, logs: logs, done: make(chan error, 1)}
 	go func() { op.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -156,6 +168,26 @@ func (o *HostOperator) Stop(t testing.TB) error {
 	}
 }
 
+// Kill sends SIGKILL, as a node failure or the OOM killer would: no
+// deferred cleanup runs and a held Lease is not released.
+func (o *HostOperator) Kill(t testing.TB) {
+	t.Helper()
+	require.NoError(t, o.cmd.Process.Kill())
+	err := <-o.done
+	o.done <- err // for Running
+}
+
+// Running reports whether the process has not exited.
+func (o *HostOperator) Running() bool {
+	select {
+	case err := <-o.done:
+		o.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
 // Logs is what the operator printed so far.
 func (o *HostOperator) Logs() string { return o.logs.String() }
 
@@ -192,7 +224,7 @@ func isFailure(line string) bool {
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // ServiceAccount with a token from the TokenRequest API.
-func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
+func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string, serverCA []byte) string {
 	t.Helper()
 	admin := testenv.RESTConfig(t)
 	token := testenv.ServiceAccountToken(t, namespace, sa)
@@ -205,6 +237,9 @@ func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir string) string {
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
+	if server != "" {
+		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: serverCA}
+	}
 	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: namespace}
 	kc.CurrentContext = "sa"

@@ -105,7 +105,7 @@ func TestEveryCIValuesFileRendersARestrictedOperator(t *testing.T) {
 	for _, file := range ciValuesFiles(t) {
 		t.Run(shortName(file), func(t *testing.T) {
 			r := MustRender(t, ns, Values(t, []string{file}))
-			for _, o := range append(append([]*unstructured.Unstructured(nil), r.Objects...), r.Hooks...) {
+			for _, o := range r.All() {
 				labels := o.GetLabels()
 				for _, k := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"} {
 					assert.NotEmpty(t, labels[k], "%s %s lacks label %s", o.GetKind(), o.GetName(), k)

@@ -5,6 +5,7 @@
 #
 #   hack/cluster.sh up          create or restart the cluster; last line: export KUBECONFIG=...
 #   hack/cluster.sh down        delete it
+#   hack/cluster.sh stop        stop its processes (up starts them again)
 #   hack/cluster.sh kubeconfig  print its kubeconfig path
 #   hack/cluster.sh env         print exports for tools on PATH and KUBECONFIG
 set -euo pipefail
@@ -277,6 +278,13 @@ up() {
   echo "export KUBECONFIG=$kubeconfig"
 }
 
+# Stop the control plane's processes, keeping the cluster (the fault tests
+# stop the API server this way; `up` starts it again).
+stop() {
+  use_tools
+  "$kwokctl" stop cluster --name "$name" >&2
+}
+
 down() {
   use_tools
   stop_provisioner
@@ -288,9 +296,10 @@ down() {
 case ${1:-up} in
   up) up ;;
   down) down ;;
+  stop) stop ;;
   kubeconfig) echo "$kubeconfig" ;;
   env)
     echo "export PATH=\"$("$tools" path):\$PATH\""
     echo "export KUBECONFIG=$kubeconfig" ;;
-  *) echo "usage: $0 up|down|kubeconfig|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|stop|kubeconfig|env" >&2; exit 2 ;;
 esac

@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
 # make e2e-kind: the chart in a real kind cluster, for machines with Docker.
 # kind cluster (sigs.k8s.io/kind, a tool of go.mod) -> docker build of the
-# operator image -> kind load -> ct install of every ci values file -> the
-# e2e suite against that cluster.
+# operator image -> kind load -> ct install of every ci values file, each
+# followed by `helm test` (the chart's Job running `deckhand probe` in the
+# operator image against the running operator) -> the demo, its helm test
+# -> the e2e suite against that cluster.
+#
+# Why not on the local kwok cluster: kwok runs no containers. It marks
+# pods Running and Jobs Complete without starting anything, so the helm
+# test Job would "pass" there without probing anything. The probe itself is
+# tested against a host-run operator in make test (e2e/probe_test.go).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
-  echo "make e2e-kind needs a running Docker engine (kind runs Kubernetes nodes as containers) and 'docker info' failed here; use 'make test', which runs the same e2e suite against the local kwok cluster" >&2
+  cat >&2 <<'MSG'
+make e2e-kind needs a running Docker engine: kind runs Kubernetes nodes as containers, and
+'docker info' failed here. Nothing was run.
+What this target proves that make test cannot: the operator image really runs in a pod, and
+`helm test` (a Job running `deckhand probe` from that image) passes against it. The local kwok
+cluster of make test runs no containers (it completes Jobs without running them), so there the
+hook would prove nothing; make test instead runs `deckhand probe` against a host-run operator,
+builds the image without Docker (as make image does) and checks it against the chart.
+MSG
   exit 1
 fi
 
@@ -26,7 +41,7 @@ trap 'rm -f "$kubeconfig"' EXIT
 kind get kubeconfig --name "$cluster" > "$kubeconfig"
 export KUBECONFIG=$kubeconfig
 
-docker build -t "$image" .
+docker build --build-arg VERSION="$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' charts/deckhand/Chart.yaml)" -t "$image" .
 kind load docker-image "$image" --name "$cluster"
 repo=${image%:*} tag=${image##*:}
 # Seed 000's Flask app, for the chart's demo.
@@ -35,7 +50,16 @@ docker build -t "$demo_image" demo/flask
 kind load docker-image "$demo_image" --name "$cluster"
 demo_sets="--set=demo.flask.image.repository=${demo_image%:*} --set=demo.flask.image.tag=${demo_image##*:} --set=demo.flask.image.pullPolicy=Never"
 
-# ct installs each ci/*-values.yaml as its own release and runs helm test.
+# ci/monitoring-values.yaml renders a ServiceMonitor and a PrometheusRule:
+# the Prometheus Operator's CRDs, from its Go module at the pinned version.
+promop=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$(cat "$root/hack/prometheus-operator.version")" \
+  | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+for crd in servicemonitors prometheusrules; do
+  kubectl apply --server-side -f "$promop/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml"
+done
+
+# ct installs each ci/*-values.yaml as its own release and runs helm test
+# (the probe Job) on each.
 ct install --config ct.yaml --all \
   --helm-extra-set-args "--set=crds.keep=false --set=image.repository=$repo --set=image.tag=$tag --set=image.pullPolicy=Never $demo_sets"
 
@@ -46,6 +70,9 @@ helm upgrade --install demo charts/deckhand -n "$ns" --create-namespace --wait -
   --set crds.keep=false --set image.repository="$repo" --set image.tag="$tag" --set image.pullPolicy=Never \
   $demo_sets --set demo.enabled=true
 kubectl -n "$ns" rollout status deploy/frontend --timeout 120s
+# The chart's helm test: deckhand probe, from the operator image, in a pod.
+helm test demo -n "$ns" --logs --timeout 5m
+echo ">> helm test: deckhand probe passed against the operator in kind"
 answer() {
   kubectl -n "$ns" port-forward svc/frontend 18081:80 >/dev/null 2>&1 & local pf=$!
   local out=""

@@ -13,7 +13,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-tools=(etcd kube kwok helm controller-gen ct)
+tools=(etcd kube kwok helm controller-gen ct helm-docs)
 
 # module path whose version keys the cache, per tool
 declare -A pinned=(
@@ -23,6 +23,7 @@ declare -A pinned=(
   [helm]=helm.sh/helm/v3
   [controller-gen]=sigs.k8s.io/controller-tools
   [ct]=github.com/helm/chart-testing/v3
+  [helm-docs]=github.com/norwoodj/helm-docs
 )
 # packages built per tool
 declare -A packages=(
@@ -32,10 +33,11 @@ declare -A packages=(
   [helm]=helm.sh/helm/v3/cmd/helm
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen
   [ct]=github.com/helm/chart-testing/v3/ct
+  [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs
 )
 # Bump a tool's recipe when its build flags change, so caches rebuild it.
 declare -A recipe=([helm]=2)
-declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2)
+declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
   awk -v m="${pinned[$1]}" '$1 == m || ($1 == "require" && $2 == m) { v = ($1 == m) ? $2 : $3 } END { print v }' \

@@ -15,7 +15,19 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/manager"
 )
 
+// version is set at build time (-ldflags -X main.version=..., from the
+// Dockerfile's VERSION or make image).
+var version = "dev"
+
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "version" {
+		fmt.Println(version)
+		return
+	}
+	// `deckhand probe` checks a running operator (the chart's helm test).
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(runProbe(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := manager.Load(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
 		return

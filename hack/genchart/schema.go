@@ -30,7 +30,8 @@ type schema = map[string]any
 //     pod. Keys the chart sets from its own values are refused by the
 //     templates (deckhand.managedConfigKeys), with the value to use instead.
 //   - the values holding Kubernetes objects (tolerations, imagePullSecrets,
-//     extraEnv, affinity, resources): the fields of the real API types, with
+//     extraEnv, affinity, resources, securityContexts, probes, topology
+//     spread, extra volumes and mounts): the fields of the real API types, with
 //     additionalProperties false, so a misspelt field is refused instead of
 //     being dropped by the API server.
 func updateValuesSchema(chartDir string) error {
@@ -60,11 +61,18 @@ func updateValuesSchema(chartDir string) error {
 		required    []string
 		description string
 	}{
-		"tolerations":      {reflect.TypeFor[corev1.Toleration](), true, nil, "the operator pod's tolerations (core/v1 Toleration)"},
-		"imagePullSecrets": {reflect.TypeFor[corev1.LocalObjectReference](), true, []string{"name"}, "Secrets to pull the operator image with (name only)"},
-		"extraEnv":         {reflect.TypeFor[corev1.EnvVar](), true, nil, "more environment variables of the operator container (core/v1 EnvVar)"},
-		"affinity":         {reflect.TypeFor[corev1.Affinity](), false, nil, "the operator pod's affinity (core/v1 Affinity)"},
-		"resources":        {reflect.TypeFor[corev1.ResourceRequirements](), false, nil, "the operator container's resources (core/v1 ResourceRequirements)"},
+		"tolerations":               {reflect.TypeFor[corev1.Toleration](), true, nil, "the operator pod's tolerations (core/v1 Toleration)"},
+		"imagePullSecrets":          {reflect.TypeFor[corev1.LocalObjectReference](), true, []string{"name"}, "Secrets to pull the operator image with (name only)"},
+		"extraEnv":                  {reflect.TypeFor[corev1.EnvVar](), true, nil, "more environment variables of the operator container (core/v1 EnvVar)"},
+		"affinity":                  {reflect.TypeFor[corev1.Affinity](), false, nil, "the operator pod's affinity (core/v1 Affinity)"},
+		"resources":                 {reflect.TypeFor[corev1.ResourceRequirements](), false, nil, "the operator container's resources (core/v1 ResourceRequirements)"},
+		"podSecurityContext":        {reflect.TypeFor[corev1.PodSecurityContext](), false, nil, "the operator pod's securityContext (core/v1 PodSecurityContext)"},
+		"securityContext":           {reflect.TypeFor[corev1.SecurityContext](), false, nil, "the operator container's securityContext (core/v1 SecurityContext)"},
+		"livenessProbe":             {reflect.TypeFor[corev1.Probe](), false, nil, "the operator container's liveness probe (core/v1 Probe)"},
+		"readinessProbe":            {reflect.TypeFor[corev1.Probe](), false, nil, "the operator container's readiness probe (core/v1 Probe)"},
+		"topologySpreadConstraints": {reflect.TypeFor[corev1.TopologySpreadConstraint](), true, nil, "how the operator's replicas spread (core/v1 TopologySpreadConstraint); an empty labelSelector selects the operator's pods"},
+		"extraVolumes":              {reflect.TypeFor[corev1.Volume](), true, []string{"name"}, "more volumes of the operator pod (core/v1 Volume)"},
+		"extraVolumeMounts":         {reflect.TypeFor[corev1.VolumeMount](), true, nil, "more volume mounts of the operator container (core/v1 VolumeMount)"},
 	}
 	for key, k := range kube {
 		s, err := typeSchema(k.t, nil)
@@ -158,6 +166,13 @@ func typeSchema(t reflect.Type, seen []reflect.Type) (schema, error) {
 		return schema{"type": []string{"string", "number"}}, nil
 	case reflect.TypeFor[intstr.IntOrString]():
 		return schema{"type": []string{"string", "integer"}}, nil
+	case reflect.TypeFor[metav1.Time]():
+		return schema{"type": "string", "format": "date-time"}, nil
+	case reflect.TypeFor[metav1.FieldsV1]():
+		return schema{"type": "object"}, nil
+	}
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+		return schema{"type": "string", "description": "base64"}, nil
 	}
 	if slices.Contains(seen, t) {
 		return nil, fmt.Errorf("%s refers to itself", t)

@@ -2,17 +2,12 @@ package testenv
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/operator"
 )
@@ -116,54 +110,49 @@ func chartOperatorRules(t testing.TB, controllers []string, values map[string]ma
 		toggles[c.ValuesKey] = v
 	}
 	vals := map[string]any{"controllers": toggles, "replicaCount": 0, "crds": map[string]any{"enabled": false}}
-	chart, err := loader.Load(filepath.Join(Root(t), "charts", "deckhand"))
-	require.NoError(t, err)
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "rbac", "deckhand-test"
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
-	rel, err := install.Run(chart, vals)
+	r, err := RenderChart(t, ChartDir(t), "rbac", renderNamespace, vals)
 	require.NoError(t, err, "rendering the chart for %v", controllers)
 
 	roles := map[string][]rbacv1.PolicyRule{}
 	var bound []string
 	nsRoles := map[string]*rbacv1.Role{}
 	var nsBound []string
-	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		switch {
-		case strings.Contains(doc, "\nkind: Role\n"):
-			var r rbacv1.Role
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
-			nsRoles[r.Namespace+"/"+r.Name] = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace}, Rules: r.Rules}
-		case strings.Contains(doc, "\nkind: RoleBinding\n"):
-			var b rbacv1.RoleBinding
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &b))
-			if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind && b.RoleRef.Kind == "Role" {
-				nsBound = append(nsBound, b.Namespace+"/"+b.RoleRef.Name)
-			}
-		case strings.Contains(doc, "\nkind: ClusterRole\n"):
-			var r rbacv1.ClusterRole
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
-			roles[r.Name] = r.Rules
-		case strings.Contains(doc, "\nkind: ClusterRoleBinding\n"):
-			var b rbacv1.ClusterRoleBinding
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &b))
-			if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind {
-				bound = append(bound, b.RoleRef.Name)
-			}
+	for _, o := range r.Kind("Role") {
+		role := Into[rbacv1.Role](t, o)
+		nsRoles[role.Namespace+"/"+role.Name] = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: role.Namespace}, Rules: role.Rules}
+	}
+	for _, o := range r.Kind("RoleBinding") {
+		b := Into[rbacv1.RoleBinding](t, o)
+		if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind && b.RoleRef.Kind == "Role" {
+			nsBound = append(nsBound, b.Namespace+"/"+b.RoleRef.Name)
+		}
+	}
+	for _, o := range r.Kind("ClusterRole") {
+		role := Into[rbacv1.ClusterRole](t, o)
+		roles[role.Name] = role.Rules
+	}
+	for _, o := range r.Kind("ClusterRoleBinding") {
+		b := Into[rbacv1.ClusterRoleBinding](t, o)
+		if len(b.Subjects) > 0 && b.Subjects[0].Kind == rbacv1.ServiceAccountKind {
+			bound = append(bound, b.RoleRef.Name)
 		}
 	}
 	require.Len(t, bound, 1, "the chart binds one ClusterRole to its ServiceAccount")
 	rules := roles[bound[0]]
 	var out []*rbacv1.Role
 	for _, key := range nsBound {
-		if r := nsRoles[key]; r != nil && r.Namespace != install.Namespace {
+		if r := nsRoles[key]; r != nil && r.Namespace != renderNamespace {
 			out = append(out, r)
 		}
 	}
 	require.True(t, len(rules) > 0 || len(out) > 0, "ClusterRole %s", bound[0])
 	return rules, out
 }
+
+// renderNamespace is the release namespace of the chart rendered for a
+// test's rules: Roles in it are the chart's own (leader election), not a
+// controller's.
+const renderNamespace = "deckhand-test"
 
 // waitUntilAllowed waits until the API server's authorizer has seen the
 // new binding (an informer, so a few milliseconds).

@@ -80,6 +80,7 @@ func BenchmarkHundredDatabases(b *testing.B) {
 	testenv.StartController(b, rc, func(m ctrl.Manager) error {
 		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
 	}, ns)
+	releaseOnCleanup(b, ns)
 
 	dbs := make([]client.Object, n)
 	for i := range dbs {

@@ -61,13 +61,21 @@ const (
 	ConditionVersionKnown   = "VersionKnown"
 )
 
-// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databases/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=stable.imaginedata.co,resources=databasebackups/finalizers,verbs=update
+// Secrets: delete only because OwnerReferencesPermissionEnforcement asks
+// for it to take the Database's owner reference off them (deletionPolicy
+// Retain keeps them); the operator deletes no Secret itself.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
@@ -97,6 +105,8 @@ type Reconciler struct {
 	API      client.Reader
 	Recorder events.EventRecorder
 	Engines  map[dbv1.Engine]engine.Engine
+	// Now is the clock of schedules and retention (tests may set one).
+	Now func() time.Time
 }
 
 // Setup registers the Database controller with the manager.
@@ -129,7 +139,27 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	for _, obj := range ownedKinds() {
 		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(databaseOfLabel)))
 	}
-	return b.Complete(r)
+	b = b.Watches(&dbv1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(databaseOfBackup))
+	if err := b.Complete(r); err != nil {
+		return err
+	}
+	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Engines: r.Engines}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name + "-backup").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		For(&dbv1.DatabaseBackup{}).
+		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&batchv1.Job{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(r.Owned)))).
+		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(r.Owned)))).
+		Complete(br)
+}
+
+// databaseOfBackup maps a DatabaseBackup to its Database.
+func databaseOfBackup(_ context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*dbv1.DatabaseBackup)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Database}}}
 }
 
 // ownedKinds are the kinds a Database's objects have; Secrets are watched
@@ -200,8 +230,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !db.DeletionTimestamp.IsZero() {
+		before := db.DeepCopy()
+		result, gone, err := r.finalize(ctx, &db)
+		if gone {
+			forgetMetrics(req.Namespace, req.Name)
+			return result, err
+		}
+		if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
+			err = statusErr
+		}
+		return result, err
+	}
+	if err := r.ensureFinalizer(ctx, &db); err != nil {
+		return ctrl.Result{}, err
+	}
 	before := db.DeepCopy()
 	result, err := r.reconcile(ctx, &db)
+	if err == nil {
+		var next time.Duration
+		next, err = r.manageBackups(ctx, &db)
+		if next > 0 && (result.RequeueAfter == 0 || next < result.RequeueAfter) {
+			result.RequeueAfter = next
+		}
+	}
 	db.Status.ObservedGeneration = db.Generation
 	publishMetrics(&db)
 	if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
@@ -216,12 +268,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 const recheckForeign = 10 * time.Second
 
 func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Result, error) {
-	if !db.DeletionTimestamp.IsZero() {
-		// Owned objects go with the Database (garbage collection); the
-		// volumes stay.
-		db.Status.Phase = dbv1.PhaseDeleting
-		return ctrl.Result{}, nil
-	}
 	eng, ok := r.Engines[engineOf(db)]
 	if !ok {
 		msg := fmt.Sprintf("engine %q is not served by this operator", engineOf(db))

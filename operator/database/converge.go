@@ -40,7 +40,11 @@ func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine
 	if l.has("StatefulSet", n.StatefulSet) {
 		claims = l.statefulSet.Spec.VolumeClaimTemplates
 	}
-	if err := r.applyOne(ctx, db, statefulSet(db, eng, claims), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+	image, err := r.imageToRun(ctx, db, eng, l)
+	if err != nil {
+		return err
+	}
+	if err := r.applyOne(ctx, db, statefulSetRunning(db, eng, claims, image), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
 		return err
 	}
 	if err := r.ensurePDB(ctx, db, l); err != nil {
@@ -54,6 +58,9 @@ func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine
 		return err
 	}
 	if err := r.growStorage(ctx, db, l); err != nil {
+		return err
+	}
+	if done, err := r.ensureRestore(ctx, db, eng, pods[podName(db, 0)]); err != nil || !done {
 		return err
 	}
 	return r.ensureInitJob(ctx, db, eng, l, pods[podName(db, 0)])
@@ -155,8 +162,12 @@ func (r *Reconciler) ensurePDB(ctx context.Context, db *dbv1.Database, l *live) 
 
 // serverPods are the StatefulSet's pods, by name.
 func (r *Reconciler) serverPods(ctx context.Context, db *dbv1.Database) (map[string]*corev1.Pod, error) {
+	return serverPodsOf(ctx, r.Owned, db)
+}
+
+func serverPodsOf(ctx context.Context, owned client.Reader, db *dbv1.Database) (map[string]*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.Owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+	if err := owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
 		return nil, err
 	}
 	out := map[string]*corev1.Pod{}

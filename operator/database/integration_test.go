@@ -40,6 +40,30 @@ func startOperator(t *testing.T, ns string) {
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
 		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
 	}, ns)
+	releaseOnCleanup(t, ns)
+}
+
+// releaseOnCleanup deletes the namespace while the operator still runs
+// (cleanups run last first), and waits until its finalizers let every
+// Database and DatabaseBackup go: without the operator they would hold the
+// namespace in Terminating for good.
+func releaseOnCleanup(t testing.TB, ns string) {
+	c := testenv.Client(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			var dbs dbv1.DatabaseList
+			var backups dbv1.DatabaseBackupList
+			if c.List(ctx, &dbs, client.InNamespace(ns)) == nil && c.List(ctx, &backups, client.InNamespace(ns)) == nil &&
+				len(dbs.Items) == 0 && len(backups.Items) == 0 {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Errorf("namespace %s: Databases or DatabaseBackups still there 2 minutes after the namespace was deleted", ns)
+	})
 }
 
 func newDatabase(ns, name string, replicas int32) *dbv1.Database {
@@ -422,7 +446,7 @@ func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
 	waitFor(t, c, db, "Ready", ready)
 }
 
-func TestDeletingADatabaseKeepsItsVolumes(t *testing.T) {
+func TestRetainDeletionKeepsTheVolumesAndSecrets(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -430,6 +454,7 @@ func TestDeletingADatabaseKeepsItsVolumes(t *testing.T) {
 	ctx := context.Background()
 
 	db := newDatabase(ns, "gone", 2)
+	db.Spec.DeletionPolicy = dbv1.DeletionRetain
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
 	require.NoError(t, c.Delete(ctx, db))
@@ -439,11 +464,10 @@ func TestDeletingADatabaseKeepsItsVolumes(t *testing.T) {
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-rw"}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-ro"}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone-headless"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gone-superuser"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gone-app"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gone-scripts"}},
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "gone-init"}},
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "gone"}},
+		&dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "gone"}},
 	}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		for _, o := range owned {
@@ -457,6 +481,18 @@ func TestDeletingADatabaseKeepsItsVolumes(t *testing.T) {
 		assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase)
 		assert.True(t, pvc.DeletionTimestamp.IsZero())
 	}
+	// Kept data is useless without its passwords: the Secrets stay, no
+	// longer owned by anything.
+	for _, name := range []string{"gone-superuser", "gone-app"} {
+		var s corev1.Secret
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+		assert.Empty(t, s.OwnerReferences, name)
+		assert.NotEmpty(t, s.Data["password"], name)
+	}
+	var backups dbv1.DatabaseBackupList
+	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
+	assert.Empty(t, backups.Items, "Retain takes no final backup")
+	assert.Contains(t, eventReasons(t, c, ns, "gone", corev1.EventTypeNormal), "Kept")
 }
 
 func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {

@@ -19,6 +19,18 @@ var (
 		Name: "deckhand_database_ready_replicas",
 		Help: "Ready replicas of each Database.",
 	}, []string{"namespace", "database"})
+	backupsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "deckhand_database_backups_total",
+		Help: "DatabaseBackups seen finishing, by Database and result (succeeded, failed).",
+	}, []string{"namespace", "database", "result"})
+	lastBackupSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_last_successful_backup_timestamp_seconds",
+		Help: "When the newest completed backup of each Database completed (Unix time).",
+	}, []string{"namespace", "database"})
+	nextScheduledBackup = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_next_scheduled_backup_timestamp_seconds",
+		Help: "When the next scheduled backup of each Database is due (Unix time); absent without a schedule.",
+	}, []string{"namespace", "database"})
 	ready = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "deckhand_database_ready",
 		Help: "1 when the Database's Ready condition is True, else 0.",
@@ -26,5 +38,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(objectWrites, initJobs, readyReplicas, ready)
+	metrics.Registry.MustRegister(objectWrites, initJobs, readyReplicas, ready, backupsTotal, lastBackupSuccess, nextScheduledBackup)
 }

@@ -241,8 +241,17 @@ func services(db *dbv1.Database, eng engine.Engine) []*corev1.Service {
 // claim templates, which cannot change once created (storage grows by
 // patching the PVCs); nil on creation.
 func statefulSet(db *dbv1.Database, eng engine.Engine, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+	return statefulSetRunning(db, eng, claims, imageOf(db, eng))
+}
+
+// statefulSetRunning is the StatefulSet with the servers on image, which
+// differs from spec.image while an upgrade waits for its backup or is
+// refused.
+func statefulSetRunning(db *dbv1.Database, eng engine.Engine, claims []corev1.PersistentVolumeClaim, image string) *appsv1.StatefulSet {
 	n := namesOf(db)
-	pod := eng.ServerPod(clusterOf(db, eng))
+	c := clusterOf(db, eng)
+	c.Image = image
+	pod := eng.ServerPod(c)
 	podLabels := withLabels(objectLabels(db), selectorLabels(db, componentServer))
 	if claims == nil {
 		claims = []corev1.PersistentVolumeClaim{{

@@ -64,7 +64,9 @@ func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.
 			fmt.Sprintf("%s replicas ready; database %q owned by role %q", db.Status.Ready, db.Spec.Name, appUser(db)))
 	default:
 		msg := []string{fmt.Sprintf("%s replicas ready", db.Status.Ready)}
-		if !initialized {
+		if c := restoreProblem(db); c != nil {
+			msg = append(msg, "not restored: "+c.Message)
+		} else if !initialized {
 			msg = append(msg, "not initialised yet (see condition Initialized)")
 		}
 		if stsExists && !rolledOut {
@@ -77,6 +79,9 @@ func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.
 }
 
 func notReadyReason(initialized bool, db *dbv1.Database) string {
+	if c := restoreProblem(db); c != nil {
+		return c.Reason
+	}
 	if c := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized); !initialized && c != nil && c.Reason == "InitJobFailed" {
 		return "InitJobFailed"
 	}
@@ -89,6 +94,9 @@ func notReadyReason(initialized bool, db *dbv1.Database) string {
 // phaseOf sums up the conditions.
 func phaseOf(db *dbv1.Database, initialized, allReady, primaryReady bool) dbv1.Phase {
 	initCond := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized)
+	if c := restoreProblem(db); c != nil && (c.Reason == "BackupNotFound" || c.Reason == "BackupFailed" || c.Reason == "RestoreFailed") {
+		return dbv1.PhaseDegraded
+	}
 	switch {
 	case initialized && allReady:
 		return dbv1.PhaseReady
@@ -281,4 +289,6 @@ func publishMetrics(db *dbv1.Database) {
 func forgetMetrics(namespace, name string) {
 	readyReplicas.DeleteLabelValues(namespace, name)
 	ready.DeleteLabelValues(namespace, name)
+	lastBackupSuccess.DeleteLabelValues(namespace, name)
+	nextScheduledBackup.DeleteLabelValues(namespace, name)
 }

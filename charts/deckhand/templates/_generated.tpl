@@ -179,7 +179,6 @@ jmxExporter: jmxexporter
   - ""
   resources:
   - configmaps
-  - secrets
   - services
   verbs:
   - create
@@ -190,7 +189,24 @@ jmxExporter: jmxexporter
 - apiGroups:
   - ""
   resources:
+  - namespaces
+  verbs:
+  - get
+- apiGroups:
+  - ""
+  resources:
   - persistentvolumeclaims
+  - secrets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
   - pods
   verbs:
   - get
@@ -203,6 +219,7 @@ jmxExporter: jmxexporter
   - statefulsets
   verbs:
   - create
+  - delete
   - get
   - list
   - patch
@@ -238,25 +255,40 @@ jmxExporter: jmxexporter
 - apiGroups:
   - stable.imaginedata.co
   resources:
-  - databases
+  - databasebackups
   verbs:
+  - create
+  - delete
   - get
   - list
+  - patch
+  - update
   - watch
 - apiGroups:
   - stable.imaginedata.co
   resources:
+  - databasebackups/finalizers
   - databases/finalizers
   verbs:
   - update
 - apiGroups:
   - stable.imaginedata.co
   resources:
+  - databasebackups/status
   - databases/status
   verbs:
   - get
   - patch
   - update
+- apiGroups:
+  - stable.imaginedata.co
+  resources:
+  - databases
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
 - apiGroups:
   - storage.k8s.io
   resources:

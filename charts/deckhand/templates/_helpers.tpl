@@ -61,6 +61,24 @@ At most 63 characters; a longer name is cut and ends in a hash of the whole. */}
 {{- $name }}
 {{- end }}
 
+{{/* (list $ "metrics"): the full name ending in -metrics, at most 63
+characters (a Service name is a DNS label): when the full name is too long
+for the suffix, it is cut and a hash of the whole keeps names distinct. */}}
+{{- define "deckhand.fullnameWithSuffix" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $full := include "deckhand.fullname" $ctx }}
+{{- $name := printf "%s-%s" $full $suffix }}
+{{- if gt (len $name) 63 }}
+{{- $name = printf "%s-%s-%s" ($full | trunc (int (sub 53 (len $suffix))) | trimSuffix "-") ($full | sha256sum | trunc 8) $suffix }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{- define "deckhand.metricsServiceName" -}}
+{{- include "deckhand.fullnameWithSuffix" (list . "metrics") }}
+{{- end }}
+
 {{/* Labels of the operator's pods: the chart's, then podLabels. podLabels
 may not set a selector label (validated in deckhand.validate). */}}
 {{- define "deckhand.podLabels" -}}
@@ -108,13 +126,17 @@ version of the operator does not have.
 {{- end }}
 
 {{/* RBAC rules of every enabled controller (but a jmxExporter limited to
-its own namespaces, which gets Roles there: see rbac-jmxexporter.yaml). */}}
+its own namespaces, which gets Roles there: see rbac-jmxexporter.yaml), as
+a YAML list with each rule once: several controllers need the same rule
+(Events), which a role should not repeat. */}}
 {{- define "deckhand.controllerRules" -}}
+{{- $text := "" }}
 {{- range (include "deckhand.enabledControllers" . | fromJsonArray) }}
 {{- if not (and (eq . "jmxExporter") $.Values.controllers.jmxExporter.namespaces) }}
-{{ include (printf "deckhand.rules.%s" .) $ | trim }}
+{{- $text = printf "%s\n%s" $text (include (printf "deckhand.rules.%s" .) $ | trim) }}
 {{- end }}
 {{- end }}
+{{- $text | fromYamlArray | uniq | toYaml }}
 {{- end }}
 
 {{/* The operator's config file, read through viper (keys are flag names). */}}

@@ -46,6 +46,7 @@ type PodTemplate struct {
 //
 // +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !(self.name in ['postgres', 'template0', 'template1'] || self.name.startsWith('pg_'))",message="name: postgres, template0, template1 and names starting with pg_ are reserved by PostgreSQL (the app role is named after the database, and pg_ role names are reserved)"
 // +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['port', 'listen_addresses', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories'])",message="parameters: port, listen_addresses, data_directory, hba_file, ident_file, config_file and unix_socket_directories are set by the operator (use spec.port for the port)"
+// +kubebuilder:validation:XValidation:rule="has(self.fromBackup) == has(oldSelf.fromBackup) && (!has(self.fromBackup) || self.fromBackup == oldSelf.fromBackup)",message="fromBackup is set at creation only: the Database was (or was not) restored from it when it was made"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change: the existing volumes keep their StorageClass (make a new Database to move the data)"
 type DatabaseSpec struct {
 	// Name is the database to create (the app role that owns it has the
@@ -119,9 +120,122 @@ type DatabaseSpec struct {
 	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
 
 	// Suspend stops the operator from changing anything of this Database;
-	// what runs keeps running.
+	// what runs keeps running. Deleting a suspended Database still follows
+	// its deletionPolicy.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Backup: scheduled backups, their retention and where they are kept.
+	// A Database without it still gets a backup volume the first time a
+	// backup is needed (a DatabaseBackup made by hand, the final backup
+	// on delete).
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// FromBackup is the name of a DatabaseBackup in the same namespace to
+	// restore into the new primary before the database is initialised and
+	// reported Ready. Set at creation only.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	FromBackup string `json:"fromBackup,omitempty"`
+
+	// DeletionPolicy says what deleting the Database does with its data:
+	// Snapshot (default) takes a final DatabaseBackup, then removes the
+	// StatefulSet and its volumes; Retain removes the StatefulSet and keeps
+	// the volumes and the Secrets; Delete removes the StatefulSet, the
+	// volumes and the Secrets without a final backup. Earlier
+	// DatabaseBackups and the backup volume are kept under every policy.
+	// +kubebuilder:default=Snapshot
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// DeletionTimeout is how long the final backup of a Snapshot deletion
+	// may take before the deletion is reported blocked (condition
+	// DeletionBlocked); default 10m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="deletionTimeout must not be negative"
+	// +optional
+	DeletionTimeout *metav1.Duration `json:"deletionTimeout,omitempty"`
+}
+
+// DeletionPolicy is what deleting a Database does with its data.
+// +kubebuilder:validation:Enum=Snapshot;Retain;Delete
+type DeletionPolicy string
+
+// Deletion policies.
+const (
+	DeletionSnapshot DeletionPolicy = "Snapshot"
+	DeletionRetain   DeletionPolicy = "Retain"
+	DeletionDelete   DeletionPolicy = "Delete"
+)
+
+// BackupSpec: when backups are taken, how many are kept, and where.
+type BackupSpec struct {
+	// Schedule in cron format: five fields (minute hour day-of-month month
+	// day-of-week, as a Kubernetes CronJob's) or @hourly, @daily,
+	// @weekly, @monthly, @yearly. Empty: backups only on demand.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$') || self.matches('^[^ ]+( +[^ ]+){4}$')",message="schedule must be five cron fields (minute hour day-of-month month day-of-week, e.g. '0 3 * * *') or one of @hourly, @daily, @weekly, @monthly, @yearly"
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+
+	// TimeZone of the schedule, an IANA name such as Europe/Paris;
+	// default UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+/-]*$')",message="timeZone must be an IANA time zone name such as Europe/Paris or UTC"
+	// +optional
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// Retention deletes old DatabaseBackups of this Database, and their
+	// files. Without it, every backup is kept.
+	// +optional
+	Retention *Retention `json:"retention,omitempty"`
+
+	// Storage is where the backups are written.
+	// +optional
+	Storage *BackupStorage `json:"storage,omitempty"`
+
+	// Suspend stops scheduled backups; backups made by hand still run.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Retention of a Database's backups. The newest completed backup is
+// always kept, and so is a backup that a restore is using.
+// +kubebuilder:validation:XValidation:rule="has(self.keepLast) || has(self.maxAge)",message="retention needs keepLast, maxAge or both"
+type Retention struct {
+	// KeepLast keeps this many most recent completed backups.
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="retention.keepLast must be at least 1"
+	// +optional
+	KeepLast *int32 `json:"keepLast,omitempty"`
+
+	// MaxAge deletes backups older than this (e.g. 720h for 30 days).
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="retention.maxAge must be more than 0 (e.g. 168h for a week)"
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+}
+
+// BackupStorage is where backups go. A volume today; object storage and
+// WAL archiving would be further members.
+type BackupStorage struct {
+	// Volume: a PersistentVolumeClaim <name>-backup, one per Database,
+	// not owned by it (it outlives the Database).
+	// +optional
+	Volume *BackupVolume `json:"volume,omitempty"`
+}
+
+// BackupVolume is the backup PersistentVolumeClaim's shape, used when it
+// is created.
+type BackupVolume struct {
+	// Size of the volume; default: the Database's storage-size.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",messageExpression="'backup.storage.volume.size must be a quantity such as 100Gi, not \"' + self + '\"'"
+	// +optional
+	Size string `json:"size,omitempty"`
+
+	// StorageClassName of the volume; default: the cluster's default.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
 // Phase sums up a Database's state.
@@ -182,13 +296,41 @@ type DatabaseStatus struct {
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 
+	// Backup: the backups' bookkeeping.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),
-	// StorageResized (volumes request storage-size), VersionKnown.
+	// StorageResized (volumes request storage-size), VersionKnown,
+	// LastBackupSucceeded, Restored (with fromBackup), DeletionBlocked.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BackupStatus is what the operator knows of a Database's backups.
+type BackupStatus struct {
+	// LastScheduleTime is the last schedule time a backup was made for,
+	// so schedules missed while the operator was down are made up once.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// NextScheduleTime is when the next scheduled backup is due.
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+	// LastBackup is the newest finished DatabaseBackup.
+	// +optional
+	LastBackup string `json:"lastBackup,omitempty"`
+	// LastSuccessfulBackup is the newest completed DatabaseBackup.
+	// +optional
+	LastSuccessfulBackup string `json:"lastSuccessfulBackup,omitempty"`
+	// LastSuccessTime is when it completed.
+	// +optional
+	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
+	// ClaimName is the backup PersistentVolumeClaim, once it exists.
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
 }
 
 // Database is a database server (seed 004's SampleDB): a StatefulSet of a

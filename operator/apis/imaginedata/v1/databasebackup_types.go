@@ -1,0 +1,113 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DatabaseBackupSpec names the Database to back up.
+type DatabaseBackupSpec struct {
+	// Database is the name of a Database in the same namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database is immutable: make a new DatabaseBackup for another Database"
+	// +required
+	Database string `json:"database"`
+}
+
+// BackupPhase is where a backup is.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+type BackupPhase string
+
+// Backup phases.
+const (
+	// BackupPending: waiting for its turn (one backup at a time per
+	// Database, none during a restore or an upgrade).
+	BackupPending BackupPhase = "Pending"
+	// BackupRunning: its Job runs.
+	BackupRunning BackupPhase = "Running"
+	// BackupCompleted: the file is complete; file, size and sha256 say
+	// which.
+	BackupCompleted BackupPhase = "Completed"
+	// BackupFailed: no file was made; the Failed condition says why.
+	BackupFailed BackupPhase = "Failed"
+)
+
+// DatabaseBackupStatus is what the backup made.
+type DatabaseBackupStatus struct {
+	// +optional
+	Phase BackupPhase `json:"phase,omitempty"`
+	// StartTime is when its Job was created.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when it completed or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ClaimName is the PersistentVolumeClaim the file is on.
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+	// File is the dump's path on that volume.
+	// +optional
+	File string `json:"file,omitempty"`
+	// Size of the file in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// SHA256 of the file, hex.
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// Image that made it (the Database's own).
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Engine of the Database it was taken from.
+	// +optional
+	Engine Engine `json:"engine,omitempty"`
+	// Version of the server it was taken from.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Source is the pod it was read from.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Conditions: Completed (False with the reason while pending, running
+	// or failed).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DatabaseBackup is one dump of a Database, on the Database's backup
+// volume. Creating one takes a backup; deleting one deletes its file. It
+// is not owned by its Database and outlives it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=dbbackup,singular=databasebackup,categories=deckhand
+// +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.database`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`
+// +kubebuilder:printcolumn:name="File",type=string,JSONPath=`.status.file`,priority=1
+// +kubebuilder:printcolumn:name="SHA256",type=string,JSONPath=`.status.sha256`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DatabaseBackup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec DatabaseBackupSpec `json:"spec"`
+	// +optional
+	Status DatabaseBackupStatus `json:"status,omitempty"`
+}
+
+// DatabaseBackupList is a list of DatabaseBackups.
+//
+// +kubebuilder:object:root=true
+type DatabaseBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DatabaseBackup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DatabaseBackup{}, &DatabaseBackupList{})
+}

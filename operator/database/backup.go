@@ -1,0 +1,694 @@
+package database
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/status"
+)
+
+// Backup bookkeeping.
+const (
+	// FinalizerBackupFile on a DatabaseBackup: its file is deleted (by a
+	// small Job) before the object goes, so no file is left that no object
+	// accounts for.
+	FinalizerBackupFile = "stable.imaginedata.co/backup-file"
+	// LabelBackupReason on DatabaseBackups the operator makes: scheduled or
+	// final.
+	LabelBackupReason = "stable.imaginedata.co/backup-reason"
+	// ConditionBackupCompleted is the DatabaseBackup's condition.
+	ConditionBackupCompleted = "Completed"
+
+	reasonScheduled = "scheduled"
+	reasonFinal     = "final"
+
+	componentBackup       = "backup"
+	componentBackupDelete = "backup-delete"
+)
+
+// reportGrace is how long a backup Job that succeeded may take to show its
+// report: the kubelet writes the termination message before the pod
+// finishes, so on a real cluster it is there at once.
+const reportGrace = time.Minute
+
+// pendingRecheck is how often a waiting backup looks again: what it waits
+// for (another backup's Job going, a server becoming ready) belongs to
+// other objects.
+const pendingRecheck = 5 * time.Second
+
+// staleRecheck: the cache lags a write of our own; look again soon.
+const staleRecheck = 200 * time.Millisecond
+
+// BackupReconciler runs each DatabaseBackup: a Job that dumps the Database
+// onto its backup volume, and another that deletes the file when the
+// DatabaseBackup is deleted.
+type BackupReconciler struct {
+	Client   client.Client
+	Owned    client.Reader
+	API      client.Reader
+	Recorder events.EventRecorder
+	Engines  map[dbv1.Engine]engine.Engine
+	// Now is the clock (tests may set one).
+	Now func() time.Time
+}
+
+// backupJobName is the one backup Job a Database may have at a time: the
+// API server refuses a second one of the same name, so two backups of a
+// Database never run together, whichever reconciles race.
+func backupJobName(database string) string { return database + "-backup" }
+
+// backupClaimName is a Database's backup volume.
+func backupClaimName(database string) string { return database + "-backup" }
+
+// deleteJobName is short whatever the backup's name: Job names end up in
+// label values (at most 63 characters).
+func deleteJobName(b *dbv1.DatabaseBackup) string {
+	sum := sha256.Sum256([]byte(b.UID))
+	return "dbbackup-delete-" + hex.EncodeToString(sum[:6])
+}
+
+// backupFile is the dump's path on the backup volume.
+func backupFile(b *dbv1.DatabaseBackup) string { return b.Name + ".dump" }
+
+// Reconcile runs one DatabaseBackup.
+func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var b dbv1.DatabaseBackup
+	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		return r.deleteFile(ctx, &b)
+	}
+	if controllerutil.AddFinalizer(&b, FinalizerBackupFile) {
+		if err := r.Client.Update(ctx, &b); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	before := b.DeepCopy()
+	result, err := r.run(ctx, &b)
+	if statusErr := r.patchStatus(ctx, before, &b); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return result, err
+}
+
+// patchStatus writes the status only over the version it was computed
+// from: a reconcile that read a stale DatabaseBackup from the cache must
+// not overwrite a result an earlier one recorded.
+func (r *BackupReconciler) patchStatus(ctx context.Context, before, b *dbv1.DatabaseBackup) error {
+	if equality.Semantic.DeepEqual(before.Status, b.Status) {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	return client.IgnoreNotFound(err)
+}
+
+// stale reports whether the API server has a newer version of b than the
+// cache gave.
+func (r *BackupReconciler) stale(ctx context.Context, b *dbv1.DatabaseBackup) bool {
+	var fresh dbv1.DatabaseBackup
+	err := r.API.Get(ctx, client.ObjectKeyFromObject(b), &fresh)
+	return err != nil || fresh.ResourceVersion != b.ResourceVersion
+}
+
+func (r *BackupReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// run moves a backup through Pending, Running and Completed or Failed.
+func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, error) {
+	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
+		return reconcile.Result{}, nil
+	}
+	var job batchv1.Job
+	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Spec.Database)}
+	err := r.Owned.Get(ctx, jobKey, &job)
+	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
+		// The cache may not have the Job this backup just created.
+		err = r.API.Get(ctx, jobKey, &job)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, err
+	}
+	jobExists := err == nil
+	var db dbv1.Database
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, &db); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		if jobExists && metav1.IsControlledBy(&job, b) {
+			// The Database went while its backup ran: the result still
+			// counts.
+			return r.observeJob(ctx, b, nil, &job)
+		}
+		r.fail(b, nil, "DatabaseNotFound", fmt.Sprintf("Database %s does not exist in namespace %s", b.Spec.Database, b.Namespace))
+		return reconcile.Result{}, nil
+	}
+	if jobExists {
+		if metav1.IsControlledBy(&job, b) {
+			return r.observeJob(ctx, b, &db, &job)
+		}
+		if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
+		if b.Status.Phase == dbv1.BackupRunning {
+			r.fail(b, &db, "JobLost", fmt.Sprintf("backup Job %s disappeared before it finished", jobKey.Name))
+			return reconcile.Result{}, nil
+		}
+		owner := "another object"
+		if ref := metav1.GetControllerOf(&job); ref != nil {
+			owner = ref.Kind + " " + ref.Name
+		}
+		r.pending(b, "WaitingForAnotherBackup", fmt.Sprintf("one backup at a time per Database: Job %s of %s runs", job.Name, owner))
+		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
+	}
+	eng, ok := r.Engines[engineOf(&db)]
+	if !ok {
+		r.fail(b, &db, "UnknownEngine", fmt.Sprintf("engine %q is not served by this operator", engineOf(&db)))
+		return reconcile.Result{}, nil
+	}
+	if !db.DeletionTimestamp.IsZero() && b.Labels[LabelBackupReason] != reasonFinal {
+		r.fail(b, &db, "DatabaseDeleting", fmt.Sprintf("Database %s is being deleted; only its final backup runs", db.Name))
+		return reconcile.Result{}, nil
+	}
+	if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
+		return reconcile.Result{RequeueAfter: staleRecheck}, nil
+	}
+	if b.Status.Phase == dbv1.BackupRunning {
+		// The Job is gone from the cache: it finished, was observed and
+		// deleted by an earlier reconcile whose status patch was lost, or
+		// someone deleted it. Either way nothing says a file is complete.
+		r.fail(b, &db, "JobLost", fmt.Sprintf("backup Job %s disappeared before its result was recorded", jobKey.Name))
+		return reconcile.Result{}, nil
+	}
+	if why := r.cannotStart(&db, b); why != "" {
+		r.pending(b, "Waiting", why)
+		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
+	}
+	pods, err := serverPodsOf(ctx, r.Owned, &db)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	source, host := backupSource(&db, pods)
+	if source == "" {
+		r.pending(b, "WaitingForServer", fmt.Sprintf("no server of Database %s is ready to read from", db.Name))
+		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
+	}
+	claim, err := r.ensureBackupClaim(ctx, &db)
+	if err != nil {
+		if no, ok := err.(*notOwnedError); ok {
+			r.fail(b, &db, "BackupVolumeNotOwned", no.Error())
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	// The image the servers run now, which differs from spec.image while
+	// an image change waits for this very backup.
+	image := imageOf(&db, eng)
+	var sts appsv1.StatefulSet
+	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(&db).StatefulSet}, &sts); err == nil && liveImage(&sts) != "" {
+		image = liveImage(&sts)
+	}
+	desired := backupJob(&db, eng, b, image, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
+	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Another backup took the slot first.
+			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("creating backup Job %s: %w", desired.Name, err)
+	}
+	objectWrites.WithLabelValues("Job", "created").Inc()
+	now := metav1.NewTime(r.now())
+	b.Status.Phase = dbv1.BackupRunning
+	b.Status.StartTime = &now
+	b.Status.ClaimName = claim
+	b.Status.File = backupFile(b)
+	b.Status.Image = image
+	b.Status.Engine = engineOf(&db)
+	b.Status.Source = source
+	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "Running",
+		fmt.Sprintf("Job %s dumps Database %s from pod %s to %s on PersistentVolumeClaim %s", desired.Name, db.Name, source, b.Status.File, claim))
+	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Started", "Backup", "Job %s dumps Database %s from pod %s", desired.Name, db.Name, source)
+	return reconcile.Result{}, nil
+}
+
+// cannotStart says why a backup must wait ("" when it may start).
+func (r *BackupReconciler) cannotStart(db *dbv1.Database, b *dbv1.DatabaseBackup) string {
+	if c := findCondition(db.Status.Conditions, ConditionRestored); c != nil && c.Status == metav1.ConditionFalse {
+		return fmt.Sprintf("Database %s is being restored (%s); backups wait until it is done", db.Name, c.Reason)
+	}
+	if !initializedOrRestored(db) {
+		return fmt.Sprintf("Database %s is not initialised yet", db.Name)
+	}
+	return ""
+}
+
+// backupSource picks the server to read from: a ready standby (the dump
+// then costs the primary nothing), else the ready primary.
+func backupSource(db *dbv1.Database, pods map[string]*corev1.Pod) (pod, host string) {
+	n := namesOf(db)
+	var standbys []string
+	for name, p := range pods {
+		if name != podName(db, 0) && podReady(p) && p.DeletionTimestamp.IsZero() {
+			standbys = append(standbys, name)
+		}
+	}
+	if len(standbys) > 0 {
+		sort.Strings(standbys)
+		s := standbys[len(standbys)-1]
+		return s, s + "." + n.Headless
+	}
+	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() {
+		return p.Name, n.ReadWrite
+	}
+	return "", ""
+}
+
+// ensureBackupClaim creates the Database's backup volume on first need. It
+// is labelled with the Database (so it is in the operator's cache) but not
+// owned by it: it outlives the Database.
+func (r *BackupReconciler) ensureBackupClaim(ctx context.Context, db *dbv1.Database) (string, error) {
+	name := backupClaimName(db.Name)
+	var pvc corev1.PersistentVolumeClaim
+	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
+	err := r.Owned.Get(ctx, key, &pvc)
+	if apierrors.IsNotFound(err) {
+		err = r.API.Get(ctx, key, &pvc)
+	}
+	if err == nil {
+		if pvc.Labels[LabelDatabase] != db.Name || pvc.Labels[LabelComponent] != componentBackup {
+			return "", &notOwnedError{Kind: "PersistentVolumeClaim", Name: name}
+		}
+		return name, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	desired := backupClaim(db)
+	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating backup PersistentVolumeClaim %s: %w", name, err)
+	}
+	objectWrites.WithLabelValues("PersistentVolumeClaim", "created").Inc()
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Created", "Backup",
+		"backup PersistentVolumeClaim %s created (%s); it is not owned by the Database and outlives it", name, desired.Spec.Resources.Requests.Storage())
+	return name, nil
+}
+
+// backupClaim is sized like the data volume unless spec.backup.storage
+// says otherwise, on the default StorageClass unless it names one.
+func backupClaim(db *dbv1.Database) *corev1.PersistentVolumeClaim {
+	size := db.Spec.StorageSize
+	var class *string
+	if b := db.Spec.Backup; b != nil && b.Storage != nil && b.Storage.Volume != nil {
+		if b.Storage.Volume.Size != "" {
+			size = b.Storage.Volume.Size
+		}
+		class = b.Storage.Volume.StorageClassName
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: backupClaimName(db.Name), Namespace: db.Namespace,
+			Labels: withLabels(objectLabels(db), map[string]string{LabelComponent: componentBackup}),
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse(size),
+			}},
+		},
+	}
+}
+
+// backupJob runs the engine's backup container from the Database's own
+// image, owned by the DatabaseBackup.
+func backupJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, image string, spec engine.Backup) *batchv1.Job {
+	c := clusterOf(db, eng)
+	c.Image = image
+	pod := eng.BackupPod(c, spec)
+	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: componentBackup})
+	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+}
+
+func backupOwner(b *dbv1.DatabaseBackup, block bool) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: dbv1.GroupVersion.String(), Kind: "DatabaseBackup", Name: b.Name, UID: b.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(block),
+	}
+}
+
+// lifecycleJob is the shape of backup, restore, upgrade and delete Jobs:
+// one pod of the engine's, a few retries with the Job controller's
+// exponential backoff, and a deadline so a Job that never starts fails.
+func lifecycleJob(name, namespace string, labels map[string]string, owner metav1.OwnerReference, pod engine.Pod, placement *dbv1.PodTemplate, retries int32, scripts string) *batchv1.Job {
+	spec := corev1.PodSpec{
+		RestartPolicy:      corev1.RestartPolicyNever,
+		Containers:         []corev1.Container{pod.Container},
+		SecurityContext:    pod.SecurityContext,
+		Volumes:            pod.Volumes,
+		EnableServiceLinks: ptr.To(false),
+	}
+	if scripts != "" {
+		spec.Volumes = append([]corev1.Volume{{Name: engine.ScriptsVolume, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: scripts},
+				DefaultMode:          ptr.To(int32(0o444)),
+			},
+		}}}, spec.Volumes...)
+	}
+	placePod(&spec, placement)
+	if placement != nil {
+		spec.Affinity = placement.Affinity
+	}
+	return &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To(retries),
+			ActiveDeadlineSeconds: ptr.To(int64(6 * 3600)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       spec,
+			},
+		},
+	}
+}
+
+// observeJob records the result of the backup's Job and then deletes the
+// Job, which frees the Database's backup slot.
+func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.DatabaseBackup, db *dbv1.Database, job *batchv1.Job) (reconcile.Result, error) {
+	report, failMsg := jobPodReport(ctx, r.Owned, job)
+	finished := jobFinished(job, batchv1.JobComplete) || jobFinished(job, batchv1.JobFailed)
+	if finished && r.stale(ctx, b) {
+		// An earlier reconcile may have recorded this result already.
+		return reconcile.Result{RequeueAfter: staleRecheck}, nil
+	}
+	switch {
+	case jobFinished(job, batchv1.JobComplete):
+		if report.SHA256 == "" || report.File == "" {
+			done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
+			if wait := done.Add(reportGrace).Sub(r.now()); wait > 0 {
+				status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "WaitingForReport",
+					fmt.Sprintf("Job %s succeeded; waiting for its report (file, size, checksum)", job.Name))
+				return reconcile.Result{RequeueAfter: wait}, nil
+			}
+			r.fail(b, db, "NoReport", fmt.Sprintf("Job %s succeeded but its pod reported no file and checksum: the file cannot be trusted", job.Name))
+			return reconcile.Result{}, r.deleteJob(ctx, job)
+		}
+		r.complete(b, db, report)
+		return reconcile.Result{}, r.deleteJob(ctx, job)
+	case jobFinished(job, batchv1.JobFailed):
+		c := jobCondition(job, batchv1.JobFailed)
+		msg := fmt.Sprintf("backup Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
+		if failMsg != "" {
+			msg += "; its pod said: " + truncate(failMsg, 400)
+		}
+		r.fail(b, db, "JobFailed", msg)
+		return reconcile.Result{}, r.deleteJob(ctx, job)
+	default:
+		b.Status.Phase = dbv1.BackupRunning
+		return reconcile.Result{}, nil
+	}
+}
+
+func (r *BackupReconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
+	err := r.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting finished Job %s: %w", job.Name, err)
+	}
+	objectWrites.WithLabelValues("Job", "deleted").Inc()
+	return nil
+}
+
+func (r *BackupReconciler) complete(b *dbv1.DatabaseBackup, db *dbv1.Database, report engine.Report) {
+	now := metav1.NewTime(r.now())
+	b.Status.Phase = dbv1.BackupCompleted
+	b.Status.CompletionTime = &now
+	b.Status.File = report.File
+	b.Status.Size = report.Size
+	b.Status.SHA256 = report.SHA256
+	if v := report.Version(); v != "" {
+		b.Status.Version = v
+	} else if eng, ok := r.Engines[b.Status.Engine]; ok {
+		b.Status.Version, _ = eng.VersionFromImage(b.Status.Image)
+	}
+	msg := fmt.Sprintf("%s (%d bytes, sha256 %s) on PersistentVolumeClaim %s", b.Status.File, b.Status.Size, b.Status.SHA256, b.Status.ClaimName)
+	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, true, "Completed", msg)
+	backupsTotal.WithLabelValues(b.Namespace, b.Spec.Database, "succeeded").Inc()
+	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Completed", "Backup", "%s", msg)
+	if db != nil {
+		r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "DatabaseBackup %s completed: %s", b.Name, msg)
+	}
+}
+
+// fail ends a backup for good; db may be nil (it does not exist).
+func (r *BackupReconciler) fail(b *dbv1.DatabaseBackup, db *dbv1.Database, reason, msg string) {
+	now := metav1.NewTime(r.now())
+	b.Status.Phase = dbv1.BackupFailed
+	b.Status.CompletionTime = &now
+	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, reason, msg)
+	backupsTotal.WithLabelValues(b.Namespace, b.Spec.Database, "failed").Inc()
+	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, reason, "Backup", "%s", msg)
+	if db != nil {
+		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "BackupFailed", "Backup", "DatabaseBackup %s failed: %s", b.Name, msg)
+	}
+}
+
+func (r *BackupReconciler) pending(b *dbv1.DatabaseBackup, reason, msg string) {
+	b.Status.Phase = dbv1.BackupPending
+	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, reason, msg)
+}
+
+// deleteFile runs the finalizer: a small Job deletes the backup's file
+// before the DatabaseBackup goes, unless a restore still needs it.
+func (r *BackupReconciler) deleteFile(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(b, FinalizerBackupFile) {
+		return reconcile.Result{}, nil
+	}
+	before := b.DeepCopy()
+	result, done, err := r.deleteFileSteps(ctx, b)
+	if err != nil || !done {
+		if statusErr := r.patchStatus(ctx, before, b); statusErr != nil && err == nil {
+			err = statusErr
+		}
+		return result, err
+	}
+	controllerutil.RemoveFinalizer(b, FinalizerBackupFile)
+	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, b))
+}
+
+func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, bool, error) {
+	if b.Status.Phase != dbv1.BackupCompleted || b.Status.File == "" || b.Status.ClaimName == "" {
+		// No complete file; a running Job goes with the DatabaseBackup.
+		return reconcile.Result{}, true, nil
+	}
+	if terminating, err := namespaceTerminating(ctx, r.API, b.Namespace); err != nil || terminating {
+		// No Job can be created; the backup volume goes with the namespace.
+		return reconcile.Result{}, terminating, err
+	}
+	if user, err := restoreUsing(ctx, r.Client, b); err != nil || user != "" {
+		if user != "" {
+			msg := fmt.Sprintf("Database %s is being restored from this backup; its file is deleted once the restore is done", user)
+			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "InUse", msg)
+		}
+		return reconcile.Result{RequeueAfter: pendingRecheck}, false, err
+	}
+	var pvc corev1.PersistentVolumeClaim
+	err := r.API.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Status.ClaimName}, &pvc)
+	if apierrors.IsNotFound(err) || (err == nil && !pvc.DeletionTimestamp.IsZero()) {
+		return reconcile.Result{}, true, nil // the volume, and the file with it, is gone
+	}
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	var job batchv1.Job
+	name := deleteJobName(b)
+	err = r.Owned.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, &job)
+	if apierrors.IsNotFound(err) {
+		desired, err := r.deleteFileJob(b)
+		if err != nil {
+			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "CannotDelete", err.Error())
+			return reconcile.Result{}, false, nil
+		}
+		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, false, fmt.Errorf("creating Job %s: %w", name, err)
+		}
+		objectWrites.WithLabelValues("Job", "created").Inc()
+		return reconcile.Result{}, false, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	switch {
+	case jobFinished(&job, batchv1.JobComplete):
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "FileDeleted", "Delete", "Job %s deleted %s from PersistentVolumeClaim %s", name, b.Status.File, b.Status.ClaimName)
+		return reconcile.Result{}, true, nil
+	case jobFinished(&job, batchv1.JobFailed):
+		msg := fmt.Sprintf("Job %s could not delete %s from PersistentVolumeClaim %s; the DatabaseBackup stays so the file stays accounted for (remove the finalizer %s by hand to let it go anyway)",
+			name, b.Status.File, b.Status.ClaimName, FinalizerBackupFile)
+		if c := findCondition(b.Status.Conditions, "FileDeleted"); c == nil || c.Reason != "DeleteJobFailed" {
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "DeleteJobFailed", "Delete", "%s", msg)
+		}
+		status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "DeleteJobFailed", msg)
+		return reconcile.Result{}, false, nil
+	default:
+		return reconcile.Result{}, false, nil
+	}
+}
+
+// deleteFileJob removes the file with the image that wrote it, in the
+// shape of the engine's backup pod (its security context and the backup
+// volume's mount), without the Database's Secrets: the Database may be
+// gone.
+func (r *BackupReconciler) deleteFileJob(b *dbv1.DatabaseBackup) (*batchv1.Job, error) {
+	eng, ok := r.Engines[b.Status.Engine]
+	if !ok {
+		eng, ok = r.Engines[dbv1.EnginePostgreSQL]
+		if !ok {
+			return nil, fmt.Errorf("no engine to delete the file with")
+		}
+	}
+	c := engine.Cluster{Name: b.Spec.Database, Namespace: b.Namespace, Image: b.Status.Image}
+	pod := eng.BackupPod(c, engine.Backup{File: b.Status.File, ClaimName: b.Status.ClaimName})
+	mount := ""
+	var mounts []corev1.VolumeMount
+	for _, m := range pod.Container.VolumeMounts {
+		if m.Name == engine.BackupVolume {
+			mount = m.MountPath
+			mounts = append(mounts, m)
+		}
+	}
+	if mount == "" {
+		return nil, fmt.Errorf("the engine's backup pod mounts no backup volume")
+	}
+	var volumes []corev1.Volume
+	for _, v := range pod.Volumes {
+		if v.Name == engine.BackupVolume {
+			volumes = append(volumes, v)
+		}
+	}
+	pod.Volumes = volumes
+	pod.Container.Name = "delete"
+	pod.Container.VolumeMounts = mounts
+	pod.Container.Env = nil
+	pod.Container.EnvFrom = nil
+	pod.Container.Args = nil
+	file := path.Join(mount, path.Clean("/"+b.Status.File))
+	pod.Container.Command = []string{"rm", "-f", "--", file}
+	pod.Container.Resources = corev1.ResourceRequirements{}
+	labels := withLabels(objectLabels(&dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: b.Spec.Database}}),
+		map[string]string{LabelComponent: componentBackupDelete})
+	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(b, false), pod, nil, 3, ""), nil
+}
+
+// restoreUsing names a Database being restored from b ("" when none).
+func restoreUsing(ctx context.Context, c client.Reader, b *dbv1.DatabaseBackup) (string, error) {
+	var dbs dbv1.DatabaseList
+	if err := c.List(ctx, &dbs, client.InNamespace(b.Namespace)); err != nil {
+		return "", err
+	}
+	for _, db := range dbs.Items {
+		if db.Spec.FromBackup == b.Name && !restored(&db) {
+			return db.Name, nil
+		}
+	}
+	return "", nil
+}
+
+func namespaceTerminating(ctx context.Context, c client.Reader, name string) (bool, error) {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return !ns.DeletionTimestamp.IsZero() || ns.Status.Phase == corev1.NamespaceTerminating, nil
+}
+
+// jobPodReport reads the termination message of the Job's newest finished
+// pod: a Report when it succeeded, the raw message when it failed.
+func jobPodReport(ctx context.Context, c client.Reader, job *batchv1.Job) (engine.Report, string) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+		return engine.Report{}, ""
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !metav1.IsControlledBy(p, job) || (p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed) {
+			continue
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp) ||
+			(p.Status.Phase == corev1.PodSucceeded && newest.Status.Phase != corev1.PodSucceeded) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return engine.Report{}, ""
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		t := cs.State.Terminated
+		if t == nil || t.Message == "" {
+			continue
+		}
+		if newest.Status.Phase == corev1.PodFailed {
+			return engine.Report{}, t.Message
+		}
+		report, err := engine.ParseReport(t.Message)
+		if err != nil {
+			logf.FromContext(ctx).Info("Job pod's termination message is not a report", "pod", newest.Name, "error", err.Error())
+		}
+		return report, ""
+	}
+	return engine.Report{}, ""
+}
+
+// backupOfJob maps a Job (or a Job's pod) to the DatabaseBackup that owns
+// it.
+func backupOfJob(owned client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		job, ok := o.(*batchv1.Job)
+		if !ok {
+			name := o.GetLabels()["batch.kubernetes.io/job-name"]
+			if name == "" {
+				return nil
+			}
+			job = &batchv1.Job{}
+			if err := owned.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: name}, job); err != nil {
+				return nil
+			}
+		}
+		ref := metav1.GetControllerOf(job)
+		if ref == nil || ref.Kind != "DatabaseBackup" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}}}
+	}
+}

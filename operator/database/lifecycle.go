@@ -1,0 +1,456 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+)
+
+// Lifecycle names.
+const (
+	// FinalizerDeletionPolicy on a Database: its deletionPolicy is carried
+	// out (a final backup first, by default) before it goes.
+	FinalizerDeletionPolicy = "stable.imaginedata.co/deletion-policy"
+	// AnnotationSkipFinalBackup: "true" lets a Snapshot deletion go on
+	// without a final backup (the way out when it cannot succeed).
+	AnnotationSkipFinalBackup = "stable.imaginedata.co/skip-final-backup"
+
+	ConditionLastBackupSucceeded = "LastBackupSucceeded"
+	ConditionBackupScheduled     = "BackupScheduled"
+	ConditionDeletionBlocked     = "DeletionBlocked"
+	ConditionRestored            = "Restored"
+
+	defaultDeletionTimeout = 10 * time.Minute
+)
+
+func findCondition(conds []metav1.Condition, kind string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, kind)
+}
+
+func initializedOrRestored(db *dbv1.Database) bool {
+	return meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
+}
+
+// restored: the Database needs no restore, or its restore is done.
+func restored(db *dbv1.Database) bool {
+	return db.Spec.FromBackup == "" || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored)
+}
+
+func deletionPolicyOf(db *dbv1.Database) dbv1.DeletionPolicy {
+	if db.Spec.DeletionPolicy == "" {
+		return dbv1.DeletionSnapshot
+	}
+	return db.Spec.DeletionPolicy
+}
+
+func deletionTimeoutOf(db *dbv1.Database) time.Duration {
+	if db.Spec.DeletionTimeout != nil {
+		return db.Spec.DeletionTimeout.Duration
+	}
+	return defaultDeletionTimeout
+}
+
+// finalBackupName is the same for every reconcile of one Database (its
+// UID), and differs for a later Database of the same name.
+func finalBackupName(db *dbv1.Database) string {
+	return fmt.Sprintf("%s-final-%s", db.Name, strings.ReplaceAll(string(db.UID), "-", "")[:8])
+}
+
+// scheduledBackupName is the same for one schedule time, so a reconcile
+// that runs twice makes one backup.
+func scheduledBackupName(db *dbv1.Database, at time.Time) string {
+	return fmt.Sprintf("%s-%s", db.Name, at.UTC().Format("20060102-1504"))
+}
+
+// ensureFinalizer is on every Database before the operator makes anything
+// for it, so nothing it made is deleted without the deletionPolicy.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, db *dbv1.Database) error {
+	if !db.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(db, FinalizerDeletionPolicy) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(db, FinalizerDeletionPolicy)
+	return r.Client.Patch(ctx, db, patch)
+}
+
+// finalize carries out the deletionPolicy. It reports gone once the
+// finalizer is removed (the Database may then vanish at once).
+func (r *Reconciler) finalize(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
+	db.Status.Phase = dbv1.PhaseDeleting
+	if !controllerutil.ContainsFinalizer(db, FinalizerDeletionPolicy) {
+		return reconcile.Result{}, false, nil
+	}
+	policy := deletionPolicyOf(db)
+	terminating, err := namespaceTerminating(ctx, r.API, db.Namespace)
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	switch {
+	case terminating:
+		// No Job can be created in a namespace being deleted, and
+		// everything in it goes anyway: waiting would only hang it.
+		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "NamespaceDeleting", "Delete",
+			"namespace %s is being deleted: no final backup can be taken there (deletionPolicy %s not carried out); the volumes, Secrets and backups go with the namespace", db.Namespace, policy)
+		return r.removeFinalizer(ctx, db)
+	case policy == dbv1.DeletionSnapshot && db.Annotations[AnnotationSkipFinalBackup] == "true":
+		r.normal(db, "FinalBackupSkipped", "Delete", "annotation %s=true: deleting without a final backup", AnnotationSkipFinalBackup)
+	case policy == dbv1.DeletionSnapshot:
+		result, done, err := r.finalBackup(ctx, db)
+		if err != nil || !done {
+			return result, false, err
+		}
+	}
+	if err := r.removeServers(ctx, db, policy); err != nil {
+		return reconcile.Result{}, false, err
+	}
+	return r.removeFinalizer(ctx, db)
+}
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(db, FinalizerDeletionPolicy)
+	if err := r.Client.Patch(ctx, db, patch); err != nil {
+		return reconcile.Result{}, false, client.IgnoreNotFound(err)
+	}
+	return reconcile.Result{}, true, nil
+}
+
+// finalBackup takes the Snapshot policy's backup and reports whether it
+// completed. A failure, or a backup still not done after deletionTimeout,
+// blocks the deletion with DeletionBlocked and says the way out.
+func (r *Reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
+	name := finalBackupName(db)
+	var b dbv1.DatabaseBackup
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &b)
+	if apierrors.IsNotFound(err) {
+		b = dbv1.DatabaseBackup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: map[string]string{
+				LabelDatabase: db.Name, LabelBackupReason: reasonFinal,
+			}},
+			Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
+		}
+		if err := r.Client.Create(ctx, &b); err != nil && !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, false, fmt.Errorf("creating the final DatabaseBackup %s: %w", name, err)
+		}
+		r.normal(db, "FinalBackup", "Delete", "DatabaseBackup %s created: the StatefulSet and its volumes are removed once it completes", name)
+		return reconcile.Result{RequeueAfter: deletionTimeoutOf(db)}, false, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	wayOut := fmt.Sprintf("to delete without it, annotate the Database %s=true or set spec.deletionPolicy to Retain (keeps the volumes) or Delete", AnnotationSkipFinalBackup)
+	switch b.Status.Phase {
+	case dbv1.BackupCompleted:
+		return reconcile.Result{}, true, nil
+	case dbv1.BackupFailed:
+		why := ""
+		if c := findCondition(b.Status.Conditions, ConditionBackupCompleted); c != nil {
+			why = ": " + c.Message
+		}
+		r.block(db, "FinalBackupFailed", fmt.Sprintf("the final DatabaseBackup %s failed%s; %s", name, why, wayOut))
+		return reconcile.Result{}, false, nil
+	}
+	deadline := db.DeletionTimestamp.Add(deletionTimeoutOf(db))
+	if left := time.Until(deadline); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, false, nil
+	}
+	r.block(db, "FinalBackupTimedOut", fmt.Sprintf("the final DatabaseBackup %s is still %s after deletionTimeout (%s); %s",
+		name, phaseOrPending(b.Status.Phase), deletionTimeoutOf(db), wayOut))
+	// It may still complete: look again now and then.
+	return reconcile.Result{RequeueAfter: time.Minute}, false, nil
+}
+
+func phaseOrPending(p dbv1.BackupPhase) dbv1.BackupPhase {
+	if p == "" {
+		return dbv1.BackupPending
+	}
+	return p
+}
+
+func (r *Reconciler) block(db *dbv1.Database, reason, msg string) {
+	if c := findCondition(db.Status.Conditions, ConditionDeletionBlocked); c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
+		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, reason, "Delete", "%s", msg)
+	}
+	r.setCondition(db, ConditionDeletionBlocked, true, reason, msg)
+}
+
+// removeServers deletes the StatefulSet, and the data volumes unless the
+// policy is Retain, which also keeps the Secrets (kept data is useless
+// without its passwords) by taking the Database's ownership off them.
+// The backup volume and the DatabaseBackups are never touched.
+func (r *Reconciler) removeServers(ctx context.Context, db *dbv1.Database, policy dbv1.DeletionPolicy) error {
+	n := namesOf(db)
+	var sts appsv1.StatefulSet
+	if exists, err := r.lookup(ctx, db, "StatefulSet", n.StatefulSet, &sts, false); err == nil && exists {
+		if err := r.Client.Delete(ctx, &sts, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting StatefulSet %s: %w", sts.Name, err)
+		}
+		objectWrites.WithLabelValues("StatefulSet", "deleted").Inc()
+		r.normal(db, "Deleted", "Delete", "StatefulSet %s deleted (deletionPolicy %s)", sts.Name, policy)
+	}
+	if policy == dbv1.DeletionRetain {
+		return r.keepSecrets(ctx, db)
+	}
+	var claims corev1.PersistentVolumeClaimList
+	if err := r.Owned.List(ctx, &claims, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+		return err
+	}
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		if !strings.HasPrefix(pvc.Name, fmt.Sprintf("%s-%s-", "data", db.Name)) || !pvc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting PersistentVolumeClaim %s: %w", pvc.Name, err)
+		}
+		objectWrites.WithLabelValues("PersistentVolumeClaim", "deleted").Inc()
+		r.normal(db, "Deleted", "Delete", "PersistentVolumeClaim %s deleted (deletionPolicy %s)", pvc.Name, policy)
+	}
+	return nil
+}
+
+// keepSecrets removes the Database's owner reference from its Secrets, so
+// garbage collection leaves them.
+func (r *Reconciler) keepSecrets(ctx context.Context, db *dbv1.Database) error {
+	n := namesOf(db)
+	for _, name := range []string{n.Superuser, n.App} {
+		s := secretMetadata()
+		if exists, err := r.lookup(ctx, db, "Secret", name, s, false); err != nil || !exists {
+			continue
+		}
+		body := fmt.Sprintf(`{"metadata":{"ownerReferences":null,"resourceVersion":%q}}`, s.ResourceVersion)
+		target := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name}}
+		if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(body))); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("keeping Secret %s: %w", name, err)
+		}
+		r.normal(db, "Kept", "Delete", "Secret %s kept (deletionPolicy Retain): the kept volumes need its password", name)
+	}
+	return nil
+}
+
+// backupsOf are the DatabaseBackups of a Database.
+func (r *Reconciler) backupsOf(ctx context.Context, db *dbv1.Database) ([]dbv1.DatabaseBackup, error) {
+	var list dbv1.DatabaseBackupList
+	if err := r.Client.List(ctx, &list, client.InNamespace(db.Namespace)); err != nil {
+		return nil, err
+	}
+	var out []dbv1.DatabaseBackup
+	for _, b := range list.Items {
+		if b.Spec.Database == db.Name {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// manageBackups makes scheduled backups, applies retention and reports the
+// newest backup; it returns when to look again (the next schedule time).
+func (r *Reconciler) manageBackups(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
+	backups, err := r.backupsOf(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	r.observeBackups(db, backups)
+	if db.Status.Backup == nil {
+		db.Status.Backup = &dbv1.BackupStatus{}
+	}
+	if err := r.prune(ctx, db, backups); err != nil {
+		return 0, err
+	}
+	return r.schedule(ctx, db)
+}
+
+// observeBackups sets LastBackupSucceeded from the newest finished backup.
+func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBackup) {
+	var last, lastOK *dbv1.DatabaseBackup
+	for i := range backups {
+		b := &backups[i]
+		if b.Status.CompletionTime == nil || b.CreationTimestamp.Before(&db.CreationTimestamp) {
+			continue
+		}
+		if last == nil || finishedAfter(b, last) {
+			last = b
+		}
+		if b.Status.Phase == dbv1.BackupCompleted && (lastOK == nil || finishedAfter(b, lastOK)) {
+			lastOK = b
+		}
+	}
+	if db.Status.Backup == nil && last == nil {
+		return
+	}
+	if db.Status.Backup == nil {
+		db.Status.Backup = &dbv1.BackupStatus{}
+	}
+	if last != nil && last.Status.ClaimName != "" {
+		db.Status.Backup.ClaimName = last.Status.ClaimName
+	}
+	if lastOK != nil {
+		db.Status.Backup.LastSuccessfulBackup = lastOK.Name
+		db.Status.Backup.LastSuccessTime = lastOK.Status.CompletionTime
+		lastBackupSuccess.WithLabelValues(db.Namespace, db.Name).Set(float64(lastOK.Status.CompletionTime.Unix()))
+	}
+	if last == nil {
+		return
+	}
+	db.Status.Backup.LastBackup = last.Name
+	if last.Status.Phase == dbv1.BackupCompleted {
+		r.setCondition(db, ConditionLastBackupSucceeded, true, "BackupCompleted",
+			fmt.Sprintf("DatabaseBackup %s completed at %s (%d bytes)", last.Name, last.Status.CompletionTime.UTC().Format(time.RFC3339), last.Status.Size))
+		return
+	}
+	why := ""
+	if c := findCondition(last.Status.Conditions, ConditionBackupCompleted); c != nil {
+		why = ": " + c.Message
+	}
+	msg := fmt.Sprintf("DatabaseBackup %s failed%s", last.Name, why)
+	if lastOK != nil {
+		msg += fmt.Sprintf("; the newest completed backup is %s", lastOK.Name)
+	}
+	r.warn(db, ConditionLastBackupSucceeded, "BackupFailed", msg)
+	r.setCondition(db, ConditionLastBackupSucceeded, false, "BackupFailed", msg)
+}
+
+// finishedAfter orders finished backups. Times have a resolution of a
+// second: of two that finished in the same second, the one started later
+// counts as newer, and when that ties too, a failure does (an alert on
+// it is better than a failure hidden).
+func finishedAfter(a, b *dbv1.DatabaseBackup) bool {
+	if !a.Status.CompletionTime.Equal(b.Status.CompletionTime) {
+		return b.Status.CompletionTime.Before(a.Status.CompletionTime)
+	}
+	if as, bs := ptrTime(a.Status.StartTime), ptrTime(b.Status.StartTime); !as.Equal(bs) {
+		return bs.Before(as)
+	}
+	return a.Status.Phase == dbv1.BackupFailed && b.Status.Phase != dbv1.BackupFailed
+}
+
+func ptrTime(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+// schedule creates the backup of the most recent schedule time not yet
+// made (one, however many were missed) and returns the wait until the
+// next one.
+func (r *Reconciler) schedule(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
+	spec := db.Spec.Backup
+	st := db.Status.Backup
+	if spec == nil || spec.Schedule == "" {
+		st.NextScheduleTime = nil
+		nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionBackupScheduled)
+		return 0, nil
+	}
+	tz := ""
+	if spec.TimeZone != nil {
+		tz = *spec.TimeZone
+	}
+	sched, loc, err := parseSchedule(spec.Schedule, tz)
+	if err != nil {
+		r.warn(db, ConditionBackupScheduled, "InvalidSchedule", err.Error())
+		r.setCondition(db, ConditionBackupScheduled, false, "InvalidSchedule", err.Error())
+		return 0, nil
+	}
+	if spec.Suspend || db.Spec.Suspend {
+		st.NextScheduleTime = nil
+		nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
+		r.setCondition(db, ConditionBackupScheduled, false, "Suspended", "scheduled backups are suspended")
+		return 0, nil
+	}
+	now := r.now()
+	last := db.CreationTimestamp.Time
+	if st.LastScheduleTime != nil {
+		last = st.LastScheduleTime.Time
+	}
+	if due, ok := lastDue(sched, loc, last, now); ok {
+		if err := r.createScheduledBackup(ctx, db, due); err != nil {
+			return 0, err
+		}
+		st.LastScheduleTime = &metav1.Time{Time: due}
+	}
+	next := sched.Next(now.In(loc))
+	st.NextScheduleTime = &metav1.Time{Time: next}
+	nextScheduledBackup.WithLabelValues(db.Namespace, db.Name).Set(float64(next.Unix()))
+	r.setCondition(db, ConditionBackupScheduled, true, "Scheduled", fmt.Sprintf("next backup at %s (schedule %q, time zone %s)", next.UTC().Format(time.RFC3339), spec.Schedule, loc))
+	return next.Sub(now), nil
+}
+
+func (r *Reconciler) createScheduledBackup(ctx context.Context, db *dbv1.Database, due time.Time) error {
+	b := &dbv1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: scheduledBackupName(db, due), Namespace: db.Namespace, Labels: map[string]string{
+			LabelDatabase: db.Name, LabelBackupReason: reasonScheduled,
+		}},
+		Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
+	}
+	err := r.Client.Create(ctx, b)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating scheduled DatabaseBackup %s: %w", b.Name, err)
+	}
+	r.normal(db, "BackupScheduled", "Backup", "DatabaseBackup %s created for the schedule time %s", b.Name, due.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// prune deletes what retention no longer keeps; each DatabaseBackup's
+// finalizer deletes its file. Only backups made for this Database (not a
+// former one of the same name) count.
+func (r *Reconciler) prune(ctx context.Context, db *dbv1.Database, backups []dbv1.DatabaseBackup) error {
+	spec := db.Spec.Backup
+	if spec == nil || spec.Retention == nil {
+		return nil
+	}
+	var records []backupRecord
+	for _, b := range backups {
+		if b.CreationTimestamp.Before(&db.CreationTimestamp) || !b.DeletionTimestamp.IsZero() {
+			continue
+		}
+		rec := backupRecord{Name: b.Name, Completed: b.Status.Phase == dbv1.BackupCompleted}
+		rec.Finished = rec.Completed || b.Status.Phase == dbv1.BackupFailed
+		if b.Status.CompletionTime != nil {
+			rec.Time = b.Status.CompletionTime.Time
+		}
+		if user, err := restoreUsing(ctx, r.Client, &b); err != nil || user != "" {
+			rec.InUse = true
+		}
+		records = append(records, rec)
+	}
+	keep, maxAge := int32(0), time.Duration(0)
+	if spec.Retention.KeepLast != nil {
+		keep = *spec.Retention.KeepLast
+	}
+	if spec.Retention.MaxAge != nil {
+		maxAge = spec.Retention.MaxAge.Duration
+	}
+	for _, name := range toPrune(records, keep, maxAge, r.now()) {
+		b := &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name}}
+		if err := r.Client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting DatabaseBackup %s (retention): %w", name, err)
+		}
+		r.normal(db, "BackupPruned", "Retention", "DatabaseBackup %s deleted by retention; its finalizer deletes its file", name)
+	}
+	return nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,709 @@
+package database_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+)
+
+// The cluster tests wait on Jobs and the API server far more than they use
+// CPU, and each has a namespace and an operator of its own: they run side
+// by side (t.Parallel).
+
+func newBackup(ns, name, database string) *dbv1.DatabaseBackup {
+	return &dbv1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       dbv1.DatabaseBackupSpec{Database: database},
+	}
+}
+
+func waitForBackup(t *testing.T, c client.Client, ns, name, what string, check func(*assert.CollectT, *dbv1.DatabaseBackup)) *dbv1.DatabaseBackup {
+	t.Helper()
+	var cur dbv1.DatabaseBackup
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cur))
+		check(ct, &cur)
+	}, wait, 100*time.Millisecond, "DatabaseBackup %s: %s", name, what)
+	return &cur
+}
+
+func backupPhase(phase dbv1.BackupPhase) func(*assert.CollectT, *dbv1.DatabaseBackup) {
+	return func(ct *assert.CollectT, b *dbv1.DatabaseBackup) {
+		require.Equal(ct, phase, b.Status.Phase, "conditions: %+v", b.Status.Conditions)
+	}
+}
+
+// backupJobOf waits for the Database's backup Job to belong to the backup.
+func backupJobOf(t *testing.T, c client.Client, ns, db, backup string) *batchv1.Job {
+	t.Helper()
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-backup"}, &job))
+		owner := metav1.GetControllerOf(&job)
+		require.NotNil(ct, owner)
+		require.Equal(ct, backup, owner.Name)
+	}, wait, 100*time.Millisecond, "backup Job of %s", backup)
+	return &job
+}
+
+// reportBackup writes the report backup.sh writes into the termination
+// message of the backup Job's pod (kwok writes none), once kwok has
+// completed it.
+func reportBackup(t *testing.T, c client.Client, ns, db, backup string, size int64) string {
+	t.Helper()
+	job := backupJobOf(t, c, ns, db, backup)
+	sum := fmt.Sprintf("%064x", size)
+	message := fmt.Sprintf(`{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)","file":"%s.dump","size":%d,"sha256":"%s"}`, backup, size, sum)
+	var pod corev1.Pod
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var pods corev1.PodList
+		require.NoError(ct, c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}))
+		var found bool
+		for _, p := range pods.Items {
+			if metav1.IsControlledBy(&p, job) && p.Status.Phase == corev1.PodSucceeded && len(p.Status.ContainerStatuses) == 1 {
+				pod, found = p, true
+			}
+		}
+		require.True(ct, found, "no succeeded pod of Job %s", job.Name)
+	}, wait, 100*time.Millisecond)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(&pod), &pod))
+		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
+		return c.Status().Update(context.Background(), &pod)
+	}))
+	return sum
+}
+
+// completedBackup takes one backup by hand, start to end.
+func completedBackup(t *testing.T, c client.Client, ns, db, name string) *dbv1.DatabaseBackup {
+	t.Helper()
+	require.NoError(t, c.Create(context.Background(), newBackup(ns, name, db)))
+	reportBackup(t, c, ns, db, name, 1000)
+	return waitForBackup(t, c, ns, name, "Completed", backupPhase(dbv1.BackupCompleted))
+}
+
+func backupsResult(t *testing.T, ns, db, result string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "deckhand_database_backups_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["database"] == db && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func envOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "shop", 2)
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	require.NoError(t, c.Create(ctx, newBackup(ns, "first", "shop")))
+	job := backupJobOf(t, c, ns, "shop", "first")
+	container := job.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "postgres:17.6", container.Image, "the Database's own image")
+	assert.Equal(t, "shop-1.shop-headless", envOf(container)["SOURCE_HOST"], "read from the ready standby")
+	assert.Equal(t, "first.dump", envOf(container)["BACKUP_FILE"])
+	var claimVolume string
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claimVolume = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	assert.Equal(t, "shop-backup", claimVolume)
+	assert.True(t, *job.Spec.Template.Spec.SecurityContext.RunAsNonRoot)
+
+	// The backup volume: created on first need, sized like the data
+	// volume, on the default StorageClass, owned by nothing.
+	pvc := get(t, c, ns, "shop-backup", &corev1.PersistentVolumeClaim{})
+	assert.Empty(t, pvc.OwnerReferences)
+	assert.Equal(t, "1Gi", ptr.To(pvc.Spec.Resources.Requests[corev1.ResourceStorage]).String())
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
+		require.Equal(ct, corev1.ClaimBound, pvc.Status.Phase)
+	}, wait, 100*time.Millisecond)
+	assert.Equal(t, "standard", ptr.Deref(pvc.Spec.StorageClassName, ""))
+
+	running := waitForBackup(t, c, ns, "first", "Running", backupPhase(dbv1.BackupRunning))
+	assert.Equal(t, "shop-1", running.Status.Source)
+
+	// One backup at a time: a second waits while the first runs.
+	require.NoError(t, c.Create(ctx, newBackup(ns, "second", "shop")))
+	second := waitForBackup(t, c, ns, "second", "Pending", backupPhase(dbv1.BackupPending))
+	assert.Contains(t, second.Status.Conditions[0].Message, "one backup at a time per Database")
+
+	sum := reportBackup(t, c, ns, "shop", "first", 123456)
+	first := waitForBackup(t, c, ns, "first", "Completed", backupPhase(dbv1.BackupCompleted))
+	assert.Equal(t, "first.dump", first.Status.File)
+	assert.Equal(t, int64(123456), first.Status.Size)
+	assert.Equal(t, sum, first.Status.SHA256)
+	assert.Equal(t, "17.6", first.Status.Version)
+	assert.Equal(t, "postgres:17.6", first.Status.Image)
+	assert.Equal(t, "shop-backup", first.Status.ClaimName)
+	assert.NotNil(t, first.Status.StartTime)
+	assert.NotNil(t, first.Status.CompletionTime)
+
+	// Then the second runs, and completes too.
+	reportBackup(t, c, ns, "shop", "second", 654321)
+	waitForBackup(t, c, ns, "second", "Completed", backupPhase(dbv1.BackupCompleted))
+	cur := waitFor(t, c, db, "LastBackupSucceeded", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, metav1.ConditionTrue, condition(d, database.ConditionLastBackupSucceeded).Status)
+		require.NotNil(ct, d.Status.Backup)
+		require.Equal(ct, "second", d.Status.Backup.LastSuccessfulBackup)
+	})
+	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "654321 bytes")
+	assert.Contains(t, eventReasons(t, c, ns, "shop", corev1.EventTypeNormal), "BackupCompleted")
+	assert.Equal(t, 2.0, backupsResult(t, ns, "shop", "succeeded"))
+
+	out, err := testenv.Kubectl(t, "-n", ns, "get", "dbbackup")
+	require.NoError(t, err, out)
+	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^first\s+shop\s+Completed\s+123456\s+17\.6\s`, out)
+}
+
+// failJob does what Kubernetes does when a Job's pods fail for good.
+func failJob(t *testing.T, c client.Client, job *batchv1.Job) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		job.Status.StartTime = &now
+		job.Status.Failed = 3
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		}
+		return c.Status().Update(context.Background(), job)
+	}))
+}
+
+// onePodQuota lets a namespace run one pod: the primary runs, a Job's pod
+// is refused, so the test decides how the Job ends.
+func onePodQuota(t *testing.T, c client.Client, ns string) *corev1.ResourceQuota {
+	t.Helper()
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+	}
+	require.NoError(t, c.Create(context.Background(), quota))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(quota), quota))
+		require.NotNil(ct, quota.Status.Used)
+	}, wait, 100*time.Millisecond, "quota not counted yet")
+	return quota
+}
+
+func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "flaky", 1)
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	completedBackup(t, c, ns, "flaky", "good")
+
+	onePodQuota(t, c, ns)
+	require.NoError(t, c.Create(ctx, newBackup(ns, "bad", "flaky")))
+	failJob(t, c, backupJobOf(t, c, ns, "flaky", "bad"))
+
+	bad := waitForBackup(t, c, ns, "bad", "Failed", backupPhase(dbv1.BackupFailed))
+	assert.Contains(t, bad.Status.Conditions[0].Message, "BackoffLimitExceeded")
+	cur := waitFor(t, c, db, "LastBackupSucceeded False", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "BackupFailed", condition(d, database.ConditionLastBackupSucceeded).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "DatabaseBackup bad failed")
+	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "the newest completed backup is good")
+	assert.Equal(t, "good", cur.Status.Backup.LastSuccessfulBackup)
+	assert.Contains(t, eventReasons(t, c, ns, "flaky", corev1.EventTypeWarning), "BackupFailed")
+	assert.Equal(t, 1.0, backupsResult(t, ns, "flaky", "failed"))
+	// The failed Job is gone: the next backup may run.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "flaky-backup"}, &batchv1.Job{})
+		require.True(ct, apierrors.IsNotFound(err))
+	}, wait, 100*time.Millisecond)
+
+	// A backup of a Database that does not exist fails with a reason.
+	require.NoError(t, c.Create(ctx, newBackup(ns, "orphan", "nothing-here")))
+	orphan := waitForBackup(t, c, ns, "orphan", "Failed", backupPhase(dbv1.BackupFailed))
+	assert.Equal(t, "DatabaseNotFound", orphan.Status.Conditions[0].Reason)
+}
+
+func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+
+	// The operator is down while the schedule passes a dozen times.
+	db := newDatabase(ns, "nightly", 1)
+	db.Spec.Backup = &dbv1.BackupSpec{Schedule: "0 */2 * * *", Retention: &dbv1.Retention{KeepLast: ptr.To(int32(2))}}
+	require.NoError(t, c.Create(ctx, db))
+	hourAgo := metav1.NewTime(time.Now().Add(-9 * time.Hour).Truncate(time.Second))
+	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &hourAgo}
+	require.NoError(t, c.Status().Update(ctx, db))
+
+	startOperator(t, ns)
+	waitFor(t, c, db, "Ready", ready)
+	var scheduled []dbv1.DatabaseBackup
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var list dbv1.DatabaseBackupList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		scheduled = list.Items
+		require.NotEmpty(ct, scheduled)
+	}, wait, 100*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	var list dbv1.DatabaseBackupList
+	require.NoError(t, c.List(ctx, &list, client.InNamespace(ns)))
+	require.Len(t, list.Items, 1, "one catch-up backup, not one per missed time")
+	last := time.Now().UTC().Truncate(2 * time.Hour)
+	catchUp := list.Items[0]
+	assert.Equal(t, "nightly-"+last.Format("20060102-1504"), catchUp.Name, "the most recent missed time")
+	assert.Equal(t, "scheduled", catchUp.Labels[database.LabelBackupReason])
+
+	cur := waitFor(t, c, db, "next schedule time", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotNil(ct, d.Status.Backup)
+		require.NotNil(ct, d.Status.Backup.NextScheduleTime)
+	})
+	assert.Equal(t, last.Add(2*time.Hour), cur.Status.Backup.NextScheduleTime.UTC())
+	assert.Equal(t, last, cur.Status.Backup.LastScheduleTime.UTC())
+	assert.Contains(t, eventReasons(t, c, ns, "nightly", corev1.EventTypeNormal), "BackupScheduled")
+
+	// Retention keeps the last 2: the third completed backup deletes the
+	// oldest, whose finalizer deletes its file with a Job first.
+	reportBackup(t, c, ns, "nightly", catchUp.Name, 1)
+	waitForBackup(t, c, ns, catchUp.Name, "Completed", backupPhase(dbv1.BackupCompleted))
+	completedBackup(t, c, ns, "nightly", "by-hand-1")
+	var deleteJob batchv1.Job
+	require.NoError(t, c.Create(ctx, newBackup(ns, "by-hand-2", "nightly")))
+	reportBackup(t, c, ns, "nightly", "by-hand-2", 3)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelComponent: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		deleteJob = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the file-deleting Job")
+	assert.Equal(t, []string{"rm", "-f", "--", "/deckhand/backup/" + catchUp.Name + ".dump"}, deleteJob.Spec.Template.Spec.Containers[0].Command)
+	assert.Equal(t, "postgres:17.6", deleteJob.Spec.Template.Spec.Containers[0].Image, "the image that wrote it")
+	assert.Empty(t, deleteJob.Spec.Template.Spec.Containers[0].Env, "no Secrets: the Database may be gone")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: catchUp.Name}, &dbv1.DatabaseBackup{})
+		require.True(ct, apierrors.IsNotFound(err), "the oldest backup is still there")
+	}, wait, 100*time.Millisecond)
+	assert.Contains(t, eventReasons(t, c, ns, catchUp.Name, corev1.EventTypeNormal), "FileDeleted")
+	assert.Contains(t, eventReasons(t, c, ns, "nightly", corev1.EventTypeNormal), "BackupPruned")
+	for _, kept := range []string{"by-hand-1", "by-hand-2"} {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: kept}, &dbv1.DatabaseBackup{}), kept)
+	}
+
+	// Suspended: no next time.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+		db.Spec.Backup.Suspend = true
+		return c.Update(ctx, db)
+	}))
+	cur = waitFor(t, c, db, "suspended", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Suspended", condition(d, database.ConditionBackupScheduled).Reason)
+	})
+	assert.Nil(t, cur.Status.Backup.NextScheduleTime)
+}
+
+func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "precious", 2)
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	completedBackup(t, c, ns, "precious", "earlier")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+	assert.Contains(t, db.Finalizers, database.FinalizerDeletionPolicy)
+
+	require.NoError(t, c.Delete(ctx, db))
+	final := fmt.Sprintf("precious-final-%s", strings.ReplaceAll(string(db.UID), "-", "")[:8])
+	backupJobOf(t, c, ns, "precious", final)
+	// The final backup runs (no report yet): the servers and data stay.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "precious"}, &appsv1.StatefulSet{}))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-precious-0"}, &corev1.PersistentVolumeClaim{}))
+	cur := waitFor(t, c, db, "Deleting", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, dbv1.PhaseDeleting, d.Status.Phase)
+	})
+	assert.NotNil(t, cur.DeletionTimestamp)
+
+	reportBackup(t, c, ns, "precious", final, 42)
+	finalBackup := waitForBackup(t, c, ns, final, "Completed", backupPhase(dbv1.BackupCompleted))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})
+		require.True(ct, apierrors.IsNotFound(err), "Database still there")
+		err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "precious"}, &appsv1.StatefulSet{})
+		require.True(ct, apierrors.IsNotFound(err), "StatefulSet still there")
+		for i := range 2 {
+			var pvc corev1.PersistentVolumeClaim
+			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-precious-%d", i)}, &pvc)
+			require.True(ct, apierrors.IsNotFound(err) || !pvc.DeletionTimestamp.IsZero(), "data volume %d not deleted", i)
+		}
+	}, 60*time.Second, 250*time.Millisecond)
+	// Ordering: the StatefulSet was deleted after the final backup completed.
+	var deletedAt time.Time
+	for _, e := range listEvents(t, c, ns, "precious") {
+		if e.Reason == "Deleted" && strings.Contains(e.Note, "StatefulSet precious deleted") {
+			deletedAt = e.EventTime.Time
+		}
+	}
+	require.False(t, deletedAt.IsZero(), "no StatefulSet deletion event")
+	assert.False(t, deletedAt.Before(finalBackup.Status.CompletionTime.Time.Truncate(time.Second)), "StatefulSet deleted at %s, final backup completed at %s", deletedAt, finalBackup.Status.CompletionTime)
+
+	// Backups and the backup volume outlive the Database.
+	for _, name := range []string{"earlier", final} {
+		var b dbv1.DatabaseBackup
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b), name)
+		assert.True(t, b.DeletionTimestamp.IsZero(), name)
+	}
+	var pvc corev1.PersistentVolumeClaim
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "precious-backup"}, &pvc))
+	assert.True(t, pvc.DeletionTimestamp.IsZero())
+}
+
+func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	skip := newDatabase(ns, "skip", 1)
+	toDelete := newDatabase(ns, "switch", 1)
+	for _, db := range []*dbv1.Database{skip, toDelete} {
+		db.Spec.DeletionTimeout = &metav1.Duration{Duration: 2 * time.Second}
+		require.NoError(t, c.Create(ctx, db))
+		waitFor(t, c, db, "Ready", ready)
+		require.NoError(t, c.Delete(ctx, db))
+	}
+	for _, db := range []*dbv1.Database{skip, toDelete} {
+		// The final backup never reports: after deletionTimeout the
+		// deletion is blocked, with the way out.
+		cur := waitFor(t, c, db, "DeletionBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
+			require.Equal(ct, metav1.ConditionTrue, condition(d, database.ConditionDeletionBlocked).Status)
+		})
+		msg := condition(cur, database.ConditionDeletionBlocked).Message
+		assert.Equal(t, "FinalBackupTimedOut", condition(cur, database.ConditionDeletionBlocked).Reason)
+		assert.Contains(t, msg, "annotate the Database stable.imaginedata.co/skip-final-backup=true")
+		assert.Contains(t, msg, "set spec.deletionPolicy to Retain")
+		assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "FinalBackupTimedOut")
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: db.Name}, &appsv1.StatefulSet{}), "nothing removed while blocked")
+	}
+
+	// Way out 1: the annotation.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(skip), skip))
+		skip.Annotations = map[string]string{database.AnnotationSkipFinalBackup: "true"}
+		return c.Update(ctx, skip)
+	}))
+	// Way out 2: deletionPolicy Delete removes the volumes and Secrets.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(toDelete), toDelete))
+		toDelete.Spec.DeletionPolicy = dbv1.DeletionDelete
+		return c.Update(ctx, toDelete)
+	}))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		for _, name := range []string{"skip", "switch"} {
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &dbv1.Database{})
+			require.True(ct, apierrors.IsNotFound(err), "Database %s still there", name)
+			var pvc corev1.PersistentVolumeClaim
+			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-" + name + "-0"}, &pvc)
+			require.True(ct, apierrors.IsNotFound(err) || !pvc.DeletionTimestamp.IsZero(), "data volume of %s not deleted", name)
+			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-app"}, &corev1.Secret{})
+			require.True(ct, apierrors.IsNotFound(err), "Secret of %s still there", name)
+		}
+	}, 60*time.Second, 250*time.Millisecond)
+	assert.Contains(t, eventReasons(t, c, ns, "skip", corev1.EventTypeNormal), "FinalBackupSkipped")
+}
+
+func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	source := newDatabase(ns, "source", 1)
+	require.NoError(t, c.Create(ctx, source))
+	waitFor(t, c, source, "Ready", ready)
+	b := completedBackup(t, c, ns, "source", "snapshot")
+
+	copyDB := newDatabase(ns, "copy", 1)
+	copyDB.Spec.FromBackup = "snapshot"
+	require.NoError(t, c.Create(ctx, copyDB))
+	restore := get(t, c, ns, "copy-restore", &batchv1.Job{})
+	container := restore.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, b.Status.SHA256, envOf(container)["BACKUP_SHA256"])
+	assert.Equal(t, "snapshot.dump", envOf(container)["BACKUP_FILE"])
+	var claims []string
+	for _, v := range restore.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	assert.Equal(t, []string{"source-backup"}, claims, "the source Database's backup volume")
+
+	cur := waitFor(t, c, copyDB, "Ready", ready)
+	assert.Equal(t, metav1.ConditionTrue, condition(cur, database.ConditionRestored).Status)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(restore), restore))
+	initJob := get(t, c, ns, "copy-init", &batchv1.Job{})
+	done := jobDone(restore)
+	require.False(t, done.IsZero())
+	assert.False(t, initJob.CreationTimestamp.Time.Before(done.Truncate(time.Second)), "init Job created %s, before the restore finished %s", initJob.CreationTimestamp, done)
+
+	missing := newDatabase(ns, "hopeful", 1)
+	missing.Spec.FromBackup = "no-such-backup"
+	require.NoError(t, c.Create(ctx, missing))
+	cur = waitFor(t, c, missing, "BackupNotFound", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "BackupNotFound", condition(d, database.ConditionRestored).Reason)
+	})
+	time.Sleep(2 * time.Second)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(missing), cur))
+	assert.Equal(t, metav1.ConditionFalse, condition(cur, database.ConditionReady).Status)
+	assert.Equal(t, "BackupNotFound", condition(cur, database.ConditionReady).Reason)
+	assert.Equal(t, dbv1.PhaseDegraded, cur.Status.Phase)
+	assert.Contains(t, condition(cur, database.ConditionRestored).Message, "DatabaseBackup no-such-backup (spec.fromBackup) does not exist")
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hopeful-init"}, &batchv1.Job{})
+	assert.True(t, apierrors.IsNotFound(err), "no init Job: an empty database must not look ready")
+	assert.Contains(t, eventReasons(t, c, ns, "hopeful", corev1.EventTypeWarning), "BackupNotFound")
+
+	// fromBackup cannot change after creation.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(missing), cur))
+	cur.Spec.FromBackup = "snapshot"
+	err = c.Update(ctx, cur)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fromBackup is set at creation only")
+}
+
+func listEvents(t *testing.T, c client.Client, ns, name string) []eventsv1.Event {
+	t.Helper()
+	var evs eventsv1.EventList
+	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
+	var out []eventsv1.Event
+	for _, e := range evs.Items {
+		if e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func jobDone(j *batchv1.Job) time.Time {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		change func(*dbv1.Database)
+		msg    string
+	}{
+		{"schedule of four fields", func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupSpec{Schedule: "0 3 * *"} }, "schedule must be five cron fields"},
+		{"unknown descriptor", func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupSpec{Schedule: "@often"} }, "or one of @hourly, @daily"},
+		{"keepLast 0", func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupSpec{Retention: &dbv1.Retention{KeepLast: ptr.To(int32(0))}}
+		}, "retention.keepLast must be at least 1"},
+		{"empty retention", func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupSpec{Retention: &dbv1.Retention{}} }, "retention needs keepLast, maxAge or both"},
+		{"bad time zone", func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupSpec{TimeZone: ptr.To("not a zone")} }, "timeZone must be an IANA time zone name"},
+		{"bad backup size", func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupSpec{Storage: &dbv1.BackupStorage{Volume: &dbv1.BackupVolume{Size: "lots"}}}
+		}, `backup.storage.volume.size must be a quantity such as 100Gi, not "lots"`},
+		{"unknown deletion policy", func(d *dbv1.Database) { d.Spec.DeletionPolicy = "Shred" }, `Unsupported value: "Shred"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDatabase(ns, "bad", 1)
+			tc.change(db)
+			err := c.Create(ctx, db)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	ok := newDatabase(ns, "fine", 1)
+	ok.Spec.Backup = &dbv1.BackupSpec{Schedule: "@daily", TimeZone: ptr.To("Europe/Paris"),
+		Retention: &dbv1.Retention{KeepLast: ptr.To(int32(7)), MaxAge: &metav1.Duration{Duration: 720 * time.Hour}}}
+	require.NoError(t, c.Create(ctx, ok))
+	assert.Equal(t, dbv1.DeletionSnapshot, ok.Spec.DeletionPolicy, "the default")
+
+	b := newBackup(ns, "b", "fine")
+	require.NoError(t, c.Create(ctx, b))
+	b.Spec.Database = "other"
+	err := c.Update(ctx, b)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "database is immutable")
+}
+
+func setImage(t *testing.T, c client.Client, db *dbv1.Database, image string, annotations map[string]string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
+		db.Spec.Image = image
+		if annotations != nil {
+			db.Annotations = annotations
+		}
+		return c.Update(context.Background(), db)
+	}))
+}
+
+func serverImage(t *testing.T, c client.Client, ns, name string) string {
+	t.Helper()
+	sts := get(t, c, ns, name, &appsv1.StatefulSet{})
+	return sts.Spec.Template.Spec.Containers[0].Image
+}
+
+func TestImageChangesBackUpFirstAndDowngradesAreRefused(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "rolling", 2)
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	// Same major: a backup with the old image first, then the roll.
+	setImage(t, c, db, "postgres:17.7", nil)
+	var backups dbv1.DatabaseBackupList
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.List(ctx, &backups, client.InNamespace(ns)))
+		require.Len(ct, backups.Items, 1)
+	}, wait, 100*time.Millisecond, "the pre-upgrade backup")
+	pre := backups.Items[0]
+	assert.Equal(t, "pre-upgrade", pre.Labels[database.LabelBackupReason])
+	job := backupJobOf(t, c, ns, "rolling", pre.Name)
+	assert.Equal(t, "postgres:17.6", job.Spec.Template.Spec.Containers[0].Image, "the dump is taken with the image that runs")
+	cur := waitFor(t, c, db, "Upgrading", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "BackingUp", condition(d, database.ConditionUpgrading).Reason)
+	})
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "rolling"), "no roll before the backup completed")
+	assert.Equal(t, "17.6", cur.Status.CurrentVersion)
+
+	reportBackup(t, c, ns, "rolling", pre.Name, 10)
+	cur = waitFor(t, c, db, "rolled to 17.7", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, "postgres:17.7", d.Status.CurrentImage)
+	})
+	assert.Equal(t, "17.7", cur.Status.CurrentVersion)
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	var done dbv1.DatabaseBackup
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&pre), &done))
+	assert.Equal(t, dbv1.BackupCompleted, done.Status.Phase)
+	assert.True(t, done.Status.CompletionTime.Time.Before(time.Now()))
+
+	// A major downgrade: refused, nothing changes.
+	setImage(t, c, db, "postgres:16.4", nil)
+	cur = waitFor(t, c, db, "UpgradeBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Downgrade", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgradeBlocked).Message, "PostgreSQL 17.7 to 16.4 is a major-version downgrade")
+	assert.Contains(t, eventReasons(t, c, ns, "rolling", corev1.EventTypeWarning), "Downgrade")
+	time.Sleep(time.Second)
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
+	assert.Len(t, backups.Items, 1, "no backup for a refused change")
+
+	// A major upgrade is not automated yet: refused the same way.
+	setImage(t, c, db, "postgres:18.0", nil)
+	cur = waitFor(t, c, db, "UpgradeBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "MajorUpgradeNotAutomated", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+
+	// An image without a version: only with the annotation, and after a backup.
+	setImage(t, c, db, "registry.example/postgres-custom", nil)
+	cur = waitFor(t, c, db, "VersionUnreadable", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "VersionUnreadable", condition(d, database.ConditionUpgradeBlocked).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgradeBlocked).Message, "annotate the Database stable.imaginedata.co/allow-unknown-version=true")
+	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	setImage(t, c, db, "registry.example/postgres-custom", map[string]string{database.AnnotationAllowUnknownVersion: "true"})
+	var second string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.List(ctx, &backups, client.InNamespace(ns)))
+		require.Len(ct, backups.Items, 2)
+		for _, b := range backups.Items {
+			if b.Name != pre.Name {
+				second = b.Name
+			}
+		}
+	}, wait, 100*time.Millisecond, "the second pre-upgrade backup")
+	reportBackup(t, c, ns, "rolling", second, 20)
+	waitFor(t, c, db, "rolled to the custom image", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "registry.example/postgres-custom", d.Status.CurrentImage)
+	})
+}

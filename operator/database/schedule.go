@@ -1,0 +1,91 @@
+package database
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// cronParser reads schedules as a Kubernetes CronJob does: five fields or
+// a descriptor such as @daily.
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseSchedule reads a cron schedule in a time zone (empty: UTC).
+func parseSchedule(schedule, timeZone string) (cron.Schedule, *time.Location, error) {
+	loc := time.UTC
+	if timeZone != "" {
+		l, err := time.LoadLocation(timeZone)
+		if err != nil {
+			return nil, nil, fmt.Errorf("timeZone %q is not a known IANA time zone: %w", timeZone, err)
+		}
+		loc = l
+	}
+	s, err := cronParser.Parse(schedule)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedule %q: %w", schedule, err)
+	}
+	return s, loc, nil
+}
+
+// catchUpWindow bounds how far back missed schedules are looked for: one
+// backup makes up for any number of them, so older ones do not matter.
+const catchUpWindow = 366 * 24 * time.Hour
+
+// lastDue is the most recent schedule time after last and not after now:
+// whatever was missed since last (the operator down, say) gives one
+// backup, not one per missed time.
+func lastDue(s cron.Schedule, loc *time.Location, last, now time.Time) (time.Time, bool) {
+	if start := now.Add(-catchUpWindow); last.Before(start) {
+		last = start
+	}
+	var due time.Time
+	for t := s.Next(last.In(loc)); !t.IsZero() && !t.After(now); t = s.Next(t) {
+		due = t
+	}
+	return due, !due.IsZero()
+}
+
+// backupRecord is what retention needs to know of one backup, whichever
+// API made it.
+type backupRecord struct {
+	Name string
+	// Finished: completed or failed. Pending and running backups are never
+	// pruned.
+	Finished, Completed bool
+	// Time is when it finished.
+	Time time.Time
+	// InUse: a restore needs its file.
+	InUse bool
+}
+
+// toPrune names the backups retention deletes: completed ones beyond the
+// keepLast newest or older than maxAge, and failed ones that are older
+// than maxAge or than the keepLast-th newest completed backup. The newest
+// completed backup is always kept, and so is one in use.
+func toPrune(backups []backupRecord, keepLast int32, maxAge time.Duration, now time.Time) []string {
+	finished := make([]backupRecord, 0, len(backups))
+	for _, b := range backups {
+		if b.Finished {
+			finished = append(finished, b)
+		}
+	}
+	sort.SliceStable(finished, func(i, j int) bool { return finished[i].Time.After(finished[j].Time) })
+	var out []string
+	completed := int32(0)
+	for _, b := range finished {
+		tooOld := maxAge > 0 && now.Sub(b.Time) > maxAge
+		beyondCount := keepLast > 0 && completed >= keepLast
+		if b.Completed {
+			completed++
+			if completed == 1 {
+				continue // the newest completed backup
+			}
+		}
+		if !b.InUse && (tooOld || beyondCount) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}

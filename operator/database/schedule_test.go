@@ -1,0 +1,79 @@
+package database
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSchedulesAreParsedLikeACronJobs(t *testing.T) {
+	for _, ok := range []string{"0 3 * * *", "*/15 * * * 1-5", "@daily", "@hourly", "@weekly"} {
+		_, _, err := parseSchedule(ok, "")
+		assert.NoError(t, err, ok)
+	}
+	for _, bad := range []string{"0 3 * *", "61 * * * *", "@often", "* * * * * *"} {
+		_, _, err := parseSchedule(bad, "")
+		assert.Error(t, err, bad)
+	}
+	_, _, err := parseSchedule("@daily", "Mars/Olympus")
+	assert.ErrorContains(t, err, `timeZone "Mars/Olympus" is not a known IANA time zone`)
+}
+
+func TestMissedSchedulesGiveOneBackupForTheMostRecentTime(t *testing.T) {
+	s, loc, err := parseSchedule("*/5 * * * *", "")
+	require.NoError(t, err)
+	last := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+
+	_, ok := lastDue(s, loc, last, last.Add(4*time.Minute))
+	assert.False(t, ok, "nothing due before the next time")
+
+	due, ok := lastDue(s, loc, last, last.Add(3*time.Hour+7*time.Minute))
+	require.True(t, ok)
+	assert.Equal(t, last.Add(3*time.Hour+5*time.Minute), due, "the most recent missed time, once")
+
+	// Years of downtime still end quickly, on the most recent time.
+	due, ok = lastDue(s, loc, last.AddDate(-5, 0, 0), last)
+	require.True(t, ok)
+	assert.Equal(t, last, due)
+}
+
+func TestSchedulesFollowTheirTimeZone(t *testing.T) {
+	s, loc, err := parseSchedule("0 3 * * *", "Europe/Paris")
+	require.NoError(t, err)
+	// 03:00 in Paris in winter is 02:00 UTC.
+	due, ok := lastDue(s, loc, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	require.True(t, ok)
+	assert.Equal(t, time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC), due.UTC())
+}
+
+func TestRetentionKeepsTheNewestAndWhatARestoreUses(t *testing.T) {
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	b := func(name string, age time.Duration, completed bool) backupRecord {
+		return backupRecord{Name: name, Finished: true, Completed: completed, Time: now.Add(-age)}
+	}
+	backups := []backupRecord{
+		b("d1", 1*day, true), b("d2", 2*day, true), b("f3", 3*day, false), b("d4", 4*day, true),
+		b("d5", 5*day, true), {Name: "running", Time: now.Add(-10 * day)},
+	}
+	assert.ElementsMatch(t, []string{"f3", "d4", "d5"}, toPrune(backups, 2, 0, now), "keep the last 2 completed")
+	assert.ElementsMatch(t, []string{"d4", "d5"}, toPrune(backups, 0, 3*day+time.Hour, now), "max age 3 days")
+	assert.ElementsMatch(t, []string{"f3", "d4", "d5"}, toPrune(backups, 2, 3*day+time.Hour, now), "both")
+	assert.Empty(t, toPrune(backups, 10, 0, now))
+
+	// Everything too old: the newest completed backup stays anyway.
+	assert.ElementsMatch(t, []string{"d2", "f3", "d4", "d5"}, toPrune(backups, 0, time.Hour, now))
+
+	backups[4].InUse = true
+	assert.ElementsMatch(t, []string{"f3", "d4"}, toPrune(backups, 2, 0, now), "a backup a restore uses is kept")
+}
+
+func TestVersionsCompareNumerically(t *testing.T) {
+	assert.Equal(t, -1, compareVersions("9", "10"))
+	assert.Equal(t, 1, compareVersions("18", "17"))
+	assert.Equal(t, 0, compareVersions("17", "17"))
+	assert.Equal(t, -1, compareVersions("8.0", "8.4"))
+	assert.Equal(t, 1, compareVersions("8.4", "8"))
+}
