@@ -8,10 +8,12 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Names of the volumes an engine's containers mount; the controller
@@ -201,4 +203,63 @@ func TagVersion(image string) (string, bool) {
 		return "", false
 	}
 	return m[1], true
+}
+
+// Paths every engine's containers share.
+const (
+	// ScriptsDir is where the scripts volume is mounted.
+	ScriptsDir = "/deckhand/scripts"
+	// BackupMount is where backup, restore and upgrade Jobs mount
+	// BackupVolume.
+	BackupMount = "/deckhand/backup"
+	// TerminationMessagePath is where Jobs write their Report.
+	TerminationMessagePath = "/dev/termination-log"
+)
+
+// JobPod is the shape every engine's Jobs but init share: one container
+// running script from the scripts volume with env and the engine's
+// credentials, the backup volume of backupClaim mounted at BackupMount
+// (and extra, when given), a Report written to the termination message.
+func JobPod(c Cluster, name, script string, env, credentials []corev1.EnvVar, backupClaim string, extra *corev1.Volume, pod *corev1.PodSecurityContext) Pod {
+	env = append(env,
+		corev1.EnvVar{Name: "BACKUP_DIR", Value: BackupMount},
+		corev1.EnvVar{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
+	)
+	env = append(env, credentials...)
+	volumes := []corev1.Volume{{Name: BackupVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
+	}}}
+	if extra != nil {
+		volumes = append(volumes, *extra)
+	}
+	p := Pod{
+		Container: corev1.Container{
+			Name:    name,
+			Image:   c.Image,
+			Command: []string{"sh", path.Join(ScriptsDir, script)},
+			Env:     env,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: ScriptsVolume, MountPath: ScriptsDir, ReadOnly: true},
+				{Name: BackupVolume, MountPath: BackupMount},
+			},
+			TerminationMessagePath:   TerminationMessagePath,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			SecurityContext:          RestrictedContainer(),
+		},
+		Volumes:         volumes,
+		SecurityContext: pod,
+	}
+	if c.Resources != nil {
+		p.Container.Resources = *c.Resources
+	}
+	return p
+}
+
+// RestrictedContainer is the container security context of Pod Security
+// "restricted": no privilege escalation, no capabilities.
+func RestrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
 }

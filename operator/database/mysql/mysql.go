@@ -39,7 +39,7 @@ const (
 
 // Paths inside the containers.
 const (
-	scriptsDir = "/deckhand/scripts"
+	scriptsDir = engine.ScriptsDir
 	// dataMount is where both official images keep their data.
 	dataMount = "/var/lib/mysql"
 	// dataDir is a directory below the volume's root, which may hold
@@ -50,9 +50,9 @@ const (
 	socket = runDir + "/mysqld.sock"
 	// backupMount is where backup, restore and upgrade Jobs mount
 	// engine.BackupVolume.
-	backupMount = "/deckhand/backup"
+	backupMount = engine.BackupMount
 	// TerminationMessagePath is where Jobs write their Report.
-	TerminationMessagePath = "/dev/termination-log"
+	TerminationMessagePath = engine.TerminationMessagePath
 )
 
 // Entry points in Scripts(); lib.sh is sourced by all of them.
@@ -313,42 +313,10 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 	return pod
 }
 
-// jobPod is the shape every Job but init shares: one container running
-// script from the scripts volume as root (the account), the backup volume
-// mounted at backupMount, a Report written to the termination message.
+// jobPod is engine.JobPod with this engine's credentials and pod
+// security context.
 func jobPod(c engine.Cluster, name, script string, env []corev1.EnvVar, backupClaim string, extra *corev1.Volume) engine.Pod {
-	env = append(env,
-		corev1.EnvVar{Name: "BACKUP_DIR", Value: backupMount},
-		corev1.EnvVar{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
-	)
-	env = append(env, rootEnv(c)...)
-	volumes := []corev1.Volume{{Name: engine.BackupVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
-	}}}
-	if extra != nil {
-		volumes = append(volumes, *extra)
-	}
-	pod := engine.Pod{
-		Container: corev1.Container{
-			Name:    name,
-			Image:   c.Image,
-			Command: []string{"sh", path.Join(scriptsDir, script)},
-			Env:     env,
-			VolumeMounts: []corev1.VolumeMount{
-				{Name: engine.ScriptsVolume, MountPath: scriptsDir, ReadOnly: true},
-				{Name: engine.BackupVolume, MountPath: backupMount},
-			},
-			TerminationMessagePath:   TerminationMessagePath,
-			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			SecurityContext:          containerSecurityContext(),
-		},
-		Volumes:         volumes,
-		SecurityContext: podSecurityContext(),
-	}
-	if c.Resources != nil {
-		pod.Container.Resources = *c.Resources
-	}
-	return pod
+	return engine.JobPod(c, name, script, env, rootEnv(c), backupClaim, extra, podSecurityContext())
 }
 
 // ConnectionURI is a mysql:// URI (as Go's and JDBC's MySQL drivers read
@@ -411,9 +379,4 @@ func podSecurityContext() *corev1.PodSecurityContext {
 	}
 }
 
-func containerSecurityContext() *corev1.SecurityContext {
-	return &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
-}
+func containerSecurityContext() *corev1.SecurityContext { return engine.RestrictedContainer() }
