@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,8 +24,15 @@ import (
 	"github.com/deckhand-dev/deckhand/operator"
 )
 
+// operatorNamespace holds the ServiceAccounts test operators run as. It
+// outlives every test namespace, as the chart's release namespace outlives
+// the namespaces it watches: an account inside a watched namespace would be
+// deleted with it, and its operator could no longer remove the finalizers
+// that hold that namespace in Terminating.
+const operatorNamespace = "deckhand-test-operators"
+
 // ChartRBACConfig is a client configuration that authenticates as a
-// ServiceAccount of namespace holding exactly the ClusterRole the chart
+// ServiceAccount (in operatorNamespace) holding exactly the ClusterRole the chart
 // renders with only these controllers enabled. Controller tests run their
 // operator with it, so a missing RBAC marker fails a test instead of an
 // install (the local cluster also enforces OwnerReferencesPermissionEnforcement).
@@ -45,12 +53,13 @@ func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string
 	// A test may start its operator twice: each start gets its own account.
 	suffix := rand.String(5)
 	name := "deckhand-test-" + namespace + "-" + suffix
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deckhand-" + suffix, Namespace: namespace}}
+	ensureNamespace(t, c, operatorNamespace)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deckhand-" + suffix, Namespace: operatorNamespace}}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"deckhand.dev/test": "true"}}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"deckhand.dev/test": "true"}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: operatorNamespace}},
 	}
 	objs := []client.Object{sa, role, binding}
 	for _, r := range roles {
@@ -58,7 +67,7 @@ func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string
 		objs = append(objs, r, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: operatorNamespace}},
 		})
 	}
 	for _, o := range objs {
@@ -67,11 +76,12 @@ func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), binding)
 		_ = c.Delete(context.Background(), role)
+		_ = c.Delete(context.Background(), sa)
 	})
 
 	admin := RESTConfig(t)
 	cfg := rest.AnonymousClientConfig(admin)
-	cfg.BearerToken = ServiceAccountToken(t, namespace, sa.Name)
+	cfg.BearerToken = ServiceAccountToken(t, operatorNamespace, sa.Name)
 	cfg.QPS, cfg.Burst = admin.QPS, admin.Burst
 	if len(rules) > 0 {
 		waitUntilAllowed(t, cfg, namespace, rules[0])
@@ -80,6 +90,15 @@ func ChartRBACConfigWithValues(t testing.TB, namespace string, values map[string
 		waitUntilAllowed(t, cfg, r.Namespace, r.Rules[0])
 	}
 	return cfg
+}
+
+// ensureNamespace creates a namespace that no test deletes.
+func ensureNamespace(t testing.TB, c client.Client, name string) {
+	t.Helper()
+	err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err, "creating namespace %s", name)
+	}
 }
 
 // ServiceAccountToken is a one-hour token of a ServiceAccount, from the
