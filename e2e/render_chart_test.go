@@ -178,16 +178,25 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	rule := on.One(t, "PrometheusRule")
 	assert.Equal(t, "prometheus", rule.GetLabels()["release"])
 	alerts := alertsOf(t, rule)
-	assert.ElementsMatch(t, []string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, keys(alerts))
+	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed"}
+	assert.ElementsMatch(t, append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), keys(alerts))
 	for name, expr := range alerts {
 		assert.Contains(t, expr, `service="`+svc.Name+`"`, name)
 		assert.Contains(t, expr, `namespace="`+ns+`"`, name)
 	}
 	assertKnownMetrics(t, alerts["DeckhandConfigMonitorRestartFailing"]+alerts["DeckhandJMXExporterAttachFailing"], "PrometheusRule")
 	assert.Contains(t, alerts["DeckhandJMXExporterAttachFailing"], `result="Failed"`, "the attaches counter's failure result")
+	for _, name := range databaseAlerts {
+		assertKnownMetrics(t, alerts[name], "PrometheusRule")
+	}
+	// Once scraped, the Database metrics' own namespace label is
+	// exported_namespace (the target's namespace is the operator's).
+	assert.Contains(t, alerts["DeckhandDatabaseBackupOverdue"], "> 90000", "metrics.prometheusRule.databaseBackupMaxAgeSeconds")
+	assert.Contains(t, alerts["DeckhandDatabaseBackupOverdue"], "on (exported_namespace, database)")
+	assert.Contains(t, alerts["DeckhandDatabaseBackupFailed"], `result="failed"`, "the backups counter's failure result")
 
 	// Alerts follow the controllers: none for a controller the release does not run.
-	noJMX := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "controllers.jmxExporter.enabled=false", "controllers.configMonitor.enabled=false"))
+	noJMX := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "controllers.jmxExporter.enabled=false", "controllers.configMonitor.enabled=false", "controllers.database.enabled=false"))
 	assert.ElementsMatch(t, []string{"DeckhandReconcileErrors"}, keys(alertsOf(t, noJMX.One(t, "PrometheusRule"))))
 
 	var dashboard *corev1.ConfigMap
