@@ -127,6 +127,9 @@ type Reconciler struct {
 	// changedAt remembers when a ConfigMap or Secret event arrived, for the
 	// event-to-patch latency metric.
 	changedAt sync.Map
+	// stamped remembers which workloads carry which hash, so a pass skips
+	// those it rolled already without a request or a restart token.
+	stamped stamps
 }
 
 // Options are the controller's settings.

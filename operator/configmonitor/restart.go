@@ -286,6 +286,11 @@ func (r *Reconciler) rollOutFromCache(ctx context.Context, m *magalixv1.ConfigMo
 	if err := r.Workloads.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: t.name}, cached); err != nil {
 		return gone, errCacheBehind
 	}
+	key := AnnotationKey(&m.Spec)
+	if r.stamped.carries(cached.UID, key, hash, cached.Generation) {
+		skipped.WithLabelValues("AlreadyCurrent").Inc()
+		return alreadyCurrent, nil
+	}
 	token, err := r.takeRestartToken()
 	if err != nil {
 		return gone, err
@@ -293,7 +298,7 @@ func (r *Reconciler) rollOutFromCache(ctx context.Context, m *magalixv1.ConfigMo
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": cached.ResourceVersion},
 		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
-			"annotations": map[string]string{AnnotationKey(&m.Spec): hash}}}},
+			"annotations": map[string]string{key: hash}}}},
 	})
 	if err != nil {
 		return gone, err
@@ -311,9 +316,11 @@ func (r *Reconciler) rollOutFromCache(ctx context.Context, m *magalixv1.ConfigMo
 		return gone, err
 	case obj.GetGeneration() == cached.Generation:
 		token.Cancel()
+		r.stamped.record(cached.UID, key, hash, cached.Generation)
 		skipped.WithLabelValues("AlreadyCurrent").Inc()
 		return alreadyCurrent, nil
 	}
+	r.stamped.record(obj.GetUID(), key, hash, obj.GetGeneration())
 	r.reportRestart(m, t, obj, hash)
 	return rolled, nil
 }
@@ -331,6 +338,7 @@ func (r *Reconciler) rollOutLive(ctx context.Context, m *magalixv1.ConfigMonitor
 	}
 	key := AnnotationKey(&m.Spec)
 	if template().Annotations[key] == hash {
+		r.stamped.record(obj.GetUID(), key, hash, obj.GetGeneration())
 		skipped.WithLabelValues("AlreadyCurrent").Inc()
 		return alreadyCurrent, nil
 	}
@@ -348,6 +356,7 @@ func (r *Reconciler) rollOutLive(ctx context.Context, m *magalixv1.ConfigMonitor
 		token.Cancel()
 		return gone, err
 	}
+	r.stamped.record(obj.GetUID(), key, hash, obj.GetGeneration())
 	r.reportRestart(m, t, obj, hash)
 	return rolled, nil
 }
