@@ -136,6 +136,7 @@ type DatabaseSpec struct {
 	// restore into the new primary before the database is initialised and
 	// reported Ready. Set at creation only.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'fromBackup must be the name of a DatabaseBackup (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	FromBackup string `json:"fromBackup,omitempty"`
 
