@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -335,8 +336,16 @@ func apply(ctx context.Context, c client.Client, ns string, i int, r row) (*unst
 	if err != nil {
 		return obj, "", fmt.Errorf("creating the object to update: %w", err)
 	}
-	obj.Object["spec"] = r.update
-	return obj, refusal(c.Update(ctx, obj)), nil
+	// The controller may write the object (a finalizer) meanwhile: apply
+	// the change to its latest version, as kubectl edit would.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		obj.Object["spec"] = runtime.DeepCopyJSON(r.update)
+		return c.Update(ctx, obj)
+	})
+	return obj, refusal(err), nil
 }
 
 // TestCatalogue applies each bad object to the API server, with the
