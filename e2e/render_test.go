@@ -262,7 +262,6 @@ func TestBadValuesAreRejectedReadably(t *testing.T) {
 		"unknown controller":   {[]string{"controllers.blogpost.enabled=true"}, "additional properties 'blogpost' not allowed"},
 		"wrong type":           {[]string{"replicaCount=two"}, "got string, want integer"},
 		"bad log level":        {[]string{"logLevel=loud"}, "logLevel"},
-		"controller not built": {[]string{"controllers.mysqlCluster.enabled=true"}, "does not have the mysqlCluster controller yet"},
 		"no controller":        {disableAll(), "enable at least one controller"},
 	} {
 		t.Run(name, func(t *testing.T) {
