@@ -52,7 +52,7 @@ type ScheduleReconciler struct {
 
 func (s *ScheduleReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(Name + "-schedule").
+		Named(Name+"-schedule").
 		For(&grtlv1.MySQLBackupSchedule{}).
 		Watches(&grtlv1.MySQLBackupInstance{}, handler.EnqueueRequestsFromMapFunc(scheduleOfInstance)).
 		Complete(s)
