@@ -154,6 +154,10 @@ type Kind struct {
 	Clusters    ClusterAPI
 	Backups     BackupAPI
 	Engines     map[dbv1.Engine]engine.Engine
+	// RequirePinnedImage: an image without a version in its tag keeps
+	// VersionKnown False (reason ImageNotPinned) even once a server
+	// reported its version, since a restart may run another.
+	RequirePinnedImage bool
 	// Words translate the core's messages, written in the Database's
 	// words (Database, DatabaseBackup, storage-size), into the Kind's;
 	// nil for the Database. Events go through them (SetupKind), and the

@@ -260,6 +260,10 @@ func (r *Reconciler) observeVersion(db *Cluster, eng engine.Engine, l *live, rep
 	if image == "" {
 		image = imageOf(db, eng)
 	}
+	if _, tagged := eng.VersionFromImage(image); !tagged && db.Kind.RequirePinnedImage {
+		r.reportUnpinned(db, eng, l, report, image)
+		return
+	}
 	if v := report.Version(); v != "" && jobImage(&l.job) == image {
 		db.Status.CurrentVersion = v
 		r.setCondition(db, ConditionVersionKnown, true, "ReportedByServer", fmt.Sprintf("the server reports version %s", report.ServerVersion))
@@ -274,6 +278,21 @@ func (r *Reconciler) observeVersion(db *Cluster, eng engine.Engine, l *live, rep
 	msg := fmt.Sprintf("image %s has no version in its tag and no server has reported one; version-aware upgrades need an image tagged with its version, such as %s", image, eng.DefaultImage())
 	r.warn(db, ConditionVersionKnown, "VersionUnreadable", msg)
 	r.setCondition(db, ConditionVersionKnown, false, "VersionUnreadable", msg)
+}
+
+// reportUnpinned: an image whose tag names no version (mysql:latest) runs
+// whatever the registry has when a pod restarts, so no version is known
+// for good even when a server reported one; VersionKnown stays False and a
+// Warning says so once.
+func (r *Reconciler) reportUnpinned(db *Cluster, eng engine.Engine, l *live, report engine.Report, image string) {
+	db.Status.CurrentVersion = ""
+	msg := fmt.Sprintf("image %s is not pinned: its tag names no version, so a restart may run another version and no upgrade can be checked; use an image tagged with its version, such as %s", image, eng.DefaultImage())
+	if v := report.Version(); v != "" && jobImage(&l.job) == image {
+		db.Status.CurrentVersion = v
+		msg += fmt.Sprintf(" (the server reported %s when the init Job ran)", report.ServerVersion)
+	}
+	r.warn(db, ConditionVersionKnown, "ImageNotPinned", msg)
+	r.setCondition(db, ConditionVersionKnown, false, "ImageNotPinned", msg)
 }
 
 // publishMetrics updates the per-cluster gauges.

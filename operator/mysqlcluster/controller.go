@@ -8,6 +8,8 @@
 package mysqlcluster
 
 import (
+	"time"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/deckhand-dev/deckhand/operator/database"
@@ -47,6 +49,8 @@ type Options struct {
 	// WatchNamespaces limits the owned-object cache to these namespaces
 	// (empty: all), as the manager's cache is.
 	WatchNamespaces []string
+	// Now is the clock of schedules and retention (tests may set one).
+	Now func() time.Time
 }
 
 // Setup registers the MySQLCluster, MySQLBackupInstance and
@@ -56,6 +60,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	s := &ScheduleReconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("deckhand-" + Name + "-schedule")}
+	core.Now = o.Now
+	s := &ScheduleReconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("deckhand-" + Name + "-schedule"), Now: o.Now}
 	return s.setup(mgr)
 }

@@ -37,6 +37,8 @@ var Kind = database.NewKind(database.Kind{
 	Clusters:     clusters{},
 	Backups:      instances{},
 	Engines:      map[dbv1.Engine]engine.Engine{EngineMySQL: mysql.Engine{}},
+	// grtl's example runs mysql:latest: reported, for good.
+	RequirePinnedImage: true,
 	// The core speaks of Databases; a MySQLCluster's user reads of
 	// MySQLClusters, MySQLBackupInstances and spec.storage.
 	Words: strings.NewReplacer(
