@@ -150,7 +150,7 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 	for _, obj := range ownedKinds() {
 		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(clusterOfLabel(kind))))
 	}
-	b = b.Watches(kind.Backups.New(), handler.EnqueueRequestsFromMapFunc(clusterOfBackup(kind)))
+	b = b.Watches(kind.Backups.New(), handler.EnqueueRequestsFromMapFunc(clusterOfBackup(kind, mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
 		return nil, err
 	}
@@ -165,11 +165,23 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 	return r, err
 }
 
-// clusterOfBackup maps a backup to its cluster.
-func clusterOfBackup(kind *Kind) handler.MapFunc {
-	return func(_ context.Context, o client.Object) []reconcile.Request {
+// clusterOfBackup maps a backup to its cluster, and to the clusters
+// waiting to be restored from it (fromBackup), which start their restore
+// when it completes.
+func clusterOfBackup(kind *Kind, clusters client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		b := kind.Backups.View(o)
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Cluster}}}
+		out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Cluster}}}
+		all, err := kind.Clusters.List(ctx, clusters, b.Namespace)
+		if err != nil {
+			return out
+		}
+		for _, c := range all {
+			if c.Spec.FromBackup == b.Name && c.Name != b.Cluster && !restored(c) {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+			}
+		}
+		return out
 	}
 }
 

@@ -44,7 +44,7 @@ var Kind = database.NewKind(database.Kind{
 	Words: strings.NewReplacer(
 		"DatabaseBackups", "MySQLBackupInstances", "DatabaseBackup", "MySQLBackupInstance",
 		"Databases", "MySQLClusters", "Database", "MySQLCluster",
-		"storage-size", "storage",
+		"storage-size", "storage", "is Running", "is Started", "is Pending", "is Scheduled",
 	),
 })
 
