@@ -109,10 +109,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	b := r.Kind.Backups.View(obj)
 	before := *b.Status.DeepCopy()
 	result, err := r.run(ctx, b)
-	if statusErr := r.patchStatus(ctx, before, b); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 }
 
 // patchStatus writes the status only over the version it was computed
@@ -496,10 +493,7 @@ func (r *BackupReconciler) deleteFile(ctx context.Context, b *Backup) (reconcile
 	before := *b.Status.DeepCopy()
 	result, done, err := r.deleteFileSteps(ctx, b)
 	if err != nil || !done {
-		if statusErr := r.patchStatus(ctx, before, b); statusErr != nil && err == nil {
-			err = statusErr
-		}
-		return result, err
+		return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 	}
 	controllerutil.RemoveFinalizer(b.Object, r.Kind.Keys.FinalizerBackupFile)
 	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, b.Object))

@@ -261,13 +261,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		result, gone, err := r.finalize(ctx, db)
 		if gone {
 			r.Kind.forgetMetrics(req.Namespace, req.Name)
-			return result, err
+			return status.Outcome(ctx, result, err, nil)
 		}
 		r.Kind.Clusters.SetStatus(obj, db)
-		if statusErr := status.Patch(ctx, r.Client, before, obj); statusErr != nil && err == nil {
-			err = statusErr
-		}
-		return result, err
+		return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
 	}
 	if err := r.ensureFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
@@ -285,10 +282,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	db.Status.ObservedGeneration = db.Generation
 	r.Kind.publishMetrics(db)
 	r.Kind.Clusters.SetStatus(obj, db)
-	if statusErr := status.Patch(ctx, r.Client, before, obj); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	// A planned recheck or an error, never both: controller-runtime drops
+	// the recheck that comes with an error.
+	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
 }
 
 // recheckForeign is how often a Database blocked by someone else's object
