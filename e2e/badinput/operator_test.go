@@ -32,12 +32,12 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/jmxexporter"
+	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
 
 // kinds maps each CRD kind to its group/version and plural, and says
-// whether a deckhand controller serves it (the grtl MySQL kinds have none
-// yet: admission is all they get).
+// whether a deckhand controller serves it.
 var kinds = map[string]struct {
 	gv         schema.GroupVersion
 	plural     string
@@ -49,9 +49,9 @@ var kinds = map[string]struct {
 	"Database":              {schema.GroupVersion{Group: "stable.imaginedata.co", Version: "v1"}, "databases", true},
 	"DatabaseBackup":        {schema.GroupVersion{Group: "stable.imaginedata.co", Version: "v1"}, "databasebackups", true},
 	"PrometheusJmxExporter": {schema.GroupVersion{Group: "banzaicloud.com", Version: "v1alpha1"}, "prometheusjmxexporters", true},
-	"MySQLCluster":          {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlclusters", false},
-	"MySQLBackupSchedule":   {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlbackupschedules", false},
-	"MySQLBackupInstance":   {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlbackupinstances", false},
+	"MySQLCluster":          {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlclusters", true},
+	"MySQLBackupSchedule":   {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlbackupschedules", true},
+	"MySQLBackupInstance":   {schema.GroupVersion{Group: "cr.mysqloperator.grtl.github.com", Version: "v1"}, "mysqlbackupinstances", true},
 }
 
 // operatorUnderTest is every deckhand controller in one manager, as the
@@ -76,12 +76,12 @@ func (l *pathLog) add(p string) {
 
 func (l *pathLog) list() []string { p, _ := l.paths.Load().([]string); return p }
 
-// startOperator runs the five controllers for ns. The cleanup deletes the
+// startOperator runs the six controllers for ns. The cleanup deletes the
 // namespace while they still run, so their finalizers let go.
 func startOperator(t *testing.T, ns string) *operatorUnderTest {
 	t.Helper()
 	o := &operatorUnderTest{ns: ns, outsidePaths: &pathLog{}}
-	base := testenv.ChartRBACConfig(t, ns, blogpost.Name, configmonitor.Name, tdset.Name, database.Name, jmxexporter.Name)
+	base := testenv.ChartRBACConfig(t, ns, blogpost.Name, configmonitor.Name, tdset.Name, database.Name, jmxexporter.Name, mysqlcluster.Name)
 	rc, outside := testenv.Counting(base, func(req *http.Request) bool {
 		other := inAnotherNamespace(req.URL.Path, ns)
 		if other {
@@ -102,6 +102,9 @@ func startOperator(t *testing.T, ns string) *operatorUnderTest {
 			return err
 		}
 		if err := database.Setup(mgr, database.Options{WatchNamespaces: []string{ns}}); err != nil {
+			return err
+		}
+		if err := mysqlcluster.Setup(mgr, mysqlcluster.Options{WatchNamespaces: []string{ns}}); err != nil {
 			return err
 		}
 		// No pod runs in the namespace, so nothing is ever attached: the
@@ -125,8 +128,8 @@ func inAnotherNamespace(path, ns string) bool {
 }
 
 // releaseOnCleanup deletes the namespace while the operator still runs
-// (cleanups run last first) and waits until the Databases and
-// DatabaseBackups, which carry finalizers, are gone.
+// (cleanups run last first) and waits until the Databases, MySQLClusters
+// and their backups, which carry finalizers, are gone.
 func releaseOnCleanup(t *testing.T, ns string) {
 	c := testenv.Client(t)
 	t.Cleanup(func() {
@@ -135,7 +138,7 @@ func releaseOnCleanup(t *testing.T, ns string) {
 		deadline := time.Now().Add(2 * time.Minute)
 		for time.Now().Before(deadline) {
 			left := 0
-			for _, kind := range []string{"Database", "DatabaseBackup"} {
+			for _, kind := range []string{"Database", "DatabaseBackup", "MySQLCluster", "MySQLBackupInstance"} {
 				list := &unstructured.UnstructuredList{}
 				list.SetGroupVersionKind(kinds[kind].gv.WithKind(kind + "List"))
 				if err := c.List(ctx, list, client.InNamespace(ns)); err == nil {
@@ -149,7 +152,7 @@ func releaseOnCleanup(t *testing.T, ns string) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		t.Errorf("namespace %s: Databases or DatabaseBackups still there 2 minutes after the namespace was deleted", ns)
+		t.Errorf("namespace %s: Databases, MySQLClusters or their backups still there 2 minutes after the namespace was deleted", ns)
 	})
 }
 
