@@ -76,7 +76,7 @@ test-deps: ## install what the tests need (Debian packages, tools)
 	@hack/test-deps.sh
 
 .PHONY: fuzz
-fuzz: ## every Go fuzz target for FUZZTIME each (default 10s)
+fuzz: ## every Go fuzz target for FUZZTIME each (default 5s)
 	@hack/fuzz.sh
 
 .PHONY: test
