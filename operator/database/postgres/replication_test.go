@@ -127,6 +127,10 @@ func TestStandbysReplicateAsTheReplicationRole(t *testing.T) {
 	// postgresql.auto.conf (mode 0600), not the superuser's.
 	assertNoPasswordIn(t, h, primary)
 	assertNoPasswordIn(t, h, standby)
+	for _, s := range []*pgtest.Server{primary, standby} {
+		assert.NotContains(t, s.Log.String(), h.replicationPassword(), "the log of the server on port %s", s.Port)
+		assert.NotContains(t, s.Log.String(), h.superPassword(), "the log of the server on port %s", s.Port)
+	}
 	conf, mode := primaryConninfo(t, h, "data-1")
 	assert.Equal(t, os.FileMode(0o600), mode)
 	assert.NotContains(t, conf, h.superPassword())
