@@ -257,3 +257,19 @@ func TestADataDirectoryOfThePreviousReleaseGetsTheReplicationRole(t *testing.T) 
 	assert.Equal(t, string(b), string(after))
 	assert.NotContains(t, primary.Log.String(), "replication connections over TCP only for")
 }
+
+func TestAReplicationPasswordWithALineBreakIsRefusedBeforeAnythingIsDone(t *testing.T) {
+	h := newHost(t)
+	// As a Secret made with "echo password | base64" holds it.
+	h.secrets[h.cluster.ReplicationSecret]["password"] = "password\n"
+	pod := postgres.Engine{}.ServerPod(h.cluster)
+	for ordinal, volume := range []string{"data-0", "data-1"} {
+		env := h.serverEnv(pod, ordinal, volume, "1")
+		out, err := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts)).CombinedOutput()
+		require.Error(t, err, "%s", out)
+		assert.Contains(t, string(out), "REPLICATION_PASSWORD (the replication Secret's password) holds a line break: remove it from the Secret")
+		entries, err := os.ReadDir(h.volume(volume))
+		require.NoError(t, err)
+		assert.Empty(t, entries, "nothing was initialised or cloned")
+	}
+}

@@ -41,6 +41,13 @@ set -eu
 case $REPLICATION_USER in
 '' | [!a-z_]* | *[!a-z0-9_]*) fail "REPLICATION_USER \"$REPLICATION_USER\" is not a plain lower-case identifier" ;;
 esac
+# It is written into a configuration file's string, which cannot hold a
+# line break (a Secret edited by hand may end with one).
+case $REPLICATION_PASSWORD in
+'') fail "REPLICATION_PASSWORD (the replication Secret's password) is empty" ;;
+*"
+"*) fail "REPLICATION_PASSWORD (the replication Secret's password) holds a line break: remove it from the Secret" ;;
+esac
 
 # clone_primary DIR: a standby streaming from the primary, cloned as the
 # replication role.
