@@ -183,9 +183,9 @@ func TestStandbysReplicateAsTheReplicationRole(t *testing.T) {
 	waitForRow(t, h, recloned.Port, "3")
 }
 
-// previousScripts is a scripts directory with the previous release's
-// bootstrap.sh and lib.sh (testdata/previous).
-func previousScripts(t *testing.T, h *host) string {
+// previousScriptFiles are the previous release's bootstrap.sh and lib.sh
+// (testdata/previous), by name.
+func previousScriptFiles(t testing.TB) map[string]string {
 	t.Helper()
 	files := map[string]string{}
 	for _, name := range []string{postgres.BootstrapScript, "lib.sh"} {
@@ -193,7 +193,13 @@ func previousScripts(t *testing.T, h *host) string {
 		require.NoError(t, err)
 		files[name] = string(b)
 	}
-	return h.u.WriteScripts(t, h.u.Dir(t, h.root, "previous"), files)
+	return files
+}
+
+// previousScripts is a scripts directory with previousScriptFiles.
+func previousScripts(t *testing.T, h *host) string {
+	t.Helper()
+	return h.u.WriteScripts(t, h.u.Dir(t, h.root, "previous"), previousScriptFiles(t))
 }
 
 func TestADataDirectoryOfThePreviousReleaseGetsTheReplicationRole(t *testing.T) {
