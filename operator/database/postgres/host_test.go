@@ -30,6 +30,8 @@ type host struct {
 	scripts string
 	cluster engine.Cluster
 	secrets map[string]map[string]string
+	// ports are the servers' ports, by data volume.
+	ports map[string]string
 }
 
 func newHost(t testing.TB) *host {
@@ -46,6 +48,7 @@ func newHost(t testing.TB) *host {
 			ReplicationSecret: "name-of-database-replication",
 			PrimaryHost:       "name-of-database-rw.ns.svc",
 		},
+		ports: map[string]string{},
 		secrets: map[string]map[string]string{
 			"name-of-database-superuser":   {"username": postgres.Superuser, "password": randomPassword(t)},
 			"name-of-database-app":         {"password": randomPassword(t)},
@@ -137,7 +140,13 @@ func (h *host) server(scripts string, ordinal int, dataVolume, primaryPort strin
 // serverEnv is the environment of the server pod's ordinal on the host.
 func (h *host) serverEnv(pod engine.Pod, ordinal int, dataVolume, primaryPort string) map[string]string {
 	h.t.Helper()
-	env := h.env(pod, fmt.Sprintf("%s-%d", h.cluster.Name, ordinal), pgtest.FreePort(h.t), map[string]string{engine.DataVolume: h.volume(dataVolume)})
+	// A volume's server keeps its port across restarts, as a pod does.
+	port, ok := h.ports[dataVolume]
+	if !ok {
+		port = pgtest.FreePort(h.t)
+		h.ports[dataVolume] = port
+	}
+	env := h.env(pod, fmt.Sprintf("%s-%d", h.cluster.Name, ordinal), port, map[string]string{engine.DataVolume: h.volume(dataVolume)})
 	if ordinal != 0 {
 		env["PRIMARY_PORT"] = primaryPort
 	}

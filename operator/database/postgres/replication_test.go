@@ -222,10 +222,24 @@ func TestADataDirectoryOfThePreviousReleaseGetsTheReplicationRole(t *testing.T) 
 	require.Contains(t, string(b), "# deckhand: clients and standbys from other pods, with a password\nhost all all all scram-sha-256\nhost replication all all scram-sha-256\n")
 	users := "\n# the user's own\nhost replication all 192.0.2.0/24 scram-sha-256\n"
 	require.NoError(t, os.WriteFile(hba, append(b, users...), 0o600))
-	standby.Stop(t)
-	primary.Stop(t)
+	h.sql(primary.Port, "postgres", "SELECT pg_reload_conf()")
 
-	// The operator upgraded: the same volumes start with the new scripts.
+	// The operator upgraded: the StatefulSet rolls, the standby first. It
+	// starts with the new scripts while the primary has no role yet: it
+	// serves reads and asks for the role until the primary has it.
+	standby.Stop(t)
+	standby = h.standby(1, "data-1", primary.Port)
+	assert.NotContains(t, standby.Log.String(), "cloning")
+	require.Eventually(t, func() bool {
+		return strings.Contains(standby.Log.String(), `password authentication failed for user "deckhand_replication"`)
+	}, 30*time.Second, 100*time.Millisecond, "the standby never asked for the role:\n%s", standby.Log)
+	assert.Empty(t, h.sql(primary.Port, "postgres", replicationState), "nothing streams as the superuser any more")
+	out, err = h.appSQL(standby.Port, "SELECT count(*) FROM rows")
+	require.NoError(t, err, out)
+	assert.Equal(t, "1", out, "the standby serves reads meanwhile")
+
+	// Then the primary restarts with the new scripts.
+	primary.Stop(t)
 	primary = h.primary("data-0")
 	assert.Contains(t, primary.Log.String(), "replication role deckhand_replication in place")
 	assert.Contains(t, primary.Log.String(), "replication connections over TCP only for deckhand_replication")
