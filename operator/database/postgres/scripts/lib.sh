@@ -95,7 +95,7 @@ ensure_replication_hba() {
 	awk -v rule="$rule" '
 		/^# deckhand:/ { block = 1 }
 		/^[ \t]*$/ { block = 0 }
-		block && $1 == "host" && $2 == "replication" && $3 == "all" && $4 == "all" && NF == 5 { dropped = 1; next }
+		block && NF == 5 && $1 == "host" && $2 == "replication" && $3 == "all" && $4 == "all" && $5 == "scram-sha-256" { dropped = 1; next }
 		{ print }
 		$0 == rule { found = 1 }
 		END {
