@@ -110,6 +110,8 @@ write_primary_conninfo() {
 	conninfo="host=$(conninfo_value "$PRIMARY_HOST") port=$(conninfo_value "$PRIMARY_PORT")"
 	conninfo="$conninfo user=$(conninfo_value "$REPLICATION_USER") password=$(conninfo_value "$REPLICATION_PASSWORD")"
 	conninfo="$conninfo application_name=$(conninfo_value "$POD_NAME")"
+	# What a start killed before its rename left.
+	rm -f "$conf".deckhand-*
 	new=$(umask 077 && mktemp "$conf.deckhand-XXXXXX")
 	{
 		[ ! -f "$conf" ] || grep -v -E '^[[:space:]]*primary_conninfo[[:space:]]*=' "$conf" || true

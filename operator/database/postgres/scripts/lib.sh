@@ -91,6 +91,8 @@ init_datadir() {
 ensure_replication_hba() {
 	hba=$1/pg_hba.conf
 	rule="host replication $REPLICATION_USER all scram-sha-256"
+	# What a start killed before its rename left.
+	rm -f "$hba".deckhand-*
 	new=$(mktemp "$hba.deckhand-XXXXXX")
 	awk -v rule="$rule" '
 		/^# deckhand:/ { block = 1 }
