@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -208,10 +209,16 @@ func fileProblem(what, stderr string) *jvm.Result {
 
 func short(s string) string {
 	s = strings.TrimSpace(s)
-	if len(s) > 300 {
-		return s[:300] + "..."
+	if len(s) <= 300 {
+		return s
 	}
-	return s
+	// Cut before a character, not inside one: the text ends up in JSON
+	// (status, the pod's annotation), where half a character is invalid.
+	cut := 300
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 var errNoArch = errors.New("unknown architecture")

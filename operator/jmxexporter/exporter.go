@@ -73,9 +73,19 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 		setCondition(e, ConditionConfigFound, true, "Found", "configuration "+hash[:12])
 	}
 
+	// Admission cannot check label syntax inside the map (a CEL rule over
+	// its unbounded values exceeds the API server's cost budget), so a
+	// selector no pod could carry is reported here, not retried for ever.
+	selector, err := labels.ValidatedSelectorFromSet(e.Spec.LabelSelector)
+	if err != nil {
+		s.SelectedPods, s.AttachedPods, s.Attached = 0, 0, "0/0"
+		s.MetricsEndpoints, s.Problems = nil, nil
+		setCondition(e, ConditionReady, false, "InvalidSelector", "labelSelector is not a valid label selector: "+err.Error())
+		return nil
+	}
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.Reader.List(ctx, pods, client.InNamespace(e.Namespace), client.MatchingLabels(e.Spec.LabelSelector)); err != nil {
+	if err := r.Reader.List(ctx, pods, client.InNamespace(e.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return fmt.Errorf("listing the selected pods: %w", err)
 	}
 	s.SelectedPods, s.AttachedPods = 0, 0

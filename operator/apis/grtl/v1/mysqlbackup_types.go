@@ -25,6 +25,7 @@ type MySQLBackupScheduleSpec struct {
 	// Cluster is the name of a MySQLCluster in the same namespace.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",messageExpression="'cluster must be the name of a MySQLCluster (lower-case letters, digits and \\'-\\'), not \"' + self + '\"'"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cluster is immutable: make a new MySQLBackupSchedule for another cluster"
 	// +required
 	Cluster string `json:"cluster"`
@@ -105,10 +106,15 @@ type MySQLBackupScheduleList struct {
 
 // MySQLBackupInstanceSpec is grtl's backup: the cluster, and the schedule
 // that made it (empty for one made by hand).
+//
+// A rule on schedule itself would not see it added or removed (a
+// transition rule runs only when the old and the new value both exist).
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule) && (!has(self.schedule) || self.schedule == oldSelf.schedule)",message="schedule is immutable: it names the MySQLBackupSchedule that made this backup, or none for a backup made by hand"
 type MySQLBackupInstanceSpec struct {
 	// Cluster is the name of a MySQLCluster in the same namespace.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",messageExpression="'cluster must be the name of a MySQLCluster (lower-case letters, digits and \\'-\\'), not \"' + self + '\"'"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cluster is immutable: make a new MySQLBackupInstance for another cluster"
 	// +required
 	Cluster string `json:"cluster"`
@@ -116,7 +122,7 @@ type MySQLBackupInstanceSpec struct {
 	// Schedule is the MySQLBackupSchedule that made this backup; empty
 	// for an on-demand backup made by hand.
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="schedule is immutable"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'schedule must be the name of a MySQLBackupSchedule (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	Schedule string `json:"schedule,omitempty"`
 }

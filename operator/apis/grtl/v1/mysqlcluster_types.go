@@ -57,9 +57,11 @@ type MySQLClusterSpec struct {
 
 	// Replicas: the primary (ordinal 0) and replicas-1 read-only replicas,
 	// each cloned from a consistent dump of the primary and replicating
-	// with GTIDs.
+	// with GTIDs. At most 32 (the operator looks at each server's pod and
+	// volume on every reconcile).
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="replicas must be at least 1 (the primary)"
+	// +kubebuilder:validation:XValidation:rule="self <= 32",message="replicas must be at most 32 (the primary and 31 replicas, each a server with a volume of its own)"
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 

@@ -83,9 +83,12 @@ type DatabaseSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys.
+	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys,
+	// at most 32 (the operator looks at each replica's pod and volume on
+	// every reconcile).
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="replicas must be at least 1 (the primary)"
+	// +kubebuilder:validation:XValidation:rule="self <= 32",message="replicas must be at most 32 (the primary and 31 standbys, each a server with a volume of its own)"
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
@@ -136,6 +139,7 @@ type DatabaseSpec struct {
 	// restore into the new primary before the database is initialised and
 	// reported Ready. Set at creation only.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'fromBackup must be the name of a DatabaseBackup (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	FromBackup string `json:"fromBackup,omitempty"`
 

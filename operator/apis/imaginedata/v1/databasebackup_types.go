@@ -9,6 +9,7 @@ type DatabaseBackupSpec struct {
 	// Database is the name of a Database in the same namespace.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",messageExpression="'database must be the name of a Database (lower-case letters, digits and \\'-\\'), not \"' + self + '\"'"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database is immutable: make a new DatabaseBackup for another Database"
 	// +required
 	Database string `json:"database"`

@@ -6,13 +6,21 @@ import (
 
 // BlogPostSpec is what the author wants published.
 type BlogPostSpec struct {
-	// Title of the post, as readers see it.
+	// Title of the post, as readers see it: at most 256 bytes, no
+	// control characters (it is quoted in the Published Event, whose
+	// message the API server limits to 1024 bytes).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 256",message="title must be at most 256 bytes long; characters beyond ASCII take 2 to 4 bytes each"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="title must not contain control characters such as newlines or tabs"
 	// +required
 	Title string `json:"title"`
 
-	// Author of the post.
+	// Author of the post: at most 128 bytes, no control characters.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 128",message="author must be at most 128 bytes long; characters beyond ASCII take 2 to 4 bytes each"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="author must not contain control characters such as newlines or tabs"
 	// +required
 	Author string `json:"author"`
 }

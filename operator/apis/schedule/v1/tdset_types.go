@@ -165,6 +165,7 @@ type TDSetStatus struct {
 // +kubebuilder:printcolumn:name="Next change",type=string,JSONPath=`.status.nextTransitionTime`
 // +kubebuilder:printcolumn:name="Next",type=integer,JSONPath=`.status.nextReplicas`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the label that selects the TDSet's pods, and names its Deployment and Service"
 type TDSet struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
