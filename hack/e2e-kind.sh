@@ -136,6 +136,10 @@ wait_phase mysqlcluster my-cluster Ready
 kubectl -n "$dbns" exec pg-0 -- psql -v ON_ERROR_STOP=1 -d app -c 'CREATE TABLE e2e (v int); INSERT INTO e2e VALUES (42)'
 replicated pg-1 psql -At -d app -c 'SELECT v FROM e2e' \
   || { echo "PostgreSQL: the row written on the primary never reached the standby" >&2; exit 1; }
+# The standby streams as the replication role, not the superuser (docs/database.md).
+streamer=$(kubectl -n "$dbns" exec pg-0 -- psql -At -d postgres -c 'SELECT usename FROM pg_stat_replication')
+[[ $streamer == deckhand_replication ]] \
+  || { echo "PostgreSQL: the standby streams as \"$streamer\", not deckhand_replication" >&2; exit 1; }
 kubectl -n "$dbns" exec my-cluster-0 -- mysql -uroot -e 'CREATE DATABASE e2e; CREATE TABLE e2e.t (v INT PRIMARY KEY); INSERT INTO e2e.t VALUES (42)'
 replicated my-cluster-1 mysql -uroot -N -e 'SELECT v FROM e2e.t' \
   || { echo "MySQL: the row written on the primary never reached the replica" >&2; exit 1; }

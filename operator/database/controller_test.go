@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -86,6 +87,10 @@ func TestObjectNamesFitInALabel(t *testing.T) {
 	for _, name := range []string{n.StatefulSet + "-" + "0123456789", n.Headless, n.ReadWrite, n.ReadOnly, n.Superuser, n.App, n.Scripts, n.InitJob, claimName(db, 99)} {
 		assert.LessOrEqual(t, len(name), 63, name)
 	}
+	// Secret names need not fit in a label (they never become a label's
+	// value), only be DNS subdomains: "-replication" makes 64 characters.
+	assert.Empty(t, validation.IsDNS1123Subdomain(n.Replication), n.Replication)
+	assert.Equal(t, db.Name+"-replication", n.Replication)
 }
 
 func TestConnectionHashChangesWithThePortOnly(t *testing.T) {

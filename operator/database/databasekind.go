@@ -40,8 +40,12 @@ func (databases) View(obj client.Object) *Cluster {
 		Object:     db,
 		Kind:       DatabaseKind,
 		Spec:       *db.Spec.DeepCopy(),
-		Secrets:    ClusterSecrets{Superuser: db.Name + "-superuser", App: db.Name + "-app"},
-		Status:     *db.Status.DeepCopy(),
+		Secrets: ClusterSecrets{
+			Superuser: db.Name + "-superuser", App: db.Name + "-app",
+			// The password of the role standbys replicate as.
+			Replication: db.Name + "-replication",
+		},
+		Status: *db.Status.DeepCopy(),
 	}
 }
 

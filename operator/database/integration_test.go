@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +211,30 @@ func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
 	}, stringData(app))
 	assert.NotEqual(t, super.Data["password"], app.Data["password"])
 
+	// Standbys replicate as a role of their own, with the password of a
+	// Secret like the others: the Database's labels, owned by it.
+	repl := get(t, c, ns, "my-first-crd-database-replication", &corev1.Secret{})
+	assert.Equal(t, []string{"password"}, slices.Collect(maps.Keys(repl.Data)))
+	assert.Len(t, string(repl.Data["password"]), 26)
+	assert.NotEqual(t, super.Data["password"], repl.Data["password"])
+	assert.NotEqual(t, app.Data["password"], repl.Data["password"])
+	assert.True(t, metav1.IsControlledBy(repl, db))
+	assert.Equal(t, super.Labels, repl.Labels, "the superuser Secret's labels")
+	assert.Equal(t, super.OwnerReferences, repl.OwnerReferences, "the superuser Secret's owner")
+	assert.Equal(t, "my-first-crd-database", repl.Labels[database.LabelDatabase])
+	// Every server pod (one template: ordinal 0 initialises with the
+	// superuser's password, which bootstrap.sh unsets before the server
+	// starts) gets the role and its password.
+	env := map[string]corev1.EnvVar{}
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	assert.Equal(t, "deckhand_replication", env["REPLICATION_USER"].Value)
+	require.NotNil(t, env["REPLICATION_PASSWORD"].ValueFrom)
+	assert.Equal(t, &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "my-first-crd-database-replication"}, Key: "password",
+	}, env["REPLICATION_PASSWORD"].ValueFrom.SecretKeyRef)
+
 	job := get(t, c, ns, "my-first-crd-database-init", &batchv1.Job{})
 	assert.Equal(t, "super-great-docker-image", job.Spec.Template.Spec.Containers[0].Image)
 	pdb := get(t, c, ns, "my-first-crd-database", &policyv1.PodDisruptionBudget{})
@@ -219,11 +245,13 @@ func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(b), string(app.Data["password"]))
 	assert.NotContains(t, string(b), string(super.Data["password"]))
+	assert.NotContains(t, string(b), string(repl.Data["password"]))
 	var evs eventsv1.EventList
 	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
 	for _, e := range evs.Items {
 		assert.NotContains(t, e.Note, string(app.Data["password"]))
 		assert.NotContains(t, e.Note, string(super.Data["password"]))
+		assert.NotContains(t, e.Note, string(repl.Data["password"]))
 	}
 	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeNormal), "Initialized")
 }
@@ -483,7 +511,7 @@ func TestRetainDeletionKeepsTheVolumesAndSecrets(t *testing.T) {
 	}
 	// Kept data is useless without its passwords: the Secrets stay, no
 	// longer owned by anything.
-	for _, name := range []string{"gone-superuser", "gone-app"} {
+	for _, name := range []string{"gone-superuser", "gone-app", "gone-replication"} {
 		var s corev1.Secret
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
 		assert.Empty(t, s.OwnerReferences, name)

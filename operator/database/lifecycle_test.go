@@ -470,8 +470,10 @@ func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
 			var pvc corev1.PersistentVolumeClaim
 			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-" + name + "-0"}, &pvc)
 			require.True(ct, apierrors.IsNotFound(err) || !pvc.DeletionTimestamp.IsZero(), "data volume of %s not deleted", name)
-			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-app"}, &corev1.Secret{})
-			require.True(ct, apierrors.IsNotFound(err), "Secret of %s still there", name)
+			for _, secret := range []string{"-superuser", "-app", "-replication"} {
+				err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + secret}, &corev1.Secret{})
+				require.True(ct, apierrors.IsNotFound(err), "Secret %s%s still there", name, secret)
+			}
 		}
 	}, 60*time.Second, 250*time.Millisecond)
 	assert.Contains(t, eventReasons(t, c, ns, "skip", corev1.EventTypeNormal), "FinalBackupSkipped")

@@ -168,6 +168,9 @@ func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
 		require.Equal(ct, "streamed", out)
 	}, 10*time.Second, 100*time.Millisecond, "the standby never saw the row")
 	t.Logf("row visible on the standby %v after the commit on the primary", time.Since(written).Round(time.Millisecond))
+	out, err = pgtest.PSQL(bin, primaryPort, "postgres", superPassword, "postgres", "SELECT usename || ' ' || state FROM pg_stat_replication")
+	require.NoError(t, err, out)
+	assert.Equal(t, "deckhand_replication streaming", out, "the standby streams as the replication role, with its Secret's password")
 
 	// A restarted standby starts as it is and keeps following.
 	standby.Stop(t)

@@ -50,7 +50,8 @@ type Cluster struct {
 	SuperuserSecret string
 	AppSecret       string
 	// ReplicationSecret holds "password" of the account replicas connect
-	// as, for engines that have one (MySQL); empty: SuperuserSecret's.
+	// as (MySQL's replication user, PostgreSQL's replication role); empty:
+	// SuperuserSecret's.
 	ReplicationSecret string
 	// PrimaryHost is the read-write Service: where standbys and Jobs find
 	// the primary.

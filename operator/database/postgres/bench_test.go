@@ -2,14 +2,18 @@ package postgres_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
 // BenchmarkBackup1GB times backup.sh and restore.sh on a database of about
@@ -76,5 +80,49 @@ ANALYZE events;
 		b.ReportMetric(float64(report.Size)/1e6, "dump-MB")
 		b.Logf("database %s bytes, dump %d bytes: backup.sh %.1fs (bare pg_dump %.1fs), restore.sh %.1fs (bare pg_restore %.1fs)",
 			size, report.Size, backup.Seconds(), bareDump.Seconds(), restore.Seconds(), bareRestore.Seconds())
+	}
+}
+
+// BenchmarkPrimaryStart times a primary's start on an existing data
+// directory, until it accepts connections: with the current bootstrap.sh,
+// which first makes the replication role in single-user mode and checks
+// pg_hba.conf, and, as the floor measured in the same run, with the
+// previous release's (testdata/previous), which starts the server straight
+// away. Medians of starts taken in turns:
+//
+//	go test -bench PrimaryStart -run x -benchtime 1x ./operator/database/postgres/
+func BenchmarkPrimaryStart(b *testing.B) {
+	h := newHost(b)
+	previous := h.u.WriteScripts(b, h.u.Dir(b, h.root, "previous"), previousScriptFiles(b))
+	h.primary("data-0").Stop(b)
+	pod := postgres.Engine{}.ServerPod(h.cluster)
+	start := func(scripts string) time.Duration {
+		env := h.serverEnv(pod, 0, "data-0", "")
+		cmd := h.u.Command(env, pgtest.HostCommand(b, pod.Container, scripts))
+		began := time.Now()
+		require.NoError(b, cmd.Start())
+		for exec.Command(filepath.Join(h.bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", env["PGPORT"]).Run() != nil {
+			require.Less(b, time.Since(began), time.Minute, "the server never accepted connections")
+			time.Sleep(5 * time.Millisecond)
+		}
+		took := time.Since(began)
+		require.NoError(b, cmd.Process.Signal(syscall.SIGINT))
+		_ = cmd.Wait()
+		return took
+	}
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	for b.Loop() {
+		var current, floor []time.Duration
+		for range 7 {
+			floor = append(floor, start(previous))
+			current = append(current, start(h.scripts))
+		}
+		b.ReportMetric(median(current).Seconds()*1000, "current-ms")
+		b.ReportMetric(median(floor).Seconds()*1000, "previous-ms")
+		b.Logf("primary start to accepting connections, median of 7: current bootstrap.sh %v, previous release's %v (floor)",
+			median(current).Round(time.Millisecond), median(floor).Round(time.Millisecond))
 	}
 }

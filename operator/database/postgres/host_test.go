@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,8 @@ type host struct {
 	scripts string
 	cluster engine.Cluster
 	secrets map[string]map[string]string
+	// ports are the servers' ports, by data volume.
+	ports map[string]string
 }
 
 func newHost(t testing.TB) *host {
@@ -42,11 +45,14 @@ func newHost(t testing.TB) *host {
 			Name: "name-of-database", Namespace: "ns", Image: postgres.DefaultImage, Port: postgres.DefaultPort,
 			Database: "name-of-database", AppUser: "name-of-database",
 			SuperuserSecret: "name-of-database-superuser", AppSecret: "name-of-database-app",
-			PrimaryHost: "name-of-database-rw.ns.svc",
+			ReplicationSecret: "name-of-database-replication",
+			PrimaryHost:       "name-of-database-rw.ns.svc",
 		},
+		ports: map[string]string{},
 		secrets: map[string]map[string]string{
-			"name-of-database-superuser": {"username": postgres.Superuser, "password": randomPassword(t)},
-			"name-of-database-app":       {"password": randomPassword(t)},
+			"name-of-database-superuser":   {"username": postgres.Superuser, "password": randomPassword(t)},
+			"name-of-database-app":         {"password": randomPassword(t)},
+			"name-of-database-replication": {"password": randomPassword(t)},
 		},
 	}
 	u.Dir(t, root, "tmp")
@@ -63,6 +69,9 @@ func randomPassword(t testing.TB) string {
 
 func (h *host) superPassword() string { return h.secrets[h.cluster.SuperuserSecret]["password"] }
 func (h *host) appPassword() string   { return h.secrets[h.cluster.AppSecret]["password"] }
+func (h *host) replicationPassword() string {
+	return h.secrets[h.cluster.ReplicationSecret]["password"]
+}
 
 // volume is a directory standing for a volume.
 func (h *host) volume(name string) string { return h.u.Dir(h.t, h.root, "volumes", name) }
@@ -109,9 +118,39 @@ func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]stri
 // primary starts a primary (ordinal 0) on the volume dataVolume.
 func (h *host) primary(dataVolume string) *pgtest.Server {
 	h.t.Helper()
+	return h.server(h.scripts, 0, dataVolume, "")
+}
+
+// standby starts a standby (ordinal) on the volume dataVolume, following
+// the primary on primaryPort.
+func (h *host) standby(ordinal int, dataVolume, primaryPort string) *pgtest.Server {
+	h.t.Helper()
+	return h.server(h.scripts, ordinal, dataVolume, primaryPort)
+}
+
+// server starts the server pod's ordinal on dataVolume with the scripts in
+// the directory scripts; primaryPort is the primary's (standbys only).
+func (h *host) server(scripts string, ordinal int, dataVolume, primaryPort string) *pgtest.Server {
+	h.t.Helper()
 	pod := postgres.Engine{}.ServerPod(h.cluster)
-	env := h.env(pod, h.cluster.Name+"-0", pgtest.FreePort(h.t), map[string]string{engine.DataVolume: h.volume(dataVolume)})
-	return h.u.StartServer(h.t, h.bin, env, pgtest.HostCommand(h.t, pod.Container, h.scripts))
+	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
+	return h.u.StartServer(h.t, h.bin, env, pgtest.HostCommand(h.t, pod.Container, scripts))
+}
+
+// serverEnv is the environment of the server pod's ordinal on the host.
+func (h *host) serverEnv(pod engine.Pod, ordinal int, dataVolume, primaryPort string) map[string]string {
+	h.t.Helper()
+	// A volume's server keeps its port across restarts, as a pod does.
+	port, ok := h.ports[dataVolume]
+	if !ok {
+		port = pgtest.FreePort(h.t)
+		h.ports[dataVolume] = port
+	}
+	env := h.env(pod, fmt.Sprintf("%s-%d", h.cluster.Name, ordinal), port, map[string]string{engine.DataVolume: h.volume(dataVolume)})
+	if ordinal != 0 {
+		env["PRIMARY_PORT"] = primaryPort
+	}
+	return env
 }
 
 // job runs a Job's pod to its end: its Report, its output and whether it

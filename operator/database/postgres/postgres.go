@@ -30,6 +30,10 @@ const (
 	DefaultPort  = 5432
 	// Superuser is the administrative role initdb creates.
 	Superuser = "postgres"
+	// ReplicationUser is the role standbys clone and stream as (LOGIN
+	// REPLICATION, nothing more), with the password of
+	// Cluster.ReplicationSecret; bootstrap.sh makes it on the primary.
+	ReplicationUser = "deckhand_replication"
 )
 
 // Paths inside the containers.
@@ -100,7 +104,8 @@ func (Engine) Scripts() map[string]string {
 }
 
 // ServerPod runs bootstrap.sh: initdb or pg_basebackup on an empty volume,
-// then postgres in the foreground. With c.RemoveOldData it first removes
+// the replication role (ordinal 0) or primary_conninfo (standbys), then
+// postgres in the foreground. With c.RemoveOldData it first removes
 // the data directories a major upgrade kept (pgdata.old-*).
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	probe := func(period, failures int32) *corev1.Probe {
@@ -125,7 +130,11 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		// as it was, so no rollout.
 		env = append(env, corev1.EnvVar{Name: "REMOVE_OLD_DATA", Value: "true"})
 	}
+	// The superuser's password stays: ordinal 0 gives it to initdb, and
+	// every ordinal has the same pod template. bootstrap.sh unsets it before
+	// the server starts; standbys never use it.
 	env = append(env, superuserEnv(c)...)
+	env = append(env, replicationEnv(c)...)
 	container := corev1.Container{
 		Name:    "postgres",
 		Image:   c.Image,
@@ -292,6 +301,20 @@ func superuserEnv(c engine.Cluster) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "PGUSER", ValueFrom: secretKey(c.SuperuserSecret, "username")},
 		{Name: "PGPASSWORD", ValueFrom: secretKey(c.SuperuserSecret, "password")},
+	}
+}
+
+// replicationEnv is the role standbys replicate as and its password:
+// Cluster.ReplicationSecret's, or the superuser Secret's when the Kind gives
+// no replication Secret (still a role of its own, not the superuser).
+func replicationEnv(c engine.Cluster) []corev1.EnvVar {
+	secret := c.ReplicationSecret
+	if secret == "" {
+		secret = c.SuperuserSecret
+	}
+	return []corev1.EnvVar{
+		{Name: "REPLICATION_USER", Value: ReplicationUser},
+		{Name: "REPLICATION_PASSWORD", ValueFrom: secretKey(secret, "password")},
 	}
 }
 

@@ -16,14 +16,41 @@
 # been ready), the pgdata.old-* directories beside PGDATA (upgrade.sh's and
 # those standbys') are removed before the server starts.
 #
+# Standbys replicate as the replication role, REPLICATION_USER, never as
+# the superuser. At every start, before it serves, the primary makes that
+# role (LOGIN REPLICATION, nothing more) with the password
+# REPLICATION_PASSWORD, or sets its password again (a data directory made
+# before deckhand had the role gets it; a changed Secret takes effect), and
+# admits it, and no other role, to replication connections in pg_hba.conf.
+# At every start a standby writes primary_conninfo (postgresql.auto.conf,
+# mode 0600 like every file of the data directory) with that role and
+# password, so a standby cloned as the superuser by an older deckhand
+# follows as the role too. Neither password is left in the environment of
+# the server: they are unset before it starts.
+#
 # Environment (set by the StatefulSet): PGDATA, PGPORT, PGUSER and
-# PGPASSWORD (the superuser), POD_NAME (ends in -<ordinal>), PRIMARY_HOST
-# and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
+# PGPASSWORD (the superuser: initdb gives it its password),
+# REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
+# PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
 # REMOVE_OLD_DATA (optional).
 set -eu
 . "$(dirname "$0")/lib.sh"
 
-# clone_primary DIR: a standby streaming from the primary.
+# The replication role's name is written into SQL and pg_hba.conf as it
+# is: a plain lower-case identifier only.
+case $REPLICATION_USER in
+'' | [!a-z_]* | *[!a-z0-9_]*) fail "REPLICATION_USER \"$REPLICATION_USER\" is not a plain lower-case identifier" ;;
+esac
+# It is written into a configuration file's string, which cannot hold a
+# line break (a Secret edited by hand may end with one).
+case $REPLICATION_PASSWORD in
+'') fail "REPLICATION_PASSWORD (the replication Secret's password) is empty" ;;
+*"
+"*) fail "REPLICATION_PASSWORD (the replication Secret's password) holds a line break: remove it from the Secret" ;;
+esac
+
+# clone_primary DIR: a standby streaming from the primary, cloned as the
+# replication role.
 clone_primary() {
 	until pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT"; do
 		log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
@@ -31,8 +58,70 @@ clone_primary() {
 	done
 	# -R writes standby.signal and primary_conninfo; -X stream copies the
 	# WAL written meanwhile, so the copy is consistent.
-	pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -D "$1" -R -X stream \
+	PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
+		pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -D "$1" -R -X stream \
 		--checkpoint=fast --no-password >&2
+}
+
+# sql_literal VALUE: VALUE as an SQL string literal (standard conforming:
+# only quotes are doubled). The value goes through a pipe, never a command
+# line.
+sql_literal() {
+	printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"
+}
+
+# ensure_replication_role DIR: the replication role exists with LOGIN
+# REPLICATION (and nothing more) and REPLICATION_PASSWORD, in the data
+# directory DIR of a primary that is not running. Runs the server in
+# single-user mode with the statements on stdin (never on a command line);
+# statements are never logged, not even with an error.
+ensure_replication_role() {
+	out=$(mktemp)
+	errors=$(mktemp)
+	trap 'rm -f "$out" "$errors"' EXIT
+	{
+		printf '%s\n' "DO \$deckhand\$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '$REPLICATION_USER') THEN CREATE ROLE $REPLICATION_USER; END IF; END \$deckhand\$;"
+		printf '%s\n' "ALTER ROLE $REPLICATION_USER WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS CONNECTION LIMIT -1 PASSWORD $(sql_literal "$REPLICATION_PASSWORD");"
+		printf '%s\n' "SELECT 'deckhand: replication role ready' FROM pg_catalog.pg_authid WHERE rolname = '$REPLICATION_USER' AND rolcanlogin AND rolreplication AND NOT rolsuper AND rolpassword LIKE 'SCRAM-SHA-256\$%';"
+	} | postgres --single -D "$1" \
+		-c log_statement=none -c log_min_error_statement=panic \
+		-c password_encryption=scram-sha-256 -c standard_conforming_strings=on \
+		postgres >"$out" 2>"$errors" || true
+	cat "$errors" >&2
+	if grep -q -E '(^| )(ERROR|FATAL|PANIC): ' "$errors" ||
+		! grep -q '"deckhand: replication role ready"' "$out"; then
+		fail "could not make the replication role $REPLICATION_USER (the errors above)"
+	fi
+	rm -f "$out" "$errors"
+	trap - EXIT
+	log "replication role $REPLICATION_USER in place, with the password of its Secret"
+}
+
+# conninfo_value VALUE: VALUE quoted for a libpq connection string.
+conninfo_value() {
+	printf "'%s'" "$(printf '%s' "$1" | sed "s/[\\\\']/\\\\&/g")"
+}
+
+# write_primary_conninfo DIR: a standby's postgresql.auto.conf names the
+# primary, the replication role and its password (every other line is
+# kept). The file is made beside it with mode 0600 and renamed into place.
+write_primary_conninfo() {
+	conf=$1/postgresql.auto.conf
+	conninfo="host=$(conninfo_value "$PRIMARY_HOST") port=$(conninfo_value "$PRIMARY_PORT")"
+	conninfo="$conninfo user=$(conninfo_value "$REPLICATION_USER") password=$(conninfo_value "$REPLICATION_PASSWORD")"
+	conninfo="$conninfo application_name=$(conninfo_value "$POD_NAME")"
+	# What a start killed before its rename left.
+	rm -f "$conf".deckhand-*
+	new=$(umask 077 && mktemp "$conf.deckhand-XXXXXX")
+	{
+		[ ! -f "$conf" ] || grep -v -E '^[[:space:]]*primary_conninfo[[:space:]]*=' "$conf" || true
+		# A configuration file's string: quotes and backslashes doubled.
+		printf "primary_conninfo = '%s'\n" "$(printf '%s' "$conninfo" | sed "s/[\\']/&&/g")"
+	} >"$new"
+	chmod 600 "$new"
+	mv "$new" "$conf"
+	unset conninfo
+	log "primary_conninfo: $PRIMARY_HOST:$PRIMARY_PORT as $REPLICATION_USER"
 }
 
 ordinal=${POD_NAME##*-}
@@ -73,4 +162,14 @@ else
 	mv "$staging" "$PGDATA"
 fi
 
+if [ "$ordinal" = 0 ]; then
+	ensure_replication_role "$PGDATA"
+	ensure_replication_hba "$PGDATA"
+else
+	write_primary_conninfo "$PGDATA"
+fi
+
+# The server needs neither password: keep them out of its environment (and
+# so of every process it starts).
+unset PGPASSWORD REPLICATION_PASSWORD
 exec postgres -D "$PGDATA" -p "$PGPORT" -c listen_addresses="$LISTEN_ADDRESSES" "$@"

@@ -53,7 +53,11 @@ check_sha256() {
 }
 
 # init_datadir DIR: a new cluster whose superuser (PGUSER) has the password
-# PGPASSWORD, reached from other pods with a password only.
+# PGPASSWORD, reached from other pods with a password only. Its pg_hba.conf
+# is deckhand's own: initdb's default lets every role replicate over the
+# loopback address; here no TCP replication connection is allowed until
+# ensure_replication_hba (bootstrap.sh, at every start of the primary)
+# admits the replication role.
 init_datadir() {
 	# initdb reads the password from a file: keep it off the command line.
 	pwfile=$(mktemp)
@@ -64,12 +68,59 @@ init_datadir() {
 		--encoding=UTF8 --locale=C --data-checksums >&2
 	rm -f "$pwfile"
 	trap - EXIT
-	cat >>"$1/pg_hba.conf" <<-'HBA'
+	cat >"$1/pg_hba.conf" <<-'HBA'
+	# deckhand: pg_hba.conf of a Database's data directory. The first line
+	# that matches a connection decides. Inside the pod, over the Unix
+	# socket: trust (as initdb's default).
+	local all all trust
+	local replication all trust
 
-	# deckhand: clients and standbys from other pods, with a password
+	# deckhand: clients from other pods, with a password
 	host all all all scram-sha-256
-	host replication all all scram-sha-256
 	HBA
+}
+
+# ensure_replication_hba DIR: DIR's pg_hba.conf admits replication
+# connections over TCP from the replication role (REPLICATION_USER), with a
+# password, and from no other role through a line deckhand wrote: the
+# "host replication all all" line that init_datadir wrote before deckhand
+# had a replication role is removed (only inside a block that starts with
+# a "# deckhand:" comment and ends at a blank line; a line the user wrote is
+# left alone). Changes the file only when something is missing, in one
+# rename.
+ensure_replication_hba() {
+	hba=$1/pg_hba.conf
+	rule="host replication $REPLICATION_USER all scram-sha-256"
+	# What a start killed before its rename left.
+	rm -f "$hba".deckhand-*
+	new=$(mktemp "$hba.deckhand-XXXXXX")
+	awk -v rule="$rule" '
+		/^# deckhand:/ { block = 1 }
+		/^[ \t]*$/ { block = 0 }
+		block && NF == 5 && $1 == "host" && $2 == "replication" && $3 == "all" && $4 == "all" && $5 == "scram-sha-256" { dropped = 1; next }
+		{ print }
+		$0 == rule { found = 1 }
+		END {
+			if (!found) {
+				print ""
+				print "# deckhand: standbys replicate as the replication role only, with a password"
+				print rule
+			}
+			exit (dropped || !found) ? 0 : 3
+		}' "$hba" >"$new" || status=$?
+	case ${status:-0} in
+	0)
+		chmod 600 "$new"
+		mv "$new" "$hba"
+		log "$hba: replication connections over TCP only for $REPLICATION_USER"
+		;;
+	3) rm -f "$new" ;;
+	*)
+		rm -f "$new"
+		fail "could not rewrite $hba"
+		;;
+	esac
+	unset status
 }
 
 # restore_marker FILE SHA256: what a restore writes as the comment of the

@@ -1,0 +1,160 @@
+# deckhand: functions the PostgreSQL scripts share. Sourced by them (from
+# the same directory of the scripts ConfigMap), never run on its own.
+#
+# Uses only what PostgreSQL 15 to 18 and the official images (Debian and
+# Alpine: coreutils or busybox) share.
+
+script=${0##*/}
+script=${script%.sh}
+
+log() { printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$script" "$*" >&2; }
+
+fail() {
+	log "$*"
+	exit 1
+}
+
+# wait_for_server: until the server at PGHOST:PGPORT accepts connections,
+# for at most SERVER_WAIT_SECONDS (default 600).
+wait_for_server() {
+	waited=0
+	until pg_isready -q; do
+		if [ "$waited" -ge "${SERVER_WAIT_SECONDS:-600}" ]; then
+			fail "the server at $PGHOST:$PGPORT did not accept connections within ${waited}s"
+		fi
+		log "waiting for the server at $PGHOST:$PGPORT"
+		sleep 2
+		waited=$((waited + 2))
+	done
+}
+
+# json_string VALUE: VALUE as a JSON string (quotes and backslashes
+# escaped; the values here hold no control characters).
+json_string() {
+	printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"
+}
+
+# sha256_of FILE: the file's SHA-256, in lower-case hex.
+sha256_of() {
+	sha256sum "$1" | cut -d ' ' -f 1
+}
+
+# check_sha256 FILE EXPECTED: refuses a missing file or one whose content
+# is not the backup's.
+check_sha256() {
+	[ -f "$1" ] || fail "backup file $1 not found: refusing to restore"
+	[ -n "$2" ] || fail "no SHA-256 given for $1: refusing to restore a file that cannot be checked"
+	actual=$(sha256_of "$1")
+	expected=$(printf '%s' "$2" | tr 'A-F' 'a-f')
+	if [ "$actual" != "$expected" ]; then
+		fail "backup file $1 has SHA-256 $actual, but the backup recorded $expected: the file is damaged or is not that backup; refusing to restore it"
+	fi
+	log "backup file $1: SHA-256 $actual as recorded"
+}
+
+# init_datadir DIR: a new cluster whose superuser (PGUSER) has the password
+# PGPASSWORD, reached from other pods with a password only.
+init_datadir() {
+	# initdb reads the password from a file: keep it off the command line.
+	pwfile=$(mktemp)
+	trap 'rm -f "$pwfile"' EXIT
+	printf '%s\n' "$PGPASSWORD" >"$pwfile"
+	initdb -D "$1" --username="$PGUSER" --pwfile="$pwfile" \
+		--auth-local=trust --auth-host=scram-sha-256 \
+		--encoding=UTF8 --locale=C --data-checksums >&2
+	rm -f "$pwfile"
+	trap - EXIT
+	cat >>"$1/pg_hba.conf" <<-'HBA'
+
+	# deckhand: clients and standbys from other pods, with a password
+	host all all all scram-sha-256
+	host replication all all scram-sha-256
+	HBA
+}
+
+# restore_marker FILE SHA256: what a restore writes as the comment of the
+# database it restored, in the restore's own transaction.
+restore_marker() {
+	printf 'deckhand: restored from %s (sha256 %s)' "${1##*/}" "$2"
+}
+
+# restore_app_database FILE SHA256: restores the dump FILE into
+# APP_DATABASE on the server at PGHOST:PGPORT, creating the database (owned
+# by APP_USER) and the role (LOGIN, no password: init.sh gives it one) if
+# missing.
+#
+# All or nothing, and at most once: the restore is one transaction that
+# ends by commenting the database with restore_marker. A database that
+# carries the marker is already restored (a retried Job succeeds without
+# touching it); a database that holds anything else is refused, never
+# cleaned: the restore never drops what it did not write.
+restore_app_database() {
+	psql -X -q -v ON_ERROR_STOP=1 -d postgres <<-'SQL'
+	\getenv appdb APP_DATABASE
+	\getenv approle APP_USER
+	SELECT format('CREATE ROLE %I LOGIN', :'approle')
+	 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = :'approle') \gexec
+	SELECT format('CREATE DATABASE %I OWNER %I', :'appdb', :'approle')
+	 WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'appdb') \gexec
+	SQL
+	marker=$(restore_marker "$1" "$(printf '%s' "$2" | tr 'A-F' 'a-f')")
+	current=$(current_marker)
+	if [ "$current" = "$marker" ]; then
+		log "database $APP_DATABASE was already restored from this backup: nothing to do"
+		return 0
+	fi
+	objects=$(psql -X -A -t -v ON_ERROR_STOP=1 -d "$APP_DATABASE" <<-'SQL'
+	SELECT (SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	         WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_(toast|temp)')
+	     + (SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+	         WHERE n.nspname NOT IN ('pg_catalog', 'information_schema'))
+	     + (SELECT count(*) FROM pg_catalog.pg_namespace
+	         WHERE nspname NOT IN ('public', 'pg_catalog', 'information_schema') AND nspname !~ '^pg_')
+	     + (SELECT count(*) FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql')
+	SQL
+	)
+	if [ "$objects" != 0 ]; then
+		fail "database $APP_DATABASE already holds $objects objects that no restore of this backup wrote${current:+ (its comment: $current)}: refusing to restore over them"
+	fi
+
+	log "restoring ${1##*/} into database $APP_DATABASE, owned by $APP_USER"
+	status=$(mktemp -d)
+	# pg_restore writes SQL that psql runs in one transaction. COMMIT is
+	# written only after pg_restore succeeded: if it fails part-way, psql
+	# reaches the end of its input inside the transaction and the server
+	# rolls it back. Every object is created by APP_USER (--role), who owns
+	# the database; owners and grants of the source are not restored (a
+	# backup holds no roles).
+	{
+		printf 'BEGIN;\n'
+		if ! pg_restore --no-owner --no-privileges --role="$APP_USER" -f - "$1"; then
+			: >"$status/pg_restore"
+			exit 0
+		fi
+		printf 'RESET ROLE;\n'
+		printf 'SELECT format(%s, current_database(), :%s) \\gexec\n' "'COMMENT ON DATABASE %I IS %L'" "'marker'"
+		printf 'COMMIT;\n'
+	} | if ! psql -X -q -v ON_ERROR_STOP=1 -v marker="$marker" -d "$APP_DATABASE" >/dev/null; then
+		: >"$status/psql"
+	fi
+	# psql first: when it stops, pg_restore fails writing to the pipe.
+	if [ -e "$status/psql" ]; then
+		rm -rf "$status"
+		fail "restoring ${1##*/}: psql stopped at the error above: nothing was restored"
+	elif [ -e "$status/pg_restore" ]; then
+		rm -rf "$status"
+		fail "pg_restore could not read ${1##*/} (above): nothing was restored"
+	fi
+	rm -rf "$status"
+	# The marker is the proof: it commits with the data or not at all.
+	[ "$(current_marker)" = "$marker" ] || fail "the restore of ${1##*/} did not commit: nothing was restored"
+	log "restored ${1##*/} into database $APP_DATABASE"
+}
+
+# current_marker: APP_DATABASE's comment.
+current_marker() {
+	psql -X -A -t -v ON_ERROR_STOP=1 -d postgres <<-'SQL'
+	\getenv appdb APP_DATABASE
+	SELECT coalesce(pg_catalog.shobj_description(oid, 'pg_database'), '') FROM pg_catalog.pg_database WHERE datname = :'appdb'
+	SQL
+}
