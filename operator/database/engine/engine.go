@@ -116,6 +116,11 @@ type Engine interface {
 	// data directory beside the old one, restores u.File into it and swaps
 	// them, keeping the old directory (the engine documents where, and
 	// when it is removed: never before the new primary is ready).
+	// With u.Rollback it runs with the OLD image (c.Image) instead, after
+	// a failed upgrade, while no server runs: it puts the kept old
+	// directory back in place, whichever step the upgrade reached, and
+	// keeps a directory the new version served beside it. Its Report
+	// carries ServerVersion (the old image's).
 	UpgradePod(c Cluster, u Upgrade) Pod
 }
 
@@ -148,6 +153,9 @@ type Upgrade struct {
 	DataClaimName string
 	FromVersion   string
 	ToVersion     string
+	// Rollback undoes the upgrade from FromVersion to ToVersion (see
+	// Engine.UpgradePod).
+	Rollback bool
 }
 
 // Report is what a Job found, written as JSON to its container's
