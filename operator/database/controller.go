@@ -250,6 +250,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		var next time.Duration
 		next, err = r.manageBackups(ctx, &db)
+		if upgrade := upgradeRecheck(&db, r.now()); upgrade > 0 && (next == 0 || upgrade < next) {
+			next = upgrade
+		}
 		if next > 0 && (result.RequeueAfter == 0 || next < result.RequeueAfter) {
 			result.RequeueAfter = next
 		}

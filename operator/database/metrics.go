@@ -15,6 +15,10 @@ var (
 		Name: "deckhand_database_init_jobs_total",
 		Help: "Init Jobs seen finishing, by result (succeeded, failed).",
 	}, []string{"result"})
+	upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "deckhand_database_major_upgrades_total",
+		Help: "Major-version upgrades seen ending, by result (succeeded, rolled_back, rollback_failed).",
+	}, []string{"result"})
 	readyReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "deckhand_database_ready_replicas",
 		Help: "Ready replicas of each Database.",
@@ -38,5 +42,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(objectWrites, initJobs, readyReplicas, ready, backupsTotal, lastBackupSuccess, nextScheduledBackup)
+	metrics.Registry.MustRegister(objectWrites, initJobs, upgrades, readyReplicas, ready, backupsTotal, lastBackupSuccess, nextScheduledBackup)
 }
