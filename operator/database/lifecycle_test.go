@@ -677,12 +677,7 @@ func TestImageChangesBackUpFirstAndDowngradesAreRefused(t *testing.T) {
 	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
 	assert.Len(t, backups.Items, 1, "no backup for a refused change")
 
-	// A major upgrade is not automated yet: refused the same way.
-	setImage(t, c, db, "postgres:18.0", nil)
-	cur = waitFor(t, c, db, "UpgradeBlocked", func(ct *assert.CollectT, d *dbv1.Database) {
-		require.Equal(ct, "MajorUpgradeNotAutomated", condition(d, database.ConditionUpgradeBlocked).Reason)
-	})
-	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
+	// (A major upgrade: upgrade_test.go.)
 
 	// An image without a version: only with the annotation, and after a backup.
 	setImage(t, c, db, "registry.example/postgres-custom", nil)

@@ -9,7 +9,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -271,7 +270,42 @@ func (r *Reconciler) upgradeJob(ctx context.Context, db *dbv1.Database, eng engi
 		r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s failed (%s): rolling back to %s with the old data directory", job.Name, jobFailure(ctx, r, job), u.FromImage)
 		return stopped(u.FromImage), nil
 	}
+	msg := fmt.Sprintf("Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", job.Name, claimName(db, 0), u.ToImage)
+	if why := unschedulable(ctx, r.Owned, job); why != "" {
+		// Node-local volumes: the data and backup volumes may be bound on
+		// different nodes, and no pod can mount both.
+		msg += fmt.Sprintf("; its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades); the Job fails after its deadline and the upgrade is rolled back",
+			truncate(why, 300), claimName(db, 0), backupClaimOf(job))
+	}
+	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRunningJob), msg)
 	return stopped(u.FromImage), nil
+}
+
+// backupClaimOf names the backup volume a Job mounts.
+func backupClaimOf(job *batchv1.Job) string {
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Name == engine.BackupVolume && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return ""
+}
+
+// unschedulable is why the scheduler cannot place a pod of the Job ("" when
+// it can).
+func unschedulable(ctx context.Context, owned client.Reader, job *batchv1.Job) string {
+	var pods corev1.PodList
+	if err := owned.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return c.Message
+			}
+		}
+	}
+	return ""
 }
 
 // jobFailure is a failed Job's reason and what its pod said.
@@ -385,8 +419,12 @@ func (r *Reconciler) upgradeRemoveOldData(db *dbv1.Database, eng engine.Engine, 
 	sts := &l.statefulSet
 	desired := statefulSetRunning(db, eng, sts.Spec.VolumeClaimTemplates, plan)
 	replicas := replicasOf(db)
-	rolled := len(sts.Spec.Template.Spec.Containers) > 0 &&
-		equality.Semantic.DeepEqual(sts.Spec.Template.Spec.Containers[0].Env, desired.Spec.Template.Spec.Containers[0].Env) &&
+	// The live StatefulSet has the plan's template (the API server adds
+	// defaults, so compare what the plan sets) and every server restarted
+	// with it.
+	state, err := desiredState(desired)
+	applied, _ := upToDate(state, sts)
+	rolled := err == nil && applied &&
 		sts.Status.ObservedGeneration >= sts.Generation && sts.Status.CurrentRevision == sts.Status.UpdateRevision &&
 		sts.Status.UpdatedReplicas == replicas && sts.Status.ReadyReplicas == replicas
 	if rolled {
