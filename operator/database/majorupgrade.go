@@ -208,6 +208,12 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng e
 	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
+		if busy, err := r.backupJobRunning(ctx, db); err != nil || busy {
+			// Another backup reads from the servers: stopping them would
+			// fail it. Its end reconciles again.
+			r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s completed; the servers stop for the upgrade to %s once backup Job %s has finished", b.Name, u.ToImage, backupJobName(db.Name)))
+			return running, err
+		}
 		r.toStep(db, dbv1.UpgradeScalingDown, "DatabaseBackup %s completed (%s): the servers stop for the upgrade from %s to %s", b.Name, b.Status.File, u.FromVersion, u.ToVersion)
 		return r.upgradeScaleDown(ctx, db, eng, l)
 	case dbv1.BackupFailed:
@@ -222,6 +228,20 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng e
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
 	return running, nil
+}
+
+// backupJobRunning: a backup Job of the Database is still at work.
+func (r *Reconciler) backupJobRunning(ctx context.Context, db *dbv1.Database) (bool, error) {
+	var job batchv1.Job
+	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: backupJobName(db.Name)}, &job)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	finished := jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed)
+	return !finished && job.DeletionTimestamp.IsZero(), nil
 }
 
 // serversGone: the StatefulSet has settled at zero replicas and no server
