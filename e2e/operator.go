@@ -188,6 +188,9 @@ func (o *HostOperator) Running() bool {
 	}
 }
 
+// Pid is the operator process's id (for its memory, from /proc).
+func (o *HostOperator) Pid() int { return o.cmd.Process.Pid }
+
 // Logs is what the operator printed so far.
 func (o *HostOperator) Logs() string { return o.logs.String() }
 

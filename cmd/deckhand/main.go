@@ -4,10 +4,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	// TDSet time zones work on images without /usr/share/zoneinfo.
 	_ "time/tzdata"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -42,11 +44,27 @@ func main() {
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(logOpts))
+	setMemoryLimit()
 
 	// SIGTERM cancels the context: reconciles get the graceful-shutdown
 	// timeout and the leader Lease is released.
 	if err := manager.Run(ctrl.SetupSignalHandler(), cfg); err != nil {
 		ctrl.Log.Error(err, "deckhand stopped")
 		os.Exit(1)
+	}
+}
+
+// setMemoryLimit makes the Go runtime collect harder as the heap nears 90%
+// of the container's memory limit (from its cgroup), rather than grow past
+// it and be OOM-killed mid-rollout. GOMEMLIMIT in the environment wins, and
+// AUTOMEMLIMIT=off (or a ratio) changes it; without a limit nothing changes.
+func setMemoryLimit() {
+	limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup))
+	if err != nil {
+		ctrl.Log.Info("memory limit of the container not read; the Go runtime runs without a soft limit", "reason", err.Error())
+		return
+	}
+	if limit < math.MaxInt64 {
+		ctrl.Log.Info("Go runtime soft memory limit", "bytes", limit)
 	}
 }

@@ -1,5 +1,3 @@
-//go:build faultproxy
-
 package faults
 
 import (

@@ -80,17 +80,24 @@ func Percentile(d []time.Duration, p float64) time.Duration {
 // RSS is the resident memory of process pid, in KiB.
 func RSS(t testing.TB, pid int) int {
 	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := ReadRSS(pid)
 	require.NoError(t, err)
+	return kib
+}
+
+// ReadRSS is a process's VmRSS in KiB, for samplers that run beside a test
+// (they may not fail it from their goroutine).
+func ReadRSS(pid int) (int, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			require.NoError(t, err)
-			return kib
+			return strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 		}
 	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // CreateAll creates objs with a few requests in flight, for benchmarks that

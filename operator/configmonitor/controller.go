@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -70,6 +71,25 @@ const (
 // workload), so workers cost little CPU; 8 keeps a burst of changes from
 // queueing behind each other on a 2-core node.
 const DefaultWorkers = 8
+
+// Per-monitor retry backoff after a failed pass: client-go's default
+// doubling from 5 ms, capped at MaxFailureBackoff instead of workqueue's
+// 1000 s, so a monitor that failed a few times in a row during an API
+// server's bad minute is retried within seconds once it recovers.
+const (
+	MinFailureBackoff = 5 * time.Millisecond
+	MaxFailureBackoff = 30 * time.Second
+)
+
+// failureBackoff is the controller's workqueue rate limiter: the capped
+// per-monitor backoff, and workqueue's overall 10 retries per second
+// (burst 100) so many failing monitors do not flood the API server.
+func failureBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](MinFailureBackoff, MaxFailureBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
 
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors,verbs=get;list;watch
 // +kubebuilder:rbac:groups=magalix.com,resources=configmonitors/status,verbs=get;update;patch
@@ -183,7 +203,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workloads cache.Cache, w
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: failureBackoff()}).
 		// Status writes (its own) must not queue a second reconcile that
 		// would delay the next ConfigMap event.
 		For(&magalixv1.ConfigMonitor{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -244,10 +264,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	m.Status.ObservedGeneration = m.Generation
 	m.Status.ConfigMap = m.Spec.ConfigMapName()
 	m.Status.Selector = labels.SelectorFromSet(m.Spec.PodSelector).String()
-	if statusErr := status.Patch(ctx, r.Client, before, &m); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &m))
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) (ctrl.Result, error) {
@@ -304,6 +321,8 @@ func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) 
 	now := r.Now()
 	if m.Status.PendingHash != hash {
 		m.Status.PendingHash, m.Status.PendingSince = hash, &metav1.Time{Time: now}
+		// What an earlier change left pending says nothing about this one.
+		m.Status.PendingWorkloads = nil
 	}
 	if m.Spec.Suspend {
 		skipped.WithLabelValues("Suspended").Inc()

@@ -1,6 +1,7 @@
 package configmonitor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,13 +76,20 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 	if err != nil {
 		return rollout{}, err
 	}
+	// The passes before this one (of the same change: reconcile clears
+	// the list when a new one starts) reached every target not pending.
+	// They are checked again, last, by the pass that finishes the rollout.
+	unreached := m.Status.PendingWorkloads
+	unreachedFirst(targets, unreached)
 	out := rollout{unsupported: unsupported}
 	var limited *rateLimitedError
 	var errs []error
 	for _, t := range targets {
 		ref := magalixv1.WorkloadRef{Kind: t.kind, Name: t.name}
 		if limited != nil {
-			out.pending = append(out.pending, ref)
+			if len(unreached) == 0 || slices.Contains(unreached, ref) {
+				out.pending = append(out.pending, ref)
+			}
 			continue
 		}
 		result, err := r.rollOut(ctx, m, t, hash)
@@ -106,6 +114,22 @@ func (r *Reconciler) restart(ctx context.Context, m *magalixv1.ConfigMonitor, se
 		return out, limited
 	}
 	return out, errors.Join(errs...)
+}
+
+// unreachedFirst orders targets so that those the last pass left pending
+// come first, each group by kind and name. A paced rollout takes one or a
+// few restarts per pass; without this order every pass would first check
+// again, a request each, the workloads the passes before it rolled.
+func unreachedFirst(targets []workload, pending []magalixv1.WorkloadRef) {
+	reached := func(w workload) int {
+		if slices.Contains(pending, magalixv1.WorkloadRef{Kind: w.kind, Name: w.name}) {
+			return 0
+		}
+		return 1
+	}
+	slices.SortFunc(targets, func(a, b workload) int {
+		return cmp.Or(cmp.Compare(reached(a), reached(b)), cmp.Compare(a.kind, b.kind), cmp.Compare(a.name, b.name))
+	})
 }
 
 // selectedPods lists the metadata of the pods selector selects, from the
@@ -204,12 +228,32 @@ func (r *Reconciler) rollOut(ctx context.Context, m *magalixv1.ConfigMonitor, t 
 	// instead of restarting it twice (and saying so). Conflicts with the
 	// workload's own status updates are retried at once, without a pause:
 	// a pause only gives the workload's controller time for the next one.
-	err := retry.RetryOnConflict(wait.Backoff{Steps: 10}, func() error {
-		var err error
-		result, err = r.rollOutOnce(ctx, m, t, hash)
-		return err
+	//
+	// A server error (500, 503, 504, a timeout) is retried here too, after a
+	// short pause: the rest of the pass, and every other workload's restart,
+	// must not wait on the controller's backoff for one refused request.
+	// The retry is safe: the patch carries the resourceVersion, so one the
+	// server applied before failing conflicts and is found done. 429s are
+	// retried by client-go itself, after the server's Retry-After.
+	err := retry.OnError(transientRetry, isTransient, func() error {
+		return retry.RetryOnConflict(wait.Backoff{Steps: 10}, func() error {
+			var err error
+			result, err = r.rollOutOnce(ctx, m, t, hash)
+			return err
+		})
 	})
 	return result, err
+}
+
+// transientRetry paces the retries of a workload's restart after server
+// errors: 3 more tries within about a second.
+var transientRetry = wait.Backoff{Steps: 4, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2}
+
+// isTransient says the API server failed the request but may well accept
+// it again at once.
+func isTransient(err error) bool {
+	return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)
 }
 
 // rollOutOnce stamps the hash on one workload's template. A paused
@@ -348,17 +392,30 @@ func (e *cutoffWait) Error() string {
 // long until one is free. It never waits: a waiting reconcile would hold
 // one of the controller's workers and show nothing in status. Cancel the
 // reservation to give the token back when no restart happened.
-func (r *Reconciler) takeRestartToken() (*rate.Reservation, error) {
-	res := r.Limiter.Reserve()
+func (r *Reconciler) takeRestartToken() (*restartToken, error) {
+	now := time.Now()
+	res := r.Limiter.ReserveN(now, 1)
 	if !res.OK() {
 		return nil, fmt.Errorf("restart rate limit with burst %d allows no restart", r.Limiter.Burst())
 	}
-	if wait := res.Delay(); wait > 0 {
-		res.Cancel()
+	if wait := res.DelayFrom(now); wait > 0 {
+		res.CancelAt(now)
 		return nil, &rateLimitedError{retryAfter: wait}
 	}
-	return res, nil
+	return &restartToken{res: res, at: now}, nil
 }
+
+// restartToken is one restart taken from the shared budget.
+type restartToken struct {
+	res *rate.Reservation
+	at  time.Time
+}
+
+// Cancel gives the restart back. It cancels as of the instant the token
+// was taken: rate.Reservation.Cancel restores nothing once that instant has
+// passed, so a refused patch or one that found the workload current would
+// spend the budget of a restart that never happened.
+func (t *restartToken) Cancel() { t.res.CancelAt(t.at) }
 
 // newWorkload returns an empty object of kind and an accessor of its pod
 // template.

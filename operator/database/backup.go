@@ -108,10 +108,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	before := b.DeepCopy()
 	result, err := r.run(ctx, &b)
-	if statusErr := r.patchStatus(ctx, before, &b); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, &b))
 }
 
 // patchStatus writes the status only over the version it was computed
@@ -500,10 +497,7 @@ func (r *BackupReconciler) deleteFile(ctx context.Context, b *dbv1.DatabaseBacku
 	before := b.DeepCopy()
 	result, done, err := r.deleteFileSteps(ctx, b)
 	if err != nil || !done {
-		if statusErr := r.patchStatus(ctx, before, b); statusErr != nil && err == nil {
-			err = statusErr
-		}
-		return result, err
+		return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 	}
 	controllerutil.RemoveFinalizer(b, FinalizerBackupFile)
 	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, b))

@@ -235,12 +235,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		result, gone, err := r.finalize(ctx, &db)
 		if gone {
 			forgetMetrics(req.Namespace, req.Name)
-			return result, err
+			return status.Outcome(ctx, result, err, nil)
 		}
-		if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
-			err = statusErr
-		}
-		return result, err
+		return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &db))
 	}
 	if err := r.ensureFinalizer(ctx, &db); err != nil {
 		return ctrl.Result{}, err
@@ -259,10 +256,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	db.Status.ObservedGeneration = db.Generation
 	publishMetrics(&db)
-	if statusErr := status.Patch(ctx, r.Client, before, &db); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	// A planned recheck or an error, never both: controller-runtime drops
+	// the recheck that comes with an error.
+	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &db))
 }
 
 // recheckForeign is how often a Database blocked by someone else's object

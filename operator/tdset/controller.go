@@ -160,10 +160,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(followUpPriority)}, nil
 	}
 	td.Status.ObservedGeneration = td.Generation
-	if statusErr := status.Patch(ctx, r.Client, before, &td); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	return result, err
+	// The next boundary's wake or an error, never both: controller-runtime
+	// drops the wake that comes with an error.
+	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &td))
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, td *schedulev1.TDSet, now time.Time) (ctrl.Result, error) {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
+	"github.com/deckhand-dev/deckhand/operator/status"
 )
 
 // monday10 is inside the seed's 9-17 window (5 replicas).
@@ -496,4 +497,17 @@ func TestBoundaryScalesFirstAndReportsInAFollowUp(t *testing.T) {
 	require.NoError(t, f.c.Get(context.Background(), key, &td))
 	assert.EqualValues(t, 3, td.Status.DesiredReplicas)
 	assert.Len(t, f.drainEvents(), 1, "no Scaled event")
+}
+
+func TestARefusedStatusWriteKeepsTheWakeWithoutAnError(t *testing.T) {
+	f := newFixture(t, seedTDSet(t))
+	f.r.Client = interceptor.NewClient(f.cacheView().(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			return apierrors.NewServiceUnavailable("etcd is slow")
+		},
+	})
+	res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "temp", Name: "tdset-hello-world"}})
+	require.NoError(t, err, "a wake returned with an error is dropped by controller-runtime, and the error grows the backoff")
+	assert.Equal(t, status.RetryStatusAfter, res.RequeueAfter, "the status is written again soon, the boundary 7 h away is recomputed then")
+	assert.EqualValues(t, 5, ptr.Deref(f.deployment(t).Spec.Replicas, 0), "the pass did its work")
 }

@@ -1,0 +1,39 @@
+package status
+
+import (
+	"context"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// RetryStatusAfter bounds how long a failed status write waits for the next
+// pass when the pass planned to come back anyway.
+const RetryStatusAfter = 5 * time.Second
+
+// Outcome is what a Reconcile returns once its status write is done: a
+// planned requeue or an error, never both, because controller-runtime
+// ignores the requeue when an error comes with it.
+//
+//   - The pass failed (err): the error, retried with the controller's
+//     per-object backoff. The retry recomputes the plan.
+//   - Only the status write failed and the pass planned to come back: the
+//     planned requeue, no sooner than needed and no later than
+//     RetryStatusAfter, and no error. The pass made progress; an error would
+//     grow the per-object backoff with every refused write and turn a paced
+//     rollout into one slowed down exponentially. The next pass writes the
+//     status again; the failure is logged.
+//   - Only the status write failed, nothing planned: its error.
+func Outcome(ctx context.Context, result ctrl.Result, err, statusErr error) (ctrl.Result, error) {
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case statusErr != nil && result.RequeueAfter > 0:
+		ctrl.LoggerFrom(ctx).Error(statusErr, "writing status failed; written again at the planned requeue")
+		result.RequeueAfter = min(result.RequeueAfter, RetryStatusAfter)
+		return result, nil
+	case statusErr != nil:
+		return ctrl.Result{}, statusErr
+	}
+	return result, nil
+}
