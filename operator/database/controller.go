@@ -244,6 +244,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	before := db.DeepCopy()
 	result, err := r.reconcile(ctx, &db)
+	if errors.Is(err, errStaleDatabase) {
+		return ctrl.Result{RequeueAfter: staleRecheck}, nil
+	}
 	if err == nil {
 		var next time.Duration
 		next, err = r.manageBackups(ctx, &db)
@@ -285,6 +288,9 @@ func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Res
 	}
 	if !db.Spec.Suspend {
 		err := r.converge(ctx, db, eng, live)
+		if errors.Is(err, errStaleDatabase) {
+			return ctrl.Result{}, err
+		}
 		if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
 			r.refuse(db, notOwned)
 			return ctrl.Result{RequeueAfter: recheckForeign}, nil

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -60,8 +61,8 @@ type serverPlan struct {
 	// RemoveOldData: the servers remove the data directories a finished
 	// major upgrade kept (engine.Cluster.RemoveOldData).
 	RemoveOldData bool
-	// Keep: leave the StatefulSet as it is (the Database in the cache is
-	// older than the upgrade's last step).
+	// Keep: leave the StatefulSet as it is (the servers run on while the
+	// pre-upgrade backup is taken).
 	Keep bool
 }
 
@@ -145,9 +146,9 @@ func stepEventReason(step dbv1.UpgradeStep) string {
 // what that step waits for has happened, and says what the StatefulSet
 // runs meanwhile.
 func (r *Reconciler) majorUpgrade(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
-	if fresh, err := r.statusIsFresh(ctx, db); err != nil || !fresh {
+	if err := r.requireFresh(ctx, db); err != nil {
 		// Acting on an older step could start servers a Job is working
-		// under; the newer Database's event reconciles again.
+		// under.
 		return serverPlan{Keep: true}, err
 	}
 	u := db.Status.Upgrade
@@ -170,13 +171,22 @@ func (r *Reconciler) majorUpgrade(ctx context.Context, db *dbv1.Database, eng en
 	return steadyPlan(db, u.ToImage), nil
 }
 
-// statusIsFresh: the cached Database is the API server's newest.
-func (r *Reconciler) statusIsFresh(ctx context.Context, db *dbv1.Database) (bool, error) {
+// errStaleDatabase: the cached Database is older than the API server's.
+// The reconcile stops without writing its status (a merge patch of the
+// older conditions would undo newer ones) and looks again soon.
+var errStaleDatabase = errors.New("the cached Database is older than the API server's")
+
+// requireFresh fails with errStaleDatabase unless the cached Database is
+// the API server's newest.
+func (r *Reconciler) requireFresh(ctx context.Context, db *dbv1.Database) error {
 	var fresh dbv1.Database
 	if err := r.API.Get(ctx, client.ObjectKeyFromObject(db), &fresh); err != nil {
-		return false, err
+		return err
 	}
-	return fresh.ResourceVersion == db.ResourceVersion, nil
+	if fresh.ResourceVersion != db.ResourceVersion {
+		return errStaleDatabase
+	}
+	return nil
 }
 
 func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
@@ -228,6 +238,27 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng e
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
 	return running, nil
+}
+
+// upgradeJobIdle: the upgrade Job has finished or is gone. One that
+// never started (unschedulable) is deleted, and waited for, so it cannot
+// start while the rollback Job works on the same volume.
+func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *dbv1.Database) (bool, error) {
+	var job batchv1.Job
+	exists, err := r.lookup(ctx, db, "Job", upgradeJobName(db), &job, false)
+	if err != nil || !exists {
+		return err == nil, err
+	}
+	if jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed) {
+		return true, nil
+	}
+	if job.DeletionTimestamp.IsZero() {
+		if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting upgrade Job %s before the rollback: %w", job.Name, err)
+		}
+		objectWrites.WithLabelValues("Job", "deleted").Inc()
+	}
+	return false, nil
 }
 
 // backupJobRunning: a backup Job of the Database is still at work.
@@ -293,9 +324,16 @@ func (r *Reconciler) upgradeJob(ctx context.Context, db *dbv1.Database, eng engi
 	msg := fmt.Sprintf("Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", job.Name, claimName(db, 0), u.ToImage)
 	if why := unschedulable(ctx, r.Owned, job); why != "" {
 		// Node-local volumes: the data and backup volumes may be bound on
-		// different nodes, and no pod can mount both.
-		msg += fmt.Sprintf("; its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades); the Job fails after its deadline and the upgrade is rolled back",
+		// different nodes, and no pod can mount both. The servers are down
+		// meanwhile: give up after upgradeTimeout.
+		why = fmt.Sprintf("its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades)",
 			truncate(why, 300), claimName(db, 0), backupClaimOf(job))
+		if !r.now().Before(u.StepStartTime.Add(upgradeTimeoutOf(db))) {
+			u.FailureReason = "UpgradeJobUnschedulable"
+			r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s did not start within %s (upgradeTimeout): %s; rolling back to %s", job.Name, upgradeTimeoutOf(db), why, u.FromImage)
+			return stopped(u.FromImage), nil
+		}
+		msg += fmt.Sprintf("; %s; if it still cannot start after %s (upgradeTimeout) the upgrade is rolled back", why, upgradeTimeoutOf(db))
 	}
 	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRunningJob), msg)
 	return stopped(u.FromImage), nil
@@ -391,9 +429,9 @@ func upgradeJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, ro
 	}
 	if b != nil {
 		spec.File, spec.SHA256, spec.ClaimName = b.Status.File, b.Status.SHA256, b.Status.ClaimName
-	}
-	if spec.ClaimName == "" {
-		spec.ClaimName = backupClaimName(db.Name)
+		if spec.ClaimName == "" {
+			spec.ClaimName = backupClaimName(db.Name)
+		}
 	}
 	pod := eng.UpgradePod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: component, LabelUpgradeAttempt: u.Attempt})
@@ -409,7 +447,7 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *dbv1.Database, eng en
 	}
 	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
 		db.Status.CurrentImage, db.Status.CurrentVersion = u.ToImage, u.ToVersion
-		upgrades.WithLabelValues("succeeded").Inc()
+		upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
 		r.toStep(db, dbv1.UpgradeRemovingOldData, "%s %s is ready on the upgraded data: the servers restart once more to remove the old data directory (%s)", eng.Name(), u.ToVersion, u.FromVersion)
 		return steadyPlan(db, u.ToImage), nil
 	}
@@ -423,14 +461,26 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *dbv1.Database, eng en
 	return stopped(u.FromImage), nil
 }
 
-// upgradeRecheck is when an upgrade waiting for its new primary must look
-// again: a pod that never becomes ready sends no event.
+// upgradeRecheck is when an upgrade waiting for its Job or its new primary
+// must look again: a pod that is never scheduled or never ready sends no
+// event.
 func upgradeRecheck(db *dbv1.Database, now time.Time) time.Duration {
 	u := db.Status.Upgrade
-	if u == nil || u.Step != dbv1.UpgradeStartingNewVersion || u.StepStartTime == nil {
+	if u == nil || u.StepStartTime == nil {
 		return 0
 	}
-	return max(u.StepStartTime.Add(upgradeTimeoutOf(db)).Sub(now), time.Second)
+	left := u.StepStartTime.Add(upgradeTimeoutOf(db)).Sub(now)
+	switch {
+	case u.Step == dbv1.UpgradeStartingNewVersion:
+		return max(left, time.Second)
+	case u.Step == dbv1.UpgradeRunningJob && left > 0:
+		return left
+	case u.Step == dbv1.UpgradeRunningJob:
+		// A long restore is fine; only an unschedulable pod (which
+		// sends no event) is given up on, and it is looked at now and then.
+		return time.Minute
+	}
+	return 0
 }
 
 func (r *Reconciler) upgradeRemoveOldData(db *dbv1.Database, eng engine.Engine, l *live) serverPlan {
@@ -459,6 +509,9 @@ func (r *Reconciler) rollbackScaleDown(ctx context.Context, db *dbv1.Database, l
 	if err != nil || !gone {
 		return stopped(u.FromImage), err
 	}
+	if idle, err := r.upgradeJobIdle(ctx, db); err != nil || !idle {
+		return stopped(u.FromImage), err
+	}
 	r.toStep(db, dbv1.UpgradeRestoringOldData, "no server runs: Job %s puts the old data directory (%s) back with image %s", rollbackJobName(db), u.FromVersion, u.FromImage)
 	return stopped(u.FromImage), nil
 }
@@ -473,7 +526,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *dbv1.Database, eng eng
 	}
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
-		upgrades.WithLabelValues("rolled_back").Inc()
+		upgrades.WithLabelValues(db.Namespace, db.Name, "rolled_back").Inc()
 		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and was rolled back: the servers run %s on the old data directory, nothing of it lost; the pre-upgrade DatabaseBackup %s is kept. See Job %s's log, then set spec.image back to %s (clears this), fix the cause and set %s again for a new attempt",
 			u.FromImage, u.ToImage, u.FailureReason, u.FromImage, u.Backup, upgradeJobName(db), u.FromImage, u.ToImage)
 		r.setCondition(db, ConditionUpgradeFailed, true, u.FailureReason, msg)
@@ -483,7 +536,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *dbv1.Database, eng eng
 		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/database-scripts.md says where the old directory is kept), then delete Job %s to run it again",
 			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), claimName(db, 0), job.Name)
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeFailed); c == nil || c.Reason != "RollbackFailed" {
-			upgrades.WithLabelValues("rollback_failed").Inc()
+			upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()
 			r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)
 		}
 		r.setCondition(db, ConditionUpgradeFailed, true, "RollbackFailed", msg)

@@ -17,8 +17,8 @@ var (
 	}, []string{"result"})
 	upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "deckhand_database_major_upgrades_total",
-		Help: "Major-version upgrades seen ending, by result (succeeded, rolled_back, rollback_failed).",
-	}, []string{"result"})
+		Help: "Major-version upgrades seen ending, by Database and result (succeeded, rolled_back, rollback_failed).",
+	}, []string{"namespace", "database", "result"})
 	readyReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "deckhand_database_ready_replicas",
 		Help: "Ready replicas of each Database.",

@@ -120,6 +120,11 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *dbv1.Database, eng en
 				// Rolled back: no new attempt until spec.image changes.
 				return steadyPlan(db, running), nil
 			}
+			if err := r.requireFresh(ctx, db); err != nil {
+				// An upgrade may have started already: its status is not
+				// in the cache yet.
+				return serverPlan{Keep: true}, err
+			}
 			r.startMajorUpgrade(db, eng, running, wanted, fromV, toV)
 			return r.majorUpgrade(ctx, db, eng, l)
 		}

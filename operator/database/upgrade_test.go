@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -143,7 +144,7 @@ func (w *upgradeWatch) result() ([]string, []string) {
 	return w.seen, w.violations
 }
 
-func upgradesResult(t *testing.T, result string) float64 {
+func upgradesResult(t *testing.T, ns, db, result string) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	require.NoError(t, err)
@@ -152,10 +153,12 @@ func upgradesResult(t *testing.T, result string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["database"] == db && labels["result"] == result {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -266,7 +269,6 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
 	primaryClaim, standbyClaim := claimUID(t, c, ns, "data-major-0"), claimUID(t, c, ns, "data-major-1")
-	succeeded := upgradesResult(t, "succeeded")
 
 	watch := watchUpgrade(t, c, ns, "major", "postgres:18.0")
 	setImage(t, c, db, "postgres:18.0", nil)
@@ -323,7 +325,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	assert.Empty(t, violations)
 	assert.Equal(t, []string{"backup completed", "scaled down", "no server", "upgrade Job", "upgrade Job completed", "new image"}, seen)
 	eventsOnce(t, c, ns, "major", "BackingUp", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "OldDataRemoved")
-	assert.Equal(t, succeeded+1, upgradesResult(t, "succeeded"))
+	assert.Equal(t, 1.0, upgradesResult(t, ns, "major", "succeeded"))
 
 	// More reconciles do nothing again: one Job, the same one.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -416,7 +418,6 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
 	primaryClaim := claimUID(t, c, ns, "data-fails-0")
-	rolledBack := upgradesResult(t, "rolled_back")
 
 	setImage(t, c, db, "postgres:18.0", nil)
 	first := preUpgradeBackup(t, c, ns)
@@ -454,7 +455,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "fails"))
 	assert.Contains(t, eventReasons(t, c, ns, "fails", corev1.EventTypeWarning), "UpgradeFailed")
 	assert.Equal(t, primaryClaim, claimUID(t, c, ns, "data-fails-0"))
-	assert.Equal(t, rolledBack+1, upgradesResult(t, "rolled_back"))
+	assert.Equal(t, 1.0, upgradesResult(t, ns, "fails", "rolled_back"))
 
 	// It stays so: no new attempt on its own.
 	time.Sleep(2 * time.Second)
@@ -527,4 +528,112 @@ func TestAMajorUpgradeWhosePrimaryIsNeverReadyIsRolledBack(t *testing.T) {
 	}
 	require.Len(t, events, 1)
 	assert.Contains(t, events[0], "was not ready on postgres:18.0 within 3s (upgradeTimeout)")
+}
+
+// bindClaimOn makes a PersistentVolumeClaim and has it bound on node (the
+// local cluster's volumes are node-local, bound where the first pod using
+// them is scheduled).
+func bindClaimOn(t *testing.T, c client.Client, pvc *corev1.PersistentVolumeClaim, node string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, pvc))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bind-" + pvc.Name, Namespace: pvc.Namespace},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(1000)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "bind", Image: "busybox", Command: []string{"true"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/v"}},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+			Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name},
+			}}},
+		},
+	}
+	require.NoError(t, c.Create(ctx, pod))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
+		require.Equal(ct, corev1.ClaimBound, pvc.Status.Phase)
+	}, wait, 100*time.Millisecond, "PersistentVolumeClaim %s bound", pvc.Name)
+	require.NoError(t, c.Delete(ctx, pod))
+}
+
+func TestAnUpgradeJobThatCannotBeScheduledIsRolledBackWithoutTheBackupVolume(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	dumpOnFailure(t, c, ns)
+	ctx := context.Background()
+
+	// The primary's volume on kwok-node-2, the backup volume on
+	// kwok-node-1: no pod can mount both.
+	db := newDatabase(ns, "apart", 1)
+	db.Spec.Image = "postgres:17.6"
+	db.Spec.UpgradeTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-2"}}
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	bindClaimOn(t, c, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "apart-backup", Namespace: ns, Labels: map[string]string{
+			database.LabelDatabase: "apart", database.LabelComponent: "backup",
+		}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, "kwok-node-1")
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+		db.Spec.PodTemplate = nil
+		return c.Update(ctx, db)
+	}))
+	waitFor(t, c, db, "Ready without the node selector", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		require.Equal(ct, d.Generation, d.Status.ObservedGeneration)
+	})
+
+	setImage(t, c, db, "postgres:18.0", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	reportBackup(t, c, ns, "apart", pre.Name, 100)
+	cur := waitFor(t, c, db, "rolled back", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeStep(dbv1.UpgradeFailed)(ct, d)
+		ready(ct, d)
+	})
+	failed := condition(cur, database.ConditionUpgradeFailed)
+	assert.Equal(t, "UpgradeJobUnschedulable", failed.Reason)
+	assert.Equal(t, "17.6", cur.Status.CurrentVersion)
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "apart"))
+	var notes []string
+	for _, e := range listEvents(t, c, ns, "apart") {
+		if e.Reason == "RollingBack" {
+			notes = append(notes, e.Note)
+		}
+	}
+	require.Len(t, notes, 1)
+	assert.Contains(t, notes[0], "did not start within 3s (upgradeTimeout)")
+	assert.Contains(t, notes[0], "data-apart-0 and the backup volume apart-backup must be on one node")
+
+	// The upgrade Job went before the rollback Job came, and the rollback
+	// mounts the data volume only, so it could run.
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "apart-upgrade"}, &batchv1.Job{})
+	assert.True(t, apierrors.IsNotFound(err), "the unschedulable upgrade Job is deleted: %v", err)
+	rollback := jobNamed(t, c, ns, "apart-rollback")
+	var claims []string
+	for _, v := range rollback.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	assert.Equal(t, []string{"data-apart-0"}, claims)
+	assert.True(t, jobDone(rollback).After(time.Time{}), "the rollback Job completed")
 }

@@ -145,7 +145,9 @@ type Restore struct {
 
 // Upgrade is one major-version upgrade for UpgradePod.
 type Upgrade struct {
-	// File is the pre-upgrade dump on ClaimName.
+	// File is the pre-upgrade dump on ClaimName. A rollback reads no dump:
+	// ClaimName is empty and the pod mounts no BackupVolume (on node-local
+	// storage the backup volume may be on another node than the data).
 	File      string
 	SHA256    string
 	ClaimName string
@@ -227,29 +229,32 @@ const (
 // JobPod is the shape every engine's Jobs but init share: one container
 // running script from the scripts volume with env and the engine's
 // credentials, the backup volume of backupClaim mounted at BackupMount
-// (and extra, when given), a Report written to the termination message.
+// (none when backupClaim is empty) and extra, when given, a Report written
+// to the termination message.
 func JobPod(c Cluster, name, script string, env, credentials []corev1.EnvVar, backupClaim string, extra *corev1.Volume, pod *corev1.PodSecurityContext) Pod {
 	env = append(env,
 		corev1.EnvVar{Name: "BACKUP_DIR", Value: BackupMount},
 		corev1.EnvVar{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
 	)
 	env = append(env, credentials...)
-	volumes := []corev1.Volume{{Name: BackupVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
-	}}}
+	var volumes []corev1.Volume
+	mounts := []corev1.VolumeMount{{Name: ScriptsVolume, MountPath: ScriptsDir, ReadOnly: true}}
+	if backupClaim != "" {
+		volumes = append(volumes, corev1.Volume{Name: BackupVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: BackupVolume, MountPath: BackupMount})
+	}
 	if extra != nil {
 		volumes = append(volumes, *extra)
 	}
 	p := Pod{
 		Container: corev1.Container{
-			Name:    name,
-			Image:   c.Image,
-			Command: []string{"sh", path.Join(ScriptsDir, script)},
-			Env:     env,
-			VolumeMounts: []corev1.VolumeMount{
-				{Name: ScriptsVolume, MountPath: ScriptsDir, ReadOnly: true},
-				{Name: BackupVolume, MountPath: BackupMount},
-			},
+			Name:                     name,
+			Image:                    c.Image,
+			Command:                  []string{"sh", path.Join(ScriptsDir, script)},
+			Env:                      env,
+			VolumeMounts:             mounts,
 			TerminationMessagePath:   TerminationMessagePath,
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			SecurityContext:          RestrictedContainer(),

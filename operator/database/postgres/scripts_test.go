@@ -367,10 +367,15 @@ func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) 
 
 	version := report.Version()
 	run := func(rollback bool) (engine.Report, string, error) {
-		pod := postgres.Engine{}.UpgradePod(h.cluster, engine.Upgrade{
+		u := engine.Upgrade{
 			File: report.File, SHA256: report.SHA256, ClaimName: "backup", DataClaimName: "data-name-of-database-0",
 			FromVersion: version, ToVersion: version, Rollback: rollback,
-		})
+		}
+		if rollback {
+			// As the controller runs it: no dump, no backup volume.
+			u.File, u.SHA256, u.ClaimName = "", "", ""
+		}
+		pod := postgres.Engine{}.UpgradePod(h.cluster, u)
 		return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
 	}
 	pgdata := filepath.Join(data, "pgdata")
