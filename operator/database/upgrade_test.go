@@ -388,7 +388,10 @@ func completeJob(t *testing.T, c client.Client, job *batchv1.Job) {
 			return err
 		}
 		now := metav1.Now()
-		job.Status.StartTime = &now
+		if job.Status.StartTime == nil {
+			// Immutable once the Job controller has set it.
+			job.Status.StartTime = &now
+		}
 		job.Status.CompletionTime = &now
 		job.Status.Succeeded = 1
 		job.Status.Conditions = []batchv1.JobCondition{
