@@ -258,12 +258,11 @@ func TestBadValuesAreRejectedReadably(t *testing.T) {
 		sets []string
 		want string
 	}{
-		"unknown key":          {[]string{"replicas=2"}, "additional properties 'replicas' not allowed"},
-		"unknown controller":   {[]string{"controllers.blogpost.enabled=true"}, "additional properties 'blogpost' not allowed"},
-		"wrong type":           {[]string{"replicaCount=two"}, "got string, want integer"},
-		"bad log level":        {[]string{"logLevel=loud"}, "logLevel"},
-		"controller not built": {[]string{"controllers.mysqlCluster.enabled=true"}, "does not have the mysqlCluster controller yet"},
-		"no controller":        {disableAll(), "enable at least one controller"},
+		"unknown key":        {[]string{"replicas=2"}, "additional properties 'replicas' not allowed"},
+		"unknown controller": {[]string{"controllers.blogpost.enabled=true"}, "additional properties 'blogpost' not allowed"},
+		"wrong type":         {[]string{"replicaCount=two"}, "got string, want integer"},
+		"bad log level":      {[]string{"logLevel=loud"}, "logLevel"},
+		"no controller":      {disableAll(), "enable at least one controller"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(t, ChartDir(t), ns, Values(t, nil, tc.sets...))

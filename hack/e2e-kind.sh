@@ -4,7 +4,9 @@
 # operator image -> kind load -> ct install of every ci values file, each
 # followed by `helm test` (the chart's Job running `deckhand probe` in the
 # operator image against the running operator) -> the demo, its helm test
-# -> the e2e suite against that cluster.
+# -> a Database (PostgreSQL) and a MySQLCluster (MySQL 8.4) with real
+# servers: replication, a backup each, deletion -> the e2e suite against
+# that cluster.
 #
 # Why not on the local kwok cluster: kwok runs no containers. It marks
 # pods Running and Jobs Complete without starting anything, so the helm
@@ -89,6 +91,76 @@ kubectl -n "$ns" rollout status deploy/frontend --timeout 120s
 [[ $(answer) == "Welcome to Operators!" ]] || { echo "demo: after changing MSG the app does not answer 'Welcome to Operators!'" >&2; exit 1; }
 echo ">> demo: changing MSG rolled the frontend; it answers 'Welcome to Operators!'"
 helm uninstall demo -n "$ns"
+
+# The two database engines with real servers (kwok runs none): a Database on
+# PostgreSQL and seed 000's MySQLCluster on MySQL 8.4 (the MySQL branch of
+# the scripts is proven on a real server only here), each a primary and a
+# replica. A row written on the primary must reach the replica, and a backup
+# Job (the engine's own dump tool) must complete with a size and checksum.
+dbns=deckhand-dbs
+helm upgrade --install dbs charts/deckhand -n "$dbns" --create-namespace --take-ownership --wait --timeout 5m \
+  --set crds.keep=false --set image.repository="$repo" --set image.tag="$tag" --set image.pullPolicy=Never \
+  --set controllers.database.enabled=true --set controllers.mysqlCluster.enabled=true
+kubectl -n "$dbns" apply -f - <<'YAML'
+apiVersion: stable.imaginedata.co/v1
+kind: Database
+metadata:
+  name: pg
+spec:
+  name: app
+  port: 5432
+  storage-size: 1Gi
+  replicas: 2
+YAML
+sed 's/image: "mysql:latest"/image: "mysql:8.4.8"/' examples/mysqlcluster-fresh.yaml | kubectl -n "$dbns" apply -f -
+# wait_phase KIND NAME PHASE: up to 10 minutes (images are pulled).
+wait_phase() {
+  for _ in $(seq 1 120); do
+    [[ $(kubectl -n "$dbns" get "$1" "$2" -o jsonpath='{.status.phase}') == "$3" ]] && return 0
+    sleep 5
+  done
+  echo "$1 $2 never reached $3:" >&2
+  kubectl -n "$dbns" get "$1" "$2" -o yaml >&2
+  return 1
+}
+# replicated POD COMMAND...: the command, run on the replica, prints 42.
+replicated() {
+  for _ in $(seq 1 60); do
+    [[ $(kubectl -n "$dbns" exec "$1" -- "${@:2}" 2>/dev/null) == *42* ]] && return 0
+    sleep 2
+  done
+  return 1
+}
+wait_phase database pg Ready
+wait_phase mysqlcluster my-cluster Ready
+kubectl -n "$dbns" exec pg-0 -- psql -v ON_ERROR_STOP=1 -d app -c 'CREATE TABLE e2e (v int); INSERT INTO e2e VALUES (42)'
+replicated pg-1 psql -At -d app -c 'SELECT v FROM e2e' \
+  || { echo "PostgreSQL: the row written on the primary never reached the standby" >&2; exit 1; }
+kubectl -n "$dbns" exec my-cluster-0 -- mysql -uroot -e 'CREATE DATABASE e2e; CREATE TABLE e2e.t (v INT PRIMARY KEY); INSERT INTO e2e.t VALUES (42)'
+replicated my-cluster-1 mysql -uroot -N -e 'SELECT v FROM e2e.t' \
+  || { echo "MySQL: the row written on the primary never reached the replica" >&2; exit 1; }
+kubectl -n "$dbns" apply -f - <<'YAML'
+apiVersion: stable.imaginedata.co/v1
+kind: DatabaseBackup
+metadata:
+  name: pg-e2e
+spec:
+  database: pg
+---
+apiVersion: cr.mysqloperator.grtl.github.com/v1
+kind: MySQLBackupInstance
+metadata:
+  name: my-cluster-e2e
+spec:
+  cluster: my-cluster
+YAML
+wait_phase databasebackup pg-e2e Completed
+wait_phase mysqlbackupinstance my-cluster-e2e Completed
+echo ">> databases: PostgreSQL and MySQL replicate a row to their replica; a backup of each completed"
+# Deleting them runs the default deletionPolicy (Snapshot): a final backup first.
+kubectl -n "$dbns" delete database pg --timeout 10m
+kubectl -n "$dbns" delete mysqlcluster my-cluster --timeout 10m
+helm uninstall dbs -n "$dbns"
 
 # The same e2e suite, against the kind cluster.
 DECKHAND_TEST_KUBECONFIG=$kubeconfig go test -count=1 ./e2e/...

@@ -13,6 +13,7 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/jmxexporter"
+	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
@@ -24,6 +25,7 @@ var Controllers = []registration.Controller{
 	tdset.Registration,
 	database.Registration,
 	jmxexporter.Registration,
+	mysqlcluster.Registration,
 }
 
 // Names lists the known controller names, sorted.

@@ -10,18 +10,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // notOwnedError: an object the Database needs exists and belongs to
 // someone else. It is never touched.
 type notOwnedError struct {
 	Kind, Name string
+	// Owner is the kind of the cluster that needs the object.
+	Owner string
 }
 
 func (e *notOwnedError) Error() string {
-	return fmt.Sprintf("%s %s exists and is not owned by this Database; it is left untouched (rename the Database or delete the %s)", e.Kind, e.Name, e.Kind)
+	owner := e.Owner
+	if owner == "" {
+		owner = "Database"
+	}
+	return fmt.Sprintf("%s %s exists and is not owned by this %s; it is left untouched (rename the %s or delete the %s)", e.Kind, e.Name, owner, owner, e.Kind)
 }
 
 // lookup fills live with the object of that name and reports whether it
@@ -31,7 +35,7 @@ func (e *notOwnedError) Error() string {
 // not controlled by db gives a *notOwnedError. The API server is asked
 // only when the object is about to be created (toCreate), so a reconcile of
 // a Database whose objects all exist makes no request.
-func (r *Reconciler) lookup(ctx context.Context, db *dbv1.Database, kind, name string, live client.Object, toCreate bool) (bool, error) {
+func (r *Reconciler) lookup(ctx context.Context, db *Cluster, kind, name string, live client.Object, toCreate bool) (bool, error) {
 	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
 	err := r.Owned.Get(ctx, key, live)
 	if apierrors.IsNotFound(err) {
@@ -47,9 +51,25 @@ func (r *Reconciler) lookup(ctx context.Context, db *dbv1.Database, kind, name s
 		return false, err
 	}
 	if !metav1.IsControlledBy(live, db) {
-		return true, &notOwnedError{Kind: kind, Name: name}
+		return true, &notOwnedError{Kind: kind, Name: name, Owner: db.Kind.clusterKind()}
 	}
 	return true, nil
+}
+
+// lookupNamedSecret finds a Secret the user named (MySQLCluster's
+// spec.secret), as metadata: it is used whoever made it, so it is never
+// refused as someone else's. One the operator did not make is not in the
+// owned cache, and is asked for from the API server.
+func (r *Reconciler) lookupNamedSecret(ctx context.Context, db *Cluster, name string, live *metav1.PartialObjectMetadata) (bool, error) {
+	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
+	err := r.Owned.Get(ctx, key, live)
+	if apierrors.IsNotFound(err) {
+		err = r.API.Get(ctx, key, live)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // desiredState is the object as the apply request sends it: JSON without
@@ -149,6 +169,6 @@ func (r *Reconciler) apply(ctx context.Context, desired client.Object, live clie
 		}
 	}
 	u := &unstructured.Unstructured{Object: state}
-	err = r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
+	err = r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.Kind.FieldManager), client.ForceOwnership)
 	return err == nil, err
 }

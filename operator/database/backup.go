@@ -61,73 +61,76 @@ const pendingRecheck = 5 * time.Second
 // staleRecheck: the cache lags a write of our own; look again soon.
 const staleRecheck = 200 * time.Millisecond
 
-// BackupReconciler runs each DatabaseBackup: a Job that dumps the Database
-// onto its backup volume, and another that deletes the file when the
-// DatabaseBackup is deleted.
+// BackupReconciler runs each backup (a DatabaseBackup, or another Kind's):
+// a Job that dumps the cluster onto its backup volume, and another that
+// deletes the file when the backup is deleted.
 type BackupReconciler struct {
 	Client   client.Client
 	Owned    client.Reader
 	API      client.Reader
 	Recorder events.EventRecorder
-	Engines  map[dbv1.Engine]engine.Engine
+	Kind     *Kind
 	// Now is the clock (tests may set one).
 	Now func() time.Time
 }
 
-// backupJobName is the one backup Job a Database may have at a time: the
+// backupJobName is the one backup Job a cluster may have at a time: the
 // API server refuses a second one of the same name, so two backups of a
-// Database never run together, whichever reconciles race.
+// cluster never run together, whichever reconciles race.
 func backupJobName(database string) string { return database + "-backup" }
 
-// backupClaimName is a Database's backup volume.
+// backupClaimName is a cluster's backup volume.
 func backupClaimName(database string) string { return database + "-backup" }
 
 // deleteJobName is short whatever the backup's name: Job names end up in
 // label values (at most 63 characters).
-func deleteJobName(b *dbv1.DatabaseBackup) string {
+func deleteJobName(b *Backup) string {
 	sum := sha256.Sum256([]byte(b.UID))
 	return "dbbackup-delete-" + hex.EncodeToString(sum[:6])
 }
 
 // backupFile is the dump's path on the backup volume.
-func backupFile(b *dbv1.DatabaseBackup) string { return b.Name + ".dump" }
+func backupFile(b *Backup) string { return b.Name + ".dump" }
 
-// Reconcile runs one DatabaseBackup.
+// Reconcile runs one backup.
 func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var b dbv1.DatabaseBackup
-	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
+	obj := r.Kind.Backups.New()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !b.DeletionTimestamp.IsZero() {
-		return r.deleteFile(ctx, &b)
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.deleteFile(ctx, r.Kind.Backups.View(obj))
 	}
-	if controllerutil.AddFinalizer(&b, FinalizerBackupFile) {
-		if err := r.Client.Update(ctx, &b); err != nil {
+	if controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerBackupFile) {
+		if err := r.Client.Update(ctx, obj); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	before := b.DeepCopy()
-	result, err := r.run(ctx, &b)
-	return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, &b))
+	b := r.Kind.Backups.View(obj)
+	before := *b.Status.DeepCopy()
+	result, err := r.run(ctx, b)
+	return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 }
 
 // patchStatus writes the status only over the version it was computed
-// from: a reconcile that read a stale DatabaseBackup from the cache must
-// not overwrite a result an earlier one recorded.
-func (r *BackupReconciler) patchStatus(ctx context.Context, before, b *dbv1.DatabaseBackup) error {
-	if equality.Semantic.DeepEqual(before.Status, b.Status) {
+// from: a reconcile that read a stale backup from the cache must not
+// overwrite a result an earlier one recorded.
+func (r *BackupReconciler) patchStatus(ctx context.Context, before dbv1.DatabaseBackupStatus, b *Backup) error {
+	if equality.Semantic.DeepEqual(before, b.Status) {
 		return nil
 	}
-	err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	original := b.Object.DeepCopyObject().(client.Object)
+	r.Kind.Backups.SetStatus(b.Object, b)
+	err := r.Client.Status().Patch(ctx, b.Object, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
 	return client.IgnoreNotFound(err)
 }
 
 // stale reports whether the API server has a newer version of b than the
 // cache gave.
-func (r *BackupReconciler) stale(ctx context.Context, b *dbv1.DatabaseBackup) bool {
-	var fresh dbv1.DatabaseBackup
-	err := r.API.Get(ctx, client.ObjectKeyFromObject(b), &fresh)
-	return err != nil || fresh.ResourceVersion != b.ResourceVersion
+func (r *BackupReconciler) stale(ctx context.Context, b *Backup) bool {
+	fresh := r.Kind.Backups.New()
+	err := r.API.Get(ctx, client.ObjectKeyFromObject(b.Object), fresh)
+	return err != nil || fresh.GetResourceVersion() != b.ResourceVersion
 }
 
 func (r *BackupReconciler) now() time.Time {
@@ -138,12 +141,12 @@ func (r *BackupReconciler) now() time.Time {
 }
 
 // run moves a backup through Pending, Running and Completed or Failed.
-func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, error) {
+func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result, error) {
 	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
 		return reconcile.Result{}, nil
 	}
 	var job batchv1.Job
-	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Spec.Database)}
+	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Cluster)}
 	err := r.Owned.Get(ctx, jobKey, &job)
 	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
 		// The cache may not have the Job this backup just created.
@@ -153,44 +156,44 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 		return reconcile.Result{}, err
 	}
 	jobExists := err == nil
-	var db dbv1.Database
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, &db); err != nil {
+	db, err := r.Kind.getCluster(ctx, r.Client, client.ObjectKey{Namespace: b.Namespace, Name: b.Cluster})
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, err
 		}
 		if jobExists && metav1.IsControlledBy(&job, b) {
-			// The Database went while its backup ran: the result still
+			// The cluster went while its backup ran: the result still
 			// counts.
 			return r.observeJob(ctx, b, nil, &job)
 		}
-		r.fail(b, nil, "DatabaseNotFound", fmt.Sprintf("Database %s does not exist in namespace %s", b.Spec.Database, b.Namespace))
+		r.fail(b, nil, r.Kind.clusterKind()+"NotFound", fmt.Sprintf("%s %s does not exist in namespace %s", r.Kind.clusterKind(), b.Cluster, b.Namespace))
 		return reconcile.Result{}, nil
 	}
 	if jobExists {
 		if metav1.IsControlledBy(&job, b) {
-			return r.observeJob(ctx, b, &db, &job)
+			return r.observeJob(ctx, b, db, &job)
 		}
 		if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
 			return reconcile.Result{RequeueAfter: staleRecheck}, nil
 		}
 		if b.Status.Phase == dbv1.BackupRunning {
-			r.fail(b, &db, "JobLost", fmt.Sprintf("backup Job %s disappeared before it finished", jobKey.Name))
+			r.fail(b, db, "JobLost", fmt.Sprintf("backup Job %s disappeared before it finished", jobKey.Name))
 			return reconcile.Result{}, nil
 		}
 		owner := "another object"
 		if ref := metav1.GetControllerOf(&job); ref != nil {
 			owner = ref.Kind + " " + ref.Name
 		}
-		r.pending(b, "WaitingForAnotherBackup", fmt.Sprintf("one backup at a time per Database: Job %s of %s runs", job.Name, owner))
+		r.pending(b, "WaitingForAnotherBackup", fmt.Sprintf("one backup at a time per %s: Job %s of %s runs", r.Kind.clusterKind(), job.Name, owner))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
-	eng, ok := r.Engines[engineOf(&db)]
+	eng, ok := r.Kind.Engines[engineOf(db)]
 	if !ok {
-		r.fail(b, &db, "UnknownEngine", fmt.Sprintf("engine %q is not served by this operator", engineOf(&db)))
+		r.fail(b, db, "UnknownEngine", fmt.Sprintf("engine %q is not served by this operator", engineOf(db)))
 		return reconcile.Result{}, nil
 	}
-	if !db.DeletionTimestamp.IsZero() && b.Labels[LabelBackupReason] != reasonFinal {
-		r.fail(b, &db, "DatabaseDeleting", fmt.Sprintf("Database %s is being deleted; only its final backup runs", db.Name))
+	if !db.DeletionTimestamp.IsZero() && b.Labels[r.Kind.Keys.BackupReason] != reasonFinal {
+		r.fail(b, db, r.Kind.clusterKind()+"Deleting", fmt.Sprintf("%s %s is being deleted; only its final backup runs", r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{}, nil
 	}
 	if b.Status.Phase == dbv1.BackupRunning && r.stale(ctx, b) {
@@ -200,62 +203,62 @@ func (r *BackupReconciler) run(ctx context.Context, b *dbv1.DatabaseBackup) (rec
 		// The Job is gone from the cache: it finished, was observed and
 		// deleted by an earlier reconcile whose status patch was lost, or
 		// someone deleted it. Either way nothing says a file is complete.
-		r.fail(b, &db, "JobLost", fmt.Sprintf("backup Job %s disappeared before its result was recorded", jobKey.Name))
+		r.fail(b, db, "JobLost", fmt.Sprintf("backup Job %s disappeared before its result was recorded", jobKey.Name))
 		return reconcile.Result{}, nil
 	}
-	if why := r.cannotStart(&db, b); why != "" {
+	if why := r.cannotStart(db, b); why != "" {
 		r.pending(b, "Waiting", why)
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
-	pods, err := serverPodsOf(ctx, r.Owned, &db)
+	pods, err := serverPodsOf(ctx, r.Owned, db)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	source, host := backupSource(&db, pods)
+	source, host := backupSource(db, pods)
 	if source == "" {
-		r.pending(b, "WaitingForServer", fmt.Sprintf("no server of Database %s is ready to read from", db.Name))
+		r.pending(b, "WaitingForServer", fmt.Sprintf("no server of %s %s is ready to read from", r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
-	claim, err := r.ensureBackupClaim(ctx, &db)
+	claim, err := r.ensureBackupClaim(ctx, db, b)
 	if err != nil {
 		if no, ok := err.(*notOwnedError); ok {
-			r.fail(b, &db, "BackupVolumeNotOwned", no.Error())
+			r.fail(b, db, "BackupVolumeNotOwned", no.Error())
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	// The image the servers run now, which differs from spec.image while
 	// an image change waits for this very backup.
-	image := imageOf(&db, eng)
+	image := imageOf(db, eng)
 	var sts appsv1.StatefulSet
-	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(&db).StatefulSet}, &sts); err == nil && liveImage(&sts) != "" {
+	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).StatefulSet}, &sts); err == nil && liveImage(&sts) != "" {
 		image = liveImage(&sts)
 	}
-	desired := backupJob(&db, eng, b, image, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
+	desired := backupJob(db, eng, b, image, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
+	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Another backup took the slot first.
 			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("creating backup Job %s: %w", desired.Name, err)
 	}
-	objectWrites.WithLabelValues("Job", "created").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	now := metav1.NewTime(r.now())
 	b.Status.Phase = dbv1.BackupRunning
 	b.Status.StartTime = &now
 	b.Status.ClaimName = claim
 	b.Status.File = backupFile(b)
 	b.Status.Image = image
-	b.Status.Engine = engineOf(&db)
+	b.Status.Engine = engineOf(db)
 	b.Status.Source = source
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "Running",
 		fmt.Sprintf("Job %s dumps Database %s from pod %s to %s on PersistentVolumeClaim %s", desired.Name, db.Name, source, b.Status.File, claim))
-	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Started", "Backup", "Job %s dumps Database %s from pod %s", desired.Name, db.Name, source)
+	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "Started", "Backup", "Job %s dumps Database %s from pod %s", desired.Name, db.Name, source)
 	return reconcile.Result{}, nil
 }
 
 // cannotStart says why a backup must wait ("" when it may start).
-func (r *BackupReconciler) cannotStart(db *dbv1.Database, b *dbv1.DatabaseBackup) string {
+func (r *BackupReconciler) cannotStart(db *Cluster, b *Backup) string {
 	if c := findCondition(db.Status.Conditions, ConditionRestored); c != nil && c.Status == metav1.ConditionFalse {
 		return fmt.Sprintf("Database %s is being restored (%s); backups wait until it is done", db.Name, c.Reason)
 	}
@@ -270,7 +273,7 @@ func (r *BackupReconciler) cannotStart(db *dbv1.Database, b *dbv1.DatabaseBackup
 
 // backupSource picks the server to read from: a ready standby (the dump
 // then costs the primary nothing), else the ready primary.
-func backupSource(db *dbv1.Database, pods map[string]*corev1.Pod) (pod, host string) {
+func backupSource(db *Cluster, pods map[string]*corev1.Pod) (pod, host string) {
 	n := namesOf(db)
 	var standbys []string
 	for name, p := range pods {
@@ -292,7 +295,7 @@ func backupSource(db *dbv1.Database, pods map[string]*corev1.Pod) (pod, host str
 // ensureBackupClaim creates the Database's backup volume on first need. It
 // is labelled with the Database (so it is in the operator's cache) but not
 // owned by it: it outlives the Database.
-func (r *BackupReconciler) ensureBackupClaim(ctx context.Context, db *dbv1.Database) (string, error) {
+func (r *BackupReconciler) ensureBackupClaim(ctx context.Context, db *Cluster, b *Backup) (string, error) {
 	name := backupClaimName(db.Name)
 	var pvc corev1.PersistentVolumeClaim
 	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
@@ -301,40 +304,36 @@ func (r *BackupReconciler) ensureBackupClaim(ctx context.Context, db *dbv1.Datab
 		err = r.API.Get(ctx, key, &pvc)
 	}
 	if err == nil {
-		if pvc.Labels[LabelDatabase] != db.Name || pvc.Labels[LabelComponent] != componentBackup {
-			return "", &notOwnedError{Kind: "PersistentVolumeClaim", Name: name}
+		if pvc.Labels[r.Kind.Keys.Cluster] != db.Name || pvc.Labels[r.Kind.Keys.Component] != componentBackup {
+			return "", &notOwnedError{Kind: "PersistentVolumeClaim", Name: name, Owner: r.Kind.clusterKind()}
 		}
 		return name, nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return "", err
 	}
-	desired := backupClaim(db)
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+	size, class, err := r.Kind.Backups.VolumeSize(ctx, r.Client, db, b)
+	if err != nil {
+		return "", err
+	}
+	desired := backupClaim(db, size, class)
+	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("creating backup PersistentVolumeClaim %s: %w", name, err)
 	}
-	objectWrites.WithLabelValues("PersistentVolumeClaim", "created").Inc()
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Created", "Backup",
+	r.Kind.metrics.objectWrites.WithLabelValues("PersistentVolumeClaim", "created").Inc()
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeNormal, "Created", "Backup",
 		"backup PersistentVolumeClaim %s created (%s); it is not owned by the Database and outlives it", name, desired.Spec.Resources.Requests.Storage())
 	return name, nil
 }
 
-// backupClaim is sized like the data volume unless spec.backup.storage
-// says otherwise, on the default StorageClass unless it names one.
-func backupClaim(db *dbv1.Database) *corev1.PersistentVolumeClaim {
-	size := db.Spec.StorageSize
-	var class *string
-	if b := db.Spec.Backup; b != nil && b.Storage != nil && b.Storage.Volume != nil {
-		if b.Storage.Volume.Size != "" {
-			size = b.Storage.Volume.Size
-		}
-		class = b.Storage.Volume.StorageClassName
-	}
+// backupClaim is a cluster's backup volume, of the size (and
+// StorageClass) its Kind says (BackupAPI.VolumeSize).
+func backupClaim(db *Cluster, size string, class *string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: backupClaimName(db.Name), Namespace: db.Namespace,
-			Labels: withLabels(objectLabels(db), map[string]string{LabelComponent: componentBackup}),
+			Labels: withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup}),
 		},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -348,17 +347,17 @@ func backupClaim(db *dbv1.Database) *corev1.PersistentVolumeClaim {
 
 // backupJob runs the engine's backup container from the Database's own
 // image, owned by the DatabaseBackup.
-func backupJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, image string, spec engine.Backup) *batchv1.Job {
+func backupJob(db *Cluster, eng engine.Engine, b *Backup, image string, spec engine.Backup) *batchv1.Job {
 	c := clusterOf(db, eng)
 	c.Image = image
 	pod := eng.BackupPod(c, spec)
-	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: componentBackup})
-	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup})
+	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
-func backupOwner(b *dbv1.DatabaseBackup, block bool) metav1.OwnerReference {
+func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
 	return metav1.OwnerReference{
-		APIVersion: dbv1.GroupVersion.String(), Kind: "DatabaseBackup", Name: b.Name, UID: b.UID,
+		APIVersion: kind.BackupGVK.GroupVersion().String(), Kind: kind.backupKind(), Name: b.Name, UID: b.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(block),
 	}
 }
@@ -405,7 +404,7 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 
 // observeJob records the result of the backup's Job and then deletes the
 // Job, which frees the Database's backup slot.
-func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.DatabaseBackup, db *dbv1.Database, job *batchv1.Job) (reconcile.Result, error) {
+func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluster, job *batchv1.Job) (reconcile.Result, error) {
 	report, failMsg := jobPodReport(ctx, r.Owned, job)
 	finished := jobFinished(job, batchv1.JobComplete) || jobFinished(job, batchv1.JobFailed)
 	if finished && r.stale(ctx, b) {
@@ -445,11 +444,11 @@ func (r *BackupReconciler) deleteJob(ctx context.Context, job *batchv1.Job) erro
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting finished Job %s: %w", job.Name, err)
 	}
-	objectWrites.WithLabelValues("Job", "deleted").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
 	return nil
 }
 
-func (r *BackupReconciler) complete(b *dbv1.DatabaseBackup, db *dbv1.Database, report engine.Report) {
+func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report) {
 	now := metav1.NewTime(r.now())
 	b.Status.Phase = dbv1.BackupCompleted
 	b.Status.CompletionTime = &now
@@ -458,52 +457,52 @@ func (r *BackupReconciler) complete(b *dbv1.DatabaseBackup, db *dbv1.Database, r
 	b.Status.SHA256 = report.SHA256
 	if v := report.Version(); v != "" {
 		b.Status.Version = v
-	} else if eng, ok := r.Engines[b.Status.Engine]; ok {
+	} else if eng, ok := r.Kind.Engines[b.Status.Engine]; ok {
 		b.Status.Version, _ = eng.VersionFromImage(b.Status.Image)
 	}
 	msg := fmt.Sprintf("%s (%d bytes, sha256 %s) on PersistentVolumeClaim %s", b.Status.File, b.Status.Size, b.Status.SHA256, b.Status.ClaimName)
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, true, "Completed", msg)
-	backupsTotal.WithLabelValues(b.Namespace, b.Spec.Database, "succeeded").Inc()
-	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Completed", "Backup", "%s", msg)
+	r.Kind.metrics.backupsTotal.WithLabelValues(b.Namespace, b.Cluster, "succeeded").Inc()
+	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "Completed", "Backup", "%s", msg)
 	if db != nil {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "DatabaseBackup %s completed: %s", b.Name, msg)
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeNormal, "BackupCompleted", "Backup", "%s %s completed: %s", r.Kind.backupKind(), b.Name, msg)
 	}
 }
 
 // fail ends a backup for good; db may be nil (it does not exist).
-func (r *BackupReconciler) fail(b *dbv1.DatabaseBackup, db *dbv1.Database, reason, msg string) {
+func (r *BackupReconciler) fail(b *Backup, db *Cluster, reason, msg string) {
 	now := metav1.NewTime(r.now())
 	b.Status.Phase = dbv1.BackupFailed
 	b.Status.CompletionTime = &now
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, reason, msg)
-	backupsTotal.WithLabelValues(b.Namespace, b.Spec.Database, "failed").Inc()
-	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, reason, "Backup", "%s", msg)
+	r.Kind.metrics.backupsTotal.WithLabelValues(b.Namespace, b.Cluster, "failed").Inc()
+	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeWarning, reason, "Backup", "%s", msg)
 	if db != nil {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "BackupFailed", "Backup", "DatabaseBackup %s failed: %s", b.Name, msg)
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "BackupFailed", "Backup", "DatabaseBackup %s failed: %s", b.Name, msg)
 	}
 }
 
-func (r *BackupReconciler) pending(b *dbv1.DatabaseBackup, reason, msg string) {
+func (r *BackupReconciler) pending(b *Backup, reason, msg string) {
 	b.Status.Phase = dbv1.BackupPending
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, reason, msg)
 }
 
 // deleteFile runs the finalizer: a small Job deletes the backup's file
 // before the DatabaseBackup goes, unless a restore still needs it.
-func (r *BackupReconciler) deleteFile(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(b, FinalizerBackupFile) {
+func (r *BackupReconciler) deleteFile(ctx context.Context, b *Backup) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(b.Object, r.Kind.Keys.FinalizerBackupFile) {
 		return reconcile.Result{}, nil
 	}
-	before := b.DeepCopy()
+	before := *b.Status.DeepCopy()
 	result, done, err := r.deleteFileSteps(ctx, b)
 	if err != nil || !done {
 		return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 	}
-	controllerutil.RemoveFinalizer(b, FinalizerBackupFile)
-	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, b))
+	controllerutil.RemoveFinalizer(b.Object, r.Kind.Keys.FinalizerBackupFile)
+	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, b.Object))
 }
 
-func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.DatabaseBackup) (reconcile.Result, bool, error) {
+func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reconcile.Result, bool, error) {
 	if b.Status.Phase != dbv1.BackupCompleted || b.Status.File == "" || b.Status.ClaimName == "" {
 		// No complete file; a running Job goes with the DatabaseBackup.
 		return reconcile.Result{}, true, nil
@@ -512,7 +511,7 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.Database
 		// No Job can be created; the backup volume goes with the namespace.
 		return reconcile.Result{}, terminating, err
 	}
-	if user, err := restoreUsing(ctx, r.Client, b); err != nil || user != "" {
+	if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
 		if user != "" {
 			msg := fmt.Sprintf("Database %s is being restored from this backup; its file is deleted once the restore is done", user)
 			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "InUse", msg)
@@ -536,10 +535,10 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.Database
 			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "CannotDelete", err.Error())
 			return reconcile.Result{}, false, nil
 		}
-		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return reconcile.Result{}, false, fmt.Errorf("creating Job %s: %w", name, err)
 		}
-		objectWrites.WithLabelValues("Job", "created").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 		return reconcile.Result{}, false, nil
 	}
 	if err != nil {
@@ -547,13 +546,13 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.Database
 	}
 	switch {
 	case jobFinished(&job, batchv1.JobComplete):
-		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "FileDeleted", "Delete", "Job %s deleted %s from PersistentVolumeClaim %s", name, b.Status.File, b.Status.ClaimName)
+		r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "FileDeleted", "Delete", "Job %s deleted %s from PersistentVolumeClaim %s", name, b.Status.File, b.Status.ClaimName)
 		return reconcile.Result{}, true, nil
 	case jobFinished(&job, batchv1.JobFailed):
 		msg := fmt.Sprintf("Job %s could not delete %s from PersistentVolumeClaim %s; the DatabaseBackup stays so the file stays accounted for (remove the finalizer %s by hand to let it go anyway)",
 			name, b.Status.File, b.Status.ClaimName, FinalizerBackupFile)
 		if c := findCondition(b.Status.Conditions, "FileDeleted"); c == nil || c.Reason != "DeleteJobFailed" {
-			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "DeleteJobFailed", "Delete", "%s", msg)
+			r.Recorder.Eventf(b.Object, nil, corev1.EventTypeWarning, "DeleteJobFailed", "Delete", "%s", msg)
 		}
 		status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "DeleteJobFailed", msg)
 		return reconcile.Result{}, false, nil
@@ -566,15 +565,15 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *dbv1.Database
 // shape of the engine's backup pod (its security context and the backup
 // volume's mount), without the Database's Secrets: the Database may be
 // gone.
-func (r *BackupReconciler) deleteFileJob(b *dbv1.DatabaseBackup) (*batchv1.Job, error) {
-	eng, ok := r.Engines[b.Status.Engine]
+func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
+	eng, ok := r.Kind.Engines[b.Status.Engine]
 	if !ok {
-		eng, ok = r.Engines[dbv1.EnginePostgreSQL]
+		eng, ok = r.Kind.Engines[dbv1.EnginePostgreSQL]
 		if !ok {
 			return nil, fmt.Errorf("no engine to delete the file with")
 		}
 	}
-	c := engine.Cluster{Name: b.Spec.Database, Namespace: b.Namespace, Image: b.Status.Image}
+	c := engine.Cluster{Name: b.Cluster, Namespace: b.Namespace, Image: b.Status.Image}
 	pod := eng.BackupPod(c, engine.Backup{File: b.Status.File, ClaimName: b.Status.ClaimName})
 	mount := ""
 	var mounts []corev1.VolumeMount
@@ -602,19 +601,19 @@ func (r *BackupReconciler) deleteFileJob(b *dbv1.DatabaseBackup) (*batchv1.Job, 
 	file := path.Join(mount, path.Clean("/"+b.Status.File))
 	pod.Container.Command = []string{"rm", "-f", "--", file}
 	pod.Container.Resources = corev1.ResourceRequirements{}
-	labels := withLabels(objectLabels(&dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: b.Spec.Database}}),
-		map[string]string{LabelComponent: componentBackupDelete})
-	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(b, false), pod, nil, 3, ""), nil
+	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
+		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
+	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
 }
 
-// restoreUsing names a Database being restored from b ("" when none).
-func restoreUsing(ctx context.Context, c client.Reader, b *dbv1.DatabaseBackup) (string, error) {
-	var dbs dbv1.DatabaseList
-	if err := c.List(ctx, &dbs, client.InNamespace(b.Namespace)); err != nil {
+// restoreUsing names a cluster being restored from b ("" when none).
+func restoreUsing(ctx context.Context, kind *Kind, c client.Reader, b *Backup) (string, error) {
+	dbs, err := kind.Clusters.List(ctx, c, b.Namespace)
+	if err != nil {
 		return "", err
 	}
-	for _, db := range dbs.Items {
-		if db.Spec.FromBackup == b.Name && !restored(&db) {
+	for _, db := range dbs {
+		if db.Spec.FromBackup == b.Name && !restored(db) {
 			return db.Name, nil
 		}
 	}
@@ -669,7 +668,7 @@ func jobPodReport(ctx context.Context, c client.Reader, job *batchv1.Job) (engin
 
 // backupOfJob maps a Job (or a Job's pod) to the DatabaseBackup that owns
 // it.
-func backupOfJob(owned client.Reader) func(context.Context, client.Object) []reconcile.Request {
+func backupOfJob(kind *Kind, owned client.Reader) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		job, ok := o.(*batchv1.Job)
 		if !ok {
@@ -683,7 +682,7 @@ func backupOfJob(owned client.Reader) func(context.Context, client.Object) []rec
 			}
 		}
 		ref := metav1.GetControllerOf(job)
-		if ref == nil || ref.Kind != "DatabaseBackup" {
+		if ref == nil || ref.Kind != kind.backupKind() {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}}}

@@ -93,76 +93,99 @@ type Options struct {
 	WatchNamespaces []string
 }
 
-// Reconciler keeps each Database's objects and status.
+// Reconciler keeps each cluster's objects and status: a Database's, or
+// another Kind's (a MySQLCluster's) through the same code.
 type Reconciler struct {
-	// Client reads Databases (the manager's cache) and writes.
+	// Client reads clusters (the manager's cache) and writes.
 	Client client.Client
-	// Owned reads the objects Databases own, from a cache holding only
-	// objects labelled with LabelDatabase (Secrets as metadata only).
+	// Owned reads the objects clusters own, from a cache holding only
+	// objects labelled with the Kind's cluster label (Secrets as metadata
+	// only).
 	Owned client.Reader
 	// API reads uncached: whether a name is taken by someone else's
 	// object, StorageClasses, the app Secret when its details change.
 	API      client.Reader
 	Recorder events.EventRecorder
-	Engines  map[dbv1.Engine]engine.Engine
+	Kind     *Kind
 	// Now is the clock of schedules and retention (tests may set one).
 	Now func() time.Time
 }
 
 // Setup registers the Database controller with the manager.
-//
-// The objects a Database owns are watched through a cache of the
-// controller's own, selecting LabelDatabase: the manager's cache is shared
-// with controllers that watch every ConfigMap's metadata or every Service,
-// and a label selector there would hide objects from them.
 func Setup(mgr ctrl.Manager, o Options) error {
-	owned, err := ownedObjectsCluster(mgr, o.WatchNamespaces)
+	_, err := SetupKind(mgr, DatabaseKind, o)
+	return err
+}
+
+// SetupKind registers the controllers of one Kind (its clusters and its
+// backups) with the manager, and returns the cluster Reconciler.
+//
+// The objects a cluster owns are watched through a cache of the
+// controller's own, selecting the Kind's cluster label: the manager's
+// cache is shared with controllers that watch every ConfigMap's metadata
+// or every Service, and a label selector there would hide objects from
+// them. Each Kind has its own label, so a Database controller never sees
+// a MySQLCluster's objects, nor the other way round.
+func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
+	owned, err := ownedObjectsCluster(mgr, kind, o.WatchNamespaces)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.Add(owned); err != nil {
-		return err
+		return nil, err
 	}
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
 		Owned:    owned.GetCache(),
 		API:      mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("deckhand-" + Name),
-		Engines:  Engines,
+		Recorder: wordsRecorder{EventRecorder: mgr.GetEventRecorder("deckhand-" + kind.Name), kind: kind},
+		Kind:     kind,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		Named(Name).
+		Named(kind.Name).
 		// Reconciles mostly wait on API writes: a few in parallel bring
-		// up many Databases faster.
+		// up many clusters faster.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		For(&dbv1.Database{})
+		For(kind.Clusters.New())
 	for _, obj := range ownedKinds() {
-		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(databaseOfLabel)))
+		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(clusterOfLabel(kind))))
 	}
-	b = b.Watches(&dbv1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(databaseOfBackup))
+	b = b.Watches(kind.Backups.New(), handler.EnqueueRequestsFromMapFunc(clusterOfBackup(kind, mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
-		return err
+		return nil, err
 	}
-	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Engines: r.Engines}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named(Name + "-backup").
+	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Kind: kind}
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named(kind.Name + "-backup").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		For(&dbv1.DatabaseBackup{}).
-		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&batchv1.Job{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(r.Owned)))).
-		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(r.Owned)))).
+		For(kind.Backups.New()).
+		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&batchv1.Job{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(kind, r.Owned)))).
+		WatchesRawSource(source.Kind(owned.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(backupOfJob(kind, r.Owned)))).
 		Complete(br)
+	return r, err
 }
 
-// databaseOfBackup maps a DatabaseBackup to its Database.
-func databaseOfBackup(_ context.Context, o client.Object) []reconcile.Request {
-	b, ok := o.(*dbv1.DatabaseBackup)
-	if !ok {
-		return nil
+// clusterOfBackup maps a backup to its cluster, and to the clusters
+// waiting to be restored from it (fromBackup), which start their restore
+// when it completes.
+func clusterOfBackup(kind *Kind, clusters client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		b := kind.Backups.View(o)
+		out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Cluster}}}
+		all, err := kind.Clusters.List(ctx, clusters, b.Namespace)
+		if err != nil {
+			return out
+		}
+		for _, c := range all {
+			if c.Spec.FromBackup == b.Name && c.Name != b.Cluster && !restored(c) {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+			}
+		}
+		return out
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Database}}}
 }
 
-// ownedKinds are the kinds a Database's objects have; Secrets are watched
+// ownedKinds are the kinds a cluster's objects have; Secrets are watched
 // as metadata, so the operator keeps no password in memory.
 func ownedKinds() []client.Object {
 	return []client.Object{
@@ -178,14 +201,14 @@ func secretMetadata() *metav1.PartialObjectMetadata {
 }
 
 // ownedObjectsCluster is a cache (with the manager's client settings)
-// holding only objects labelled with LabelDatabase.
-func ownedObjectsCluster(mgr ctrl.Manager, namespaces []string) (cluster.Cluster, error) {
-	hasDatabase, err := labels.NewRequirement(LabelDatabase, selection.Exists, nil)
+// holding only objects labelled with the Kind's cluster label.
+func ownedObjectsCluster(mgr ctrl.Manager, kind *Kind, namespaces []string) (cluster.Cluster, error) {
+	hasCluster, err := labels.NewRequirement(kind.Keys.Cluster, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
 	opts := cache.Options{
-		DefaultLabelSelector: labels.NewSelector().Add(*hasDatabase),
+		DefaultLabelSelector: labels.NewSelector().Add(*hasCluster),
 		DefaultTransform:     dropManagedFields,
 	}
 	if len(namespaces) > 0 {
@@ -199,7 +222,7 @@ func ownedObjectsCluster(mgr ctrl.Manager, namespaces []string) (cluster.Cluster
 		o.HTTPClient = mgr.GetHTTPClient()
 		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
 		o.Cache = opts
-		o.Logger = mgr.GetLogger().WithName(Name + "-cache")
+		o.Logger = mgr.GetLogger().WithName(kind.Name + "-cache")
 	})
 }
 
@@ -210,47 +233,52 @@ func dropManagedFields(in any) (any, error) {
 	return in, nil
 }
 
-// databaseOfLabel maps an owned object (or a PVC or pod, owned by the
-// StatefulSet or Job) to its Database.
-func databaseOfLabel(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[LabelDatabase]
-	if name == "" {
-		return nil
+// clusterOfLabel maps an owned object (or a PVC or pod, owned by the
+// StatefulSet or Job) to its cluster.
+func clusterOfLabel(kind *Kind) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[kind.Keys.Cluster]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// Reconcile brings a Database's objects in line with its spec, then
+// Reconcile brings a cluster's objects in line with its spec, then
 // reports what runs.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var db dbv1.Database
-	if err := r.Client.Get(ctx, req.NamespacedName, &db); err != nil {
+	obj := r.Kind.Clusters.New()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			forgetMetrics(req.Namespace, req.Name)
+			r.Kind.forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !db.DeletionTimestamp.IsZero() {
-		before := db.DeepCopy()
-		result, gone, err := r.finalize(ctx, &db)
+	if !obj.GetDeletionTimestamp().IsZero() {
+		before := obj.DeepCopyObject().(client.Object)
+		db := r.Kind.Clusters.View(obj)
+		result, gone, err := r.finalize(ctx, db)
 		if gone {
-			forgetMetrics(req.Namespace, req.Name)
+			r.Kind.forgetMetrics(req.Namespace, req.Name)
 			return status.Outcome(ctx, result, err, nil)
 		}
-		return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &db))
+		r.Kind.Clusters.SetStatus(obj, db)
+		return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
 	}
-	if err := r.ensureFinalizer(ctx, &db); err != nil {
+	if err := r.ensureFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
-	before := db.DeepCopy()
-	result, err := r.reconcile(ctx, &db)
+	before := obj.DeepCopyObject().(client.Object)
+	db := r.Kind.Clusters.View(obj)
+	result, err := r.reconcile(ctx, db)
 	if errors.Is(err, errStaleDatabase) {
 		return ctrl.Result{RequeueAfter: staleRecheck}, nil
 	}
 	if err == nil {
 		var next time.Duration
-		next, err = r.manageBackups(ctx, &db)
-		if upgrade := upgradeRecheck(&db, r.now()); upgrade > 0 && (next == 0 || upgrade < next) {
+		next, err = r.manageBackups(ctx, db)
+		if upgrade := upgradeRecheck(db, r.now()); upgrade > 0 && (next == 0 || upgrade < next) {
 			next = upgrade
 		}
 		if next > 0 && (result.RequeueAfter == 0 || next < result.RequeueAfter) {
@@ -258,10 +286,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	db.Status.ObservedGeneration = db.Generation
-	publishMetrics(&db)
+	r.Kind.publishMetrics(db)
+	r.Kind.Clusters.SetStatus(obj, db)
 	// A planned recheck or an error, never both: controller-runtime drops
 	// the recheck that comes with an error.
-	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &db))
+	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
 }
 
 // recheckForeign is how often a Database blocked by someone else's object
@@ -269,8 +298,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // sends no event.
 const recheckForeign = 10 * time.Second
 
-func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Result, error) {
-	eng, ok := r.Engines[engineOf(db)]
+func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, error) {
+	eng, ok := r.Kind.Engines[engineOf(db)]
 	if !ok {
 		msg := fmt.Sprintf("engine %q is not served by this operator", engineOf(db))
 		r.setCondition(db, ConditionReady, false, "UnknownEngine", msg)
@@ -305,7 +334,7 @@ func (r *Reconciler) reconcile(ctx context.Context, db *dbv1.Database) (ctrl.Res
 	return ctrl.Result{}, nil
 }
 
-func engineOf(db *dbv1.Database) dbv1.Engine {
+func engineOf(db *Cluster) dbv1.Engine {
 	if db.Spec.Engine == "" {
 		return dbv1.EnginePostgreSQL
 	}
@@ -314,12 +343,12 @@ func engineOf(db *dbv1.Database) dbv1.Engine {
 
 // live are the objects of a Database as they are now.
 type live struct {
-	superuser, app metav1.PartialObjectMetadata
-	scripts        corev1.ConfigMap
-	services       []corev1.Service
-	statefulSet    appsv1.StatefulSet
-	job            batchv1.Job
-	pdb            policyv1.PodDisruptionBudget
+	superuser, app, replication metav1.PartialObjectMetadata
+	scripts                     corev1.ConfigMap
+	services                    []corev1.Service
+	statefulSet                 appsv1.StatefulSet
+	job                         batchv1.Job
+	pdb                         policyv1.PodDisruptionBudget
 	// claims are the PVCs of ordinals below replicas that exist, by ordinal.
 	claims map[int32]*corev1.PersistentVolumeClaim
 	exists map[string]bool
@@ -328,10 +357,10 @@ type live struct {
 // lookupAll finds every object the Database has or will have, and fails
 // with notOwnedErrors for each name someone else's object holds: nothing
 // is created or changed while one is in the way.
-func (r *Reconciler) lookupAll(ctx context.Context, db *dbv1.Database) (*live, error) {
+func (r *Reconciler) lookupAll(ctx context.Context, db *Cluster) (*live, error) {
 	n := namesOf(db)
 	l := &live{
-		superuser: *secretMetadata(), app: *secretMetadata(),
+		superuser: *secretMetadata(), app: *secretMetadata(), replication: *secretMetadata(),
 		services: make([]corev1.Service, 3),
 		claims:   map[int32]*corev1.PersistentVolumeClaim{},
 		exists:   map[string]bool{},
@@ -344,8 +373,8 @@ func (r *Reconciler) lookupAll(ctx context.Context, db *dbv1.Database) (*live, e
 		obj        client.Object
 		toCreate   bool
 	}{
-		{"Secret", n.Superuser, &l.superuser, true},
-		{"Secret", n.App, &l.app, true},
+		{"Secret", n.App, &l.app, n.App != ""},
+		{"Secret", n.Replication, &l.replication, n.Replication != ""},
 		{"ConfigMap", n.Scripts, &l.scripts, true},
 		{"Service", n.Headless, &l.services[0], true},
 		{"Service", n.ReadWrite, &l.services[1], true},
@@ -355,7 +384,22 @@ func (r *Reconciler) lookupAll(ctx context.Context, db *dbv1.Database) (*live, e
 		{"PodDisruptionBudget", n.PDB, &l.pdb, replicasOf(db) > 1},
 	}
 	var errs []error
+	if db.Secrets.SuperuserNamedByUser {
+		// The user named it: it is used whoever made it.
+		exists, err := r.lookupNamedSecret(ctx, db, n.Superuser, &l.superuser)
+		l.exists["Secret/"+n.Superuser] = exists
+		errs = append(errs, err)
+	} else {
+		targets = append(targets, struct {
+			kind, name string
+			obj        client.Object
+			toCreate   bool
+		}{"Secret", n.Superuser, &l.superuser, true})
+	}
 	for _, t := range targets {
+		if t.name == "" {
+			continue
+		}
 		exists, err := r.lookup(ctx, db, t.kind, t.name, t.obj, t.toCreate)
 		l.exists[t.kind+"/"+t.name] = exists
 		errs = append(errs, err)
@@ -380,7 +424,7 @@ func (l *live) has(kind, name string) bool { return l.exists[kind+"/"+name] }
 
 // lookupClaim finds the PVC of an ordinal. The StatefulSet would use any
 // PVC of that name, so one without the Database's label is refused.
-func (r *Reconciler) lookupClaim(ctx context.Context, db *dbv1.Database, ordinal int32, toCreate bool) (*corev1.PersistentVolumeClaim, error) {
+func (r *Reconciler) lookupClaim(ctx context.Context, db *Cluster, ordinal int32, toCreate bool) (*corev1.PersistentVolumeClaim, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: claimName(db, ordinal)}
 	err := r.Owned.Get(ctx, key, pvc)
@@ -396,8 +440,8 @@ func (r *Reconciler) lookupClaim(ctx context.Context, db *dbv1.Database, ordinal
 	if err != nil {
 		return nil, err
 	}
-	if pvc.Labels[LabelDatabase] != db.Name {
-		return nil, &notOwnedError{Kind: "PersistentVolumeClaim", Name: pvc.Name}
+	if pvc.Labels[db.Kind.Keys.Cluster] != db.Name {
+		return nil, &notOwnedError{Kind: "PersistentVolumeClaim", Name: pvc.Name, Owner: db.Kind.clusterKind()}
 	}
 	return pvc, nil
 }
@@ -419,7 +463,7 @@ func notOwnedErrors(err error) []*notOwnedError {
 }
 
 // refuse reports objects of others in the way; nothing is touched.
-func (r *Reconciler) refuse(db *dbv1.Database, notOwned []*notOwnedError) {
+func (r *Reconciler) refuse(db *Cluster, notOwned []*notOwnedError) {
 	msgs := make([]string, len(notOwned))
 	for i, e := range notOwned {
 		msgs[i] = e.Error()
@@ -431,19 +475,19 @@ func (r *Reconciler) refuse(db *dbv1.Database, notOwned []*notOwnedError) {
 	db.Status.Phase = dbv1.PhaseDegraded
 }
 
-func (r *Reconciler) setCondition(db *dbv1.Database, kind string, ok bool, reason, msg string) {
+func (r *Reconciler) setCondition(db *Cluster, kind string, ok bool, reason, msg string) {
 	status.SetCondition(&db.Status.Conditions, db.Generation, kind, ok, reason, msg)
 }
 
 // warn emits a Warning event unless the condition already reports this
 // reason, so a lasting problem is announced once, not on every reconcile.
-func (r *Reconciler) warn(db *dbv1.Database, kind, reason, msg string) {
+func (r *Reconciler) warn(db *Cluster, kind, reason, msg string) {
 	if c := meta.FindStatusCondition(db.Status.Conditions, kind); c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason {
 		return
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 }
 
-func (r *Reconciler) normal(db *dbv1.Database, reason, action, msg string, args ...any) {
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, reason, action, msg, args...)
+func (r *Reconciler) normal(db *Cluster, reason, action, msg string, args ...any) {
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeNormal, reason, action, msg, args...)
 }

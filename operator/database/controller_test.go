@@ -15,11 +15,13 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 )
 
-func sample() *dbv1.Database {
-	return &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Name: "my-first-crd-database", Namespace: "default", UID: types.UID("u1")},
+func sample() *Cluster { return sampleNamed("my-first-crd-database") }
+
+func sampleNamed(name string) *Cluster {
+	return DatabaseKind.Clusters.View(&dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("u1")},
 		Spec:       dbv1.DatabaseSpec{Name: "name-of-database", Port: 5432, StorageSize: "50G", Image: "super-great-docker-image", Replicas: 3},
-	}
+	})
 }
 
 // live is what the API server returns for desired: the same JSON plus
@@ -79,8 +81,7 @@ func TestTheStatefulSetKeepsItsClaimTemplates(t *testing.T) {
 }
 
 func TestObjectNamesFitInALabel(t *testing.T) {
-	db := sample()
-	db.Name = "a234567890123456789012345678901234567890123456789012" // 52, the CRD's limit
+	db := sampleNamed("a234567890123456789012345678901234567890123456789012") // 52, the CRD's limit
 	n := namesOf(db)
 	for _, name := range []string{n.StatefulSet + "-" + "0123456789", n.Headless, n.ReadWrite, n.ReadOnly, n.Superuser, n.App, n.Scripts, n.InitJob, claimName(db, 99)} {
 		assert.LessOrEqual(t, len(name), 63, name)

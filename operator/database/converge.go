@@ -17,13 +17,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 // converge creates or updates every object of the Database, in the order
 // they are needed.
-func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engine, l *live) error {
 	n := namesOf(db)
 	if err := r.ensureSecrets(ctx, db, eng, l); err != nil {
 		return err
@@ -69,7 +68,7 @@ func (r *Reconciler) converge(ctx context.Context, db *dbv1.Database, eng engine
 }
 
 // applyOne applies one object and announces what it did.
-func (r *Reconciler) applyOne(ctx context.Context, db *dbv1.Database, desired, current client.Object, exists bool) error {
+func (r *Reconciler) applyOne(ctx context.Context, db *Cluster, desired, current client.Object, exists bool) error {
 	wrote, err := r.apply(ctx, desired, current, exists)
 	kind := desired.GetObjectKind().GroupVersionKind().Kind
 	if err != nil {
@@ -80,7 +79,7 @@ func (r *Reconciler) applyOne(ctx context.Context, db *dbv1.Database, desired, c
 		if !exists {
 			action, reason = "created", "Created"
 		}
-		objectWrites.WithLabelValues(kind, action).Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues(kind, action).Inc()
 		r.normal(db, reason, "Apply", "%s %s %s", kind, desired.GetName(), action)
 	}
 	return nil
@@ -90,32 +89,40 @@ func (r *Reconciler) applyOne(ctx context.Context, db *dbv1.Database, desired, c
 // it needs no quoting in a URI or a shell.
 func newPassword() string { return rand.Text() }
 
-// ensureSecrets creates the superuser and app Secrets once. Their
-// passwords are never replaced; the app Secret's other keys follow the
-// spec (a new port, say).
-func (r *Reconciler) ensureSecrets(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) error {
+// ensureSecrets creates the superuser, replication and app Secrets once
+// (those the cluster has). Their passwords are never replaced; the app
+// Secret's other keys follow the spec (a new port, say).
+func (r *Reconciler) ensureSecrets(ctx context.Context, db *Cluster, eng engine.Engine, l *live) error {
 	n := namesOf(db)
 	if !l.has("Secret", n.Superuser) {
 		if err := r.createSecret(ctx, db, superuserSecret(db, eng, newPassword())); err != nil {
 			return err
 		}
 	}
+	if n.Replication != "" && !l.has("Secret", n.Replication) {
+		if err := r.createSecret(ctx, db, passwordSecret(db, n.Replication, newPassword())); err != nil {
+			return err
+		}
+	}
+	if n.App == "" {
+		return nil
+	}
 	if !l.has("Secret", n.App) {
 		return r.createSecret(ctx, db, appSecret(db, eng, newPassword()))
 	}
 	conn := connectionOf(db, eng)
-	if l.app.Labels[LabelConnection] == conn.hash() {
+	if l.app.Labels[db.Kind.Keys.Connection] == conn.hash() {
 		return nil
 	}
 	return r.updateConnection(ctx, db, eng, conn)
 }
 
-func (r *Reconciler) createSecret(ctx context.Context, db *dbv1.Database, s *corev1.Secret) error {
-	if err := r.Client.Create(ctx, s, client.FieldOwner(FieldManager)); err != nil {
+func (r *Reconciler) createSecret(ctx context.Context, db *Cluster, s *corev1.Secret) error {
+	if err := r.Client.Create(ctx, s, client.FieldOwner(db.Kind.FieldManager)); err != nil {
 		// Never the Secret itself in an error: it holds the password.
 		return fmt.Errorf("creating Secret %s: %w", s.Name, err)
 	}
-	objectWrites.WithLabelValues("Secret", "created").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Secret", "created").Inc()
 	r.normal(db, "Created", "Apply", "Secret %s created with a generated password", s.Name)
 	return nil
 }
@@ -123,30 +130,30 @@ func (r *Reconciler) createSecret(ctx context.Context, db *dbv1.Database, s *cor
 // updateConnection rewrites the app Secret's connection details, keeping
 // its password. It is the one place the operator reads a password (to
 // rebuild the URI), from the API server, not a cache.
-func (r *Reconciler) updateConnection(ctx context.Context, db *dbv1.Database, eng engine.Engine, conn connection) error {
+func (r *Reconciler) updateConnection(ctx context.Context, db *Cluster, eng engine.Engine, conn connection) error {
 	var s corev1.Secret
 	if err := r.API.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).App}, &s); err != nil {
 		return fmt.Errorf("reading Secret %s: %w", namesOf(db).App, err)
 	}
 	data := conn.appData(eng, string(s.Data["password"]))
 	patch := map[string]any{
-		"metadata":   map[string]any{"labels": map[string]string{LabelConnection: conn.hash()}, "resourceVersion": s.ResourceVersion},
+		"metadata":   map[string]any{"labels": map[string]string{db.Kind.Keys.Connection: conn.hash()}, "resourceVersion": s.ResourceVersion},
 		"stringData": data,
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {
 		return err
 	}
-	if err := r.Client.Patch(ctx, &s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Patch(ctx, &s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(db.Kind.FieldManager)); err != nil {
 		return fmt.Errorf("updating the connection details in Secret %s: %w", s.Name, err)
 	}
-	objectWrites.WithLabelValues("Secret", "updated").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Secret", "updated").Inc()
 	r.normal(db, "Updated", "Apply", "Secret %s: connection details updated (host %s, port %s); password kept", s.Name, conn.Host, conn.Port)
 	return nil
 }
 
 // ensurePDB keeps a PodDisruptionBudget while there are standbys.
-func (r *Reconciler) ensurePDB(ctx context.Context, db *dbv1.Database, l *live) error {
+func (r *Reconciler) ensurePDB(ctx context.Context, db *Cluster, l *live) error {
 	name := namesOf(db).PDB
 	if replicasOf(db) > 1 {
 		return r.applyOne(ctx, db, podDisruptionBudget(db), &l.pdb, l.has("PodDisruptionBudget", name))
@@ -157,17 +164,17 @@ func (r *Reconciler) ensurePDB(ctx context.Context, db *dbv1.Database, l *live) 
 	if err := client.IgnoreNotFound(r.Client.Delete(ctx, &l.pdb)); err != nil {
 		return fmt.Errorf("deleting PodDisruptionBudget %s: %w", name, err)
 	}
-	objectWrites.WithLabelValues("PodDisruptionBudget", "deleted").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("PodDisruptionBudget", "deleted").Inc()
 	r.normal(db, "Deleted", "Apply", "PodDisruptionBudget %s deleted: a single replica has nothing to protect", name)
 	return nil
 }
 
 // serverPods are the StatefulSet's pods, by name.
-func (r *Reconciler) serverPods(ctx context.Context, db *dbv1.Database) (map[string]*corev1.Pod, error) {
+func (r *Reconciler) serverPods(ctx context.Context, db *Cluster) (map[string]*corev1.Pod, error) {
 	return serverPodsOf(ctx, r.Owned, db)
 }
 
-func serverPodsOf(ctx context.Context, owned client.Reader, db *dbv1.Database) (map[string]*corev1.Pod, error) {
+func serverPodsOf(ctx context.Context, owned client.Reader, db *Cluster) (map[string]*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
 		return nil, err
@@ -184,27 +191,27 @@ func serverPodsOf(ctx context.Context, owned client.Reader, db *dbv1.Database) (
 
 // labelRoles marks ordinal 0 primary and the others standbys, which is what
 // the read-write and read-only Services select.
-func (r *Reconciler) labelRoles(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod) error {
+func (r *Reconciler) labelRoles(ctx context.Context, db *Cluster, pods map[string]*corev1.Pod) error {
 	for name, p := range pods {
 		role := roleStandby
 		if name == podName(db, 0) {
 			role = rolePrimary
 		}
-		if p.Labels[LabelRole] == role {
+		if p.Labels[db.Kind.Keys.Role] == role {
 			continue
 		}
-		body := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, LabelRole, role)
-		if err := r.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldManager)); client.IgnoreNotFound(err) != nil {
+		body := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, db.Kind.Keys.Role, role)
+		if err := r.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(db.Kind.FieldManager)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("labelling pod %s %s: %w", name, role, err)
 		}
-		objectWrites.WithLabelValues("Pod", "labelled").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("Pod", "labelled").Inc()
 	}
 	return nil
 }
 
 // growStorage asks for bigger volumes when storage-size grew and the
 // StorageClass allows it; otherwise StorageResized says why not.
-func (r *Reconciler) growStorage(ctx context.Context, db *dbv1.Database, l *live) error {
+func (r *Reconciler) growStorage(ctx context.Context, db *Cluster, l *live) error {
 	want := resource.MustParse(db.Spec.StorageSize)
 	var small []*corev1.PersistentVolumeClaim
 	pending := 0
@@ -231,10 +238,10 @@ func (r *Reconciler) growStorage(ctx context.Context, db *dbv1.Database, l *live
 			return nil
 		}
 		body := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, want.String())
-		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldManager)); err != nil {
+		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(db.Kind.FieldManager)); err != nil {
 			return fmt.Errorf("growing PersistentVolumeClaim %s to %s: %w", pvc.Name, want.String(), err)
 		}
-		objectWrites.WithLabelValues("PersistentVolumeClaim", "resized").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("PersistentVolumeClaim", "resized").Inc()
 		r.normal(db, "Resizing", "Resize", "PersistentVolumeClaim %s now requests %s", pvc.Name, want.String())
 		pending++
 	}
@@ -267,7 +274,7 @@ func (r *Reconciler) cannotExpand(ctx context.Context, class string) string {
 // ensureInitJob creates the init Job, once the primary is ready, until the
 // database is initialised. A failed Job whose image is no longer the
 // Database's (the user fixed it) is replaced.
-func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live, primary *corev1.Pod) error {
+func (r *Reconciler) ensureInitJob(ctx context.Context, db *Cluster, eng engine.Engine, l *live, primary *corev1.Pod) error {
 	if meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
 		return nil
 	}
@@ -280,7 +287,7 @@ func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng e
 		if err := r.Client.Delete(ctx, &l.job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting failed init Job %s: %w", name, err)
 		}
-		objectWrites.WithLabelValues("Job", "deleted").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
 		r.normal(db, "Deleted", "Init", "failed init Job %s deleted: the image changed to %s, a new one runs with it", name, imageOf(db, eng))
 		l.exists["Job/"+name] = false
 		return nil
@@ -289,7 +296,7 @@ func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng e
 		// The Job would only wait; the primary's readiness requeues.
 		return nil
 	}
-	err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager))
+	err := r.Client.Create(ctx, desired, client.FieldOwner(db.Kind.FieldManager))
 	if apierrors.IsAlreadyExists(err) {
 		// Ours still being deleted (its deletion requeues), or someone
 		// else's.
@@ -300,7 +307,11 @@ func (r *Reconciler) ensureInitJob(ctx context.Context, db *dbv1.Database, eng e
 		return fmt.Errorf("creating init Job %s: %w", name, err)
 	}
 	l.job, l.exists["Job/"+name] = *desired, true
-	objectWrites.WithLabelValues("Job", "created").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
+	if db.Spec.Name == "" {
+		r.normal(db, "Created", "Init", "init Job %s created: it waits for the primary and reports its version", name)
+		return nil
+	}
 	r.normal(db, "Created", "Init", "init Job %s created: it creates database %q owned by role %q once the primary is ready", name, db.Spec.Name, appUser(db))
 	return nil
 }

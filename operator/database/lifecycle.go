@@ -40,23 +40,23 @@ func findCondition(conds []metav1.Condition, kind string) *metav1.Condition {
 	return meta.FindStatusCondition(conds, kind)
 }
 
-func initializedOrRestored(db *dbv1.Database) bool {
+func initializedOrRestored(db *Cluster) bool {
 	return meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 }
 
 // restored: the Database needs no restore, or its restore is done.
-func restored(db *dbv1.Database) bool {
+func restored(db *Cluster) bool {
 	return db.Spec.FromBackup == "" || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored)
 }
 
-func deletionPolicyOf(db *dbv1.Database) dbv1.DeletionPolicy {
+func deletionPolicyOf(db *Cluster) dbv1.DeletionPolicy {
 	if db.Spec.DeletionPolicy == "" {
 		return dbv1.DeletionSnapshot
 	}
 	return db.Spec.DeletionPolicy
 }
 
-func deletionTimeoutOf(db *dbv1.Database) time.Duration {
+func deletionTimeoutOf(db *Cluster) time.Duration {
 	if db.Spec.DeletionTimeout != nil {
 		return db.Spec.DeletionTimeout.Duration
 	}
@@ -65,32 +65,33 @@ func deletionTimeoutOf(db *dbv1.Database) time.Duration {
 
 // finalBackupName is the same for every reconcile of one Database (its
 // UID), and differs for a later Database of the same name.
-func finalBackupName(db *dbv1.Database) string {
+func finalBackupName(db *Cluster) string {
 	return fmt.Sprintf("%s-final-%s", db.Name, strings.ReplaceAll(string(db.UID), "-", "")[:8])
 }
 
 // scheduledBackupName is the same for one schedule time, so a reconcile
 // that runs twice makes one backup.
-func scheduledBackupName(db *dbv1.Database, at time.Time) string {
+func scheduledBackupName(db *Cluster, at time.Time) string {
 	return fmt.Sprintf("%s-%s", db.Name, at.UTC().Format("20060102-1504"))
 }
 
 // ensureFinalizer is on every Database before the operator makes anything
 // for it, so nothing it made is deleted without the deletionPolicy.
-func (r *Reconciler) ensureFinalizer(ctx context.Context, db *dbv1.Database) error {
-	if !db.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(db, FinalizerDeletionPolicy) {
+func (r *Reconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
+	finalizer := r.Kind.Keys.FinalizerDeletionPolicy
+	if !obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, finalizer) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(db, FinalizerDeletionPolicy)
-	return r.Client.Patch(ctx, db, patch)
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(obj, finalizer)
+	return r.Client.Patch(ctx, obj, patch)
 }
 
 // finalize carries out the deletionPolicy. It reports gone once the
 // finalizer is removed (the Database may then vanish at once).
-func (r *Reconciler) finalize(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
+func (r *Reconciler) finalize(ctx context.Context, db *Cluster) (reconcile.Result, bool, error) {
 	db.Status.Phase = dbv1.PhaseDeleting
-	if !controllerutil.ContainsFinalizer(db, FinalizerDeletionPolicy) {
+	if !controllerutil.ContainsFinalizer(db.Object, db.Kind.Keys.FinalizerDeletionPolicy) {
 		return reconcile.Result{}, false, nil
 	}
 	policy := deletionPolicyOf(db)
@@ -102,11 +103,11 @@ func (r *Reconciler) finalize(ctx context.Context, db *dbv1.Database) (reconcile
 	case terminating:
 		// No Job can be created in a namespace being deleted, and
 		// everything in it goes anyway: waiting would only hang it.
-		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "NamespaceDeleting", "Delete",
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "NamespaceDeleting", "Delete",
 			"namespace %s is being deleted: no final backup can be taken there (deletionPolicy %s not carried out); the volumes, Secrets and backups go with the namespace", db.Namespace, policy)
 		return r.removeFinalizer(ctx, db)
-	case policy == dbv1.DeletionSnapshot && db.Annotations[AnnotationSkipFinalBackup] == "true":
-		r.normal(db, "FinalBackupSkipped", "Delete", "annotation %s=true: deleting without a final backup", AnnotationSkipFinalBackup)
+	case policy == dbv1.DeletionSnapshot && db.Annotations[db.Kind.Keys.SkipFinalBackup] == "true":
+		r.normal(db, "FinalBackupSkipped", "Delete", "annotation %s=true: deleting without a final backup", db.Kind.Keys.SkipFinalBackup)
 	case policy == dbv1.DeletionSnapshot:
 		result, done, err := r.finalBackup(ctx, db)
 		if err != nil || !done {
@@ -119,10 +120,11 @@ func (r *Reconciler) finalize(ctx context.Context, db *dbv1.Database) (reconcile
 	return r.removeFinalizer(ctx, db)
 }
 
-func (r *Reconciler) removeFinalizer(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
-	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(db, FinalizerDeletionPolicy)
-	if err := r.Client.Patch(ctx, db, patch); err != nil {
+func (r *Reconciler) removeFinalizer(ctx context.Context, db *Cluster) (reconcile.Result, bool, error) {
+	obj := db.Object
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(obj, db.Kind.Keys.FinalizerDeletionPolicy)
+	if err := r.Client.Patch(ctx, obj, patch); err != nil {
 		return reconcile.Result{}, false, client.IgnoreNotFound(err)
 	}
 	return reconcile.Result{}, true, nil
@@ -131,19 +133,12 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, db *dbv1.Database) (re
 // finalBackup takes the Snapshot policy's backup and reports whether it
 // completed. A failure, or a backup still not done after deletionTimeout,
 // blocks the deletion with DeletionBlocked and says the way out.
-func (r *Reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (reconcile.Result, bool, error) {
+func (r *Reconciler) finalBackup(ctx context.Context, db *Cluster) (reconcile.Result, bool, error) {
 	name := finalBackupName(db)
-	var b dbv1.DatabaseBackup
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &b)
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	if apierrors.IsNotFound(err) {
-		b = dbv1.DatabaseBackup{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: map[string]string{
-				LabelDatabase: db.Name, LabelBackupReason: reasonFinal,
-			}},
-			Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
-		}
-		if err := r.Client.Create(ctx, &b); err != nil && !apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{}, false, fmt.Errorf("creating the final DatabaseBackup %s: %w", name, err)
+		if _, err := r.createBackup(ctx, db, name, reasonFinal); err != nil {
+			return reconcile.Result{}, false, err
 		}
 		r.normal(db, "FinalBackup", "Delete", "DatabaseBackup %s created: the StatefulSet and its volumes are removed once it completes", name)
 		return reconcile.Result{RequeueAfter: deletionTimeoutOf(db)}, false, nil
@@ -151,7 +146,7 @@ func (r *Reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (reconc
 	if err != nil {
 		return reconcile.Result{}, false, err
 	}
-	wayOut := fmt.Sprintf("to delete without it, annotate the Database %s=true or set spec.deletionPolicy to Retain (keeps the volumes) or Delete", AnnotationSkipFinalBackup)
+	wayOut := fmt.Sprintf("to delete without it, annotate the Database %s=true or set spec.deletionPolicy to Retain (keeps the volumes) or Delete", db.Kind.Keys.SkipFinalBackup)
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
 		return reconcile.Result{}, true, nil
@@ -180,9 +175,9 @@ func phaseOrPending(p dbv1.BackupPhase) dbv1.BackupPhase {
 	return p
 }
 
-func (r *Reconciler) block(db *dbv1.Database, reason, msg string) {
+func (r *Reconciler) block(db *Cluster, reason, msg string) {
 	if c := findCondition(db.Status.Conditions, ConditionDeletionBlocked); c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, reason, "Delete", "%s", msg)
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, reason, "Delete", "%s", msg)
 	}
 	r.setCondition(db, ConditionDeletionBlocked, true, reason, msg)
 }
@@ -191,14 +186,14 @@ func (r *Reconciler) block(db *dbv1.Database, reason, msg string) {
 // policy is Retain, which also keeps the Secrets (kept data is useless
 // without its passwords) by taking the Database's ownership off them.
 // The backup volume and the DatabaseBackups are never touched.
-func (r *Reconciler) removeServers(ctx context.Context, db *dbv1.Database, policy dbv1.DeletionPolicy) error {
+func (r *Reconciler) removeServers(ctx context.Context, db *Cluster, policy dbv1.DeletionPolicy) error {
 	n := namesOf(db)
 	var sts appsv1.StatefulSet
 	if exists, err := r.lookup(ctx, db, "StatefulSet", n.StatefulSet, &sts, false); err == nil && exists {
 		if err := r.Client.Delete(ctx, &sts, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting StatefulSet %s: %w", sts.Name, err)
 		}
-		objectWrites.WithLabelValues("StatefulSet", "deleted").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("StatefulSet", "deleted").Inc()
 		r.normal(db, "Deleted", "Delete", "StatefulSet %s deleted (deletionPolicy %s)", sts.Name, policy)
 	}
 	if policy == dbv1.DeletionRetain {
@@ -216,7 +211,7 @@ func (r *Reconciler) removeServers(ctx context.Context, db *dbv1.Database, polic
 		if err := r.Client.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting PersistentVolumeClaim %s: %w", pvc.Name, err)
 		}
-		objectWrites.WithLabelValues("PersistentVolumeClaim", "deleted").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("PersistentVolumeClaim", "deleted").Inc()
 		r.normal(db, "Deleted", "Delete", "PersistentVolumeClaim %s deleted (deletionPolicy %s)", pvc.Name, policy)
 	}
 	return nil
@@ -224,9 +219,12 @@ func (r *Reconciler) removeServers(ctx context.Context, db *dbv1.Database, polic
 
 // keepSecrets removes the Database's owner reference from its Secrets, so
 // garbage collection leaves them.
-func (r *Reconciler) keepSecrets(ctx context.Context, db *dbv1.Database) error {
+func (r *Reconciler) keepSecrets(ctx context.Context, db *Cluster) error {
 	n := namesOf(db)
-	for _, name := range []string{n.Superuser, n.App} {
+	for _, name := range []string{n.Superuser, n.App, n.Replication} {
+		if name == "" {
+			continue
+		}
 		s := secretMetadata()
 		if exists, err := r.lookup(ctx, db, "Secret", name, s, false); err != nil || !exists {
 			continue
@@ -241,25 +239,10 @@ func (r *Reconciler) keepSecrets(ctx context.Context, db *dbv1.Database) error {
 	return nil
 }
 
-// backupsOf are the DatabaseBackups of a Database.
-func (r *Reconciler) backupsOf(ctx context.Context, db *dbv1.Database) ([]dbv1.DatabaseBackup, error) {
-	var list dbv1.DatabaseBackupList
-	if err := r.Client.List(ctx, &list, client.InNamespace(db.Namespace)); err != nil {
-		return nil, err
-	}
-	var out []dbv1.DatabaseBackup
-	for _, b := range list.Items {
-		if b.Spec.Database == db.Name {
-			out = append(out, b)
-		}
-	}
-	return out, nil
-}
-
 // manageBackups makes scheduled backups, applies retention and reports the
 // newest backup; it returns when to look again (the next schedule time).
-func (r *Reconciler) manageBackups(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
-	backups, err := r.backupsOf(ctx, db)
+func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Duration, error) {
+	backups, err := r.Kind.backupsOf(ctx, r.Client, db)
 	if err != nil {
 		return 0, err
 	}
@@ -274,10 +257,9 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *dbv1.Database) (time
 }
 
 // observeBackups sets LastBackupSucceeded from the newest finished backup.
-func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBackup) {
-	var last, lastOK *dbv1.DatabaseBackup
-	for i := range backups {
-		b := &backups[i]
+func (r *Reconciler) observeBackups(db *Cluster, backups []*Backup) {
+	var last, lastOK *Backup
+	for _, b := range backups {
 		if b.Status.CompletionTime == nil || b.CreationTimestamp.Before(&db.CreationTimestamp) {
 			continue
 		}
@@ -300,7 +282,7 @@ func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBa
 	if lastOK != nil {
 		db.Status.Backup.LastSuccessfulBackup = lastOK.Name
 		db.Status.Backup.LastSuccessTime = lastOK.Status.CompletionTime
-		lastBackupSuccess.WithLabelValues(db.Namespace, db.Name).Set(float64(lastOK.Status.CompletionTime.Unix()))
+		r.Kind.metrics.lastBackupSuccess.WithLabelValues(db.Namespace, db.Name).Set(float64(lastOK.Status.CompletionTime.Unix()))
 	}
 	if last == nil {
 		return
@@ -327,7 +309,7 @@ func (r *Reconciler) observeBackups(db *dbv1.Database, backups []dbv1.DatabaseBa
 // second: of two that finished in the same second, the one started later
 // counts as newer, and when that ties too, a failure does (an alert on
 // it is better than a failure hidden).
-func finishedAfter(a, b *dbv1.DatabaseBackup) bool {
+func finishedAfter(a, b *Backup) bool {
 	if !a.Status.CompletionTime.Equal(b.Status.CompletionTime) {
 		return b.Status.CompletionTime.Before(a.Status.CompletionTime)
 	}
@@ -347,12 +329,12 @@ func ptrTime(t *metav1.Time) time.Time {
 // schedule creates the backup of the most recent schedule time not yet
 // made (one, however many were missed) and returns the wait until the
 // next one.
-func (r *Reconciler) schedule(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
+func (r *Reconciler) schedule(ctx context.Context, db *Cluster) (time.Duration, error) {
 	spec := db.Spec.Backup
 	st := db.Status.Backup
 	if spec == nil || spec.Schedule == "" {
 		st.NextScheduleTime = nil
-		nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
+		r.Kind.metrics.nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionBackupScheduled)
 		return 0, nil
 	}
@@ -368,7 +350,7 @@ func (r *Reconciler) schedule(ctx context.Context, db *dbv1.Database) (time.Dura
 	}
 	if spec.Suspend || db.Spec.Suspend {
 		st.NextScheduleTime = nil
-		nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
+		r.Kind.metrics.nextScheduledBackup.DeleteLabelValues(db.Namespace, db.Name)
 		r.setCondition(db, ConditionBackupScheduled, false, "Suspended", "scheduled backups are suspended")
 		return 0, nil
 	}
@@ -385,37 +367,43 @@ func (r *Reconciler) schedule(ctx context.Context, db *dbv1.Database) (time.Dura
 	}
 	next := sched.Next(now.In(loc))
 	st.NextScheduleTime = &metav1.Time{Time: next}
-	nextScheduledBackup.WithLabelValues(db.Namespace, db.Name).Set(float64(next.Unix()))
+	r.Kind.metrics.nextScheduledBackup.WithLabelValues(db.Namespace, db.Name).Set(float64(next.Unix()))
 	r.setCondition(db, ConditionBackupScheduled, true, "Scheduled", fmt.Sprintf("next backup at %s (schedule %q, time zone %s)", next.UTC().Format(time.RFC3339), spec.Schedule, loc))
 	return next.Sub(now), nil
 }
 
-func (r *Reconciler) createScheduledBackup(ctx context.Context, db *dbv1.Database, due time.Time) error {
-	b := &dbv1.DatabaseBackup{
-		ObjectMeta: metav1.ObjectMeta{Name: scheduledBackupName(db, due), Namespace: db.Namespace, Labels: map[string]string{
-			LabelDatabase: db.Name, LabelBackupReason: reasonScheduled,
-		}},
-		Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
+func (r *Reconciler) createScheduledBackup(ctx context.Context, db *Cluster, due time.Time) error {
+	name := scheduledBackupName(db, due)
+	created, err := r.createBackup(ctx, db, name, reasonScheduled)
+	if err != nil || !created {
+		return err
 	}
-	err := r.Client.Create(ctx, b)
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("creating scheduled DatabaseBackup %s: %w", b.Name, err)
-	}
-	r.normal(db, "BackupScheduled", "Backup", "DatabaseBackup %s created for the schedule time %s", b.Name, due.UTC().Format(time.RFC3339))
+	r.normal(db, "BackupScheduled", "Backup", "DatabaseBackup %s created for the schedule time %s", name, due.UTC().Format(time.RFC3339))
 	return nil
 }
 
 // prune deletes what retention no longer keeps; each DatabaseBackup's
 // finalizer deletes its file. Only backups made for this Database (not a
 // former one of the same name) count.
-func (r *Reconciler) prune(ctx context.Context, db *dbv1.Database, backups []dbv1.DatabaseBackup) error {
+func (r *Reconciler) prune(ctx context.Context, db *Cluster, backups []*Backup) error {
 	spec := db.Spec.Backup
 	if spec == nil || spec.Retention == nil {
 		return nil
 	}
+	keep, maxAge := int32(0), time.Duration(0)
+	if spec.Retention.KeepLast != nil {
+		keep = *spec.Retention.KeepLast
+	}
+	if spec.Retention.MaxAge != nil {
+		maxAge = spec.Retention.MaxAge.Duration
+	}
+	return r.Prune(ctx, db, backups, keep, maxAge)
+}
+
+// Prune deletes the backups of db that retention (keepLast, maxAge; 0:
+// no limit) no longer keeps. Only backups made for this cluster (not a
+// former one of the same name) count.
+func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, keep int32, maxAge time.Duration) error {
 	var records []backupRecord
 	for _, b := range backups {
 		if b.CreationTimestamp.Before(&db.CreationTimestamp) || !b.DeletionTimestamp.IsZero() {
@@ -426,20 +414,15 @@ func (r *Reconciler) prune(ctx context.Context, db *dbv1.Database, backups []dbv
 		if b.Status.CompletionTime != nil {
 			rec.Time = b.Status.CompletionTime.Time
 		}
-		if user, err := restoreUsing(ctx, r.Client, &b); err != nil || user != "" {
+		if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
 			rec.InUse = true
 		}
 		records = append(records, rec)
 	}
-	keep, maxAge := int32(0), time.Duration(0)
-	if spec.Retention.KeepLast != nil {
-		keep = *spec.Retention.KeepLast
-	}
-	if spec.Retention.MaxAge != nil {
-		maxAge = spec.Retention.MaxAge.Duration
-	}
 	for _, name := range toPrune(records, keep, maxAge, r.now()) {
-		b := &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name}}
+		b := r.Kind.Backups.New()
+		b.SetNamespace(db.Namespace)
+		b.SetName(name)
 		if err := r.Client.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting DatabaseBackup %s (retention): %w", name, err)
 		}

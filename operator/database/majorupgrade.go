@@ -51,8 +51,8 @@ const (
 	defaultUpgradeTimeout = 15 * time.Minute
 )
 
-func upgradeJobName(db *dbv1.Database) string  { return db.Name + "-upgrade" }
-func rollbackJobName(db *dbv1.Database) string { return db.Name + "-rollback" }
+func upgradeJobName(db *Cluster) string  { return db.Name + "-upgrade" }
+func rollbackJobName(db *Cluster) string { return db.Name + "-rollback" }
 
 // serverPlan is what the StatefulSet runs.
 type serverPlan struct {
@@ -68,7 +68,7 @@ type serverPlan struct {
 
 // steadyPlan runs image on every replica. The old-data removal of a
 // finished upgrade stays on (turning it off would restart every server).
-func steadyPlan(db *dbv1.Database, image string) serverPlan {
+func steadyPlan(db *Cluster, image string) serverPlan {
 	u := db.Status.Upgrade
 	removeOld := u != nil && (u.Step == dbv1.UpgradeRemovingOldData || u.Step == dbv1.UpgradeCompleted)
 	return serverPlan{Image: image, Replicas: replicasOf(db), RemoveOldData: removeOld}
@@ -81,7 +81,7 @@ func upgradeRunning(u *dbv1.UpgradeStatus) bool {
 	return u != nil && u.Step != dbv1.UpgradeCompleted && u.Step != dbv1.UpgradeFailed
 }
 
-func upgradeTimeoutOf(db *dbv1.Database) time.Duration {
+func upgradeTimeoutOf(db *Cluster) time.Duration {
 	if db.Spec.UpgradeTimeout != nil {
 		return db.Spec.UpgradeTimeout.Duration
 	}
@@ -92,13 +92,13 @@ func upgradeTimeoutOf(db *dbv1.Database) time.Duration {
 // spec.image, and differs for a later attempt at the same image (after a
 // failure, spec.image goes back and forth: two new generations), so each
 // attempt takes a backup of its own.
-func upgradeAttempt(db *dbv1.Database, image string) string {
+func upgradeAttempt(db *Cluster, image string) string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", image, db.Generation))
 	return hex.EncodeToString(sum[:4])
 }
 
 // startMajorUpgrade records a new upgrade at its first step.
-func (r *Reconciler) startMajorUpgrade(db *dbv1.Database, eng engine.Engine, running, wanted, fromV, toV string) {
+func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, wanted, fromV, toV string) {
 	attempt := upgradeAttempt(db, wanted)
 	db.Status.Upgrade = &dbv1.UpgradeStatus{
 		Attempt:   attempt,
@@ -112,7 +112,7 @@ func (r *Reconciler) startMajorUpgrade(db *dbv1.Database, eng engine.Engine, run
 }
 
 // toStep moves the upgrade to step, announcing it once.
-func (r *Reconciler) toStep(db *dbv1.Database, step dbv1.UpgradeStep, msg string, args ...any) {
+func (r *Reconciler) toStep(db *Cluster, step dbv1.UpgradeStep, msg string, args ...any) {
 	u := db.Status.Upgrade
 	u.Step = step
 	u.StepStartTime = ptr.To(metav1.NewTime(r.now()))
@@ -121,7 +121,7 @@ func (r *Reconciler) toStep(db *dbv1.Database, step dbv1.UpgradeStep, msg string
 	if step == dbv1.UpgradeRollingBack || step == dbv1.UpgradeRestoringOldData || step == dbv1.UpgradeFailed {
 		eventType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(db, nil, eventType, stepEventReason(step), "Upgrade", "%s", text)
+	r.Recorder.Eventf(db.Object, nil, eventType, stepEventReason(step), "Upgrade", "%s", text)
 	if upgradeRunning(u) {
 		r.setCondition(db, ConditionUpgrading, true, string(step), text)
 	} else {
@@ -145,7 +145,7 @@ func stepEventReason(step dbv1.UpgradeStep) string {
 // majorUpgrade carries the upgrade in status.upgrade one step further when
 // what that step waits for has happened, and says what the StatefulSet
 // runs meanwhile.
-func (r *Reconciler) majorUpgrade(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
+func (r *Reconciler) majorUpgrade(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	if err := r.requireFresh(ctx, db); err != nil {
 		// Acting on an older step could start servers a Job is working
 		// under.
@@ -178,18 +178,18 @@ var errStaleDatabase = errors.New("the cached Database is older than the API ser
 
 // requireFresh fails with errStaleDatabase unless the cached Database is
 // the API server's newest.
-func (r *Reconciler) requireFresh(ctx context.Context, db *dbv1.Database) error {
-	var fresh dbv1.Database
-	if err := r.API.Get(ctx, client.ObjectKeyFromObject(db), &fresh); err != nil {
+func (r *Reconciler) requireFresh(ctx context.Context, db *Cluster) error {
+	fresh := db.Kind.Clusters.New()
+	if err := r.API.Get(ctx, client.ObjectKeyFromObject(db.Object), fresh); err != nil {
 		return err
 	}
-	if fresh.ResourceVersion != db.ResourceVersion {
+	if fresh.GetResourceVersion() != db.ResourceVersion {
 		return errStaleDatabase
 	}
 	return nil
 }
 
-func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
+func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	u := db.Status.Upgrade
 	// The servers run on as they are: even the old-data removal of an
 	// earlier upgrade stays (turning it off would restart them).
@@ -197,17 +197,10 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng e
 	if !l.has("StatefulSet", namesOf(db).StatefulSet) {
 		running = serverPlan{Image: u.FromImage, Replicas: replicasOf(db)}
 	}
-	var b dbv1.DatabaseBackup
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup}, &b)
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
 	if apierrors.IsNotFound(err) {
-		b = dbv1.DatabaseBackup{
-			ObjectMeta: metav1.ObjectMeta{Name: u.Backup, Namespace: db.Namespace, Labels: map[string]string{
-				LabelDatabase: db.Name, LabelBackupReason: reasonPreUpgrade,
-			}},
-			Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
-		}
-		if err := r.Client.Create(ctx, &b); err != nil && !apierrors.IsAlreadyExists(err) {
-			return running, fmt.Errorf("creating the pre-upgrade DatabaseBackup %s: %w", u.Backup, err)
+		if _, err := r.createBackup(ctx, db, u.Backup, reasonPreUpgrade); err != nil {
+			return running, err
 		}
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s runs before the servers stop for the upgrade to %s", u.Backup, u.ToImage))
@@ -243,7 +236,7 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *dbv1.Database, eng e
 // upgradeJobIdle: the upgrade Job has finished or is gone. One that
 // never started (unschedulable) is deleted, and waited for, so it cannot
 // start while the rollback Job works on the same volume.
-func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *dbv1.Database) (bool, error) {
+func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *Cluster) (bool, error) {
 	var job batchv1.Job
 	exists, err := r.lookup(ctx, db, "Job", upgradeJobName(db), &job, false)
 	if err != nil || !exists {
@@ -256,13 +249,13 @@ func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *dbv1.Database) (boo
 		if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 			return false, fmt.Errorf("deleting upgrade Job %s before the rollback: %w", job.Name, err)
 		}
-		objectWrites.WithLabelValues("Job", "deleted").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
 	}
 	return false, nil
 }
 
 // backupJobRunning: a backup Job of the Database is still at work.
-func (r *Reconciler) backupJobRunning(ctx context.Context, db *dbv1.Database) (bool, error) {
+func (r *Reconciler) backupJobRunning(ctx context.Context, db *Cluster) (bool, error) {
 	var job batchv1.Job
 	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: backupJobName(db.Name)}, &job)
 	if apierrors.IsNotFound(err) {
@@ -277,7 +270,7 @@ func (r *Reconciler) backupJobRunning(ctx context.Context, db *dbv1.Database) (b
 
 // serversGone: the StatefulSet has settled at zero replicas and no server
 // pod is left, so a Job may use the data volumes.
-func (r *Reconciler) serversGone(ctx context.Context, db *dbv1.Database, l *live) (bool, error) {
+func (r *Reconciler) serversGone(ctx context.Context, db *Cluster, l *live) (bool, error) {
 	sts := &l.statefulSet
 	if !l.has("StatefulSet", namesOf(db).StatefulSet) {
 		return false, nil
@@ -289,7 +282,7 @@ func (r *Reconciler) serversGone(ctx context.Context, db *dbv1.Database, l *live
 	return len(pods) == 0, err
 }
 
-func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
+func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	u := db.Status.Upgrade
 	gone, err := r.serversGone(ctx, db, l)
 	if err != nil || !gone {
@@ -299,14 +292,14 @@ func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *dbv1.Database, en
 	return r.upgradeJob(ctx, db, eng)
 }
 
-func (r *Reconciler) upgradeJob(ctx context.Context, db *dbv1.Database, eng engine.Engine) (serverPlan, error) {
+func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
 	u := db.Status.Upgrade
 	job, err := r.attemptJob(ctx, db, upgradeJobName(db), func() (*batchv1.Job, error) {
-		var b dbv1.DatabaseBackup
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup}, &b); err != nil {
-			return nil, fmt.Errorf("reading the pre-upgrade DatabaseBackup %s: %w", u.Backup, err)
+		b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
+		if err != nil {
+			return nil, fmt.Errorf("reading the pre-upgrade backup %s: %w", u.Backup, err)
 		}
-		return upgradeJob(db, eng, &b, false), nil
+		return upgradeJob(db, eng, b, false), nil
 	})
 	if err != nil || job == nil {
 		return stopped(u.FromImage), err
@@ -379,7 +372,7 @@ func jobFailure(ctx context.Context, r *Reconciler, job *batchv1.Job) string {
 // attemptJob finds this attempt's Job of that name, creating it (from
 // build) when there is none. A Job of an earlier attempt is deleted first,
 // and nil returned until it is gone: two never run at once.
-func (r *Reconciler) attemptJob(ctx context.Context, db *dbv1.Database, name string, build func() (*batchv1.Job, error)) (*batchv1.Job, error) {
+func (r *Reconciler) attemptJob(ctx context.Context, db *Cluster, name string, build func() (*batchv1.Job, error)) (*batchv1.Job, error) {
 	attempt := db.Status.Upgrade.Attempt
 	var job batchv1.Job
 	exists, err := r.lookup(ctx, db, "Job", name, &job, true)
@@ -394,7 +387,7 @@ func (r *Reconciler) attemptJob(ctx context.Context, db *dbv1.Database, name str
 			if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("deleting Job %s of an earlier upgrade: %w", name, err)
 			}
-			objectWrites.WithLabelValues("Job", "deleted").Inc()
+			r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
 		}
 		return nil, nil
 	}
@@ -408,14 +401,14 @@ func (r *Reconciler) attemptJob(ctx context.Context, db *dbv1.Database, name str
 		}
 		return nil, fmt.Errorf("creating Job %s: %w", name, err)
 	}
-	objectWrites.WithLabelValues("Job", "created").Inc()
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	r.normal(db, "Created", "Upgrade", "Job %s created with image %s", name, jobImage(desired))
 	return desired, nil
 }
 
 // upgradeJob runs the engine's upgrade container (the new image) or, with
 // rollback, its way back (the old image), on the primary's data volume.
-func upgradeJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, rollback bool) *batchv1.Job {
+func upgradeJob(db *Cluster, eng engine.Engine, b *Backup, rollback bool) *batchv1.Job {
 	u := db.Status.Upgrade
 	c := clusterOf(db, eng)
 	name, component := upgradeJobName(db), componentUpgrade
@@ -434,11 +427,11 @@ func upgradeJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup, ro
 		}
 	}
 	pod := eng.UpgradePod(c, spec)
-	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: component, LabelUpgradeAttempt: u.Attempt})
+	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: component, LabelUpgradeAttempt: u.Attempt})
 	return lifecycleJob(name, db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
-func (r *Reconciler) upgradeStart(ctx context.Context, db *dbv1.Database, eng engine.Engine) (serverPlan, error) {
+func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
 	u := db.Status.Upgrade
 	starting := serverPlan{Image: u.ToImage, Replicas: replicasOf(db)}
 	pods, err := r.serverPods(ctx, db)
@@ -447,7 +440,7 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *dbv1.Database, eng en
 	}
 	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
 		db.Status.CurrentImage, db.Status.CurrentVersion = u.ToImage, u.ToVersion
-		upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
+		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
 		r.toStep(db, dbv1.UpgradeRemovingOldData, "%s %s is ready on the upgraded data: the servers restart once more to remove the old data directory (%s)", eng.Name(), u.ToVersion, u.FromVersion)
 		return steadyPlan(db, u.ToImage), nil
 	}
@@ -464,7 +457,7 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *dbv1.Database, eng en
 // upgradeRecheck is when an upgrade waiting for its Job or its new primary
 // must look again: a pod that is never scheduled or never ready sends no
 // event.
-func upgradeRecheck(db *dbv1.Database, now time.Time) time.Duration {
+func upgradeRecheck(db *Cluster, now time.Time) time.Duration {
 	u := db.Status.Upgrade
 	if u == nil || u.StepStartTime == nil {
 		return 0
@@ -483,7 +476,7 @@ func upgradeRecheck(db *dbv1.Database, now time.Time) time.Duration {
 	return 0
 }
 
-func (r *Reconciler) upgradeRemoveOldData(db *dbv1.Database, eng engine.Engine, l *live) serverPlan {
+func (r *Reconciler) upgradeRemoveOldData(db *Cluster, eng engine.Engine, l *live) serverPlan {
 	u := db.Status.Upgrade
 	plan := steadyPlan(db, u.ToImage)
 	sts := &l.statefulSet
@@ -503,7 +496,7 @@ func (r *Reconciler) upgradeRemoveOldData(db *dbv1.Database, eng engine.Engine, 
 	return plan
 }
 
-func (r *Reconciler) rollbackScaleDown(ctx context.Context, db *dbv1.Database, l *live) (serverPlan, error) {
+func (r *Reconciler) rollbackScaleDown(ctx context.Context, db *Cluster, l *live) (serverPlan, error) {
 	u := db.Status.Upgrade
 	gone, err := r.serversGone(ctx, db, l)
 	if err != nil || !gone {
@@ -516,7 +509,7 @@ func (r *Reconciler) rollbackScaleDown(ctx context.Context, db *dbv1.Database, l
 	return stopped(u.FromImage), nil
 }
 
-func (r *Reconciler) rollbackJob(ctx context.Context, db *dbv1.Database, eng engine.Engine) (serverPlan, error) {
+func (r *Reconciler) rollbackJob(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
 	u := db.Status.Upgrade
 	job, err := r.attemptJob(ctx, db, rollbackJobName(db), func() (*batchv1.Job, error) {
 		return upgradeJob(db, eng, nil, true), nil
@@ -526,7 +519,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *dbv1.Database, eng eng
 	}
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
-		upgrades.WithLabelValues(db.Namespace, db.Name, "rolled_back").Inc()
+		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rolled_back").Inc()
 		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and was rolled back: the servers run %s on the old data directory, nothing of it lost; the pre-upgrade DatabaseBackup %s is kept. See Job %s's log, then set spec.image back to %s (clears this), fix the cause and set %s again for a new attempt",
 			u.FromImage, u.ToImage, u.FailureReason, u.FromImage, u.Backup, upgradeJobName(db), u.FromImage, u.ToImage)
 		r.setCondition(db, ConditionUpgradeFailed, true, u.FailureReason, msg)
@@ -536,8 +529,8 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *dbv1.Database, eng eng
 		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/database-scripts.md says where the old directory is kept), then delete Job %s to run it again",
 			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), claimName(db, 0), job.Name)
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeFailed); c == nil || c.Reason != "RollbackFailed" {
-			upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()
-			r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)
+			r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()
+			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)
 		}
 		r.setCondition(db, ConditionUpgradeFailed, true, "RollbackFailed", msg)
 		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRestoringOldData), msg)

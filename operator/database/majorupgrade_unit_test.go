@@ -12,7 +12,7 @@ import (
 
 func TestAnUpgradeLooksAgainAtItsDeadline(t *testing.T) {
 	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{UpgradeTimeout: &metav1.Duration{Duration: 10 * time.Minute}}}
+	db := &Cluster{Spec: dbv1.DatabaseSpec{UpgradeTimeout: &metav1.Duration{Duration: 10 * time.Minute}}}
 	at := func(step dbv1.UpgradeStep, now time.Time) time.Duration {
 		db.Status.Upgrade = &dbv1.UpgradeStatus{Step: step, StepStartTime: &metav1.Time{Time: start}}
 		return upgradeRecheck(db, now)
@@ -28,7 +28,7 @@ func TestAnUpgradeLooksAgainAtItsDeadline(t *testing.T) {
 }
 
 func TestOldDataRemovalStaysOnAfterAnUpgradeOnly(t *testing.T) {
-	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{Replicas: 3}}
+	db := &Cluster{Spec: dbv1.DatabaseSpec{Replicas: 3}}
 	assert.Equal(t, serverPlan{Image: "i", Replicas: 3}, steadyPlan(db, "i"))
 	for step, on := range map[dbv1.UpgradeStep]bool{
 		dbv1.UpgradeRemovingOldData: true, dbv1.UpgradeCompleted: true,
@@ -40,7 +40,7 @@ func TestOldDataRemovalStaysOnAfterAnUpgradeOnly(t *testing.T) {
 }
 
 func TestEachAttemptHasItsOwnName(t *testing.T) {
-	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "db", Generation: 4}}
+	db := &Cluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Generation: 4}}
 	first := upgradeAttempt(db, "postgres:18.0")
 	assert.Equal(t, first, upgradeAttempt(db, "postgres:18.0"), "the same change: the same attempt")
 	db.Generation = 6

@@ -1,46 +1,88 @@
 package database
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Metrics on the operator's /metrics endpoint.
-var (
-	objectWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "deckhand_database_object_writes_total",
-		Help: "Objects the Database controller created, updated or deleted, by kind and action.",
-	}, []string{"kind", "action"})
-	initJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "deckhand_database_init_jobs_total",
-		Help: "Init Jobs seen finishing, by result (succeeded, failed).",
-	}, []string{"result"})
-	upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "deckhand_database_major_upgrades_total",
-		Help: "Major-version upgrades seen ending, by Database and result (succeeded, rolled_back, rollback_failed).",
-	}, []string{"namespace", "database", "result"})
-	readyReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "deckhand_database_ready_replicas",
-		Help: "Ready replicas of each Database.",
-	}, []string{"namespace", "database"})
-	backupsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "deckhand_database_backups_total",
-		Help: "DatabaseBackups seen finishing, by Database and result (succeeded, failed).",
-	}, []string{"namespace", "database", "result"})
-	lastBackupSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "deckhand_database_last_successful_backup_timestamp_seconds",
-		Help: "When the newest completed backup of each Database completed (Unix time).",
-	}, []string{"namespace", "database"})
-	nextScheduledBackup = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "deckhand_database_next_scheduled_backup_timestamp_seconds",
-		Help: "When the next scheduled backup of each Database is due (Unix time); absent without a schedule.",
-	}, []string{"namespace", "database"})
-	ready = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "deckhand_database_ready",
-		Help: "1 when the Database's Ready condition is True, else 0.",
-	}, []string{"namespace", "database"})
-)
+// metrics of one Kind on the operator's /metrics endpoint. Each Kind's
+// names start with deckhand_<kind name>_ (deckhand_database_...,
+// deckhand_mysqlcluster_...), so a Database's numbers never mix with a
+// MySQLCluster's.
+type metrics struct {
+	objectWrites        *prometheus.CounterVec
+	initJobs            *prometheus.CounterVec
+	upgrades            *prometheus.CounterVec
+	readyReplicas       *prometheus.GaugeVec
+	ready               *prometheus.GaugeVec
+	backupsTotal        *prometheus.CounterVec
+	lastBackupSuccess   *prometheus.GaugeVec
+	nextScheduledBackup *prometheus.GaugeVec
+}
 
-func init() {
-	metrics.Registry.MustRegister(objectWrites, initJobs, upgrades, readyReplicas, ready, backupsTotal, lastBackupSuccess, nextScheduledBackup)
+// newMetrics registers a Kind's metrics (once per name: a second Kind of
+// the same name shares them).
+func newMetrics(name, kind, label string) *metrics {
+	prefix := "deckhand_" + name + "_"
+	m := &metrics{
+		objectWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "object_writes_total",
+			Help: "Objects the " + kind + " controller created, updated or deleted, by kind and action.",
+		}, []string{"kind", "action"}),
+		initJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "init_jobs_total",
+			Help: "Init Jobs seen finishing, by result (succeeded, failed).",
+		}, []string{"result"}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "major_upgrades_total",
+			Help: "Major-version upgrades seen ending, by " + kind + " and result (succeeded, rolled_back, rollback_failed).",
+		}, []string{"namespace", label, "result"}),
+		readyReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: prefix + "ready_replicas",
+			Help: "Ready replicas of each " + kind + ".",
+		}, []string{"namespace", label}),
+		backupsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "backups_total",
+			Help: "Backups seen finishing, by " + kind + " and result (succeeded, failed).",
+		}, []string{"namespace", label, "result"}),
+		lastBackupSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: prefix + "last_successful_backup_timestamp_seconds",
+			Help: "When the newest completed backup of each " + kind + " completed (Unix time).",
+		}, []string{"namespace", label}),
+		nextScheduledBackup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: prefix + "next_scheduled_backup_timestamp_seconds",
+			Help: "When the next scheduled backup of each " + kind + " is due (Unix time); absent without a schedule.",
+		}, []string{"namespace", label}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: prefix + "ready",
+			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
+		}, []string{"namespace", label}),
+	}
+	m.objectWrites = register(m.objectWrites)
+	m.initJobs = register(m.initJobs)
+	m.upgrades = register(m.upgrades)
+	m.readyReplicas = register(m.readyReplicas)
+	m.ready = register(m.ready)
+	m.backupsTotal = register(m.backupsTotal)
+	m.lastBackupSuccess = register(m.lastBackupSuccess)
+	m.nextScheduledBackup = register(m.nextScheduledBackup)
+	return m
+}
+
+// register adds c to controller-runtime's registry, or returns the
+// collector already registered under its name.
+func register[C prometheus.Collector](c C) C {
+	err := crmetrics.Registry.Register(c)
+	var exists prometheus.AlreadyRegisteredError
+	if errors.As(err, &exists) {
+		if same, ok := exists.ExistingCollector.(C); ok {
+			return same
+		}
+	}
+	if err != nil {
+		panic(err)
+	}
+	return c
 }

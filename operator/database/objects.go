@@ -49,73 +49,99 @@ const (
 // names of the objects of one Database. Every one is within 63 characters
 // because metadata.name is at most 52 (a CEL rule on the CRD).
 type names struct {
-	StatefulSet, Headless, ReadWrite, ReadOnly, Superuser, App, Scripts, InitJob, PDB string
+	StatefulSet, Headless, ReadWrite, ReadOnly, Superuser, App, Replication, Scripts, InitJob, PDB string
 }
 
-func namesOf(db *dbv1.Database) names {
+func namesOf(db *Cluster) names {
 	n := db.Name
 	return names{
 		StatefulSet: n, Headless: n + "-headless", ReadWrite: n + "-rw", ReadOnly: n + "-ro",
-		Superuser: n + "-superuser", App: n + "-app", Scripts: n + "-scripts", InitJob: n + "-init", PDB: n,
+		Superuser: db.Secrets.Superuser, App: db.Secrets.App, Replication: db.Secrets.Replication,
+		Scripts: n + "-scripts", InitJob: n + "-init", PDB: n,
 	}
 }
 
 // claimName is the PVC the StatefulSet creates for an ordinal.
-func claimName(db *dbv1.Database, ordinal int32) string {
+func claimName(db *Cluster, ordinal int32) string {
 	return fmt.Sprintf("%s-%s-%d", engine.DataVolume, db.Name, ordinal)
 }
 
 // podName is the StatefulSet's pod of an ordinal; 0 is the primary.
-func podName(db *dbv1.Database, ordinal int32) string { return fmt.Sprintf("%s-%d", db.Name, ordinal) }
+func podName(db *Cluster, ordinal int32) string { return fmt.Sprintf("%s-%d", db.Name, ordinal) }
 
 // clusterOf is the engine's view of a Database, with defaults filled in.
-func clusterOf(db *dbv1.Database, eng engine.Engine) engine.Cluster {
+func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 	n := namesOf(db)
 	return engine.Cluster{
-		Name:            db.Name,
-		Namespace:       db.Namespace,
-		Image:           imageOf(db, eng),
-		Port:            portOf(db, eng),
-		Database:        db.Spec.Name,
-		AppUser:         appUser(db),
-		Parameters:      db.Spec.Parameters,
-		Resources:       db.Spec.Resources,
-		SuperuserSecret: n.Superuser,
-		AppSecret:       n.App,
-		PrimaryHost:     n.ReadWrite,
+		Name:              db.Name,
+		Namespace:         db.Namespace,
+		Image:             imageOf(db, eng),
+		Port:              portOf(db, eng),
+		Database:          db.Spec.Name,
+		AppUser:           appUser(db),
+		Parameters:        db.Spec.Parameters,
+		Resources:         db.Spec.Resources,
+		SuperuserSecret:   n.Superuser,
+		AppSecret:         n.App,
+		ReplicationSecret: n.Replication,
+		PrimaryHost:       n.ReadWrite,
 	}
 }
 
 // appUser is the role that owns the database: it has the database's name.
-func appUser(db *dbv1.Database) string { return db.Spec.Name }
+func appUser(db *Cluster) string { return db.Spec.Name }
 
-func imageOf(db *dbv1.Database, eng engine.Engine) string {
+// appDatabase, initDoes and initDid say what the init Job makes, for
+// messages: a database and its role, or (a MySQLCluster, which has root
+// only) nothing but a check that the primary answers.
+func appDatabase(db *Cluster) string {
+	if db.Spec.Name == "" {
+		return "the primary answers as root"
+	}
+	return fmt.Sprintf("database %q owned by role %q", db.Spec.Name, appUser(db))
+}
+
+func initDoes(db *Cluster) string {
+	if db.Spec.Name == "" {
+		return "reports the server's version"
+	}
+	return fmt.Sprintf("creates database %q and role %q", db.Spec.Name, appUser(db))
+}
+
+func initDid(db *Cluster) string {
+	if db.Spec.Name == "" {
+		return "reached the primary as root"
+	}
+	return fmt.Sprintf("created database %q owned by role %q (or found them)", db.Spec.Name, appUser(db))
+}
+
+func imageOf(db *Cluster, eng engine.Engine) string {
 	if db.Spec.Image != "" {
 		return db.Spec.Image
 	}
 	return eng.DefaultImage()
 }
 
-func portOf(db *dbv1.Database, eng engine.Engine) int32 {
+func portOf(db *Cluster, eng engine.Engine) int32 {
 	if db.Spec.Port != 0 {
 		return db.Spec.Port
 	}
 	return eng.DefaultPort()
 }
 
-func replicasOf(db *dbv1.Database) int32 { return max(db.Spec.Replicas, 1) }
+func replicasOf(db *Cluster) int32 { return max(db.Spec.Replicas, 1) }
 
-func objectLabels(db *dbv1.Database) map[string]string {
+func objectLabels(db *Cluster) map[string]string {
 	return map[string]string{
-		LabelDatabase:                db.Name,
-		"app.kubernetes.io/name":     "database",
+		db.Kind.Keys.Cluster:         db.Name,
+		"app.kubernetes.io/name":     db.Kind.AppName,
 		"app.kubernetes.io/instance": db.Name,
 		registration.ManagedByLabel:  registration.ManagedByValue,
 	}
 }
 
-func selectorLabels(db *dbv1.Database, component string) map[string]string {
-	return map[string]string{LabelDatabase: db.Name, LabelComponent: component}
+func selectorLabels(db *Cluster, component string) map[string]string {
+	return map[string]string{db.Kind.Keys.Cluster: db.Name, db.Kind.Keys.Component: component}
 }
 
 func withLabels(base map[string]string, more map[string]string) map[string]string {
@@ -124,14 +150,11 @@ func withLabels(base map[string]string, more map[string]string) map[string]strin
 	return out
 }
 
-func ownerReference(db *dbv1.Database) metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: db.Name, UID: db.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}
+func ownerReference(db *Cluster) metav1.OwnerReference {
+	return *metav1.NewControllerRef(db, db.Kind.ClusterGVK)
 }
 
-func objectMeta(db *dbv1.Database, name string, extraLabels map[string]string) metav1.ObjectMeta {
+func objectMeta(db *Cluster, name string, extraLabels map[string]string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: name, Namespace: db.Namespace,
 		Labels:          withLabels(objectLabels(db), extraLabels),
@@ -140,7 +163,11 @@ func objectMeta(db *dbv1.Database, name string, extraLabels map[string]string) m
 }
 
 // superuserSecret holds the engine's superuser and a new random password.
-func superuserSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+func superuserSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
+	if db.Secrets.SuperuserNamedByUser {
+		// grtl's Secret: the password under "password", nothing else.
+		return passwordSecret(db, namesOf(db).Superuser, password)
+	}
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: objectMeta(db, namesOf(db).Superuser, nil),
@@ -149,12 +176,23 @@ func superuserSecret(db *dbv1.Database, eng engine.Engine, password string) *cor
 	}
 }
 
+// passwordSecret holds a new random password under "password" only (the
+// replication account's, or a MySQLCluster's root).
+func passwordSecret(db *Cluster, name, password string) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: objectMeta(db, name, nil),
+		Type:       corev1.SecretTypeOpaque,
+		StringData: map[string]string{"password": password},
+	}
+}
+
 // connection is what the app Secret tells a client, but the password.
 type connection struct {
 	Host, Port, Database, User string
 }
 
-func connectionOf(db *dbv1.Database, eng engine.Engine) connection {
+func connectionOf(db *Cluster, eng engine.Engine) connection {
 	return connection{
 		Host:     fmt.Sprintf("%s.%s.svc", namesOf(db).ReadWrite, db.Namespace),
 		Port:     fmt.Sprint(portOf(db, eng)),
@@ -178,17 +216,17 @@ func (c connection) appData(eng engine.Engine, password string) map[string]strin
 	}
 }
 
-func appSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	conn := connectionOf(db, eng)
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(db, namesOf(db).App, map[string]string{LabelConnection: conn.hash()}),
+		ObjectMeta: objectMeta(db, namesOf(db).App, map[string]string{db.Kind.Keys.Connection: conn.hash()}),
 		Type:       corev1.SecretTypeOpaque,
 		StringData: conn.appData(eng, password),
 	}
 }
 
-func scriptsConfigMap(db *dbv1.Database, eng engine.Engine) *corev1.ConfigMap {
+func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),
@@ -208,7 +246,7 @@ func scriptsHash(eng engine.Engine) string {
 
 // services: headless (the StatefulSet's, every replica, ready or not),
 // read-write (the primary) and read-only (the standbys).
-func services(db *dbv1.Database, eng engine.Engine) []*corev1.Service {
+func services(db *Cluster, eng engine.Engine) []*corev1.Service {
 	n := namesOf(db)
 	port := portOf(db, eng)
 	servers := selectorLabels(db, componentServer)
@@ -232,22 +270,22 @@ func services(db *dbv1.Database, eng engine.Engine) []*corev1.Service {
 	}
 	return []*corev1.Service{
 		svc(n.Headless, servers, true),
-		svc(n.ReadWrite, withLabels(servers, map[string]string{LabelRole: rolePrimary}), false),
-		svc(n.ReadOnly, withLabels(servers, map[string]string{LabelRole: roleStandby}), false),
+		svc(n.ReadWrite, withLabels(servers, map[string]string{db.Kind.Keys.Role: rolePrimary}), false),
+		svc(n.ReadOnly, withLabels(servers, map[string]string{db.Kind.Keys.Role: roleStandby}), false),
 	}
 }
 
 // statefulSet runs the replicas. claims are the live StatefulSet's volume
 // claim templates, which cannot change once created (storage grows by
 // patching the PVCs); nil on creation.
-func statefulSet(db *dbv1.Database, eng engine.Engine, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+func statefulSet(db *Cluster, eng engine.Engine, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
 	return statefulSetRunning(db, eng, claims, serverPlan{Image: imageOf(db, eng), Replicas: replicasOf(db)})
 }
 
 // statefulSetRunning is the StatefulSet as plan says, which differs from
 // the spec while an image change waits for its backup or is refused, and
 // while a major upgrade stops the servers.
-func statefulSetRunning(db *dbv1.Database, eng engine.Engine, claims []corev1.PersistentVolumeClaim, plan serverPlan) *appsv1.StatefulSet {
+func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.PersistentVolumeClaim, plan serverPlan) *appsv1.StatefulSet {
 	n := namesOf(db)
 	c := clusterOf(db, eng)
 	c.Image = plan.Image
@@ -296,7 +334,7 @@ func statefulSetRunning(db *dbv1.Database, eng engine.Engine, claims []corev1.Pe
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
-					Annotations: map[string]string{AnnotationScripts: scriptsHash(eng)},
+					Annotations: map[string]string{db.Kind.Keys.Scripts: scriptsHash(eng)},
 				},
 				Spec: spec,
 			},
@@ -305,7 +343,7 @@ func statefulSetRunning(db *dbv1.Database, eng engine.Engine, claims []corev1.Pe
 	}
 }
 
-func scriptsVolumes(db *dbv1.Database) []corev1.Volume {
+func scriptsVolumes(db *Cluster) []corev1.Volume {
 	return []corev1.Volume{{Name: engine.ScriptsVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: namesOf(db).Scripts},
@@ -316,7 +354,7 @@ func scriptsVolumes(db *dbv1.Database) []corev1.Volume {
 
 // spreadAcrossNodes prefers one replica per node, and keeps whatever
 // affinity the user asked for.
-func spreadAcrossNodes(db *dbv1.Database) *corev1.Affinity {
+func spreadAcrossNodes(db *Cluster) *corev1.Affinity {
 	a := &corev1.Affinity{}
 	if db.Spec.PodTemplate != nil && db.Spec.PodTemplate.Affinity != nil {
 		a = db.Spec.PodTemplate.Affinity.DeepCopy()
@@ -343,7 +381,7 @@ func placePod(spec *corev1.PodSpec, t *dbv1.PodTemplate) {
 }
 
 // initJob runs the engine's init script once.
-func initJob(db *dbv1.Database, eng engine.Engine) *batchv1.Job {
+func initJob(db *Cluster, eng engine.Engine) *batchv1.Job {
 	pod := eng.InitPod(clusterOf(db, eng))
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
@@ -359,7 +397,7 @@ func initJob(db *dbv1.Database, eng engine.Engine) *batchv1.Job {
 	}
 	return &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: objectMeta(db, namesOf(db).InitJob, map[string]string{LabelComponent: componentInit}),
+		ObjectMeta: objectMeta(db, namesOf(db).InitJob, map[string]string{db.Kind.Keys.Component: componentInit}),
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To(int32(6)),
 			// An image that never pulls or never becomes a server fails the
@@ -375,7 +413,7 @@ func initJob(db *dbv1.Database, eng engine.Engine) *batchv1.Job {
 }
 
 // podDisruptionBudget lets at most one replica be evicted at a time.
-func podDisruptionBudget(db *dbv1.Database) *policyv1.PodDisruptionBudget {
+func podDisruptionBudget(db *Cluster) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: objectMeta(db, namesOf(db).PDB, nil),

@@ -20,7 +20,7 @@ import (
 
 // observe fills the status from what runs: the StatefulSet, its pods and
 // volumes, and the init Job with what its pod reported.
-func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) {
+func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine, l *live) {
 	n := namesOf(db)
 	replicas := replicasOf(db)
 	sts := &l.statefulSet
@@ -61,7 +61,7 @@ func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.
 			fmt.Sprintf("suspended: the operator changes nothing; %s replicas ready", db.Status.Ready))
 	case initialized && allReady:
 		r.setCondition(db, ConditionReady, true, "Ready",
-			fmt.Sprintf("%s replicas ready; database %q owned by role %q", db.Status.Ready, db.Spec.Name, appUser(db)))
+			fmt.Sprintf("%s replicas ready; %s", db.Status.Ready, appDatabase(db)))
 	default:
 		msg := []string{fmt.Sprintf("%s replicas ready", db.Status.Ready)}
 		if c := restoreProblem(db); c != nil {
@@ -78,7 +78,7 @@ func (r *Reconciler) observe(ctx context.Context, db *dbv1.Database, eng engine.
 	db.Status.Phase = phaseOf(db, initialized, allReady, primaryReady)
 }
 
-func notReadyReason(initialized bool, db *dbv1.Database) string {
+func notReadyReason(initialized bool, db *Cluster) string {
 	if c := restoreProblem(db); c != nil {
 		return c.Reason
 	}
@@ -92,7 +92,7 @@ func notReadyReason(initialized bool, db *dbv1.Database) string {
 }
 
 // phaseOf sums up the conditions.
-func phaseOf(db *dbv1.Database, initialized, allReady, primaryReady bool) dbv1.Phase {
+func phaseOf(db *Cluster, initialized, allReady, primaryReady bool) dbv1.Phase {
 	initCond := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized)
 	if c := restoreProblem(db); c != nil && (c.Reason == "BackupNotFound" || c.Reason == "BackupFailed" || c.Reason == "RestoreFailed") {
 		return dbv1.PhaseDegraded
@@ -153,7 +153,7 @@ func truncate(s string, n int) string {
 
 // observeStorage: StorageBound says whether every replica's volume is
 // bound.
-func (r *Reconciler) observeStorage(db *dbv1.Database, l *live) {
+func (r *Reconciler) observeStorage(db *Cluster, l *live) {
 	replicas := replicasOf(db)
 	var unbound []string
 	for ordinal := range replicas {
@@ -175,7 +175,7 @@ func (r *Reconciler) observeStorage(db *dbv1.Database, l *live) {
 
 // observeInit sets Initialized from the init Job, which stays True once
 // reached, and returns what the Job's pod reported.
-func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) engine.Report {
+func (r *Reconciler) observeInit(ctx context.Context, db *Cluster, eng engine.Engine, l *live) engine.Report {
 	name := namesOf(db).InitJob
 	was := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	if !l.has("Job", name) {
@@ -189,11 +189,11 @@ func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng eng
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if !was {
-			initJobs.WithLabelValues("succeeded").Inc()
-			r.normal(db, "Initialized", "Init", "init Job %s succeeded: database %q owned by role %q", name, db.Spec.Name, appUser(db))
+			r.Kind.metrics.initJobs.WithLabelValues("succeeded").Inc()
+			r.normal(db, "Initialized", "Init", "init Job %s succeeded: %s", name, appDatabase(db))
 		}
 		r.setCondition(db, ConditionInitialized, true, "InitJobSucceeded",
-			fmt.Sprintf("init Job %s created database %q owned by role %q (or found them)", name, db.Spec.Name, appUser(db)))
+			fmt.Sprintf("init Job %s %s", name, initDid(db)))
 	case was:
 	case jobFinished(job, batchv1.JobFailed):
 		c := jobCondition(job, batchv1.JobFailed)
@@ -203,13 +203,13 @@ func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng eng
 		}
 		msg += fmt.Sprintf("; is %s a %s server image? Fix spec.image and a new init Job runs", imageOf(db, eng), eng.Name())
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized); c == nil || c.Reason != "InitJobFailed" {
-			initJobs.WithLabelValues("failed").Inc()
+			r.Kind.metrics.initJobs.WithLabelValues("failed").Inc()
 		}
 		r.warn(db, ConditionInitialized, "InitJobFailed", msg)
 		r.setCondition(db, ConditionInitialized, false, "InitJobFailed", msg)
 	default:
 		r.setCondition(db, ConditionInitialized, false, "InitJobRunning",
-			fmt.Sprintf("init Job %s runs: it waits for the primary, then creates database %q and role %q", name, db.Spec.Name, appUser(db)))
+			fmt.Sprintf("init Job %s runs: it waits for the primary, then %s", name, initDoes(db)))
 	}
 	return report
 }
@@ -217,7 +217,7 @@ func (r *Reconciler) observeInit(ctx context.Context, db *dbv1.Database, eng eng
 // jobReport reads the termination message of the Job's newest finished
 // pod: a Report when it succeeded, the raw message (often the log's last
 // lines) when it failed.
-func (r *Reconciler) jobReport(ctx context.Context, db *dbv1.Database, job *batchv1.Job) (engine.Report, string) {
+func (r *Reconciler) jobReport(ctx context.Context, db *Cluster, job *batchv1.Job) (engine.Report, string) {
 	var pods corev1.PodList
 	if err := r.Owned.List(ctx, &pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentInit))); err != nil {
 		return engine.Report{}, ""
@@ -255,10 +255,14 @@ func (r *Reconciler) jobReport(ctx context.Context, db *dbv1.Database, job *batc
 
 // observeVersion: the server's own report when it came from the image now
 // running, else the image tag.
-func (r *Reconciler) observeVersion(db *dbv1.Database, eng engine.Engine, l *live, report engine.Report) {
+func (r *Reconciler) observeVersion(db *Cluster, eng engine.Engine, l *live, report engine.Report) {
 	image := db.Status.CurrentImage
 	if image == "" {
 		image = imageOf(db, eng)
+	}
+	if _, tagged := eng.VersionFromImage(image); !tagged && db.Kind.RequirePinnedImage {
+		r.reportUnpinned(db, eng, l, report, image)
+		return
 	}
 	if v := report.Version(); v != "" && jobImage(&l.job) == image {
 		db.Status.CurrentVersion = v
@@ -276,19 +280,34 @@ func (r *Reconciler) observeVersion(db *dbv1.Database, eng engine.Engine, l *liv
 	r.setCondition(db, ConditionVersionKnown, false, "VersionUnreadable", msg)
 }
 
-// publishMetrics updates the per-Database gauges.
-func publishMetrics(db *dbv1.Database) {
-	readyReplicas.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.ReadyReplicas))
+// reportUnpinned: an image whose tag names no version (mysql:latest) runs
+// whatever the registry has when a pod restarts, so no version is known
+// for good even when a server reported one; VersionKnown stays False and a
+// Warning says so once.
+func (r *Reconciler) reportUnpinned(db *Cluster, eng engine.Engine, l *live, report engine.Report, image string) {
+	db.Status.CurrentVersion = ""
+	msg := fmt.Sprintf("image %s is not pinned: its tag names no version, so a restart may run another version and no upgrade can be checked; use an image tagged with its version, such as %s", image, eng.DefaultImage())
+	if v := report.Version(); v != "" && jobImage(&l.job) == image {
+		db.Status.CurrentVersion = v
+		msg += fmt.Sprintf(" (the server reported %s when the init Job ran)", report.ServerVersion)
+	}
+	r.warn(db, ConditionVersionKnown, "ImageNotPinned", msg)
+	r.setCondition(db, ConditionVersionKnown, false, "ImageNotPinned", msg)
+}
+
+// publishMetrics updates the per-cluster gauges.
+func (k *Kind) publishMetrics(db *Cluster) {
+	k.metrics.readyReplicas.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.ReadyReplicas))
 	v := 0.0
 	if meta.IsStatusConditionTrue(db.Status.Conditions, ConditionReady) {
 		v = 1
 	}
-	ready.WithLabelValues(db.Namespace, db.Name).Set(v)
+	k.metrics.ready.WithLabelValues(db.Namespace, db.Name).Set(v)
 }
 
-func forgetMetrics(namespace, name string) {
-	readyReplicas.DeleteLabelValues(namespace, name)
-	ready.DeleteLabelValues(namespace, name)
-	lastBackupSuccess.DeleteLabelValues(namespace, name)
-	nextScheduledBackup.DeleteLabelValues(namespace, name)
+func (k *Kind) forgetMetrics(namespace, name string) {
+	k.metrics.readyReplicas.DeleteLabelValues(namespace, name)
+	k.metrics.ready.DeleteLabelValues(namespace, name)
+	k.metrics.lastBackupSuccess.DeleteLabelValues(namespace, name)
+	k.metrics.nextScheduledBackup.DeleteLabelValues(namespace, name)
 }

@@ -17,19 +17,19 @@ import (
 
 const componentRestore = "restore"
 
-func restoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
+func restoreJobName(db *Cluster) string { return db.Name + "-restore" }
 
 // ensureRestore restores spec.fromBackup into the new primary before the
 // init Job runs. It reports whether the Database may go on to its init
 // Job; until then, Restored says what it waits for, and a missing or
 // failed backup keeps the Database from ever looking ready.
-func (r *Reconciler) ensureRestore(ctx context.Context, db *dbv1.Database, eng engine.Engine, primary *corev1.Pod) (bool, error) {
+func (r *Reconciler) ensureRestore(ctx context.Context, db *Cluster, eng engine.Engine, primary *corev1.Pod) (bool, error) {
 	if restored(db) {
 		return true, nil
 	}
 	name := db.Spec.FromBackup
-	var b dbv1.DatabaseBackup
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &b); err != nil {
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return false, err
 		}
@@ -56,11 +56,11 @@ func (r *Reconciler) ensureRestore(ctx context.Context, db *dbv1.Database, eng e
 			r.notRestored(db, "WaitingForPrimary", fmt.Sprintf("the restore of DatabaseBackup %s runs once the primary %s is ready", name, podName(db, 0)))
 			return false, nil
 		}
-		desired := restoreJob(db, eng, &b)
-		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		desired := restoreJob(db, eng, b)
+		if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return false, fmt.Errorf("creating restore Job %s: %w", desired.Name, err)
 		}
-		objectWrites.WithLabelValues("Job", "created").Inc()
+		r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 		r.normal(db, "Restoring", "Restore", "restore Job %s created: it restores %s (sha256 %s) into the primary", desired.Name, b.Status.File, b.Status.SHA256)
 		r.notRestored(db, "RestoreRunning", fmt.Sprintf("restore Job %s restores DatabaseBackup %s", desired.Name, name))
 		return false, nil
@@ -86,7 +86,7 @@ func (r *Reconciler) ensureRestore(ctx context.Context, db *dbv1.Database, eng e
 	}
 }
 
-func (r *Reconciler) notRestored(db *dbv1.Database, reason, msg string) {
+func (r *Reconciler) notRestored(db *Cluster, reason, msg string) {
 	if reason == "BackupNotFound" || reason == "BackupFailed" {
 		r.warn(db, ConditionRestored, reason, msg)
 	}
@@ -95,15 +95,15 @@ func (r *Reconciler) notRestored(db *dbv1.Database, reason, msg string) {
 
 // restoreJob runs the engine's restore container, owned by the Database,
 // reading the file from the volume it is on (maybe another Database's).
-func restoreJob(db *dbv1.Database, eng engine.Engine, b *dbv1.DatabaseBackup) *batchv1.Job {
+func restoreJob(db *Cluster, eng engine.Engine, b *Backup) *batchv1.Job {
 	pod := eng.RestorePod(clusterOf(db, eng), engine.Restore{File: b.Status.File, SHA256: b.Status.SHA256, ClaimName: b.Status.ClaimName})
-	labels := withLabels(objectLabels(db), map[string]string{LabelComponent: componentRestore})
+	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentRestore})
 	return lifecycleJob(restoreJobName(db), db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 // restoreProblem is the Restored condition when it keeps the Database from
 // being ready.
-func restoreProblem(db *dbv1.Database) *metav1.Condition {
+func restoreProblem(db *Cluster) *metav1.Condition {
 	if db.Spec.FromBackup == "" || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored) {
 		return nil
 	}

@@ -89,3 +89,16 @@ func toPrune(backups []backupRecord, keepLast int32, maxAge time.Duration, now t
 	}
 	return out
 }
+
+// NextBackup reads a cron schedule (in UTC) and returns the most recent
+// schedule time after last and not after now (ok false: none), and the
+// next one after now. It is how every schedule, whichever API it is in,
+// catches up: one backup for any number of missed times.
+func NextBackup(schedule string, last, now time.Time) (due time.Time, ok bool, next time.Time, err error) {
+	s, loc, err := parseSchedule(schedule, "")
+	if err != nil {
+		return time.Time{}, false, time.Time{}, err
+	}
+	due, ok = lastDue(s, loc, last, now)
+	return due, ok, s.Next(now.In(loc)), nil
+}

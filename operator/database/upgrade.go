@@ -43,18 +43,19 @@ func liveImage(sts *appsv1.StatefulSet) string {
 }
 
 // preUpgradeBackupName is one per target image.
-func preUpgradeBackupName(db *dbv1.Database, image string) string {
+func preUpgradeBackupName(db *Cluster, image string) string {
 	sum := sha256.Sum256([]byte(image))
 	return fmt.Sprintf("%s-pre-upgrade-%s", db.Name, hex.EncodeToString(sum[:4]))
 }
 
-// serversToRun decides what the StatefulSet runs. A Database that holds
+// serversToRun decides what the StatefulSet runs. A cluster that holds
 // data changes image only after a backup of it has completed; a new major
 // version goes through majorUpgrade (the servers stop, a Job upgrades the
-// primary's data). A major-version downgrade, and an image whose version
-// cannot be read (without AnnotationAllowUnknownVersion), are refused with
-// UpgradeBlocked and the servers keep their image.
-func (r *Reconciler) serversToRun(ctx context.Context, db *dbv1.Database, eng engine.Engine, l *live) (serverPlan, error) {
+// primary's data) for Kinds that record its steps. A major-version
+// downgrade, and an image whose version cannot be read (without
+// AnnotationAllowUnknownVersion), are refused with UpgradeBlocked and the
+// servers keep their image.
+func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	wanted := imageOf(db, eng)
 	if u := db.Status.Upgrade; upgradeRunning(u) {
 		if u.Step != dbv1.UpgradeBackingUp || u.ToImage == wanted {
@@ -92,14 +93,14 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *dbv1.Database, eng en
 		fromV, fromOK = eng.VersionFromImage(running)
 	}
 	toV, toOK := eng.VersionFromImage(wanted)
-	if (!fromOK || !toOK) && db.Annotations[AnnotationAllowUnknownVersion] != "true" {
+	if (!fromOK || !toOK) && db.Annotations[db.Kind.Keys.AllowUnknownVersion] != "true" {
 		unknown := wanted
 		if !fromOK {
 			unknown = running
 		}
 		r.blockUpgrade(db, "VersionUnreadable", fmt.Sprintf(
 			"image %s has no readable version, so the operator cannot tell a minor update from a major upgrade or a downgrade; the servers keep %s. Use an image tagged with its version, or annotate the Database %s=true to roll after a backup",
-			unknown, running, AnnotationAllowUnknownVersion))
+			unknown, running, db.Kind.Keys.AllowUnknownVersion))
 		return steadyPlan(db, running), nil
 	}
 	if fromOK && toOK {
@@ -113,6 +114,11 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *dbv1.Database, eng en
 			r.blockUpgrade(db, "Downgrade", fmt.Sprintf(
 				"%s %s to %s is a major-version downgrade, which a data directory cannot take: refused, nothing changed; the servers keep %s. Set spec.image back to %s, or restore a backup into a new Database of the older version",
 				eng.Name(), fromV, toV, running, running))
+			return steadyPlan(db, running), nil
+		case compareVersions(toM, fromM) > 0 && !db.Kind.MajorUpgrades:
+			r.blockUpgrade(db, "MajorUpgradeNotAutomated", fmt.Sprintf(
+				"%s %s to %s is a major upgrade; upgrade Jobs are not automated yet: the servers keep %s. Take a DatabaseBackup and restore it into a new Database with image %s (fromBackup)",
+				eng.Name(), fromV, toV, running, wanted))
 			return steadyPlan(db, running), nil
 		case compareVersions(toM, fromM) > 0:
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
@@ -136,19 +142,12 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *dbv1.Database, eng en
 
 // backupBeforeRoll returns the new image once a backup taken with the old
 // one has completed, the old image until then.
-func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *dbv1.Database, running, wanted string) (string, error) {
+func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *Cluster, running, wanted string) (string, error) {
 	name := preUpgradeBackupName(db, wanted)
-	var b dbv1.DatabaseBackup
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &b)
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	if apierrors.IsNotFound(err) {
-		b = dbv1.DatabaseBackup{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: map[string]string{
-				LabelDatabase: db.Name, LabelBackupReason: reasonPreUpgrade,
-			}},
-			Spec: dbv1.DatabaseBackupSpec{Database: db.Name},
-		}
-		if err := r.Client.Create(ctx, &b); err != nil && !apierrors.IsAlreadyExists(err) {
-			return running, fmt.Errorf("creating the pre-upgrade DatabaseBackup %s: %w", name, err)
+		if _, err := r.createBackup(ctx, db, name, reasonPreUpgrade); err != nil {
+			return running, err
 		}
 		r.normal(db, "Upgrading", "Upgrade", "image %s to %s: DatabaseBackup %s first, then the servers roll (standbys first)", running, wanted, name)
 		r.setCondition(db, ConditionUpgrading, true, "BackingUp", fmt.Sprintf("DatabaseBackup %s runs before the servers roll from %s to %s", name, running, wanted))
@@ -176,9 +175,9 @@ func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *dbv1.Database, ru
 	}
 }
 
-func (r *Reconciler) blockUpgrade(db *dbv1.Database, reason, msg string) {
+func (r *Reconciler) blockUpgrade(db *Cluster, reason, msg string) {
 	if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeBlocked); c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
-		r.Recorder.Eventf(db, nil, "Warning", reason, "Upgrade", "%s", msg)
+		r.Recorder.Eventf(db.Object, nil, "Warning", reason, "Upgrade", "%s", msg)
 	}
 	r.setCondition(db, ConditionUpgradeBlocked, true, reason, msg)
 }

@@ -29,7 +29,10 @@ func Outcome(ctx context.Context, result ctrl.Result, err, statusErr error) (ctr
 	case err != nil:
 		return ctrl.Result{}, err
 	case statusErr != nil && result.RequeueAfter > 0:
-		ctrl.LoggerFrom(ctx).Error(statusErr, "writing status failed; written again at the planned requeue")
+		// A write cut short by the operator shutting down is no failure.
+		if ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).Error(statusErr, "writing status failed; written again at the planned requeue")
+		}
 		result.RequeueAfter = min(result.RequeueAfter, RetryStatusAfter)
 		return result, nil
 	case statusErr != nil:

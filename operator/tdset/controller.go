@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -27,9 +28,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
@@ -115,13 +119,35 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 		Named(Name).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(o.Workers, DefaultWorkers)}).
 		For(&schedulev1.TDSet{}).
-		Owns(&appsv1.Deployment{}).
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(deploymentChangesTDSetReads)).
 		Owns(&corev1.Service{}).
 		// An HPA appearing or going changes who TDSet scales. Its metadata
 		// is enough to wake the TDSets of its namespace; the HPA itself is
 		// read live when it matters.
 		WatchesMetadata(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.tdsetsInNamespace)).
 		Complete(r)
+}
+
+// deploymentChangesTDSetReads lets through the Deployment changes a TDSet
+// acts on or reports: its spec (generation), metadata, deletion, and the
+// two status fields it reads. A scaling otherwise wakes the TDSet for each
+// of the several status updates the Deployment controller makes on the way
+// (replicas, updated, available, conditions), all at a boundary shared by
+// many TDSets.
+var deploymentChangesTDSetReads = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*appsv1.Deployment)
+		cur, okNew := e.ObjectNew.(*appsv1.Deployment)
+		if !okOld || !okNew {
+			return true
+		}
+		return old.Generation != cur.Generation ||
+			old.Status.ReadyReplicas != cur.Status.ReadyReplicas ||
+			old.Status.ObservedGeneration != cur.Status.ObservedGeneration ||
+			!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+			!maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
+			!equality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences)
+	},
 }
 
 // tdsetsInNamespace wakes every TDSet of an HPA's namespace: HPAs are few

@@ -6,6 +6,7 @@ configMonitor: configmonitor
 tdset: tdset
 database: database
 jmxExporter: jmxexporter
+mysqlCluster: mysqlcluster
 {{- end }}
 
 {{/* RBAC rules of blogpost, from the +kubebuilder:rbac markers in operator/blogpost. */}}
@@ -363,4 +364,137 @@ jmxExporter: jmxexporter
   - get
   - patch
 {{- end }}
+{{- end }}
+
+{{/* RBAC rules of mysqlcluster, from the +kubebuilder:rbac markers in operator/mysqlcluster. */}}
+{{- define "deckhand.rules.mysqlCluster" }}
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  - services
+  verbs:
+  - create
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - namespaces
+  verbs:
+  - get
+- apiGroups:
+  - ""
+  resources:
+  - persistentvolumeclaims
+  - secrets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - pods
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - apps
+  resources:
+  - statefulsets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - batch
+  resources:
+  - jobs
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - watch
+- apiGroups:
+  - cr.mysqloperator.grtl.github.com
+  resources:
+  - mysqlbackupinstances
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - cr.mysqloperator.grtl.github.com
+  resources:
+  - mysqlbackupinstances/finalizers
+  - mysqlclusters/finalizers
+  verbs:
+  - update
+- apiGroups:
+  - cr.mysqloperator.grtl.github.com
+  resources:
+  - mysqlbackupinstances/status
+  - mysqlbackupschedules/status
+  - mysqlclusters/status
+  verbs:
+  - get
+  - patch
+  - update
+- apiGroups:
+  - cr.mysqloperator.grtl.github.com
+  resources:
+  - mysqlbackupschedules
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - cr.mysqloperator.grtl.github.com
+  resources:
+  - mysqlclusters
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+- apiGroups:
+  - policy
+  resources:
+  - poddisruptionbudgets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - storage.k8s.io
+  resources:
+  - storageclasses
+  verbs:
+  - get
 {{- end }}

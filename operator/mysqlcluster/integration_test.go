@@ -1,0 +1,541 @@
+package mysqlcluster_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	grtlv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
+)
+
+const wait = 30 * time.Second
+
+// startOperator runs the MySQLCluster controller alone (the Database
+// controller off) for one namespace, as a ServiceAccount with the chart's
+// RBAC for it only. now, when set, is the schedules' clock.
+func startOperator(t *testing.T, ns string, now func() time.Time) {
+	t.Helper()
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, mysqlcluster.Name), func(m ctrl.Manager) error {
+		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}, Now: now})
+	}, ns)
+	releaseOnCleanup(t, ns)
+}
+
+// releaseOnCleanup deletes the namespace while the operator still runs and
+// waits until its finalizers have let every cluster and backup go.
+func releaseOnCleanup(t testing.TB, ns string) {
+	c := testenv.Client(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			var mcs grtlv1.MySQLClusterList
+			var backups grtlv1.MySQLBackupInstanceList
+			if c.List(ctx, &mcs, client.InNamespace(ns)) == nil && c.List(ctx, &backups, client.InNamespace(ns)) == nil &&
+				len(mcs.Items) == 0 && len(backups.Items) == 0 {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Errorf("namespace %s: MySQLClusters or MySQLBackupInstances still there 2 minutes after the namespace was deleted", ns)
+	})
+}
+
+func newCluster(ns, name, secret string, replicas int32) *grtlv1.MySQLCluster {
+	return &grtlv1.MySQLCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       grtlv1.MySQLClusterSpec{Secret: secret, Port: 3306, Replicas: replicas, Storage: "1Gi", Image: "mysql:8.4.8"},
+	}
+}
+
+func get[T client.Object](t *testing.T, c client.Client, ns, name string, obj T) T {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj))
+	}, wait, 100*time.Millisecond, "%T %s/%s never appeared", obj, ns, name)
+	return obj
+}
+
+func waitFor(t *testing.T, c client.Client, ns, name, what string, check func(*assert.CollectT, *grtlv1.MySQLCluster)) *grtlv1.MySQLCluster {
+	t.Helper()
+	var cur grtlv1.MySQLCluster
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cur))
+		check(ct, &cur)
+	}, wait, 100*time.Millisecond, "MySQLCluster %s: %s", name, what)
+	return &cur
+}
+
+func waitForBackup(t *testing.T, c client.Client, ns, name, what string, check func(*assert.CollectT, *grtlv1.MySQLBackupInstance)) *grtlv1.MySQLBackupInstance {
+	t.Helper()
+	var cur grtlv1.MySQLBackupInstance
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cur))
+		check(ct, &cur)
+	}, wait, 100*time.Millisecond, "MySQLBackupInstance %s: %s", name, what)
+	return &cur
+}
+
+func condition(conds []metav1.Condition, kind string) metav1.Condition {
+	if c := meta.FindStatusCondition(conds, kind); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func ready(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+	require.Equal(ct, grtlv1.PhaseReady, mc.Status.Phase, "conditions: %+v", mc.Status.Conditions)
+	require.Equal(ct, metav1.ConditionTrue, condition(mc.Status.Conditions, database.ConditionReady).Status)
+}
+
+func events(t *testing.T, c client.Client, ns, name, kind string) map[string]string {
+	t.Helper()
+	var evs eventsv1.EventList
+	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
+	out := map[string]string{}
+	for _, e := range evs.Items {
+		if e.Regarding.Name == name && e.Type == kind {
+			out[e.Reason] = e.Note
+		}
+	}
+	return out
+}
+
+// reportJob writes the report a Job's script writes into the termination
+// message of its pod (kwok writes none), once kwok has completed it.
+func reportJob(t *testing.T, c client.Client, ns, job, message string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var pods corev1.PodList
+		require.NoError(ct, c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job}))
+		require.NotEmpty(ct, pods.Items)
+		pod := &pods.Items[0]
+		require.Equal(ct, corev1.PodSucceeded, pod.Status.Phase)
+		require.NotEmpty(ct, pod.Status.ContainerStatuses)
+		require.NotNil(ct, pod.Status.ContainerStatuses[0].State.Terminated)
+		require.NoError(ct, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+				return err
+			}
+			pod.Status.ContainerStatuses[0].State.Terminated.Message = message
+			return c.Status().Update(context.Background(), pod)
+		}))
+	}, wait, 200*time.Millisecond, "pod of Job %s", job)
+}
+
+// completeBackup reports the backup Job of cluster as backup.sh would for
+// backup, and waits until the instance is Completed.
+func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, size int64) *grtlv1.MySQLBackupInstance {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var job batchv1.Job
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster + "-backup"}, &job))
+		owner := metav1.GetControllerOf(&job)
+		require.NotNil(ct, owner)
+		require.Equal(ct, "MySQLBackupInstance", owner.Kind)
+		require.Equal(ct, backup, owner.Name)
+	}, wait, 100*time.Millisecond, "backup Job of %s", backup)
+	sum := fmt.Sprintf("%064x", size)
+	reportJob(t, c, ns, cluster+"-backup", fmt.Sprintf(`{"serverVersion":"8.4.8","file":"%s.dump","size":%d,"sha256":"%s"}`, backup, size, sum))
+	return waitForBackup(t, c, ns, backup, "Completed", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupCompleted, b.Status.Phase, "conditions: %+v", b.Status.Conditions)
+	})
+}
+
+// The seed's example, verbatim: it applies, runs, and says what is wrong
+// with it (mysql:latest is not pinned; its fromBackup does not exist)
+// instead of becoming an empty cluster that looks restored.
+func TestSeedExampleIsAcceptedAndReportedTruthfully(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+
+	example := filepath.Join(testenv.Root(t), "examples", "mysqlcluster.yaml")
+	out, err := testenv.Kubectl(t, "-n", ns, "apply", "-f", example)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "mysqlcluster.cr.mysqloperator.grtl.github.com/my-cluster created")
+
+	mc := waitFor(t, c, ns, "my-cluster", "waiting for its backup", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		require.Equal(ct, "BackupNotFound", condition(mc.Status.Conditions, database.ConditionRestored).Reason)
+		require.Equal(ct, "2/2", mc.Status.Ready, "kwok runs both servers")
+		require.Equal(ct, "ImageNotPinned", condition(mc.Status.Conditions, database.ConditionVersionKnown).Reason)
+	})
+	restored := condition(mc.Status.Conditions, database.ConditionRestored)
+	assert.Contains(t, restored.Message, "MySQLBackupInstance my-backup-2017-12-14-01-22 (spec.fromBackup) does not exist")
+	assert.NotContains(t, restored.Message, "Database", "the messages speak of MySQLClusters")
+	rdy := condition(mc.Status.Conditions, database.ConditionReady)
+	assert.Equal(t, metav1.ConditionFalse, rdy.Status)
+	assert.Contains(t, rdy.Message, "my-backup-2017-12-14-01-22")
+	assert.Equal(t, grtlv1.PhaseDegraded, mc.Status.Phase)
+	assert.Equal(t, metav1.ConditionFalse, condition(mc.Status.Conditions, database.ConditionVersionKnown).Status)
+	assert.Contains(t, condition(mc.Status.Conditions, database.ConditionVersionKnown).Message, "mysql:latest is not pinned")
+	assert.Empty(t, mc.Status.CurrentVersion)
+	assert.Equal(t, "MySQL", mc.Status.Flavor)
+	assert.Equal(t, "my-cluster-0", mc.Status.Primary)
+	assert.Equal(t, mc.Generation, mc.Status.ObservedGeneration)
+
+	warnings := events(t, c, ns, "my-cluster", corev1.EventTypeWarning)
+	assert.Contains(t, warnings, "BackupNotFound")
+	assert.Contains(t, warnings, "ImageNotPinned")
+
+	// Nothing pretends to be restored: no restore Job, no init Job.
+	for _, job := range []string{"my-cluster-restore", "my-cluster-init"} {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: job}, &batchv1.Job{})
+		assert.True(t, apierrors.IsNotFound(err), "Job %s: %v", job, err)
+	}
+
+	sts := get(t, c, ns, "my-cluster", &appsv1.StatefulSet{})
+	assert.Equal(t, int32(2), *sts.Spec.Replicas)
+	assert.Equal(t, "mysql:latest", sts.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "my-cluster", sts.Labels[mysqlcluster.Keys.Cluster])
+	assert.NotContains(t, sts.Labels, database.LabelDatabase, "the Database controller's cache never sees it")
+	assert.Equal(t, "1Gi", ptr.To(sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]).String())
+	env := map[string]corev1.EnvVar{}
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	assert.Equal(t, "my-secret", env["MYSQL_PWD"].ValueFrom.SecretKeyRef.Name, "root's password from the user's Secret")
+	assert.Equal(t, "password", env["MYSQL_PWD"].ValueFrom.SecretKeyRef.Key)
+	assert.Equal(t, "my-cluster-replication", env["REPLICATION_PASSWORD"].ValueFrom.SecretKeyRef.Name)
+
+	// The user's Secret is used as it is: not taken over.
+	secret := get(t, c, ns, "my-secret", &corev1.Secret{})
+	assert.Empty(t, secret.OwnerReferences)
+	repl := get(t, c, ns, "my-cluster-replication", &corev1.Secret{})
+	assert.Len(t, repl.Data["password"], 26, "a generated password")
+
+	for _, name := range []string{"-headless", "-rw", "-ro"} {
+		svc := get(t, c, ns, "my-cluster"+name, &corev1.Service{})
+		assert.Equal(t, int32(3306), svc.Spec.Ports[0].Port)
+	}
+
+	// kubectl get mysqlclusters answers the first question; kubectl get db
+	// does not list it.
+	out, err = testenv.Kubectl(t, "-n", ns, "get", "mc")
+	require.NoError(t, err, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	assert.Regexp(t, `^NAME\s+READY\s+STORAGE\s+PHASE\s+VERSION\s+AGE$`, lines[0])
+	assert.Regexp(t, `^my-cluster\s+2/2\s+1Gi\s+Degraded\s+\S+$`, lines[1])
+	out, err = testenv.Kubectl(t, "-n", ns, "get", "db")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "No resources found")
+}
+
+// The seed's example without fromBackup: a working cluster, and a root
+// Secret made when the named one does not exist.
+func TestFreshClusterReachesReadyAndGetsItsSecret(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+
+	example := filepath.Join(testenv.Root(t), "examples", "mysqlcluster-fresh.yaml")
+	out, err := testenv.Kubectl(t, "-n", ns, "apply", "-f", example)
+	require.NoError(t, err, out)
+	mc := waitFor(t, c, ns, "my-cluster", "Ready", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		ready(ct, mc)
+		require.Equal(ct, "2/2", mc.Status.Ready)
+	})
+	assert.Equal(t, metav1.ConditionTrue, condition(mc.Status.Conditions, database.ConditionInitialized).Status)
+	assert.Equal(t, "ImageNotPinned", condition(mc.Status.Conditions, database.ConditionVersionKnown).Reason)
+
+	// The server's own report reaches currentVersion; the image stays
+	// unpinned.
+	reportJob(t, c, ns, "my-cluster-init", `{"serverVersion":"9.1.0"}`)
+	mc = waitFor(t, c, ns, "my-cluster", "version from the server", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		require.Equal(ct, "9.1.0", mc.Status.CurrentVersion)
+	})
+	assert.Equal(t, metav1.ConditionFalse, condition(mc.Status.Conditions, database.ConditionVersionKnown).Status)
+	assert.Contains(t, condition(mc.Status.Conditions, database.ConditionVersionKnown).Message, "the server reported 9.1.0")
+
+	// A cluster naming a Secret that does not exist gets one.
+	gen := newCluster(ns, "generated", "generated-root", 1)
+	require.NoError(t, c.Create(context.Background(), gen))
+	gen = waitFor(t, c, ns, "generated", "Ready", ready)
+	assert.Equal(t, "8.4.8", gen.Status.CurrentVersion, "from the pinned tag")
+	assert.Equal(t, "FromImageTag", condition(gen.Status.Conditions, database.ConditionVersionKnown).Reason)
+	secret := get(t, c, ns, "generated-root", &corev1.Secret{})
+	assert.Len(t, secret.Data["password"], 26)
+	assert.True(t, metav1.IsControlledBy(secret, gen), "it goes with the cluster's deletionPolicy")
+	assert.Contains(t, events(t, c, ns, "generated", corev1.EventTypeNormal), "Created")
+}
+
+// One operator with both controllers: each sees its own objects only, and
+// a name clash is refused, not taken over.
+func TestTheTwoControllersNeverSeeEachOthersObjects(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, mysqlcluster.Name, database.Name), func(m ctrl.Manager) error {
+		if err := database.Setup(m, database.Options{WatchNamespaces: []string{ns}}); err != nil {
+			return err
+		}
+		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}})
+	}, ns)
+	releaseOnCleanup(t, ns)
+	t.Cleanup(func() { // Databases too
+		_ = c.DeleteAllOf(context.Background(), &dbv1.Database{}, client.InNamespace(ns))
+	})
+
+	require.NoError(t, c.Create(context.Background(), newCluster(ns, "shop", "shop-root", 1)))
+	waitFor(t, c, ns, "shop", "Ready", ready)
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns},
+		Spec:       dbv1.DatabaseSpec{Name: "shop", Port: 5432, StorageSize: "1Gi", Replicas: 1, DeletionPolicy: dbv1.DeletionDelete},
+	}
+	require.NoError(t, c.Create(context.Background(), db))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
+		require.Equal(ct, dbv1.PhaseDegraded, db.Status.Phase)
+		require.Contains(ct, meta.FindStatusCondition(db.Status.Conditions, database.ConditionReady).Message, "exists and is not owned by this Database")
+	}, wait, 100*time.Millisecond, "the Database refuses the MySQLCluster's objects")
+
+	sts := get(t, c, ns, "shop", &appsv1.StatefulSet{})
+	assert.Equal(t, "MySQLCluster", metav1.GetControllerOf(sts).Kind)
+	assert.Equal(t, "mysql:8.4.8", sts.Spec.Template.Spec.Containers[0].Image, "left as the MySQLCluster made it")
+	mc := waitFor(t, c, ns, "shop", "still Ready", ready)
+	assert.Equal(t, "1/1", mc.Status.Ready)
+
+	out, err := testenv.Kubectl(t, "-n", ns, "get", "db", "-o", "name")
+	require.NoError(t, err, out)
+	assert.Equal(t, "database.stable.imaginedata.co/shop", strings.TrimSpace(out), "only the Database")
+}
+
+// fromBackup: the restore Job runs once the backup has completed and the
+// primary is ready, before the init Job; the cluster is Ready only after.
+func TestFromBackupRestoresBeforeInit(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+
+	require.NoError(t, c.Create(ctx, newCluster(ns, "src", "src-root", 2)))
+	waitFor(t, c, ns, "src", "Ready", ready)
+
+	// Waiting for a backup that exists but has not completed.
+	dst := newCluster(ns, "dst", "dst-root", 1)
+	dst.Spec.FromBackup = "nightly"
+	require.NoError(t, c.Create(ctx, dst))
+	waitFor(t, c, ns, "dst", "waiting for its backup", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		require.Equal(ct, "BackupNotFound", condition(mc.Status.Conditions, database.ConditionRestored).Reason)
+	})
+
+	b := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "src"}}
+	require.NoError(t, c.Create(ctx, b))
+	b = waitForBackup(t, c, ns, "nightly", "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
+	})
+	assert.Equal(t, "src-1", b.Status.Source, "a ready replica, not the primary")
+	assert.Equal(t, "mysql:8.4.8", b.Status.Image, "the cluster's own image")
+	b = completeBackup(t, c, ns, "src", "nightly", 4096)
+	assert.Equal(t, int64(4096), b.Status.Size)
+	assert.Equal(t, fmt.Sprintf("%064x", 4096), b.Status.SHA256)
+	assert.Equal(t, "8.4.8", b.Status.Version)
+	assert.Equal(t, "src-backup", b.Status.ClaimName)
+	assert.Equal(t, "nightly.dump", b.Status.File)
+	claim := get(t, c, ns, "src-backup", &corev1.PersistentVolumeClaim{})
+	assert.Empty(t, claim.OwnerReferences, "the backup volume outlives the cluster")
+
+	mc := waitFor(t, c, ns, "dst", "restored and Ready", ready)
+	assert.Equal(t, metav1.ConditionTrue, condition(mc.Status.Conditions, database.ConditionRestored).Status)
+	restore := get(t, c, ns, "dst-restore", &batchv1.Job{})
+	initJob := get(t, c, ns, "dst-init", &batchv1.Job{})
+	assert.False(t, initJob.CreationTimestamp.Before(&restore.CreationTimestamp), "init after restore")
+	require.NotNil(t, restore.Status.CompletionTime)
+	assert.False(t, initJob.CreationTimestamp.Time.Before(restore.Status.CompletionTime.Time), "init only once the restore completed")
+	envs := map[string]string{}
+	for _, e := range restore.Spec.Template.Spec.Containers[0].Env {
+		envs[e.Name] = e.Value
+	}
+	assert.Equal(t, "nightly.dump", envs["BACKUP_FILE"])
+	assert.Equal(t, b.Status.SHA256, envs["BACKUP_SHA256"])
+}
+
+// A schedule makes MySQLBackupInstances: one for any number of missed
+// times, one Job at a time per cluster, and retention deletes the old.
+func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	var offset atomic.Int64
+	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	ctx := context.Background()
+
+	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
+	waitFor(t, c, ns, "app", "Ready", ready)
+
+	// Three hours missed: one backup.
+	offset.Store(int64(3*time.Hour + 5*time.Minute))
+	sched := &grtlv1.MySQLBackupSchedule{
+		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
+		Spec:       grtlv1.MySQLBackupScheduleSpec{Cluster: "app", Time: "@hourly", Storage: "3Gi", Retention: &grtlv1.Retention{KeepLast: ptr.To(int32(1))}},
+	}
+	require.NoError(t, c.Create(ctx, sched))
+	var first grtlv1.MySQLBackupInstance
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		require.Len(ct, list.Items, 1)
+		first = list.Items[0]
+	}, wait, 100*time.Millisecond, "one catch-up backup")
+	assert.Equal(t, "hourly", first.Spec.Schedule)
+	assert.Equal(t, "app", first.Spec.Cluster)
+	assert.Regexp(t, `^hourly-\d{8}-\d{2}00$`, first.Name)
+
+	// A backup made by hand waits while the scheduled one runs.
+	manual := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "app"}}
+	waitForBackup(t, c, ns, first.Name, "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
+	})
+	require.NoError(t, c.Create(ctx, manual))
+	waitForBackup(t, c, ns, "by-hand", "waiting its turn", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupScheduled, b.Status.Phase)
+		require.Equal(ct, "WaitingForAnotherBackup", condition(b.Status.Conditions, "Completed").Reason)
+	})
+	completeBackup(t, c, ns, "app", first.Name, 100)
+	claim := get(t, c, ns, "app-backup", &corev1.PersistentVolumeClaim{})
+	assert.Equal(t, "3Gi", ptr.To(claim.Spec.Resources.Requests[corev1.ResourceStorage]).String(), "the schedule's storage")
+	completeBackup(t, c, ns, "app", "by-hand", 200)
+
+	// Two hours later: the next one, and retention (keepLast 1) deletes the
+	// first; the one made by hand is not the schedule's to delete.
+	offset.Store(int64(5*time.Hour + 5*time.Minute))
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sched), sched); err != nil {
+			return err
+		}
+		sched.Annotations = map[string]string{"poke": "1"}
+		return c.Update(ctx, sched)
+	}))
+	var second string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		require.Len(ct, list.Items, 3)
+		for _, b := range list.Items {
+			if b.Name != first.Name && b.Spec.Schedule == "hourly" {
+				second = b.Name
+			}
+		}
+		require.NotEmpty(ct, second)
+	}, wait, 100*time.Millisecond, "the next scheduled backup")
+	completeBackup(t, c, ns, "app", second, 300)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first.Name}, &grtlv1.MySQLBackupInstance{})
+		require.True(ct, apierrors.IsNotFound(err), "%v", err)
+	}, wait, 200*time.Millisecond, "retention deletes the first (its file first)")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "by-hand"}, &grtlv1.MySQLBackupInstance{}))
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(sched), sched))
+	assert.Equal(t, second, sched.Status.LastSuccessfulBackup)
+	assert.Equal(t, metav1.ConditionTrue, condition(sched.Status.Conditions, mysqlcluster.ConditionLastBackupSucceeded).Status)
+	assert.Equal(t, metav1.ConditionTrue, condition(sched.Status.Conditions, mysqlcluster.ConditionBackupScheduled).Status)
+	require.NotNil(t, sched.Status.NextScheduleTime)
+	assert.Contains(t, events(t, c, ns, "app", corev1.EventTypeNormal), "BackupPruned")
+
+	out, err := testenv.Kubectl(t, "-n", ns, "get", "mbi")
+	require.NoError(t, err, out)
+	assert.Regexp(t, `(?m)^NAME\s+CLUSTER\s+SCHEDULE\s+PHASE\s+SIZE\s+COMPLETED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^`+second+`\s+app\s+hourly\s+Completed\s+300\s`, out)
+}
+
+// Deleting a cluster (deletionPolicy Snapshot, the default) takes a final
+// backup first; the StatefulSet and volumes go after it completed, the
+// backups and the user's Secret stay.
+func TestDeletionTakesAFinalBackupFirst(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "users-root", Namespace: ns}, StringData: map[string]string{"password": "s3cret"}}
+	require.NoError(t, c.Create(ctx, secret))
+	mc := newCluster(ns, "gone", "users-root", 2)
+	require.NoError(t, c.Create(ctx, mc))
+	mc = waitFor(t, c, ns, "gone", "Ready", ready)
+	require.NoError(t, c.Delete(ctx, mc))
+
+	var final string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		require.Len(ct, list.Items, 1)
+		final = list.Items[0].Name
+	}, wait, 100*time.Millisecond, "the final backup")
+	assert.True(t, strings.HasPrefix(final, "gone-final-"), final)
+	// Until it completes, the servers and their data stay.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, &appsv1.StatefulSet{}))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-gone-0"}, &corev1.PersistentVolumeClaim{}))
+	cur := waitFor(t, c, ns, "gone", "Deleting", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		require.Equal(ct, grtlv1.PhaseDeleting, mc.Status.Phase)
+	})
+	assert.Contains(t, cur.Finalizers, mysqlcluster.Keys.FinalizerDeletionPolicy)
+
+	completeBackup(t, c, ns, "gone", final, 1234)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, &grtlv1.MySQLCluster{})
+		require.True(ct, apierrors.IsNotFound(err), "%v", err)
+		for _, pvc := range []string{"data-gone-0", "data-gone-1"} {
+			var claim corev1.PersistentVolumeClaim
+			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: pvc}, &claim)
+			require.True(ct, apierrors.IsNotFound(err) || !claim.DeletionTimestamp.IsZero(), "%s: %v", pvc, err)
+		}
+	}, wait, 200*time.Millisecond, "the cluster and its volumes go once the final backup completed")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: final}, &grtlv1.MySQLBackupInstance{}), "the final backup stays")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone-backup"}, &corev1.PersistentVolumeClaim{}), "and its volume")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(secret), secret))
+	assert.Empty(t, secret.OwnerReferences, "the user's Secret is never touched")
+}
+
+// Bad inputs are refused at admission with messages a person understands.
+func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		obj  client.Object
+		want string
+	}{
+		"no replicas": {func() client.Object { m := newCluster(ns, "a", "s", 1); m.Spec.Replicas = -1; return m }(), "replicas must be at least 1 (the primary)"},
+		"bad storage": {func() client.Object { m := newCluster(ns, "b", "s", 1); m.Spec.Storage = "lots"; return m }(), `storage must be a quantity such as 1Gi or 500M, not "lots"`},
+		"bad time": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns},
+			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "every night"}}, `time must be five cron fields`},
+		"empty retention": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: ns},
+			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "@daily", Retention: &grtlv1.Retention{}}}, "retention needs keepLast, maxAge or both"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := c.Create(ctx, tc.obj)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
