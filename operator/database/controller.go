@@ -272,9 +272,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := obj.DeepCopyObject().(client.Object)
 	db := r.Kind.Clusters.View(obj)
 	result, err := r.reconcile(ctx, db)
+	if errors.Is(err, errStaleDatabase) {
+		return ctrl.Result{RequeueAfter: staleRecheck}, nil
+	}
 	if err == nil {
 		var next time.Duration
 		next, err = r.manageBackups(ctx, db)
+		if upgrade := upgradeRecheck(db, r.now()); upgrade > 0 && (next == 0 || upgrade < next) {
+			next = upgrade
+		}
 		if next > 0 && (result.RequeueAfter == 0 || next < result.RequeueAfter) {
 			result.RequeueAfter = next
 		}
@@ -311,6 +317,9 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 	}
 	if !db.Spec.Suspend {
 		err := r.converge(ctx, db, eng, live)
+		if errors.Is(err, errStaleDatabase) {
+			return ctrl.Result{}, err
+		}
 		if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
 			r.refuse(db, notOwned)
 			return ctrl.Result{RequeueAfter: recheckForeign}, nil

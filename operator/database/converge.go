@@ -39,12 +39,14 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	if l.has("StatefulSet", n.StatefulSet) {
 		claims = l.statefulSet.Spec.VolumeClaimTemplates
 	}
-	image, err := r.imageToRun(ctx, db, eng, l)
+	plan, err := r.serversToRun(ctx, db, eng, l)
 	if err != nil {
 		return err
 	}
-	if err := r.applyOne(ctx, db, statefulSetRunning(db, eng, claims, image), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
-		return err
+	if !plan.Keep {
+		if err := r.applyOne(ctx, db, statefulSetRunning(db, eng, claims, plan), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+			return err
+		}
 	}
 	if err := r.ensurePDB(ctx, db, l); err != nil {
 		return err

@@ -26,6 +26,8 @@ var DatabaseKind = NewKind(Kind{
 	Clusters: databases{},
 	Backups:  databaseBackups{},
 	Engines:  Engines,
+	// status.upgrade is the Database's own.
+	MajorUpgrades: true,
 })
 
 // databases adapts Databases to the core.

@@ -335,7 +335,10 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 			return err
 		}
 		now := metav1.Now()
-		job.Status.StartTime = &now
+		if job.Status.StartTime == nil {
+			// Immutable once the Job controller has set it.
+			job.Status.StartTime = &now
+		}
 		job.Status.Failed = 7
 		job.Status.Conditions = []batchv1.JobCondition{
 			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},

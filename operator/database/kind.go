@@ -158,6 +158,11 @@ type Kind struct {
 	// VersionKnown False (reason ImageNotPinned) even once a server
 	// reported its version, since a restart may run another.
 	RequirePinnedImage bool
+	// MajorUpgrades: the Kind's status keeps status.upgrade (the step a
+	// major-version upgrade is at), so the core carries major upgrades
+	// out; without it they are refused (UpgradeBlocked,
+	// MajorUpgradeNotAutomated).
+	MajorUpgrades bool
 	// Words translate the core's messages, written in the Database's
 	// words (Database, DatabaseBackup, storage-size), into the Kind's;
 	// nil for the Database. Events go through them (SetupKind), and the

@@ -14,6 +14,7 @@ import (
 type metrics struct {
 	objectWrites        *prometheus.CounterVec
 	initJobs            *prometheus.CounterVec
+	upgrades            *prometheus.CounterVec
 	readyReplicas       *prometheus.GaugeVec
 	ready               *prometheus.GaugeVec
 	backupsTotal        *prometheus.CounterVec
@@ -34,6 +35,10 @@ func newMetrics(name, kind, label string) *metrics {
 			Name: prefix + "init_jobs_total",
 			Help: "Init Jobs seen finishing, by result (succeeded, failed).",
 		}, []string{"result"}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "major_upgrades_total",
+			Help: "Major-version upgrades seen ending, by " + kind + " and result (succeeded, rolled_back, rollback_failed).",
+		}, []string{"namespace", label, "result"}),
 		readyReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: prefix + "ready_replicas",
 			Help: "Ready replicas of each " + kind + ".",
@@ -57,6 +62,7 @@ func newMetrics(name, kind, label string) *metrics {
 	}
 	m.objectWrites = register(m.objectWrites)
 	m.initJobs = register(m.initJobs)
+	m.upgrades = register(m.upgrades)
 	m.readyReplicas = register(m.readyReplicas)
 	m.ready = register(m.ready)
 	m.backupsTotal = register(m.backupsTotal)

@@ -279,16 +279,17 @@ func services(db *Cluster, eng engine.Engine) []*corev1.Service {
 // claim templates, which cannot change once created (storage grows by
 // patching the PVCs); nil on creation.
 func statefulSet(db *Cluster, eng engine.Engine, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
-	return statefulSetRunning(db, eng, claims, imageOf(db, eng))
+	return statefulSetRunning(db, eng, claims, serverPlan{Image: imageOf(db, eng), Replicas: replicasOf(db)})
 }
 
-// statefulSetRunning is the StatefulSet with the servers on image, which
-// differs from spec.image while an upgrade waits for its backup or is
-// refused.
-func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.PersistentVolumeClaim, image string) *appsv1.StatefulSet {
+// statefulSetRunning is the StatefulSet as plan says, which differs from
+// the spec while an image change waits for its backup or is refused, and
+// while a major upgrade stops the servers.
+func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.PersistentVolumeClaim, plan serverPlan) *appsv1.StatefulSet {
 	n := namesOf(db)
 	c := clusterOf(db, eng)
-	c.Image = image
+	c.Image = plan.Image
+	c.RemoveOldData = plan.RemoveOldData
 	pod := eng.ServerPod(c)
 	podLabels := withLabels(objectLabels(db), selectorLabels(db, componentServer))
 	if claims == nil {
@@ -318,7 +319,7 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: objectMeta(db, n.StatefulSet, nil),
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To(replicasOf(db)),
+			Replicas:    ptr.To(plan.Replicas),
 			ServiceName: n.Headless,
 			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
 			// The primary (ordinal 0) is ready before a standby clones it;

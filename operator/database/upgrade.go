@@ -27,6 +27,9 @@ const (
 
 	ConditionUpgradeBlocked = "UpgradeBlocked"
 	ConditionUpgrading      = "Upgrading"
+	// ConditionUpgradeFailed is True after a major upgrade was rolled back
+	// (or could not be): its reason says which step failed.
+	ConditionUpgradeFailed = "UpgradeFailed"
 
 	reasonPreUpgrade = "pre-upgrade"
 )
@@ -45,23 +48,45 @@ func preUpgradeBackupName(db *Cluster, image string) string {
 	return fmt.Sprintf("%s-pre-upgrade-%s", db.Name, hex.EncodeToString(sum[:4]))
 }
 
-// imageToRun decides the servers' image. A Database that holds data
-// changes image only after a backup of it has completed; a major-version
+// serversToRun decides what the StatefulSet runs. A cluster that holds
+// data changes image only after a backup of it has completed; a new major
+// version goes through majorUpgrade (the servers stop, a Job upgrades the
+// primary's data) for Kinds that record its steps. A major-version
 // downgrade, and an image whose version cannot be read (without
 // AnnotationAllowUnknownVersion), are refused with UpgradeBlocked and the
 // servers keep their image.
-func (r *Reconciler) imageToRun(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (string, error) {
+func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	wanted := imageOf(db, eng)
+	if u := db.Status.Upgrade; upgradeRunning(u) {
+		if u.Step != dbv1.UpgradeBackingUp || u.ToImage == wanted {
+			// Once the servers stop, the upgrade finishes or is rolled
+			// back before spec.image is looked at again.
+			return r.majorUpgrade(ctx, db, eng, l)
+		}
+		// Nothing was touched yet: a new spec.image replaces the upgrade.
+		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, u.ToImage, u.Backup)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+	}
 	running := ""
 	if l.has("StatefulSet", namesOf(db).StatefulSet) {
 		running = liveImage(&l.statefulSet)
+	}
+	if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && running == wanted {
+		// The user set spec.image back to what runs: the failure is dealt
+		// with; a new attempt starts when spec.image changes again.
+		r.normal(db, "UpgradeFailureCleared", "Upgrade", "spec.image is %s again: condition UpgradeFailed cleared", wanted)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
 	}
 	if running == "" || running == wanted || !meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
 		// Nothing runs yet, nothing changes, or no data to protect yet
 		// (a failed init's image can be fixed freely).
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-		return wanted, nil
+		if !upgradeRunning(db.Status.Upgrade) {
+			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+		}
+		return steadyPlan(db, wanted), nil
 	}
 	fromV, fromOK := db.Status.CurrentVersion, db.Status.CurrentVersion != "" && db.Status.CurrentImage == running
 	if !fromOK {
@@ -76,7 +101,7 @@ func (r *Reconciler) imageToRun(ctx context.Context, db *Cluster, eng engine.Eng
 		r.blockUpgrade(db, "VersionUnreadable", fmt.Sprintf(
 			"image %s has no readable version, so the operator cannot tell a minor update from a major upgrade or a downgrade; the servers keep %s. Use an image tagged with its version, or annotate the Database %s=true to roll after a backup",
 			unknown, running, db.Kind.Keys.AllowUnknownVersion))
-		return running, nil
+		return steadyPlan(db, running), nil
 	}
 	if fromOK && toOK {
 		fromM, okF := eng.MajorVersion(fromV)
@@ -84,21 +109,35 @@ func (r *Reconciler) imageToRun(ctx context.Context, db *Cluster, eng engine.Eng
 		switch {
 		case !okF || !okT:
 			r.blockUpgrade(db, "VersionUnreadable", fmt.Sprintf("versions %s and %s are not %s versions; the servers keep %s", fromV, toV, eng.Name(), running))
-			return running, nil
+			return steadyPlan(db, running), nil
 		case compareVersions(toM, fromM) < 0:
 			r.blockUpgrade(db, "Downgrade", fmt.Sprintf(
 				"%s %s to %s is a major-version downgrade, which a data directory cannot take: refused, nothing changed; the servers keep %s. Set spec.image back to %s, or restore a backup into a new Database of the older version",
 				eng.Name(), fromV, toV, running, running))
-			return running, nil
-		case compareVersions(toM, fromM) > 0:
+			return steadyPlan(db, running), nil
+		case compareVersions(toM, fromM) > 0 && !db.Kind.MajorUpgrades:
 			r.blockUpgrade(db, "MajorUpgradeNotAutomated", fmt.Sprintf(
 				"%s %s to %s is a major upgrade; upgrade Jobs are not automated yet: the servers keep %s. Take a DatabaseBackup and restore it into a new Database with image %s (fromBackup)",
 				eng.Name(), fromV, toV, running, wanted))
-			return running, nil
+			return steadyPlan(db, running), nil
+		case compareVersions(toM, fromM) > 0:
+			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
+			if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && u.ToImage == wanted {
+				// Rolled back: no new attempt until spec.image changes.
+				return steadyPlan(db, running), nil
+			}
+			if err := r.requireFresh(ctx, db); err != nil {
+				// An upgrade may have started already: its status is not
+				// in the cache yet.
+				return serverPlan{Keep: true}, err
+			}
+			r.startMajorUpgrade(db, eng, running, wanted, fromV, toV)
+			return r.majorUpgrade(ctx, db, eng, l)
 		}
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
-	return r.backupBeforeRoll(ctx, db, running, wanted)
+	image, err := r.backupBeforeRoll(ctx, db, running, wanted)
+	return steadyPlan(db, image), err
 }
 
 // backupBeforeRoll returns the new image once a backup taken with the old

@@ -117,6 +117,11 @@ type Engine interface {
 	// data directory beside the old one, restores u.File into it and swaps
 	// them, keeping the old directory (the engine documents where, and
 	// when it is removed: never before the new primary is ready).
+	// With u.Rollback it runs with the OLD image (c.Image) instead, after
+	// a failed upgrade, while no server runs: it puts the kept old
+	// directory back in place, whichever step the upgrade reached, and
+	// keeps a directory the new version served beside it. Its Report
+	// carries ServerVersion (the old image's).
 	UpgradePod(c Cluster, u Upgrade) Pod
 }
 
@@ -141,7 +146,9 @@ type Restore struct {
 
 // Upgrade is one major-version upgrade for UpgradePod.
 type Upgrade struct {
-	// File is the pre-upgrade dump on ClaimName.
+	// File is the pre-upgrade dump on ClaimName. A rollback reads no dump:
+	// ClaimName is empty and the pod mounts no BackupVolume (on node-local
+	// storage the backup volume may be on another node than the data).
 	File      string
 	SHA256    string
 	ClaimName string
@@ -149,6 +156,9 @@ type Upgrade struct {
 	DataClaimName string
 	FromVersion   string
 	ToVersion     string
+	// Rollback undoes the upgrade from FromVersion to ToVersion (see
+	// Engine.UpgradePod).
+	Rollback bool
 }
 
 // Report is what a Job found, written as JSON to its container's
@@ -220,29 +230,32 @@ const (
 // JobPod is the shape every engine's Jobs but init share: one container
 // running script from the scripts volume with env and the engine's
 // credentials, the backup volume of backupClaim mounted at BackupMount
-// (and extra, when given), a Report written to the termination message.
+// (none when backupClaim is empty) and extra, when given, a Report written
+// to the termination message.
 func JobPod(c Cluster, name, script string, env, credentials []corev1.EnvVar, backupClaim string, extra *corev1.Volume, pod *corev1.PodSecurityContext) Pod {
 	env = append(env,
 		corev1.EnvVar{Name: "BACKUP_DIR", Value: BackupMount},
 		corev1.EnvVar{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
 	)
 	env = append(env, credentials...)
-	volumes := []corev1.Volume{{Name: BackupVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
-	}}}
+	var volumes []corev1.Volume
+	mounts := []corev1.VolumeMount{{Name: ScriptsVolume, MountPath: ScriptsDir, ReadOnly: true}}
+	if backupClaim != "" {
+		volumes = append(volumes, corev1.Volume{Name: BackupVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: backupClaim},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: BackupVolume, MountPath: BackupMount})
+	}
 	if extra != nil {
 		volumes = append(volumes, *extra)
 	}
 	p := Pod{
 		Container: corev1.Container{
-			Name:    name,
-			Image:   c.Image,
-			Command: []string{"sh", path.Join(ScriptsDir, script)},
-			Env:     env,
-			VolumeMounts: []corev1.VolumeMount{
-				{Name: ScriptsVolume, MountPath: ScriptsDir, ReadOnly: true},
-				{Name: BackupVolume, MountPath: BackupMount},
-			},
+			Name:                     name,
+			Image:                    c.Image,
+			Command:                  []string{"sh", path.Join(ScriptsDir, script)},
+			Env:                      env,
+			VolumeMounts:             mounts,
 			TerminationMessagePath:   TerminationMessagePath,
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			SecurityContext:          RestrictedContainer(),

@@ -259,7 +259,8 @@ func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
 // TERMINATION_MESSAGE_PATH.
 //
 // The old directory is kept beside PGDATA as pgdata.old-<FromVersion>
-// until the server runs with Cluster.RemoveOldData.
+// until the server runs with Cluster.RemoveOldData. With u.Rollback (and
+// the old image) ROLLBACK=true puts it back instead.
 func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 	env := []corev1.EnvVar{
 		{Name: "PGDATA", Value: pgdata},
@@ -272,10 +273,15 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 		{Name: "FROM_VERSION", Value: u.FromVersion},
 		{Name: "TO_VERSION", Value: u.ToVersion},
 	}
+	name := "upgrade"
+	if u.Rollback {
+		name = "rollback"
+		env = append(env, corev1.EnvVar{Name: "ROLLBACK", Value: "true"})
+	}
 	data := corev1.Volume{Name: engine.DataVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: u.DataClaimName},
 	}}
-	pod := jobPod(c, "upgrade", UpgradeScript, env, u.ClaimName, &data)
+	pod := jobPod(c, name, UpgradeScript, env, u.ClaimName, &data)
 	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: engine.DataVolume, MountPath: dataMount})
 	return pod
 }

@@ -164,6 +164,20 @@ func TestUpgradePodMountsTheDataVolumeWhereTheServerDoes(t *testing.T) {
 	assert.Equal(t, map[string]string{engine.BackupVolume: "db-backup", engine.DataVolume: "data-db-0"}, claims(p))
 }
 
+func TestRollbackPodMountsTheDataVolumeOnly(t *testing.T) {
+	// The controller gives the image the upgrade started from as c.Image.
+	u := engine.Upgrade{DataClaimName: "data-db-0", FromVersion: "16.4", ToVersion: "17.6", Rollback: true}
+	p := Engine{}.UpgradePod(jobCluster, u)
+	assertRestrictedJob(t, p, UpgradeScript)
+	assert.Equal(t, "rollback", p.Container.Name)
+	env := envOf(p.Container)
+	assert.Equal(t, "true", env["ROLLBACK"])
+	assert.Equal(t, "16.4", env["FROM_VERSION"])
+	assert.Equal(t, map[string]string{engine.DataVolume: "data-db-0"}, claims(p), "no backup volume: it may be on another node")
+	assert.NotContains(t, mounts(p.Container), engine.BackupVolume)
+	assert.NotContains(t, envOf(Engine{}.UpgradePod(jobCluster, engine.Upgrade{ClaimName: "b", DataClaimName: "d"}).Container), "ROLLBACK")
+}
+
 func TestServerPodAsksForRemovalOfOldDataOnlyWhenTold(t *testing.T) {
 	assert.NotContains(t, envOf(Engine{}.ServerPod(jobCluster).Container), "REMOVE_OLD_DATA", "no change to the template of other Databases")
 	c := jobCluster

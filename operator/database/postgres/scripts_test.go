@@ -353,6 +353,95 @@ func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
 	assert.NoDirExists(t, old)
 }
 
+func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) {
+	h := newHost(t)
+	data := h.volume("data-0")
+	server := h.primary("data-0")
+	h.init(server.Port)
+	out, err := h.appSQL(server.Port, appData)
+	require.NoError(t, err, out)
+	want := h.sql(server.Port, h.cluster.Database, appState)
+	report, out, err := h.backup(server.Port, "backup", "pre-upgrade.dump")
+	require.NoError(t, err, out)
+	server.Stop(t)
+
+	version := report.Version()
+	run := func(rollback bool) (engine.Report, string, error) {
+		u := engine.Upgrade{
+			File: report.File, SHA256: report.SHA256, ClaimName: "backup", DataClaimName: "data-name-of-database-0",
+			FromVersion: version, ToVersion: version, Rollback: rollback,
+		}
+		if rollback {
+			// As the controller runs it: no dump, no backup volume.
+			u.File, u.SHA256, u.ClaimName = "", "", ""
+		}
+		pod := postgres.Engine{}.UpgradePod(h.cluster, u)
+		return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
+	}
+	pgdata := filepath.Join(data, "pgdata")
+	old := filepath.Join(data, "pgdata.old-"+version)
+	oldMarker := filepath.Join(pgdata, "deckhand-test-old-directory")
+	require.NoError(t, os.WriteFile(oldMarker, nil, 0o600))
+	failedDirs := func() []string {
+		dirs, err := filepath.Glob(filepath.Join(data, "pgdata.failed-"+version+"-*"))
+		require.NoError(t, err)
+		return dirs
+	}
+
+	// After a complete swap (the new primary never became ready): the old
+	// directory is back, the one the new version served is kept aside.
+	_, out, err = run(false)
+	require.NoError(t, err, out)
+	require.NoFileExists(t, oldMarker)
+	newMarker := filepath.Join(pgdata, "deckhand-test-new-directory")
+	require.NoError(t, os.WriteFile(newMarker, nil, 0o600))
+	back, out, err := run(true)
+	require.NoError(t, err, out)
+	assert.Equal(t, report.ServerVersion, back.ServerVersion)
+	assert.Contains(t, out, "putting the old data directory")
+	assert.FileExists(t, oldMarker, "the old directory is PGDATA again")
+	assert.NoDirExists(t, old)
+	require.Len(t, failedDirs(), 1)
+	assert.FileExists(t, filepath.Join(failedDirs()[0], "deckhand-test-new-directory"), "what the new version served is kept")
+	server = h.primary("data-0")
+	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
+	server.Stop(t)
+
+	// Run again: nothing moves.
+	_, out, err = run(true)
+	require.NoError(t, err, out)
+	assert.FileExists(t, oldMarker)
+	assert.Len(t, failedDirs(), 1)
+
+	// A Job killed between the two renames of the swap: the old directory
+	// moved aside, the complete new one not in place yet.
+	require.NoError(t, os.Rename(pgdata, old))
+	h.u.Dir(t, pgdata+".deckhand-upgraded")
+	_, out, err = run(true)
+	require.NoError(t, err, out)
+	assert.FileExists(t, oldMarker)
+	assert.NoDirExists(t, pgdata+".deckhand-upgraded")
+	assert.Len(t, failedDirs(), 1, "nothing served to keep")
+
+	// A Job that failed while restoring: its incomplete directory goes,
+	// the old one never moved.
+	h.u.Dir(t, pgdata+".deckhand-upgrade")
+	_, out, err = run(true)
+	require.NoError(t, err, out)
+	assert.NoDirExists(t, pgdata+".deckhand-upgrade")
+	assert.FileExists(t, oldMarker)
+	server = h.primary("data-0")
+	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
+	server.Stop(t)
+
+	// Nothing to go back to: refused, nothing touched.
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "PG_VERSION"), []byte("99\n"), 0o600))
+	_, out, err = run(true)
+	require.Error(t, err)
+	assert.Contains(t, out, "nothing to roll back to")
+	assert.FileExists(t, oldMarker)
+}
+
 func TestTheServerRemovesTheOldDirectoryOnlyWhenAsked(t *testing.T) {
 	h := newHost(t)
 	data := h.volume("data-0")

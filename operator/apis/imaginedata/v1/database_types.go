@@ -159,6 +159,14 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="deletionTimeout must not be negative"
 	// +optional
 	DeletionTimeout *metav1.Duration `json:"deletionTimeout,omitempty"`
+
+	// UpgradeTimeout is how long the primary may take to become ready on
+	// a new major version, after the upgrade Job, before the upgrade is
+	// rolled back to the old image and the old data directory (condition
+	// UpgradeFailed); default 15m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="upgradeTimeout must not be negative"
+	// +optional
+	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
 }
 
 // DeletionPolicy is what deleting a Database does with its data.
@@ -304,14 +312,60 @@ type DatabaseStatus struct {
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
 
+	// Upgrade is the newest major-version upgrade: its step, so a
+	// reconcile that runs twice does each step once.
+	// +optional
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),
 	// StorageResized (volumes request storage-size), VersionKnown,
-	// LastBackupSucceeded, Restored (with fromBackup), DeletionBlocked.
+	// LastBackupSucceeded, Restored (with fromBackup), DeletionBlocked, Upgrading, UpgradeBlocked, UpgradeFailed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// UpgradeStep is where a major-version upgrade is.
+// +kubebuilder:validation:Enum=BackingUp;ScalingDown;RunningUpgradeJob;StartingNewVersion;RemovingOldData;Completed;RollingBack;RestoringOldData;Failed
+type UpgradeStep string
+
+// Upgrade steps, in order; a failure goes from RunningUpgradeJob or
+// StartingNewVersion to RollingBack, RestoringOldData and Failed.
+const (
+	UpgradeBackingUp          UpgradeStep = "BackingUp"
+	UpgradeScalingDown        UpgradeStep = "ScalingDown"
+	UpgradeRunningJob         UpgradeStep = "RunningUpgradeJob"
+	UpgradeStartingNewVersion UpgradeStep = "StartingNewVersion"
+	UpgradeRemovingOldData    UpgradeStep = "RemovingOldData"
+	UpgradeCompleted          UpgradeStep = "Completed"
+	UpgradeRollingBack        UpgradeStep = "RollingBack"
+	UpgradeRestoringOldData   UpgradeStep = "RestoringOldData"
+	UpgradeFailed             UpgradeStep = "Failed"
+)
+
+// UpgradeStatus records one major-version upgrade.
+type UpgradeStatus struct {
+	// Step is the step the upgrade is at.
+	Step UpgradeStep `json:"step"`
+	// StepStartTime is when Step began.
+	// +optional
+	StepStartTime *metav1.Time `json:"stepStartTime,omitempty"`
+	// Attempt names this attempt's objects (its backup and Jobs).
+	Attempt string `json:"attempt"`
+	// FromImage and FromVersion ran before; ToImage and ToVersion are the
+	// upgrade's.
+	FromImage   string `json:"fromImage"`
+	FromVersion string `json:"fromVersion"`
+	ToImage     string `json:"toImage"`
+	ToVersion   string `json:"toVersion"`
+	// Backup is the DatabaseBackup the upgrade restores.
+	// +optional
+	Backup string `json:"backup,omitempty"`
+	// FailureReason says why an upgrade was rolled back.
+	// +optional
+	FailureReason string `json:"failureReason,omitempty"`
 }
 
 // BackupStatus is what the operator knows of a Database's backups.

@@ -26,6 +26,15 @@
 #
 # Writes {"serverVersion"} (the new server's) to the termination message.
 #
+# With ROLLBACK=true (the operator's way back after a failed upgrade, run
+# with the OLD image while no server runs) it undoes whatever step the
+# upgrade reached: pgdata.deckhand-upgrade and pgdata.deckhand-upgraded
+# (made from the dump, never served) are removed; when
+# pgdata.old-FROM_VERSION exists, PGDATA (which the new version served: a
+# client may have written to it) is kept as
+# pgdata.failed-TO_VERSION-<UTC time> and the old directory is renamed back
+# to PGDATA. It writes the old image's version as serverVersion.
+#
 # Uses only what PostgreSQL 15 to 18 share.
 #
 # Environment (set by the Job): PGDATA, PGPORT (for the Job's own server),
@@ -47,12 +56,40 @@ from_major=${FROM_VERSION%%.*}
 to_major=${TO_VERSION%%.*}
 # "postgres (PostgreSQL) 17.6 (Debian 17.6-1.pgdg120+1)" -> "17.6 (Debian ...)"
 version=$(postgres -V | sed 's/^postgres (PostgreSQL) //')
-[ "${version%%.*}" = "$to_major" ] || fail "this image runs PostgreSQL $version, not $TO_VERSION: refusing to upgrade with it"
+
+data_major() { cat "$1/PG_VERSION" 2>/dev/null || true; }
 
 report() {
 	printf '{"serverVersion":%s}\n' "$(json_string "$version")" >"$TERMINATION_MESSAGE_PATH"
 	log "$PGDATA runs PostgreSQL $version; the old data directory is $old"
 }
+
+# rollback: the old directory back in place (see ROLLBACK above).
+rollback() {
+	[ "${version%%.*}" = "$from_major" ] || fail "this image runs PostgreSQL $version, not $FROM_VERSION: roll back with the image the upgrade started from"
+	rm -rf "$staging" "$ready"
+	if [ -d "$old" ]; then
+		if [ -e "$PGDATA" ]; then
+			failed=$PGDATA.failed-$TO_VERSION-$(date -u +%Y%m%d%H%M%S)
+			log "keeping the upgraded data directory as $failed"
+			mv "$PGDATA" "$failed"
+			sync "$parent"
+		fi
+		log "putting the old data directory $old back as $PGDATA"
+		mv "$old" "$PGDATA"
+		sync "$parent"
+	fi
+	current=$(data_major "$PGDATA")
+	[ "$current" = "$from_major" ] || fail "$PGDATA is PostgreSQL ${current:-nothing}, not $FROM_VERSION, and no $old to put back: nothing to roll back to"
+	printf '{"serverVersion":%s}\n' "$(json_string "$version")" >"$TERMINATION_MESSAGE_PATH"
+	log "$PGDATA is the PostgreSQL $current directory of before the upgrade again"
+}
+
+if [ "${ROLLBACK:-false}" = true ]; then
+	rollback
+	exit 0
+fi
+[ "${version%%.*}" = "$to_major" ] || fail "this image runs PostgreSQL $version, not $TO_VERSION: refusing to upgrade with it"
 
 # swap: PGDATA aside as $old, the complete new directory in its place.
 swap() {
@@ -65,8 +102,6 @@ swap() {
 	mv "$ready" "$PGDATA"
 	sync "$parent"
 }
-
-data_major() { cat "$1/PG_VERSION" 2>/dev/null || true; }
 
 # An earlier attempt got this far.
 if [ -d "$ready" ]; then

@@ -1,0 +1,539 @@
+package database
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+)
+
+// A major-version upgrade, step by step (status.upgrade.step records where
+// it is, so a reconcile that runs twice does each step once):
+//
+//	BackingUp          a DatabaseBackup with the old image, servers running
+//	ScalingDown        the StatefulSet at zero, until no server pod is left
+//	RunningUpgradeJob  the engine's upgrade Job, NEW image, on the primary's
+//	                   volume: new data directory from the dump, swapped in,
+//	                   the old one kept
+//	StartingNewVersion the StatefulSet back, new image; standbys re-clone
+//	                   (the engine moves their old-version data aside)
+//	RemovingOldData    the new primary was ready: currentVersion moves and
+//	                   the servers restart with Cluster.RemoveOldData
+//	Completed
+//
+// A failed upgrade Job, or a new primary not ready within upgradeTimeout,
+// goes RollingBack (StatefulSet at zero) → RestoringOldData (the engine's
+// rollback Job, OLD image, puts the old directory back) → Failed (the old
+// image runs again, condition UpgradeFailed).
+
+const (
+	// LabelUpgradeAttempt on upgrade and rollback Jobs: the attempt they
+	// belong to, so a Job of an earlier attempt is never taken for this
+	// one's.
+	LabelUpgradeAttempt = "stable.imaginedata.co/upgrade-attempt"
+
+	componentUpgrade  = "upgrade"
+	componentRollback = "rollback"
+
+	defaultUpgradeTimeout = 15 * time.Minute
+)
+
+func upgradeJobName(db *Cluster) string  { return db.Name + "-upgrade" }
+func rollbackJobName(db *Cluster) string { return db.Name + "-rollback" }
+
+// serverPlan is what the StatefulSet runs.
+type serverPlan struct {
+	Image    string
+	Replicas int32
+	// RemoveOldData: the servers remove the data directories a finished
+	// major upgrade kept (engine.Cluster.RemoveOldData).
+	RemoveOldData bool
+	// Keep: leave the StatefulSet as it is (the servers run on while the
+	// pre-upgrade backup is taken).
+	Keep bool
+}
+
+// steadyPlan runs image on every replica. The old-data removal of a
+// finished upgrade stays on (turning it off would restart every server).
+func steadyPlan(db *Cluster, image string) serverPlan {
+	u := db.Status.Upgrade
+	removeOld := u != nil && (u.Step == dbv1.UpgradeRemovingOldData || u.Step == dbv1.UpgradeCompleted)
+	return serverPlan{Image: image, Replicas: replicasOf(db), RemoveOldData: removeOld}
+}
+
+// stopped: no server runs, on the image given (kept for the Jobs to come).
+func stopped(image string) serverPlan { return serverPlan{Image: image} }
+
+func upgradeRunning(u *dbv1.UpgradeStatus) bool {
+	return u != nil && u.Step != dbv1.UpgradeCompleted && u.Step != dbv1.UpgradeFailed
+}
+
+func upgradeTimeoutOf(db *Cluster) time.Duration {
+	if db.Spec.UpgradeTimeout != nil {
+		return db.Spec.UpgradeTimeout.Duration
+	}
+	return defaultUpgradeTimeout
+}
+
+// upgradeAttempt is the same for every reconcile of one change of
+// spec.image, and differs for a later attempt at the same image (after a
+// failure, spec.image goes back and forth: two new generations), so each
+// attempt takes a backup of its own.
+func upgradeAttempt(db *Cluster, image string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", image, db.Generation))
+	return hex.EncodeToString(sum[:4])
+}
+
+// startMajorUpgrade records a new upgrade at its first step.
+func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, wanted, fromV, toV string) {
+	attempt := upgradeAttempt(db, wanted)
+	db.Status.Upgrade = &dbv1.UpgradeStatus{
+		Attempt:   attempt,
+		FromImage: running, FromVersion: fromV,
+		ToImage: wanted, ToVersion: toV,
+		Backup: fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt),
+	}
+	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: DatabaseBackup %s first; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it",
+		eng.Name(), fromV, toV, db.Status.Upgrade.Backup, upgradeJobName(db), wanted)
+}
+
+// toStep moves the upgrade to step, announcing it once.
+func (r *Reconciler) toStep(db *Cluster, step dbv1.UpgradeStep, msg string, args ...any) {
+	u := db.Status.Upgrade
+	u.Step = step
+	u.StepStartTime = ptr.To(metav1.NewTime(r.now()))
+	text := fmt.Sprintf(msg, args...)
+	eventType := corev1.EventTypeNormal
+	if step == dbv1.UpgradeRollingBack || step == dbv1.UpgradeRestoringOldData || step == dbv1.UpgradeFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(db.Object, nil, eventType, stepEventReason(step), "Upgrade", "%s", text)
+	if upgradeRunning(u) {
+		r.setCondition(db, ConditionUpgrading, true, string(step), text)
+	} else {
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+	}
+}
+
+// stepEventReason is the reason of the Event a step starts with.
+func stepEventReason(step dbv1.UpgradeStep) string {
+	switch step {
+	case dbv1.UpgradeRemovingOldData:
+		return "Upgraded"
+	case dbv1.UpgradeCompleted:
+		return "OldDataRemoved"
+	case dbv1.UpgradeFailed:
+		return "UpgradeFailed"
+	}
+	return string(step)
+}
+
+// majorUpgrade carries the upgrade in status.upgrade one step further when
+// what that step waits for has happened, and says what the StatefulSet
+// runs meanwhile.
+func (r *Reconciler) majorUpgrade(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
+	if err := r.requireFresh(ctx, db); err != nil {
+		// Acting on an older step could start servers a Job is working
+		// under.
+		return serverPlan{Keep: true}, err
+	}
+	u := db.Status.Upgrade
+	switch u.Step {
+	case dbv1.UpgradeBackingUp:
+		return r.upgradeBackup(ctx, db, eng, l)
+	case dbv1.UpgradeScalingDown:
+		return r.upgradeScaleDown(ctx, db, eng, l)
+	case dbv1.UpgradeRunningJob:
+		return r.upgradeJob(ctx, db, eng)
+	case dbv1.UpgradeStartingNewVersion:
+		return r.upgradeStart(ctx, db, eng)
+	case dbv1.UpgradeRemovingOldData:
+		return r.upgradeRemoveOldData(db, eng, l), nil
+	case dbv1.UpgradeRollingBack:
+		return r.rollbackScaleDown(ctx, db, l)
+	case dbv1.UpgradeRestoringOldData:
+		return r.rollbackJob(ctx, db, eng)
+	}
+	return steadyPlan(db, u.ToImage), nil
+}
+
+// errStaleDatabase: the cached Database is older than the API server's.
+// The reconcile stops without writing its status (a merge patch of the
+// older conditions would undo newer ones) and looks again soon.
+var errStaleDatabase = errors.New("the cached Database is older than the API server's")
+
+// requireFresh fails with errStaleDatabase unless the cached Database is
+// the API server's newest.
+func (r *Reconciler) requireFresh(ctx context.Context, db *Cluster) error {
+	fresh := db.Kind.Clusters.New()
+	if err := r.API.Get(ctx, client.ObjectKeyFromObject(db.Object), fresh); err != nil {
+		return err
+	}
+	if fresh.GetResourceVersion() != db.ResourceVersion {
+		return errStaleDatabase
+	}
+	return nil
+}
+
+func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
+	u := db.Status.Upgrade
+	// The servers run on as they are: even the old-data removal of an
+	// earlier upgrade stays (turning it off would restart them).
+	running := serverPlan{Keep: true}
+	if !l.has("StatefulSet", namesOf(db).StatefulSet) {
+		running = serverPlan{Image: u.FromImage, Replicas: replicasOf(db)}
+	}
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
+	if apierrors.IsNotFound(err) {
+		if _, err := r.createBackup(ctx, db, u.Backup, reasonPreUpgrade); err != nil {
+			return running, err
+		}
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
+		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s runs before the servers stop for the upgrade to %s", u.Backup, u.ToImage))
+		return running, nil
+	}
+	if err != nil {
+		return running, err
+	}
+	switch b.Status.Phase {
+	case dbv1.BackupCompleted:
+		if busy, err := r.backupJobRunning(ctx, db); err != nil || busy {
+			// Another backup reads from the servers: stopping them would
+			// fail it. Its end reconciles again.
+			r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s completed; the servers stop for the upgrade to %s once backup Job %s has finished", b.Name, u.ToImage, backupJobName(db.Name)))
+			return running, err
+		}
+		r.toStep(db, dbv1.UpgradeScalingDown, "DatabaseBackup %s completed (%s): the servers stop for the upgrade from %s to %s", b.Name, b.Status.File, u.FromVersion, u.ToVersion)
+		return r.upgradeScaleDown(ctx, db, eng, l)
+	case dbv1.BackupFailed:
+		// Nothing was touched: the servers keep running; deleting the
+		// backup makes a new one.
+		r.blockUpgrade(db, "PreUpgradeBackupFailed", fmt.Sprintf(
+			"the backup before the upgrade from %s to %s (DatabaseBackup %s) failed; the servers keep %s. Delete DatabaseBackup %s to try again",
+			u.FromImage, u.ToImage, b.Name, u.FromImage, b.Name))
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+		return running, nil
+	}
+	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
+	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
+	return running, nil
+}
+
+// upgradeJobIdle: the upgrade Job has finished or is gone. One that
+// never started (unschedulable) is deleted, and waited for, so it cannot
+// start while the rollback Job works on the same volume.
+func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *Cluster) (bool, error) {
+	var job batchv1.Job
+	exists, err := r.lookup(ctx, db, "Job", upgradeJobName(db), &job, false)
+	if err != nil || !exists {
+		return err == nil, err
+	}
+	if jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed) {
+		return true, nil
+	}
+	if job.DeletionTimestamp.IsZero() {
+		if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting upgrade Job %s before the rollback: %w", job.Name, err)
+		}
+		r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
+	}
+	return false, nil
+}
+
+// backupJobRunning: a backup Job of the Database is still at work.
+func (r *Reconciler) backupJobRunning(ctx context.Context, db *Cluster) (bool, error) {
+	var job batchv1.Job
+	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: backupJobName(db.Name)}, &job)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	finished := jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed)
+	return !finished && job.DeletionTimestamp.IsZero(), nil
+}
+
+// serversGone: the StatefulSet has settled at zero replicas and no server
+// pod is left, so a Job may use the data volumes.
+func (r *Reconciler) serversGone(ctx context.Context, db *Cluster, l *live) (bool, error) {
+	sts := &l.statefulSet
+	if !l.has("StatefulSet", namesOf(db).StatefulSet) {
+		return false, nil
+	}
+	if ptr.Deref(sts.Spec.Replicas, 1) != 0 || sts.Status.ObservedGeneration < sts.Generation || sts.Status.Replicas != 0 {
+		return false, nil
+	}
+	pods, err := r.serverPods(ctx, db)
+	return len(pods) == 0, err
+}
+
+func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
+	u := db.Status.Upgrade
+	gone, err := r.serversGone(ctx, db, l)
+	if err != nil || !gone {
+		return stopped(u.FromImage), err
+	}
+	r.toStep(db, dbv1.UpgradeRunningJob, "no server runs: Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", upgradeJobName(db), claimName(db, 0), u.ToImage)
+	return r.upgradeJob(ctx, db, eng)
+}
+
+func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
+	u := db.Status.Upgrade
+	job, err := r.attemptJob(ctx, db, upgradeJobName(db), func() (*batchv1.Job, error) {
+		b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
+		if err != nil {
+			return nil, fmt.Errorf("reading the pre-upgrade backup %s: %w", u.Backup, err)
+		}
+		return upgradeJob(db, eng, b, false), nil
+	})
+	if err != nil || job == nil {
+		return stopped(u.FromImage), err
+	}
+	switch {
+	case jobFinished(job, batchv1.JobComplete):
+		r.toStep(db, dbv1.UpgradeStartingNewVersion, "Job %s upgraded the data to %s: the servers start on it (standbys clone the new primary); the old data directory is kept until the primary is ready, at most %s (upgradeTimeout)",
+			job.Name, u.ToVersion, upgradeTimeoutOf(db))
+		return serverPlan{Image: u.ToImage, Replicas: replicasOf(db)}, nil
+	case jobFinished(job, batchv1.JobFailed):
+		u.FailureReason = "UpgradeJobFailed"
+		r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s failed (%s): rolling back to %s with the old data directory", job.Name, jobFailure(ctx, r, job), u.FromImage)
+		return stopped(u.FromImage), nil
+	}
+	msg := fmt.Sprintf("Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", job.Name, claimName(db, 0), u.ToImage)
+	if why := unschedulable(ctx, r.Owned, job); why != "" {
+		// Node-local volumes: the data and backup volumes may be bound on
+		// different nodes, and no pod can mount both. The servers are down
+		// meanwhile: give up after upgradeTimeout.
+		why = fmt.Sprintf("its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades)",
+			truncate(why, 300), claimName(db, 0), backupClaimOf(job))
+		if !r.now().Before(u.StepStartTime.Add(upgradeTimeoutOf(db))) {
+			u.FailureReason = "UpgradeJobUnschedulable"
+			r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s did not start within %s (upgradeTimeout): %s; rolling back to %s", job.Name, upgradeTimeoutOf(db), why, u.FromImage)
+			return stopped(u.FromImage), nil
+		}
+		msg += fmt.Sprintf("; %s; if it still cannot start after %s (upgradeTimeout) the upgrade is rolled back", why, upgradeTimeoutOf(db))
+	}
+	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRunningJob), msg)
+	return stopped(u.FromImage), nil
+}
+
+// backupClaimOf names the backup volume a Job mounts.
+func backupClaimOf(job *batchv1.Job) string {
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Name == engine.BackupVolume && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return ""
+}
+
+// unschedulable is why the scheduler cannot place a pod of the Job ("" when
+// it can).
+func unschedulable(ctx context.Context, owned client.Reader, job *batchv1.Job) string {
+	var pods corev1.PodList
+	if err := owned.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return c.Message
+			}
+		}
+	}
+	return ""
+}
+
+// jobFailure is a failed Job's reason and what its pod said.
+func jobFailure(ctx context.Context, r *Reconciler, job *batchv1.Job) string {
+	c := jobCondition(job, batchv1.JobFailed)
+	msg := c.Reason + ": " + c.Message
+	if _, said := jobPodReport(ctx, r.Owned, job); said != "" {
+		msg += "; its pod said: " + truncate(said, 400)
+	}
+	return msg
+}
+
+// attemptJob finds this attempt's Job of that name, creating it (from
+// build) when there is none. A Job of an earlier attempt is deleted first,
+// and nil returned until it is gone: two never run at once.
+func (r *Reconciler) attemptJob(ctx context.Context, db *Cluster, name string, build func() (*batchv1.Job, error)) (*batchv1.Job, error) {
+	attempt := db.Status.Upgrade.Attempt
+	var job batchv1.Job
+	exists, err := r.lookup(ctx, db, "Job", name, &job, true)
+	if err != nil {
+		return nil, err
+	}
+	if exists && job.Labels[LabelUpgradeAttempt] == attempt {
+		return &job, nil
+	}
+	if exists {
+		if job.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("deleting Job %s of an earlier upgrade: %w", name, err)
+			}
+			r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
+		}
+		return nil, nil
+	}
+	desired, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("creating Job %s: %w", name, err)
+	}
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
+	r.normal(db, "Created", "Upgrade", "Job %s created with image %s", name, jobImage(desired))
+	return desired, nil
+}
+
+// upgradeJob runs the engine's upgrade container (the new image) or, with
+// rollback, its way back (the old image), on the primary's data volume.
+func upgradeJob(db *Cluster, eng engine.Engine, b *Backup, rollback bool) *batchv1.Job {
+	u := db.Status.Upgrade
+	c := clusterOf(db, eng)
+	name, component := upgradeJobName(db), componentUpgrade
+	c.Image = u.ToImage
+	if rollback {
+		name, component = rollbackJobName(db), componentRollback
+		c.Image = u.FromImage
+	}
+	spec := engine.Upgrade{
+		DataClaimName: claimName(db, 0), FromVersion: u.FromVersion, ToVersion: u.ToVersion, Rollback: rollback,
+	}
+	if b != nil {
+		spec.File, spec.SHA256, spec.ClaimName = b.Status.File, b.Status.SHA256, b.Status.ClaimName
+		if spec.ClaimName == "" {
+			spec.ClaimName = backupClaimName(db.Name)
+		}
+	}
+	pod := eng.UpgradePod(c, spec)
+	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: component, LabelUpgradeAttempt: u.Attempt})
+	return lifecycleJob(name, db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+}
+
+func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
+	u := db.Status.Upgrade
+	starting := serverPlan{Image: u.ToImage, Replicas: replicasOf(db)}
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return starting, err
+	}
+	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
+		db.Status.CurrentImage, db.Status.CurrentVersion = u.ToImage, u.ToVersion
+		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
+		r.toStep(db, dbv1.UpgradeRemovingOldData, "%s %s is ready on the upgraded data: the servers restart once more to remove the old data directory (%s)", eng.Name(), u.ToVersion, u.FromVersion)
+		return steadyPlan(db, u.ToImage), nil
+	}
+	deadline := u.StepStartTime.Add(upgradeTimeoutOf(db))
+	if r.now().Before(deadline) {
+		return starting, nil
+	}
+	u.FailureReason = "NewPrimaryNotReady"
+	r.toStep(db, dbv1.UpgradeRollingBack, "primary %s was not ready on %s within %s (upgradeTimeout): rolling back to %s with the old data directory",
+		podName(db, 0), u.ToImage, upgradeTimeoutOf(db), u.FromImage)
+	return stopped(u.FromImage), nil
+}
+
+// upgradeRecheck is when an upgrade waiting for its Job or its new primary
+// must look again: a pod that is never scheduled or never ready sends no
+// event.
+func upgradeRecheck(db *Cluster, now time.Time) time.Duration {
+	u := db.Status.Upgrade
+	if u == nil || u.StepStartTime == nil {
+		return 0
+	}
+	left := u.StepStartTime.Add(upgradeTimeoutOf(db)).Sub(now)
+	switch {
+	case u.Step == dbv1.UpgradeStartingNewVersion:
+		return max(left, time.Second)
+	case u.Step == dbv1.UpgradeRunningJob && left > 0:
+		return left
+	case u.Step == dbv1.UpgradeRunningJob:
+		// A long restore is fine; only an unschedulable pod (which
+		// sends no event) is given up on, and it is looked at now and then.
+		return time.Minute
+	}
+	return 0
+}
+
+func (r *Reconciler) upgradeRemoveOldData(db *Cluster, eng engine.Engine, l *live) serverPlan {
+	u := db.Status.Upgrade
+	plan := steadyPlan(db, u.ToImage)
+	sts := &l.statefulSet
+	desired := statefulSetRunning(db, eng, sts.Spec.VolumeClaimTemplates, plan)
+	replicas := replicasOf(db)
+	// The live StatefulSet has the plan's template (the API server adds
+	// defaults, so compare what the plan sets) and every server restarted
+	// with it.
+	state, err := desiredState(desired)
+	applied, _ := upToDate(state, sts)
+	rolled := err == nil && applied &&
+		sts.Status.ObservedGeneration >= sts.Generation && sts.Status.CurrentRevision == sts.Status.UpdateRevision &&
+		sts.Status.UpdatedReplicas == replicas && sts.Status.ReadyReplicas == replicas
+	if rolled {
+		r.toStep(db, dbv1.UpgradeCompleted, "upgrade from %s to %s done: every server restarted with the old data directories removed", u.FromVersion, u.ToVersion)
+	}
+	return plan
+}
+
+func (r *Reconciler) rollbackScaleDown(ctx context.Context, db *Cluster, l *live) (serverPlan, error) {
+	u := db.Status.Upgrade
+	gone, err := r.serversGone(ctx, db, l)
+	if err != nil || !gone {
+		return stopped(u.FromImage), err
+	}
+	if idle, err := r.upgradeJobIdle(ctx, db); err != nil || !idle {
+		return stopped(u.FromImage), err
+	}
+	r.toStep(db, dbv1.UpgradeRestoringOldData, "no server runs: Job %s puts the old data directory (%s) back with image %s", rollbackJobName(db), u.FromVersion, u.FromImage)
+	return stopped(u.FromImage), nil
+}
+
+func (r *Reconciler) rollbackJob(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
+	u := db.Status.Upgrade
+	job, err := r.attemptJob(ctx, db, rollbackJobName(db), func() (*batchv1.Job, error) {
+		return upgradeJob(db, eng, nil, true), nil
+	})
+	if err != nil || job == nil {
+		return stopped(u.FromImage), err
+	}
+	switch {
+	case jobFinished(job, batchv1.JobComplete):
+		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rolled_back").Inc()
+		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and was rolled back: the servers run %s on the old data directory, nothing of it lost; the pre-upgrade DatabaseBackup %s is kept. See Job %s's log, then set spec.image back to %s (clears this), fix the cause and set %s again for a new attempt",
+			u.FromImage, u.ToImage, u.FailureReason, u.FromImage, u.Backup, upgradeJobName(db), u.FromImage, u.ToImage)
+		r.setCondition(db, ConditionUpgradeFailed, true, u.FailureReason, msg)
+		r.toStep(db, dbv1.UpgradeFailed, "%s", msg)
+		return steadyPlan(db, u.FromImage), nil
+	case jobFinished(job, batchv1.JobFailed):
+		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/database-scripts.md says where the old directory is kept), then delete Job %s to run it again",
+			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), claimName(db, 0), job.Name)
+		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeFailed); c == nil || c.Reason != "RollbackFailed" {
+			r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()
+			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)
+		}
+		r.setCondition(db, ConditionUpgradeFailed, true, "RollbackFailed", msg)
+		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRestoringOldData), msg)
+	}
+	return stopped(u.FromImage), nil
+}
