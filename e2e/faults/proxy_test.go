@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -41,17 +39,9 @@ type faultyProxy struct {
 
 func newFaultyProxy(t *testing.T) *faultyProxy {
 	t.Helper()
-	admin := testenv.RESTConfig(t)
-	target, err := url.Parse(admin.Host)
-	require.NoError(t, err)
-	ca := admin.CAData
-	if len(ca) == 0 {
-		ca, err = os.ReadFile(admin.CAFile)
-		require.NoError(t, err)
-	}
-	// Trust the API server, but present no credentials of our own: the
-	// operator's own token passes through, so it acts as itself.
-	transport, err := rest.TransportFor(&rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	// The operator's own token passes through, so it acts as itself.
+	target, cfg := testenv.APIServerTransport(t)
+	transport, err := rest.TransportFor(cfg)
 	require.NoError(t, err)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport

@@ -80,7 +80,7 @@ func BenchmarkHundredDatabases(b *testing.B) {
 	testenv.StartController(b, rc, func(m ctrl.Manager) error {
 		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
 	}, ns)
-	releaseOnCleanup(b, ns)
+	testenv.ReleaseNamespaceOnCleanup(b, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 
 	dbs := make([]client.Object, n)
 	for i := range dbs {

@@ -42,30 +42,7 @@ func startOperator(t *testing.T, ns string) {
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
 		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
 	}, ns)
-	releaseOnCleanup(t, ns)
-}
-
-// releaseOnCleanup deletes the namespace while the operator still runs
-// (cleanups run last first), and waits until its finalizers let every
-// Database and DatabaseBackup go: without the operator they would hold the
-// namespace in Terminating for good.
-func releaseOnCleanup(t testing.TB, ns string) {
-	c := testenv.Client(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
-			var dbs dbv1.DatabaseList
-			var backups dbv1.DatabaseBackupList
-			if c.List(ctx, &dbs, client.InNamespace(ns)) == nil && c.List(ctx, &backups, client.InNamespace(ns)) == nil &&
-				len(dbs.Items) == 0 && len(backups.Items) == 0 {
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-		t.Errorf("namespace %s: Databases or DatabaseBackups still there 2 minutes after the namespace was deleted", ns)
-	})
+	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }
 
 func newDatabase(ns, name string, replicas int32) *dbv1.Database {

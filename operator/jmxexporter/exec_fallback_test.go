@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,17 +31,8 @@ type noWebSocketProxy struct {
 
 func newNoWebSocketProxy(t *testing.T) *noWebSocketProxy {
 	t.Helper()
-	admin := testenv.RESTConfig(t)
-	target, err := url.Parse(admin.Host)
-	require.NoError(t, err)
-	ca := admin.CAData
-	if len(ca) == 0 {
-		ca, err = os.ReadFile(admin.CAFile)
-		require.NoError(t, err)
-	}
-	// No credentials of its own: the client's token passes through. HTTP/1.1,
-	// as a connection upgrade needs.
-	transport, err := rest.TransportFor(&rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: ca, NextProtos: []string{"http/1.1"}}})
+	target, cfg := testenv.APIServerTransport(t)
+	transport, err := rest.TransportFor(cfg)
 	require.NoError(t, err)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport

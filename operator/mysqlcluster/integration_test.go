@@ -40,28 +40,7 @@ func startOperator(t *testing.T, ns string, now func() time.Time) {
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, mysqlcluster.Name), func(m ctrl.Manager) error {
 		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}, Now: now})
 	}, ns)
-	releaseOnCleanup(t, ns)
-}
-
-// releaseOnCleanup deletes the namespace while the operator still runs and
-// waits until its finalizers have let every cluster and backup go.
-func releaseOnCleanup(t testing.TB, ns string) {
-	c := testenv.Client(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
-			var mcs grtlv1.MySQLClusterList
-			var backups grtlv1.MySQLBackupInstanceList
-			if c.List(ctx, &mcs, client.InNamespace(ns)) == nil && c.List(ctx, &backups, client.InNamespace(ns)) == nil &&
-				len(mcs.Items) == 0 && len(backups.Items) == 0 {
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-		t.Errorf("namespace %s: MySQLClusters or MySQLBackupInstances still there 2 minutes after the namespace was deleted", ns)
-	})
+	testenv.ReleaseNamespaceOnCleanup(t, ns, &grtlv1.MySQLClusterList{}, &grtlv1.MySQLBackupInstanceList{})
 }
 
 func newCluster(ns, name, secret string, replicas int32) *grtlv1.MySQLCluster {
@@ -297,7 +276,7 @@ func TestTheTwoControllersNeverSeeEachOthersObjects(t *testing.T) {
 		}
 		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}})
 	}, ns)
-	releaseOnCleanup(t, ns)
+	testenv.ReleaseNamespaceOnCleanup(t, ns, &grtlv1.MySQLClusterList{}, &grtlv1.MySQLBackupInstanceList{})
 	t.Cleanup(func() { // Databases too
 		_ = c.DeleteAllOf(context.Background(), &dbv1.Database{}, client.InNamespace(ns))
 	})
