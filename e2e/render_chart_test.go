@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
 
 // everythingOn is every optional part of the chart switched on.
@@ -106,9 +108,9 @@ func TestClusterRoleHasEachRuleOnce(t *testing.T) {
 // onlyControllers is, for each controller, the sets enabling it alone.
 func onlyControllers() [][]string {
 	var out [][]string
-	for _, key := range []string{"blogPost", "configMonitor", "tdset", "jmxExporter", "database"} {
+	for _, key := range []string{"blogPost", "configMonitor", "tdset", "jmxExporter", "database", "mysqlCluster"} {
 		var sets []string
-		for _, other := range []string{"blogPost", "configMonitor", "tdset", "jmxExporter", "database"} {
+		for _, other := range []string{"blogPost", "configMonitor", "tdset", "jmxExporter", "database", "mysqlCluster"} {
 			sets = append(sets, "controllers."+other+".enabled="+boolString(other == key))
 		}
 		out = append(out, sets)
@@ -117,13 +119,14 @@ func onlyControllers() [][]string {
 }
 
 // operatorMetricNames are the metric names the controllers register
-// (Name: "deckhand_..." in their metrics.go).
+// (Name: "deckhand_..." in their metrics.go, and those of the two kinds on
+// the shared database code).
 func operatorMetricNames(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(testenv.Root(t), "operator", "*", "metrics.go"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
-	var names []string
+	names := append(database.DatabaseKind.MetricNames(), mysqlcluster.Kind.MetricNames()...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)

@@ -177,6 +177,10 @@ func NewKind(k Kind) *Kind {
 	return &k
 }
 
+// MetricNames are the names of the Kind's metrics (the chart's alerts and
+// dashboard may use only these).
+func (k *Kind) MetricNames() []string { return k.metrics.names }
+
 // Say is msg in the Kind's words.
 func (k *Kind) Say(msg string) string {
 	if k.Words == nil {

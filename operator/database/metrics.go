@@ -20,46 +20,53 @@ type metrics struct {
 	backupsTotal        *prometheus.CounterVec
 	lastBackupSuccess   *prometheus.GaugeVec
 	nextScheduledBackup *prometheus.GaugeVec
+	// names of the above, for MetricNames.
+	names []string
 }
 
 // newMetrics registers a Kind's metrics (once per name: a second Kind of
 // the same name shares them).
 func newMetrics(name, kind, label string) *metrics {
-	prefix := "deckhand_" + name + "_"
+	var names []string
+	named := func(suffix string) string {
+		names = append(names, "deckhand_"+name+"_"+suffix)
+		return names[len(names)-1]
+	}
 	m := &metrics{
 		objectWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "object_writes_total",
+			Name: named("object_writes_total"),
 			Help: "Objects the " + kind + " controller created, updated or deleted, by kind and action.",
 		}, []string{"kind", "action"}),
 		initJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "init_jobs_total",
+			Name: named("init_jobs_total"),
 			Help: "Init Jobs seen finishing, by result (succeeded, failed).",
 		}, []string{"result"}),
 		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "major_upgrades_total",
+			Name: named("major_upgrades_total"),
 			Help: "Major-version upgrades seen ending, by " + kind + " and result (succeeded, rolled_back, rollback_failed).",
 		}, []string{"namespace", label, "result"}),
 		readyReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: prefix + "ready_replicas",
+			Name: named("ready_replicas"),
 			Help: "Ready replicas of each " + kind + ".",
 		}, []string{"namespace", label}),
 		backupsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "backups_total",
+			Name: named("backups_total"),
 			Help: "Backups seen finishing, by " + kind + " and result (succeeded, failed).",
 		}, []string{"namespace", label, "result"}),
 		lastBackupSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: prefix + "last_successful_backup_timestamp_seconds",
+			Name: named("last_successful_backup_timestamp_seconds"),
 			Help: "When the newest completed backup of each " + kind + " completed (Unix time).",
 		}, []string{"namespace", label}),
 		nextScheduledBackup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: prefix + "next_scheduled_backup_timestamp_seconds",
+			Name: named("next_scheduled_backup_timestamp_seconds"),
 			Help: "When the next scheduled backup of each " + kind + " is due (Unix time); absent without a schedule.",
 		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: prefix + "ready",
+			Name: named("ready"),
 			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
 		}, []string{"namespace", label}),
 	}
+	m.names = names
 	m.objectWrites = register(m.objectWrites)
 	m.initJobs = register(m.initJobs)
 	m.upgrades = register(m.upgrades)
