@@ -138,7 +138,7 @@ func TestKubectlExplainReadsWell(t *testing.T) {
 	testenv.InstallCRDs(t)
 	out, err := testenv.Kubectl(t, "explain", "blogpost.spec")
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "Title of the post, as readers see it.")
-	assert.Contains(t, out, "Author of the post.")
+	assert.Contains(t, out, "Title of the post, as readers see it: at most 256 bytes")
+	assert.Contains(t, out, "Author of the post: at most 128 bytes")
 	assert.Regexp(t, `title\s+<string> -required-`, out)
 }
