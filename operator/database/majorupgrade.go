@@ -107,7 +107,7 @@ func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, 
 		Backup: fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt),
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
-	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: DatabaseBackup %s first; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it",
+	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: DatabaseBackup %s first; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it. Writes made after the backup starts are not carried over (the old data directory keeps them until the upgrade completes): stop writing first",
 		eng.Name(), fromV, toV, db.Status.Upgrade.Backup, upgradeJobName(db), wanted)
 }
 
