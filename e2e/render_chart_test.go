@@ -81,7 +81,7 @@ func MustRenderNamed(t *testing.T, name string) *Rendered {
 }
 
 func TestClusterRoleHasEachRuleOnce(t *testing.T) {
-	r := MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", "controllers.jmxExporter.enabled=true"))
+	r := MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", "controllers.jmxExporter.enabled=true", "controllers.mysqlCluster.enabled=true"))
 	role := Into[rbacv1.ClusterRole](t, r.One(t, "ClusterRole"))
 	var rules []string
 	events := 0
