@@ -409,7 +409,7 @@ func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, 
 		if b.CreationTimestamp.Before(&db.CreationTimestamp) || !b.DeletionTimestamp.IsZero() {
 			continue
 		}
-		rec := backupRecord{Name: b.Name, Completed: b.Status.Phase == dbv1.BackupCompleted}
+		rec := backupRecord{Name: b.Name, Completed: b.Status.Phase == dbv1.BackupCompleted, Created: b.CreationTimestamp.Time}
 		rec.Finished = rec.Completed || b.Status.Phase == dbv1.BackupFailed
 		if b.Status.CompletionTime != nil {
 			rec.Time = b.Status.CompletionTime.Time

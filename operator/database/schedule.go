@@ -1,8 +1,10 @@
 package database
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -54,8 +56,10 @@ type backupRecord struct {
 	// Finished: completed or failed. Pending and running backups are never
 	// pruned.
 	Finished, Completed bool
-	// Time is when it finished.
-	Time time.Time
+	// Time is when it finished; Created when it was made. Both have a
+	// resolution of a second: backups finishing in the same second are
+	// ordered by creation, then by name.
+	Time, Created time.Time
 	// InUse: a restore needs its file.
 	InUse bool
 }
@@ -71,7 +75,11 @@ func toPrune(backups []backupRecord, keepLast int32, maxAge time.Duration, now t
 			finished = append(finished, b)
 		}
 	}
-	sort.SliceStable(finished, func(i, j int) bool { return finished[i].Time.After(finished[j].Time) })
+	// Newest first. The list comes from a cache, in no set order, so ties
+	// are broken by creation time and name, never by chance.
+	slices.SortFunc(finished, func(a, b backupRecord) int {
+		return cmp.Or(b.Time.Compare(a.Time), b.Created.Compare(a.Created), strings.Compare(b.Name, a.Name))
+	})
 	var out []string
 	completed := int32(0)
 	for _, b := range finished {

@@ -77,3 +77,17 @@ func TestVersionsCompareNumerically(t *testing.T) {
 	assert.Equal(t, -1, compareVersions("8.0", "8.4"))
 	assert.Equal(t, 1, compareVersions("8.4", "8"))
 }
+
+// Completion times have a resolution of a second and the list comes from a
+// cache in no set order: backups finishing in the same second are ordered
+// by creation, so retention prunes the same one whatever the order.
+func TestRetentionOrdersBackupsFinishedInTheSameSecondByCreation(t *testing.T) {
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	finished := now.Add(-time.Minute)
+	older := backupRecord{Name: "z-scheduled", Finished: true, Completed: true, Time: finished, Created: now.Add(-time.Hour)}
+	newer := backupRecord{Name: "a-by-hand", Finished: true, Completed: true, Time: finished, Created: now.Add(-30 * time.Minute)}
+	newest := backupRecord{Name: "m-by-hand", Finished: true, Completed: true, Time: now, Created: now}
+	for _, order := range [][]backupRecord{{older, newer, newest}, {newer, older, newest}, {newest, newer, older}} {
+		assert.Equal(t, []string{"z-scheduled"}, toPrune(order, 2, 0, now))
+	}
+}
