@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -52,7 +51,7 @@ func BenchmarkOperatorMemory(b *testing.B) {
 		})
 	}
 	testenv.CreateAll(b, c, objs)
-	pods := waitPods(b, c, ns, deployments*replicas)
+	pods := testenv.WaitPods(b, c, ns, deployments*replicas, 4*time.Minute)
 	after := operatorRSS(b, rel)
 
 	fmt.Printf("\nOperator memory, every controller on (%s), run as the chart runs it; load before: %s\n", strings.Join(operator.Names(), ", "), load)
@@ -122,24 +121,6 @@ func foreignDeployment(ns, name string, replicas int32, pad int) *appsv1.Deploym
 		d.Annotations = map[string]string{"example.com/notes": strings.Repeat("n", pad)}
 	}
 	return d
-}
-
-// waitPods waits until at least n pods exist in ns and returns how many.
-func waitPods(b *testing.B, c client.Client, ns string, n int) int {
-	b.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		var pods metav1.PartialObjectMetadataList
-		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		require.NoError(b, c.List(context.Background(), &pods, client.InNamespace(ns)))
-		if len(pods.Items) >= n {
-			return len(pods.Items)
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d pods after 4 minutes", len(pods.Items), n)
-		}
-		time.Sleep(2 * time.Second)
-	}
 }
 
 func mib(kib int) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }

@@ -8,7 +8,6 @@
 package badinput
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -17,17 +16,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
+	grtlv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/blogpost"
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 	"github.com/deckhand-dev/deckhand/operator/database"
@@ -111,7 +107,7 @@ func startOperator(t *testing.T, ns string) *operatorUnderTest {
 		// helper and agent are never read.
 		return jmxexporter.Setup(mgr, jmxexporter.Options{TargetDir: "/tmp/deckhand-badinput"})
 	}, ns)
-	releaseOnCleanup(t, ns)
+	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{}, &grtlv1.MySQLClusterList{}, &grtlv1.MySQLBackupInstanceList{})
 	return o
 }
 
@@ -127,50 +123,11 @@ func inAnotherNamespace(path, ns string) bool {
 	return name != ns
 }
 
-// releaseOnCleanup deletes the namespace while the operator still runs
-// (cleanups run last first) and waits until the Databases, MySQLClusters
-// and their backups, which carry finalizers, are gone.
-func releaseOnCleanup(t *testing.T, ns string) {
-	c := testenv.Client(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
-			left := 0
-			for _, kind := range []string{"Database", "DatabaseBackup", "MySQLCluster", "MySQLBackupInstance"} {
-				list := &unstructured.UnstructuredList{}
-				list.SetGroupVersionKind(kinds[kind].gv.WithKind(kind + "List"))
-				if err := c.List(ctx, list, client.InNamespace(ns)); err == nil {
-					left += len(list.Items)
-				} else {
-					left++
-				}
-			}
-			if left == 0 {
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-		t.Errorf("namespace %s: Databases, MySQLClusters or their backups still there 2 minutes after the namespace was deleted", ns)
-	})
-}
-
 // panics is controller-runtime's count of reconcile panics in this
 // process (it recovers them; a panic is still a crash to the user).
 func panics(t *testing.T) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	require.NoError(t, err)
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == "controller_runtime_reconcile_panics_total" {
-			for _, m := range f.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return testenv.CounterValue(t, "controller_runtime_reconcile_panics_total", nil)
 }
 
 // quietRequests waits until the operator has handled what was applied

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -48,26 +50,45 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// ReconcileCount is controller-runtime's count of reconciles of one
-// controller in this process.
-func ReconcileCount(t testing.TB, controller string) float64 {
+// CounterValue is the sum of the counter name over the series, in this
+// process's controller-runtime registry, whose labels include all of
+// labels (none: every series).
+func CounterValue(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	require.NoError(t, err)
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += m.GetCounter().GetValue()
-				}
+				have[l.GetName()] = l.GetValue()
+			}
+			if matches(have, labels) {
+				total += m.GetCounter().GetValue()
 			}
 		}
 	}
 	return total
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ReconcileCount is controller-runtime's count of reconciles of one
+// controller in this process.
+func ReconcileCount(t testing.TB, controller string) float64 {
+	t.Helper()
+	return CounterValue(t, "controller_runtime_reconcile_total", map[string]string{"controller": controller})
 }
 
 // Percentile is the p-th (0..1) of durations, nearest rank.
@@ -120,5 +141,25 @@ func CreateAll(t testing.TB, c client.Client, objs []client.Object) {
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
+	}
+}
+
+// WaitPods waits, for at most within, until at least n pods exist in ns
+// (listed as metadata), and returns how many there are: benchmarks wait
+// for one phase's pods before timing the next.
+func WaitPods(t testing.TB, c client.Client, ns string, n int, within time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var pods metav1.PartialObjectMetadataList
+		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+		require.NoError(t, c.List(context.Background(), &pods, client.InNamespace(ns)))
+		if len(pods.Items) >= n {
+			return len(pods.Items)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pods after %s", len(pods.Items), n, within)
+		}
+		time.Sleep(time.Second)
 	}
 }

@@ -117,7 +117,7 @@ func benchmarkReaction(b *testing.B, row reactionRow) {
 	ns := testenv.Namespace(b, c)
 	setupStart := time.Now()
 	createMonitors(b, c, ns, row.monitors, row.active)
-	waitPods(b, c, ns, row.active)
+	testenv.WaitPods(b, c, ns, row.active, 4*time.Minute)
 
 	cmSeen := watchValues(b, &corev1.ConfigMapList{}, ns, func(cm *corev1.ConfigMap) string { return cm.Data["v"] })
 	patchSeen := watchValues(b, &appsv1.DeploymentList{}, ns, func(d *appsv1.Deployment) string {
@@ -176,7 +176,7 @@ func BenchmarkRestartPacing(b *testing.B) {
 	c := testenv.Client(b)
 	ns := testenv.Namespace(b, c)
 	createMonitors(b, c, ns, monitors, monitors)
-	waitPods(b, c, ns, monitors)
+	testenv.WaitPods(b, c, ns, monitors, 4*time.Minute)
 	cmSeen := watchValues(b, &corev1.ConfigMapList{}, ns, func(cm *corev1.ConfigMap) string { return cm.Data["v"] })
 	patchSeen := watchValues(b, &appsv1.DeploymentList{}, ns, func(d *appsv1.Deployment) string {
 		return d.Spec.Template.Annotations[annotationOf(strings.Replace(d.Name, "w-", "cm-", 1))]
@@ -280,25 +280,6 @@ func deployment(ns, name string) *appsv1.Deployment {
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
 			},
 		},
-	}
-}
-
-// waitPods waits until n pods exist in ns: a monitor resolves its
-// workload through them.
-func waitPods(b *testing.B, c client.Client, ns string, n int) {
-	b.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		var pods metav1.PartialObjectMetadataList
-		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		require.NoError(b, c.List(context.Background(), &pods, client.InNamespace(ns)))
-		if len(pods.Items) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d pods after 4 minutes", len(pods.Items), n)
-		}
-		time.Sleep(time.Second)
 	}
 }
 

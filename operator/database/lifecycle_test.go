@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -104,23 +103,7 @@ func completedBackup(t *testing.T, c client.Client, ns, db, name string) *dbv1.D
 
 func backupsResult(t *testing.T, ns, db, result string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != "deckhand_database_backups_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == ns && labels["database"] == db && labels["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testenv.CounterValue(t, "deckhand_database_backups_total", map[string]string{"namespace": ns, "database": db, "result": result})
 }
 
 func envOf(c corev1.Container) map[string]string {

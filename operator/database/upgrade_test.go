@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -146,23 +145,7 @@ func (w *upgradeWatch) result() ([]string, []string) {
 
 func upgradesResult(t *testing.T, ns, db, result string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != "deckhand_database_major_upgrades_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == ns && labels["database"] == db && labels["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testenv.CounterValue(t, "deckhand_database_major_upgrades_total", map[string]string{"namespace": ns, "database": db, "result": result})
 }
 
 // preUpgradeBackup waits for the newest pre-upgrade backup not in skip.

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	banzaiv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
@@ -337,23 +336,7 @@ func indexFrom(s, sub string, from int) int {
 // attachCount reads deckhand_jmxexporter_attaches_total{result,reason}.
 func attachCount(t *testing.T, result, reason string) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != "deckhand_jmxexporter_attaches_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["result"] == result && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testenv.CounterValue(t, "deckhand_jmxexporter_attaches_total", map[string]string{"result": result, "reason": reason})
 }
 
 func TestAdmissionRejectsBadSpecsWithReadableMessages(t *testing.T) {

@@ -300,7 +300,7 @@ func BenchmarkBoundaryBurst1000(b *testing.B) {
 	}
 	wg.Wait()
 	floor := seen.lags(b, "floor-", count, floorStart)
-	waitPodCount(b, c, ns, 2*count)
+	testenv.WaitPods(b, c, ns, 2*count, 3*time.Minute)
 
 	// TDSet: the clock moves so 12:00 is lead away; an HPA created and
 	// deleted wakes every TDSet of the namespace (writing nothing), so
@@ -440,25 +440,6 @@ func wakeAll(b *testing.B, c client.Client, ns string, woken func()) {
 	woken()
 	require.NoError(b, c.Delete(context.Background(), hpa))
 	time.Sleep(2 * time.Second)
-}
-
-// waitPodCount waits until n pods exist in ns, so one phase's pod
-// creation does not run into the next.
-func waitPodCount(b *testing.B, c client.Client, ns string, n int) {
-	b.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		var pods metav1.PartialObjectMetadataList
-		pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		require.NoError(b, c.List(context.Background(), &pods, client.InNamespace(ns)))
-		if len(pods.Items) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d pods after 3 minutes", len(pods.Items), n)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // loadAverage is the host's 1-, 5- and 15-minute load: other work shares
