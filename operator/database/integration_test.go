@@ -85,8 +85,17 @@ func ready(ct *assert.CollectT, db *dbv1.Database) {
 	require.Equal(ct, metav1.ConditionTrue, condition(db, database.ConditionReady).Status)
 }
 
-func eventReasons(t *testing.T, c client.Client, ns, name, kind string) []string {
+// assertEvent waits for an Event of the kind and reason about the named
+// object: the operator records Events after it writes status, so a test
+// that just saw the status may not see the Event yet.
+func assertEvent(t *testing.T, c client.Client, ns, name, kind, reason string) {
 	t.Helper()
+	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.Contains(ct, eventReasons(ct, c, ns, name, kind), reason)
+	}, wait, 200*time.Millisecond, "%s Event %s about %s", kind, reason, name)
+}
+
+func eventReasons(t require.TestingT, c client.Client, ns, name, kind string) []string {
 	var evs eventsv1.EventList
 	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
 	var reasons []string
@@ -110,6 +119,7 @@ func seedSampleIn(t *testing.T, ns string) string {
 }
 
 func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -230,7 +240,7 @@ func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
 		assert.NotContains(t, e.Note, string(super.Data["password"]))
 		assert.NotContains(t, e.Note, string(repl.Data["password"]))
 	}
-	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeNormal), "Initialized")
+	assertEvent(t, c, ns, db.Name, corev1.EventTypeNormal, "Initialized")
 }
 
 func stringData(s *corev1.Secret) map[string]string {
@@ -244,6 +254,7 @@ func stringData(s *corev1.Secret) map[string]string {
 // TestVersionFromTheInitJobsTerminationMessage: kwok writes no termination
 // message, so the test writes the one init.sh would have written.
 func TestVersionFromTheInitJobsTerminationMessage(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -284,6 +295,7 @@ func TestVersionFromTheInitJobsTerminationMessage(t *testing.T) {
 }
 
 func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -331,7 +343,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	assert.Contains(t, condition(cur, database.ConditionInitialized).Message, "BackoffLimitExceeded")
 	assert.Contains(t, condition(cur, database.ConditionInitialized).Message, "is super-great-docker-image a PostgreSQL server image?")
 	assert.Equal(t, metav1.ConditionFalse, condition(cur, database.ConditionReady).Status)
-	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "InitJobFailed")
+	assertEvent(t, c, ns, db.Name, corev1.EventTypeWarning, "InitJobFailed")
 
 	// A fixed image: the failed Job is replaced by one with the new image.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -344,7 +356,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "failing-init"}, &j))
 		require.Equal(ct, "postgres:17.6", j.Spec.Template.Spec.Containers[0].Image)
 	}, wait, 100*time.Millisecond)
-	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeNormal), "Deleted")
+	assertEvent(t, c, ns, db.Name, corev1.EventTypeNormal, "Deleted")
 
 	// Room for its pod: the new Job runs and the Database is Ready.
 	require.NoError(t, c.Delete(context.Background(), quota))
@@ -352,6 +364,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 }
 
 func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -419,6 +432,7 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 }
 
 func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -438,7 +452,7 @@ func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
 	})
 	assert.Equal(t, dbv1.PhaseDegraded, cur.Status.Phase)
 	assert.Contains(t, condition(cur, database.ConditionReady).Message, "Service shop-rw exists and is not owned by this Database")
-	assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "ServiceNotOwned")
+	assertEvent(t, c, ns, db.Name, corev1.EventTypeWarning, "ServiceNotOwned")
 
 	var after corev1.Service
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(foreign), &after))
@@ -455,6 +469,7 @@ func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
 }
 
 func TestRetainDeletionKeepsTheVolumesAndSecrets(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -500,10 +515,11 @@ func TestRetainDeletionKeepsTheVolumesAndSecrets(t *testing.T) {
 	var backups dbv1.DatabaseBackupList
 	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
 	assert.Empty(t, backups.Items, "Retain takes no final backup")
-	assert.Contains(t, eventReasons(t, c, ns, "gone", corev1.EventTypeNormal), "Kept")
+	assertEvent(t, c, ns, "gone", corev1.EventTypeNormal, "Kept")
 }
 
 func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -527,7 +543,7 @@ func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
 		require.Equal(ct, "ExpansionNotAllowed", condition(d, database.ConditionStorageResized).Reason)
 	})
 	assert.Contains(t, condition(cur, database.ConditionStorageResized).Message, "StorageClass standard does not allow volume expansion")
-	assert.Contains(t, eventReasons(t, c, ns, fixed.Name, corev1.EventTypeWarning), "ExpansionNotAllowed")
+	assertEvent(t, c, ns, fixed.Name, corev1.EventTypeWarning, "ExpansionNotAllowed")
 	for i := range 2 {
 		var pvc corev1.PersistentVolumeClaim
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("data-fixed-%d", i)}, &pvc))
@@ -546,10 +562,11 @@ func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
 	waitFor(t, c, growing, "resized", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "Resized", condition(d, database.ConditionStorageResized).Reason)
 	})
-	assert.Contains(t, eventReasons(t, c, ns, growing.Name, corev1.EventTypeNormal), "Resizing")
+	assertEvent(t, c, ns, growing.Name, corev1.EventTypeNormal, "Resizing")
 }
 
 func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)

@@ -181,7 +181,7 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 		require.Equal(ct, "second", d.Status.Backup.LastSuccessfulBackup)
 	})
 	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "654321 bytes")
-	assert.Contains(t, eventReasons(t, c, ns, "shop", corev1.EventTypeNormal), "BackupCompleted")
+	assertEvent(t, c, ns, "shop", corev1.EventTypeNormal, "BackupCompleted")
 	assert.Equal(t, 2.0, backupsResult(t, ns, "shop", "succeeded"))
 
 	out, err := testenv.Kubectl(t, "-n", ns, "get", "dbbackup")
@@ -252,7 +252,7 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "DatabaseBackup bad failed")
 	assert.Contains(t, condition(cur, database.ConditionLastBackupSucceeded).Message, "the newest completed backup is good")
 	assert.Equal(t, "good", cur.Status.Backup.LastSuccessfulBackup)
-	assert.Contains(t, eventReasons(t, c, ns, "flaky", corev1.EventTypeWarning), "BackupFailed")
+	assertEvent(t, c, ns, "flaky", corev1.EventTypeWarning, "BackupFailed")
 	assert.Equal(t, 1.0, backupsResult(t, ns, "flaky", "failed"))
 	// The failed Job is gone: the next backup may run.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -305,7 +305,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	})
 	assert.Equal(t, last.Add(2*time.Hour), cur.Status.Backup.NextScheduleTime.UTC())
 	assert.Equal(t, last, cur.Status.Backup.LastScheduleTime.UTC())
-	assert.Contains(t, eventReasons(t, c, ns, "nightly", corev1.EventTypeNormal), "BackupScheduled")
+	assertEvent(t, c, ns, "nightly", corev1.EventTypeNormal, "BackupScheduled")
 
 	// Retention keeps the last 2: the third completed backup deletes the
 	// oldest, whose finalizer deletes its file with a Job first.
@@ -328,8 +328,8 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: catchUp.Name}, &dbv1.DatabaseBackup{})
 		require.True(ct, apierrors.IsNotFound(err), "the oldest backup is still there")
 	}, wait, 100*time.Millisecond)
-	assert.Contains(t, eventReasons(t, c, ns, catchUp.Name, corev1.EventTypeNormal), "FileDeleted")
-	assert.Contains(t, eventReasons(t, c, ns, "nightly", corev1.EventTypeNormal), "BackupPruned")
+	assertEvent(t, c, ns, catchUp.Name, corev1.EventTypeNormal, "FileDeleted")
+	assertEvent(t, c, ns, "nightly", corev1.EventTypeNormal, "BackupPruned")
 	for _, kept := range []string{"by-hand-1", "by-hand-2"} {
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: kept}, &dbv1.DatabaseBackup{}), kept)
 	}
@@ -433,7 +433,7 @@ func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
 		assert.Equal(t, "FinalBackupTimedOut", condition(cur, database.ConditionDeletionBlocked).Reason)
 		assert.Contains(t, msg, "annotate the Database stable.imaginedata.co/skip-final-backup=true")
 		assert.Contains(t, msg, "set spec.deletionPolicy to Retain")
-		assert.Contains(t, eventReasons(t, c, ns, db.Name, corev1.EventTypeWarning), "FinalBackupTimedOut")
+		assertEvent(t, c, ns, db.Name, corev1.EventTypeWarning, "FinalBackupTimedOut")
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: db.Name}, &appsv1.StatefulSet{}), "nothing removed while blocked")
 	}
 
@@ -462,7 +462,7 @@ func TestABlockedFinalBackupSaysTheWayOut(t *testing.T) {
 			}
 		}
 	}, 60*time.Second, 250*time.Millisecond)
-	assert.Contains(t, eventReasons(t, c, ns, "skip", corev1.EventTypeNormal), "FinalBackupSkipped")
+	assertEvent(t, c, ns, "skip", corev1.EventTypeNormal, "FinalBackupSkipped")
 }
 
 func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T) {
@@ -515,7 +515,7 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 	assert.Contains(t, condition(cur, database.ConditionRestored).Message, "DatabaseBackup no-such-backup (spec.fromBackup) does not exist")
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hopeful-init"}, &batchv1.Job{})
 	assert.True(t, apierrors.IsNotFound(err), "no init Job: an empty database must not look ready")
-	assert.Contains(t, eventReasons(t, c, ns, "hopeful", corev1.EventTypeWarning), "BackupNotFound")
+	assertEvent(t, c, ns, "hopeful", corev1.EventTypeWarning, "BackupNotFound")
 
 	// fromBackup cannot change after creation.
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(missing), cur))
@@ -659,7 +659,7 @@ func TestImageChangesBackUpFirstAndDowngradesAreRefused(t *testing.T) {
 		require.Equal(ct, "Downgrade", condition(d, database.ConditionUpgradeBlocked).Reason)
 	})
 	assert.Contains(t, condition(cur, database.ConditionUpgradeBlocked).Message, "PostgreSQL 17.7 to 16.4 is a major-version downgrade")
-	assert.Contains(t, eventReasons(t, c, ns, "rolling", corev1.EventTypeWarning), "Downgrade")
+	assertEvent(t, c, ns, "rolling", corev1.EventTypeWarning, "Downgrade")
 	time.Sleep(time.Second)
 	assert.Equal(t, "postgres:17.7", serverImage(t, c, ns, "rolling"))
 	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))

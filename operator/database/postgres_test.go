@@ -34,6 +34,7 @@ import (
 // mounts it in a pod).
 
 func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
+	t.Parallel()
 	bin := pgtest.Bin(t)
 	u := pgtest.Unprivileged(t)
 	testenv.InstallCRDs(t)

@@ -439,7 +439,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	assert.Equal(t, "17.6", cur.Status.CurrentVersion)
 	assert.Nil(t, conditionOf(cur, database.ConditionUpgrading))
 	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "fails"))
-	assert.Contains(t, eventReasons(t, c, ns, "fails", corev1.EventTypeWarning), "UpgradeFailed")
+	assertEvent(t, c, ns, "fails", corev1.EventTypeWarning, "UpgradeFailed")
 	assert.Equal(t, primaryClaim, claimUID(t, c, ns, "data-fails-0"))
 	assert.Equal(t, 1.0, upgradesResult(t, ns, "fails", "rolled_back"))
 

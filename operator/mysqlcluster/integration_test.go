@@ -90,8 +90,23 @@ func ready(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
 	require.Equal(ct, metav1.ConditionTrue, condition(mc.Status.Conditions, database.ConditionReady).Status)
 }
 
-func events(t *testing.T, c client.Client, ns, name, kind string) map[string]string {
+// waitEvents waits until Events of the kind with every one of the reasons
+// exist about the named object, and returns them (reason to note): the
+// operator records Events after it writes status, so a test that just saw
+// the status may not see the Event yet.
+func waitEvents(t *testing.T, c client.Client, ns, name, kind string, reasons ...string) map[string]string {
 	t.Helper()
+	var out map[string]string
+	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+		out = events(ct, c, ns, name, kind)
+		for _, r := range reasons {
+			require.Contains(ct, out, r)
+		}
+	}, 30*time.Second, 200*time.Millisecond, "%s Events %v about %s", kind, reasons, name)
+	return out
+}
+
+func events(t require.TestingT, c client.Client, ns, name, kind string) map[string]string {
 	var evs eventsv1.EventList
 	require.NoError(t, c.List(context.Background(), &evs, client.InNamespace(ns)))
 	out := map[string]string{}
@@ -148,6 +163,7 @@ func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, s
 // with it (mysql:latest is not pinned; its fromBackup does not exist)
 // instead of becoming an empty cluster that looks restored.
 func TestSeedExampleIsAcceptedAndReportedTruthfully(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -177,9 +193,7 @@ func TestSeedExampleIsAcceptedAndReportedTruthfully(t *testing.T) {
 	assert.Equal(t, "my-cluster-0", mc.Status.Primary)
 	assert.Equal(t, mc.Generation, mc.Status.ObservedGeneration)
 
-	warnings := events(t, c, ns, "my-cluster", corev1.EventTypeWarning)
-	assert.Contains(t, warnings, "BackupNotFound")
-	assert.Contains(t, warnings, "ImageNotPinned")
+	waitEvents(t, c, ns, "my-cluster", corev1.EventTypeWarning, "BackupNotFound", "ImageNotPinned")
 
 	// Nothing pretends to be restored: no restore Job, no init Job.
 	for _, job := range []string{"my-cluster-restore", "my-cluster-init"} {
@@ -228,6 +242,7 @@ func TestSeedExampleIsAcceptedAndReportedTruthfully(t *testing.T) {
 // The seed's example without fromBackup: a working cluster, and a root
 // Secret made when the named one does not exist.
 func TestFreshClusterReachesReadyAndGetsItsSecret(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -261,12 +276,13 @@ func TestFreshClusterReachesReadyAndGetsItsSecret(t *testing.T) {
 	secret := get(t, c, ns, "generated-root", &corev1.Secret{})
 	assert.Len(t, secret.Data["password"], 26)
 	assert.True(t, metav1.IsControlledBy(secret, gen), "it goes with the cluster's deletionPolicy")
-	assert.Contains(t, events(t, c, ns, "generated", corev1.EventTypeNormal), "Created")
+	waitEvents(t, c, ns, "generated", corev1.EventTypeNormal, "Created")
 }
 
 // One operator with both controllers: each sees its own objects only, and
 // a name clash is refused, not taken over.
 func TestTheTwoControllersNeverSeeEachOthersObjects(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -308,6 +324,7 @@ func TestTheTwoControllersNeverSeeEachOthersObjects(t *testing.T) {
 // fromBackup: the restore Job runs once the backup has completed and the
 // primary is ready, before the init Job; the cluster is Ready only after.
 func TestFromBackupRestoresBeforeInit(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -359,6 +376,7 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 // A schedule makes MySQLBackupInstances: one for any number of missed
 // times, one Job at a time per cluster, and retention deletes the old.
 func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -436,7 +454,7 @@ func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, condition(sched.Status.Conditions, mysqlcluster.ConditionLastBackupSucceeded).Status)
 	assert.Equal(t, metav1.ConditionTrue, condition(sched.Status.Conditions, mysqlcluster.ConditionBackupScheduled).Status)
 	require.NotNil(t, sched.Status.NextScheduleTime)
-	assert.Contains(t, events(t, c, ns, "app", corev1.EventTypeNormal), "BackupPruned")
+	waitEvents(t, c, ns, "app", corev1.EventTypeNormal, "BackupPruned")
 
 	out, err := testenv.Kubectl(t, "-n", ns, "get", "mbi")
 	require.NoError(t, err, out)
@@ -448,6 +466,7 @@ func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 // backup first; the StatefulSet and volumes go after it completed, the
 // backups and the user's Secret stay.
 func TestDeletionTakesAFinalBackupFirst(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
@@ -496,6 +515,7 @@ func TestDeletionTakesAFinalBackupFirst(t *testing.T) {
 
 // Bad inputs are refused at admission with messages a person understands.
 func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
+	t.Parallel()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
