@@ -76,7 +76,9 @@ func TestOperatorKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
 // with an operator without leader election: it keeps running, reconnects,
 // and finishes.
 func TestAPIServerStoppedMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
-	c, ns, rendered := release(t, "leaderElection.enabled=false")
+	// Half the other tests' pace: stopping the control plane takes seconds,
+	// and the rollout must still be under way when it goes.
+	c, ns, rendered := release(t, "leaderElection.enabled=false", "config.configmonitor-restarts-per-second=5")
 	op := e2e.RunOperatorAsChart(t, rendered, ns)
 	op.WaitReady(t)
 

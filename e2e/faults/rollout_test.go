@@ -28,8 +28,8 @@ import (
 const workloads = 100
 
 // restartsPerSecond, with a burst of 1, paces the rollout so a fault lands
-// in its middle: 100 workloads take about 20 s.
-const restartsPerSecond = "5"
+// in its middle: 100 workloads take about 10 s.
+const restartsPerSecond = "10"
 
 // release installs the chart (CRDs, RBAC, config; no operator pod: the
 // local cluster runs no containers) into a new namespace, with only
