@@ -41,7 +41,7 @@ import (
 // build against the same objects, and DECKHAND_BENCH_RUNS (default 1)
 // repeats each, interleaved. DECKHAND_BENCH_PROFILE_DIR turns the
 // operators' pprof endpoint on and saves each one's heap profile,
-// /proc/<pid>/status and smaps_rollup there.
+// /proc/<pid>/status, smaps and smaps_rollup there.
 func BenchmarkOperatorMemory(b *testing.B) {
 	const configMaps, size, deployments, replicas = 10000, 10 << 10, 1000, 5
 	c := testenv.Client(b)
@@ -167,13 +167,16 @@ func saveProfiles(b *testing.B, op *HostOperator, rel installed, build operatorB
 	require.NotEmpty(b, pprof, "the release has no pprof-bind-address")
 	prefix := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(build.label, " ", "-"), op.Pid()))
 	require.NoError(b, os.MkdirAll(dir, 0o755))
-	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", op.Pid()))
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", op.Pid()))
+	require.NoError(b, err)
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", op.Pid()))
 	require.NoError(b, err)
 	files := map[string]string{
 		".heap.pb.gz":     httpGet(b, "http://"+pprof+"/debug/pprof/heap"),
 		".heap.txt":       httpGet(b, "http://"+pprof+"/debug/pprof/heap?debug=1"),
 		".status":         string(status),
-		".smaps_rollup":   string(smaps),
+		".smaps_rollup":   string(rollup),
+		".smaps":          string(smaps),
 		".goroutines.txt": httpGet(b, "http://"+pprof+"/debug/pprof/goroutine?debug=1"),
 	}
 	for suffix, body := range files {

@@ -101,6 +101,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
+		MapperProvider:                newRememberingRESTMapper,
 	}
 	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: OwnedObjectsOnly(selected)}
 	if len(cfg.WatchNamespaces) > 0 {
