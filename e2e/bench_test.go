@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	"github.com/deckhand-dev/deckhand/operator"
@@ -115,13 +114,16 @@ func operatorBuilds(b *testing.B) []operatorBuild {
 type operatorMemory struct {
 	// rss, anon and file are VmRSS, RssAnon and RssFile in KiB.
 	rss, anon, file int
+	// cpu is the CPU time (user and system) the process used so far:
+	// starting, filling its caches and handling their events.
+	cpu time.Duration
 	// heapInuse, heapIdle, heapReleased and nextGC are the Go runtime's,
 	// in bytes, from the metrics endpoint (0 when metrics are off).
 	heapInuse, heapIdle, heapReleased, nextGC float64
 }
 
 func (m operatorMemory) String() string {
-	s := fmt.Sprintf("%s (anon %s, file %s", mib(m.rss), mib(m.anon), mib(m.file))
+	s := fmt.Sprintf("%s (anon %s, file %s; CPU %v", mib(m.rss), mib(m.anon), mib(m.file), m.cpu.Round(10*time.Millisecond))
 	if m.heapInuse > 0 {
 		s += fmt.Sprintf("; Go heap in use %.1f MiB, idle not released %.1f MiB, next GC at %.1f MiB",
 			m.heapInuse/(1<<20), (m.heapIdle-m.heapReleased)/(1<<20), m.nextGC/(1<<20))
@@ -140,7 +142,7 @@ func measureOperator(b *testing.B, rel installed, build operatorBuild, profiles 
 	time.Sleep(5 * time.Second)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", op.Pid()))
 	require.NoError(b, err)
-	m := operatorMemory{rss: statusKiB(status, "VmRSS"), anon: statusKiB(status, "RssAnon"), file: statusKiB(status, "RssFile")}
+	m := operatorMemory{rss: statusKiB(status, "VmRSS"), anon: statusKiB(status, "RssAnon"), file: statusKiB(status, "RssFile"), cpu: cpuTime(b, op.Pid())}
 	if op.metrics != "" {
 		metrics := httpGet(b, "http://"+op.metrics+"/metrics")
 		m.heapInuse = metricValue(metrics, "go_memstats_heap_inuse_bytes")
@@ -160,10 +162,7 @@ func measureOperator(b *testing.B, rel installed, build operatorBuild, profiles 
 // and smaps_rollup under dir, named by build and pid.
 func saveProfiles(b *testing.B, op *HostOperator, rel installed, build operatorBuild, dir string, status []byte) {
 	b.Helper()
-	cm := Into[corev1.ConfigMap](b, rel.rendered.Operator(b, "ConfigMap"))
-	cfg := map[string]any{}
-	require.NoError(b, yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg))
-	pprof, _ := cfg["pprof-bind-address"].(string)
+	pprof, _ := configOf(b, rel.rendered)["pprof-bind-address"].(string)
 	require.NotEmpty(b, pprof, "the release has no pprof-bind-address")
 	prefix := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(build.label, " ", "-"), op.Pid()))
 	require.NoError(b, os.MkdirAll(dir, 0o755))
@@ -182,6 +181,21 @@ func saveProfiles(b *testing.B, op *HostOperator, rel installed, build operatorB
 	for suffix, body := range files {
 		require.NoError(b, os.WriteFile(prefix+suffix, []byte(body), 0o644))
 	}
+}
+
+// cpuTime is a process's user and system CPU time, from /proc/<pid>/stat
+// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(b, err)
+	// The command name, in parentheses, may hold spaces: count after it.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, err := strconv.Atoi(fields[11])
+	require.NoError(b, err)
+	stime, err := strconv.Atoi(fields[12])
+	require.NoError(b, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // statusKiB is a "Name:  123 kB" line of /proc/<pid>/status, in KiB.
