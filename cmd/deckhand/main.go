@@ -61,9 +61,10 @@ func main() {
 // all of it. The operator's live heap is mostly its caches, which are
 // small and change slowly, so collections stay rare; the heap's high-water
 // mark, and with it RSS, follows the goal: with every controller on and
-// 10,000 ConfigMaps, 1,000 Deployments and 5,000 pods in the cluster, RSS
-// was 84-91 MiB at GOGC=100 and 71-72 MiB at 50 (BenchmarkOperatorMemory,
-// docs/performance.md, which also gives the reaction latency at each).
+// 10,000 ConfigMaps, 1,000 Deployments and 5,000 pods in the cluster, the
+// same binary's RSS was 90-97 MiB at GOGC=100 and 70-72 MiB at 50, for
+// about a quarter more CPU while the caches fill (BenchmarkOperatorMemory;
+// docs/performance.md, which also gives ConfigMonitor's reaction at each).
 const defaultGCPercent = 50
 
 // collectAtHalfTheLiveHeap sets defaultGCPercent, unless GOGC is set.
