@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,16 +32,30 @@ import (
 // monitor names, 1,000 Deployments of 5 replicas (5,000 pods, 1,000
 // ReplicaSets) and 1,000 (headless) Services, none of them deckhand's, all
 // in the namespace the operator watches. RSS, as the kernel counts it, not
-// the Go heap.
+// the Go heap; the Go heap is printed beside it to show where RSS goes.
+//
+// Setting up the objects takes minutes, starting an operator seconds: to
+// compare builds in the same conditions, DECKHAND_BENCH_COMPARE lists
+// other operator binaries (label=path,...), measured after this tree's
+// build against the same objects, and DECKHAND_BENCH_RUNS (default 1)
+// repeats each, interleaved. DECKHAND_BENCH_PROFILE_DIR turns the
+// operators' pprof endpoint on and saves each one's heap profile,
+// /proc/<pid>/status, smaps and smaps_rollup there.
 func BenchmarkOperatorMemory(b *testing.B) {
 	const configMaps, size, deployments, replicas = 10000, 10 << 10, 1000, 5
 	c := testenv.Client(b)
 	// The operator run by the tests watches its release's namespace only:
 	// the objects go there.
 	ns := testenv.Namespace(b, c)
-	rel := installChartIn(b, c, ns, localValues(b, enableAll()...))
+	profiles := os.Getenv("DECKHAND_BENCH_PROFILE_DIR")
+	sets := enableAll()
+	if profiles != "" {
+		sets = append(sets, "config.pprof-bind-address="+freeAddress(b))
+	}
+	rel := installChartIn(b, c, ns, localValues(b, sets...))
 	load := loadAverage()
-	before := operatorRSS(b, rel)
+	builds := operatorBuilds(b)
+	before := measureOperator(b, rel, builds[0], "")
 	createConfigMaps(b, c, ns, configMaps, size)
 	objs := make([]client.Object, 0, 2*deployments)
 	for i := range deployments {
@@ -52,12 +70,165 @@ func BenchmarkOperatorMemory(b *testing.B) {
 	}
 	testenv.CreateAll(b, c, objs)
 	pods := testenv.WaitPods(b, c, ns, deployments*replicas, 4*time.Minute)
-	after := operatorRSS(b, rel)
+	loadAfter := loadAverage()
 
-	fmt.Printf("\nOperator memory, every controller on (%s), run as the chart runs it; load before: %s\n", strings.Join(operator.Names(), ", "), load)
-	fmt.Printf("%-72s %s\n", "operator RSS, cluster without the objects below", mib(before))
-	fmt.Printf("%-72s %s (target < 80 MiB)\n", fmt.Sprintf("with %d ConfigMaps of %d KiB, %d Deployments, %d Services, %d pods", configMaps, size>>10, deployments, deployments, pods), mib(after))
-	b.ReportMetric(float64(after)/1024, "rss-MiB")
+	fmt.Printf("\nOperator memory, every controller on (%s), run as the chart runs it; load before: %s, once the objects exist: %s\n", strings.Join(operator.Names(), ", "), load, loadAfter)
+	fmt.Printf("%-72s %s\n", "operator RSS, cluster without the objects below", before)
+	with := fmt.Sprintf("with %d ConfigMaps of %d KiB, %d Deployments, %d Services, %d pods", configMaps, size>>10, deployments, deployments, pods)
+	runs := 1
+	if n, err := strconv.Atoi(os.Getenv("DECKHAND_BENCH_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	for run := 1; run <= runs; run++ {
+		for _, build := range builds {
+			m := measureOperator(b, rel, build, profiles)
+			fmt.Printf("%-72s %s (target < 80 MiB; build %s, run %d, load %s)\n", with, m, build.label, run, loadAverage())
+			if build == builds[0] && run == 1 {
+				b.ReportMetric(float64(m.rss)/1024, "rss-MiB")
+			}
+		}
+	}
+}
+
+// operatorBuild is an operator binary under a label.
+type operatorBuild struct{ label, path string }
+
+// operatorBuilds are this tree's build, then those DECKHAND_BENCH_COMPARE
+// names (label=path,...).
+func operatorBuilds(b *testing.B) []operatorBuild {
+	b.Helper()
+	builds := []operatorBuild{{"this tree", operatorBinary(b)}}
+	for _, item := range strings.Split(os.Getenv("DECKHAND_BENCH_COMPARE"), ",") {
+		if item == "" {
+			continue
+		}
+		label, path, ok := strings.Cut(item, "=")
+		require.True(b, ok, "DECKHAND_BENCH_COMPARE: %q is not label=path", item)
+		builds = append(builds, operatorBuild{label, path})
+	}
+	return builds
+}
+
+// operatorMemory is what the kernel and the Go runtime say of a settled
+// operator.
+type operatorMemory struct {
+	// rss, anon and file are VmRSS, RssAnon and RssFile in KiB.
+	rss, anon, file int
+	// cpu is the CPU time (user and system) the process used so far:
+	// starting, filling its caches and handling their events.
+	cpu time.Duration
+	// heapInuse, heapIdle, heapReleased and nextGC are the Go runtime's,
+	// in bytes, from the metrics endpoint (0 when metrics are off).
+	heapInuse, heapIdle, heapReleased, nextGC float64
+}
+
+func (m operatorMemory) String() string {
+	s := fmt.Sprintf("%s (anon %s, file %s; CPU %v", mib(m.rss), mib(m.anon), mib(m.file), m.cpu.Round(10*time.Millisecond))
+	if m.heapInuse > 0 {
+		s += fmt.Sprintf("; Go heap in use %.1f MiB, idle not released %.1f MiB, next GC at %.1f MiB",
+			m.heapInuse/(1<<20), (m.heapIdle-m.heapReleased)/(1<<20), m.nextGC/(1<<20))
+	}
+	return s + ")"
+}
+
+// measureOperator starts a build of the operator as the chart would, waits
+// until it is ready (its caches synced) and settled, and reads its memory;
+// with a profile directory it saves its heap profile, status and
+// smaps_rollup there.
+func measureOperator(b *testing.B, rel installed, build operatorBuild, profiles string) operatorMemory {
+	b.Helper()
+	op := runOperatorBinaryAsChart(b, build.path, rel.rendered, rel.namespace, "", nil)
+	op.WaitReady(b)
+	time.Sleep(5 * time.Second)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", op.Pid()))
+	require.NoError(b, err)
+	m := operatorMemory{rss: statusKiB(status, "VmRSS"), anon: statusKiB(status, "RssAnon"), file: statusKiB(status, "RssFile"), cpu: cpuTime(b, op.Pid())}
+	if op.metrics != "" {
+		metrics := httpGet(b, "http://"+op.metrics+"/metrics")
+		m.heapInuse = metricValue(metrics, "go_memstats_heap_inuse_bytes")
+		m.heapIdle = metricValue(metrics, "go_memstats_heap_idle_bytes")
+		m.heapReleased = metricValue(metrics, "go_memstats_heap_released_bytes")
+		m.nextGC = metricValue(metrics, "go_memstats_next_gc_bytes")
+	}
+	if profiles != "" {
+		saveProfiles(b, op, rel, build, profiles, status)
+	}
+	require.NoError(b, op.Stop(b), op.Logs())
+	return m
+}
+
+// saveProfiles writes the operator's heap profile (in use and allocated:
+// pprof -sample_index picks one), its memory statistics (debug=1), status
+// and smaps_rollup under dir, named by build and pid.
+func saveProfiles(b *testing.B, op *HostOperator, rel installed, build operatorBuild, dir string, status []byte) {
+	b.Helper()
+	pprof, _ := configOf(b, rel.rendered)["pprof-bind-address"].(string)
+	require.NotEmpty(b, pprof, "the release has no pprof-bind-address")
+	prefix := filepath.Join(dir, fmt.Sprintf("%s-%d", strings.ReplaceAll(build.label, " ", "-"), op.Pid()))
+	require.NoError(b, os.MkdirAll(dir, 0o755))
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", op.Pid()))
+	require.NoError(b, err)
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", op.Pid()))
+	require.NoError(b, err)
+	files := map[string]string{
+		".heap.pb.gz":     httpGet(b, "http://"+pprof+"/debug/pprof/heap"),
+		".heap.txt":       httpGet(b, "http://"+pprof+"/debug/pprof/heap?debug=1"),
+		".status":         string(status),
+		".smaps_rollup":   string(rollup),
+		".smaps":          string(smaps),
+		".goroutines.txt": httpGet(b, "http://"+pprof+"/debug/pprof/goroutine?debug=1"),
+	}
+	for suffix, body := range files {
+		require.NoError(b, os.WriteFile(prefix+suffix, []byte(body), 0o644))
+	}
+}
+
+// cpuTime is a process's user and system CPU time, from /proc/<pid>/stat
+// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(b, err)
+	// The command name, in parentheses, may hold spaces: count after it.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, err := strconv.Atoi(fields[11])
+	require.NoError(b, err)
+	stime, err := strconv.Atoi(fields[12])
+	require.NoError(b, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// statusKiB is a "Name:  123 kB" line of /proc/<pid>/status, in KiB.
+func statusKiB(status []byte, name string) int {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return 0
+}
+
+// metricValue is an unlabelled sample of the Prometheus text exposition.
+func metricValue(text, name string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+func httpGet(b *testing.B, url string) string {
+	b.Helper()
+	resp, err := http.Get(url)
+	require.NoError(b, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b, err)
+	require.Equal(b, http.StatusOK, resp.StatusCode, "%s: %s", url, body)
+	return string(body)
 }
 
 // BenchmarkOperatorMemoryPerController measures the operator's RSS with

@@ -77,6 +77,13 @@ func RunOperatorAsChart(t testing.TB, r *Rendered, namespace string) *HostOperat
 // proxy on 127.0.0.1) instead of the cluster's address; "" is the cluster's.
 func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string, caPEM []byte) *HostOperator {
 	t.Helper()
+	return runOperatorBinaryAsChart(t, operatorBinary(t), r, namespace, server, caPEM)
+}
+
+// runOperatorBinaryAsChart is RunOperatorAsChartVia with another build of
+// the operator (a benchmark compares builds in the same cluster state).
+func runOperatorBinaryAsChart(t testing.TB, binary string, r *Rendered, namespace, server string, caPEM []byte) *HostOperator {
+	t.Helper()
 	d := Into[appsv1.Deployment](t, r.Operator(t, "Deployment"))
 	cm := Into[corev1.ConfigMap](t, r.Operator(t, "ConfigMap"))
 	container := d.Spec.Template.Spec.Containers[0]
@@ -113,7 +120,7 @@ func RunOperatorAsChartVia(t testing.TB, r *Rendered, namespace, server string, 
 	}
 	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, namespace, d.Spec.Template.Spec.ServiceAccountName, dir, server, caPEM))
 
-	cmd := exec.Command(operatorBinary(t), args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
 	for _, e := range container.Env {
 		if e.ValueFrom == nil {

@@ -29,6 +29,7 @@ type Config struct {
 	LeaderElectionID        string        `mapstructure:"leader-election-id"`
 	MetricsBindAddress      string        `mapstructure:"metrics-bind-address"`
 	HealthProbeBindAddress  string        `mapstructure:"health-probe-bind-address"`
+	PprofBindAddress        string        `mapstructure:"pprof-bind-address"`
 	LogLevel                string        `mapstructure:"log-level"`
 	LogFormat               string        `mapstructure:"log-format"`
 	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
@@ -63,6 +64,7 @@ func Flags() *pflag.FlagSet {
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
 	fs.String("metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" turns it off`)
 	fs.String("health-probe-bind-address", ":8081", "address serving /healthz and /readyz")
+	fs.String("pprof-bind-address", "0", `address serving Go's /debug/pprof profiles, for finding where memory or CPU goes; "0" (the default) turns it off. It has no authentication: bind it to 127.0.0.1 and port-forward`)
 	fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.String("log-format", "json", "log format: json or console")
 	fs.Float32("kube-api-qps", 200, "client-side rate limit on API requests per second")

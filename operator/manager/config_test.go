@@ -26,6 +26,7 @@ func TestDefaults(t *testing.T) {
 	assert.False(t, cfg.LeaderElect)
 	assert.Equal(t, ":8080", cfg.MetricsBindAddress)
 	assert.Equal(t, ":8081", cfg.HealthProbeBindAddress)
+	assert.Equal(t, "0", cfg.PprofBindAddress, "profiles are served only when asked for")
 	assert.Equal(t, "json", cfg.LogFormat)
 	assert.Equal(t, 30*time.Second, cfg.GracefulShutdownTimeout)
 	assert.GreaterOrEqual(t, cfg.KubeAPIQPS, float32(100), "client-go's default 5 QPS throttles every write")

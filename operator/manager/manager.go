@@ -94,12 +94,14 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
 		HealthProbeBindAddress:        cfg.HealthProbeBindAddress,
+		PprofBindAddress:              cfg.PprofBindAddress,
 		LeaderElection:                cfg.LeaderElect,
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       leNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
+		MapperProvider:                newRememberingRESTMapper,
 	}
 	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: OwnedObjectsOnly(selected)}
 	if len(cfg.WatchNamespaces) > 0 {
