@@ -245,6 +245,9 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 // ends.
 func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) error, namespaces ...string) {
 	t.Helper()
+	// No namespace would mean every namespace: the test's operator would see,
+	// and record Events about, other tests' objects.
+	require.NotEmpty(t, namespaces, "a controller under test watches only its test's namespaces")
 	opts := ctrl.Options{
 		Scheme:                 Scheme(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

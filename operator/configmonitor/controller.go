@@ -240,7 +240,7 @@ func (r *Reconciler) monitorsNaming(index string) handler.MapFunc {
 		if len(list.Items) == 0 {
 			return nil
 		}
-		r.changedAt.Store(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, time.Now())
+		r.changedAt.Store(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, r.Now())
 		reqs := make([]reconcile.Request, 0, len(list.Items))
 		for _, m := range list.Items {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&m)})

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 )
@@ -122,7 +123,10 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
 	require.NoError(t, magalixv1.AddToScheme(s))
-	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&magalixv1.ConfigMonitor{}).WithObjects(objs...).Build()
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&magalixv1.ConfigMonitor{}).WithObjects(objs...).
+		WithIndex(&magalixv1.ConfigMonitor{}, indexConfigMap, func(o client.Object) []string {
+			return []string{o.(*magalixv1.ConfigMonitor).Spec.ConfigMapName()}
+		}).Build()
 	f := &fixture{c: c, events: events.NewFakeRecorder(100), now: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
 	f.r = &Reconciler{Client: c, Reader: c, Recorder: f.events, Limiter: rate.NewLimiter(rate.Inf, 1), Now: func() time.Time { return f.now }}
 	return f
@@ -569,4 +573,47 @@ func TestAFailedRestartIsReportedOnBothAndRetried(t *testing.T) {
 	require.Len(t, evs, 2, "%v", evs)
 	assert.Contains(t, evs[0], "Warning RestartFailed restarting Deployment/frontend")
 	assert.Contains(t, evs[1], "Warning RestartFailed restart for ConfigMonitor m failed")
+}
+
+// reactionSeconds is the count and sum of the reaction histogram, as
+// /metrics shows them.
+func reactionSeconds(t *testing.T) (uint64, float64) {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "deckhand_configmonitor_reaction_seconds" {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatal("deckhand_configmonitor_reaction_seconds is not registered")
+	return 0, 0
+}
+
+// configMapEvent is the ConfigMap watch event reaching the controller.
+func (f *fixture) configMapEvent(t *testing.T) {
+	t.Helper()
+	reqs := f.r.monitorsNaming(indexConfigMap)(context.Background(), configMap(""))
+	require.NotEmpty(t, reqs, "the event woke no monitor")
+}
+
+func TestReactionTimeLeavesOutTheDebounce(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Debounce = &metav1.Duration{Duration: 30 * time.Second}
+	f := newFixture(t, append(frontend(), configMap("one"), m)...)
+	f.reconcile(t, "m")
+
+	f.setMessage(t, "two")
+	f.configMapEvent(t)
+	_, res := f.reconcile(t, "m")
+	require.Equal(t, 30*time.Second, res.RequeueAfter)
+	count, sum := reactionSeconds(t)
+
+	f.now = f.now.Add(res.RequeueAfter + 250*time.Millisecond)
+	got, _ := f.reconcile(t, "m")
+	require.Equal(t, "Restarted", reason(got, ConditionReady))
+	count2, sum2 := reactionSeconds(t)
+	assert.Equal(t, count+1, count2, "one restart, one observation")
+	assert.InDelta(t, 0.25, sum2-sum, 0.001, "the reaction is counted from the end of the debounce the user asked for")
 }

@@ -533,7 +533,8 @@ func (r *Reconciler) reportUnsupported(m *magalixv1.ConfigMonitor, skips []skip)
 
 // observeReaction records the time from the configuration's watch event
 // to this restart. A debounce is the user's choice, not latency: with one,
-// the clock starts when the debounce ends.
+// the clock starts when the debounce ends. Both ends come from r.Now, the
+// clock the debounce is measured on.
 func (r *Reconciler) observeReaction(m *magalixv1.ConfigMonitor) {
 	var latest time.Time
 	for _, name := range []string{m.Spec.ConfigMapName(), m.Spec.Secret} {
@@ -549,7 +550,7 @@ func (r *Reconciler) observeReaction(m *magalixv1.ConfigMonitor) {
 			latest = end
 		}
 	}
-	reaction.Observe(time.Since(latest).Seconds())
+	reaction.Observe(r.Now().Sub(latest).Seconds())
 }
 
 func configNames(m *magalixv1.ConfigMonitor) string {
