@@ -82,10 +82,11 @@ fuzz: ## every Go fuzz target for FUZZTIME each (default 5s)
 .PHONY: test
 # Each package gets 25 minutes (-timeout 25m): the fault campaign (its own
 # cluster, a 1,000-workload storm) takes 6-10 minutes on 2 busy cores, go
-# test's default limit. hack/gotest.sh says which packages run with -race.
-test: test-deps verify lint chart-lint fuzz ## every test: unit and integration (real API server), -race where deckhand's code runs in the test; ends with each package's time
+# test's default limit. hack/gotest.sh says which packages run with -race,
+# and runs make fuzz alongside the fault campaign.
+test: test-deps verify lint chart-lint ## every test: unit and integration (real API server), -race where deckhand's code runs in the test, the fuzz targets; ends with each package's time
 	@$(CLUSTER) up >/dev/null
-	@DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) GO_TEST_FLAGS='$(GO_TEST_FLAGS)' hack/gotest.sh
+	@DECKHAND_TEST_KUBECONFIG=$$($(CLUSTER) kubeconfig) GO_TEST_FLAGS='$(GO_TEST_FLAGS)' FUZZ=1 hack/gotest.sh
 
 # Benchmarks run one package at a time (-p 1): two benchmarks sharing the
 # cores would measure each other. BENCH selects some (a go test -bench

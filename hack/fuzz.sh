@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target (func FuzzXxx) of the module for a bounded time
-# each: FUZZTIME (default 5s) of new inputs after the seed corpus. A
+# each: FUZZTIME (default 5s) of new inputs after the seed corpus, with
+# FUZZ_WORKERS worker processes (default: one per core). A
 # failing input is written under the package's testdata/fuzz and fails
 # the run; commit it so `go test` replays it from then on.
 #
@@ -16,6 +17,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 module=$(go list -m)
 fuzztime=${FUZZTIME:-5s}
+# Worker processes per target; go test's default is one per core.
+workers=${FUZZ_WORKERS:-$(nproc)}
 status=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,7 +32,7 @@ fuzz() {
   # -test.fuzzminimizetime bounded: minimising an interesting input may
   # otherwise take 60 s, with no new inputs tried meanwhile.
   (cd "$root/$1" && "$2" -test.run '^$' -test.fuzz "^${3}\$" -test.fuzztime "$fuzztime" \
-    -test.fuzzminimizetime 100x -test.fuzzcachedir "$corpus/$module/$1") >"$log" 2>&1
+    -test.parallel "$workers" -test.fuzzminimizetime 100x -test.fuzzcachedir "$corpus/$module/$1") >"$log" 2>&1
 }
 while read -r dir; do
   bin=$work/$(echo "$dir" | tr / _).test

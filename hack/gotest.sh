@@ -16,7 +16,7 @@
 # t.Parallel (Database, MySQLCluster) wait on Jobs and the API server far
 # more than they use CPU; go test's default runs two at a time on 2 cores.
 #
-# GO_TEST_FLAGS is passed to both.
+# GO_TEST_FLAGS is passed to both go test runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=$(go list -m)
@@ -32,6 +32,12 @@ common=(-count=1 -timeout 25m -parallel 6 ${GO_TEST_FLAGS:-})
 (go test -race "${common[@]}" "${raced[@]}" 2>&1 | tee "$log/raced") & raced_pid=$!
 status=0
 wait "$raced_pid" || status=$?
+# FUZZ=1 (make test): the fuzz targets run once the raced group is done.
+# By then only the fault campaign is left, waiting on its cluster more than
+# computing: one fuzz worker uses the core it leaves idle.
+if [[ ${FUZZ:-} == 1 ]]; then
+  FUZZ_WORKERS=1 hack/fuzz.sh || status=$?
+fi
 wait "$e2e" || status=$?
 echo
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
