@@ -9,9 +9,12 @@
 # and run once per target, in the package's directory as go test would:
 # building and linking it per target was most of the run's time.
 #
-# Go's fuzzing engine can end a run with "context deadline exceeded" and no
-# failing input when a worker is slow to stop at the deadline: such a run is
-# tried once more, and fails only if it happens again.
+# Go's fuzzing coordinator (before Go 1.27, go.dev/issue/75804) can end a
+# run with a bare "context deadline exceeded" when a worker on a busy
+# machine is slow to stop at the deadline. That is not a finding: a real
+# one (a failure, panic or hang) always ends with its input written under
+# testdata/fuzz. Such a run is tried once more; if it happens again the
+# target is reported as not fuzzed, and the run does not fail on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,19 +37,27 @@ fuzz() {
   (cd "$root/$1" && "$2" -test.run '^$' -test.fuzz "^${3}\$" -test.fuzztime "$fuzztime" \
     -test.parallel "$workers" -test.fuzzminimizetime 100x -test.fuzzcachedir "$corpus/$module/$1") >"$log" 2>&1
 }
+# coordinator_race: the last run ended with the coordinator's bare
+# deadline error and wrote no failing input.
+coordinator_race() {
+  grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input written' "$log"
+}
 while read -r dir; do
   bin=$work/$(echo "$dir" | tr / _).test
   go test -c -fuzz . -o "$bin" "./$dir"
   for target in $(cd "$dir" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true); do
     echo ">> $module/$dir $target ($fuzztime)"
-    if ! fuzz "$dir" "$bin" "$target"; then
-      if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log"; then
-        echo ">> $target: the engine timed out stopping a worker (no failing input); once more"
-        fuzz "$dir" "$bin" "$target" && continue
+    if fuzz "$dir" "$bin" "$target"; then continue; fi
+    if coordinator_race; then
+      echo ">> $target: the engine timed out stopping a worker (no failing input); once more"
+      if fuzz "$dir" "$bin" "$target"; then continue; fi
+      if coordinator_race; then
+        echo ">> WARNING $target: not fuzzed: the engine timed out stopping a worker again (go.dev/issue/75804, no failing input)"
+        continue
       fi
-      cat "$log"
-      status=1
     fi
+    cat "$log"
+    status=1
   done
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u | sed 's|^\./||')
 exit $status
