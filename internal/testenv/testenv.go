@@ -120,7 +120,11 @@ func Client(t testing.TB) client.Client {
 	return c
 }
 
-// Namespace creates a namespace for this test and deletes it when the test ends.
+// Namespace creates a namespace for this test and deletes it when the test
+// ends. A benchmark also waits, for at most benchmarkCleanup, until the
+// namespace is gone: benchmarks fill it with thousands of objects, and
+// deleting them keeps the cluster busy (kwok took a minute over 5,000
+// pods), which the next benchmark would otherwise measure, or a test wait on.
 func Namespace(t testing.TB, c client.Client) string {
 	t.Helper()
 	name := strings.ToLower(t.Name())
@@ -140,8 +144,28 @@ func Namespace(t testing.TB, c client.Client) string {
 	require.NoError(t, c.Create(context.Background(), ns))
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), ns)
+		if _, bench := t.(*testing.B); bench {
+			waitNamespaceGone(t, c, ns.Name)
+		}
 	})
 	return ns.Name
+}
+
+const benchmarkCleanup = 3 * time.Minute
+
+// waitNamespaceGone waits until the namespace no longer exists, and says
+// how long that took, or that it was still there.
+func waitNamespaceGone(t testing.TB, c client.Client, name string) {
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, benchmarkCleanup, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Logf("namespace %s still there %v after it was deleted; going on", name, benchmarkCleanup)
+		return
+	}
+	t.Logf("namespace %s gone %.1f s after it was deleted", name, time.Since(start).Seconds())
 }
 
 var crdOnce sync.Once
