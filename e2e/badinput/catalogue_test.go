@@ -179,6 +179,8 @@ func catalogue() []row {
 		{name: "fromBackup that does not exist", kind: "Database", spec: with("Database", "fromBackup", "nope"), reports: []string{"Restored=False", "nope"}},
 		{name: "name changed", kind: "Database", spec: base("Database"), update: with("Database", "name", "other"), refused: []string{"name is immutable"}},
 		{name: "storage-size shrunk", kind: "Database", spec: base("Database"), update: with("Database", "storage-size", "512Mi"), refused: []string{"storage-size cannot shrink (from 1Gi to 512Mi)"}},
+		{name: "storageClassName not a name", kind: "Database", spec: with("Database", "storageClassName", "Fast SSD"), refused: []string{`storageClassName must be the name of a StorageClass (lower-case letters, digits, '-' and '.'), not "Fast SSD"`}},
+		{name: "backup volume storageClassName not a name", kind: "Database", spec: with("Database", "backup", map[string]any{"storage": map[string]any{"volume": map[string]any{"storageClassName": "fast_ssd"}}}), refused: []string{`backup.storage.volume.storageClassName must be the name of a StorageClass`, `not "fast_ssd"`}},
 		{name: "storageClassName changed", kind: "Database", spec: with("Database", "storageClassName", "standard"), update: with("Database", "storageClassName", "expandable"), refused: []string{"storageClassName cannot change"}},
 		{name: "fromBackup added later", kind: "Database", spec: base("Database"), update: with("Database", "fromBackup", "b1"), refused: []string{"fromBackup is set at creation only"}},
 

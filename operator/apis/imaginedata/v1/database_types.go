@@ -101,6 +101,7 @@ type DatabaseSpec struct {
 	// StorageClassName of the volumes; default: the cluster's default
 	// StorageClass. Immutable.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'storageClassName must be the name of a StorageClass (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
@@ -246,6 +247,7 @@ type BackupVolume struct {
 
 	// StorageClassName of the volume; default: the cluster's default.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'backup.storage.volume.storageClassName must be the name of a StorageClass (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
