@@ -57,6 +57,9 @@ spec: {secret: shop-root, port: 3306, replicas: 1, storage: 1Gi, image: "mysql:8
 // one beside it), records the backup once, and a backup asked for in the
 // meantime waits its turn. For both APIs on the shared database code.
 func TestOperatorKilledMidBackupTheBackupCompletesOnceAndNeverRunsTwice(t *testing.T) {
+	// It disturbs no other test's objects: it runs beside the other
+	// parallel tests, once the ones that stop the API server are done.
+	t.Parallel()
 	for name, k := range databaseKinds {
 		t.Run(name, func(t *testing.T) { killMidBackup(t, k) })
 	}

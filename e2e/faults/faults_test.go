@@ -14,6 +14,9 @@ import (
 // middle of a rollout, so its Lease is never released: the other one takes
 // over when the Lease expires and finishes the rollout.
 func TestLeaderKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
+	// It disturbs no other test's objects: it runs beside the other
+	// parallel tests, once the ones that stop the API server are done.
+	t.Parallel()
 	c, ns, rendered := release(t, "leaderElection.enabled=true")
 	first := e2e.RunOperatorAsChart(t, rendered, ns)
 	first.WaitReady(t)
@@ -50,6 +53,9 @@ func TestLeaderKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
 // One operator SIGKILLed in the middle of a rollout and started again: the
 // new process finishes from what the API server holds.
 func TestOperatorKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
+	// It disturbs no other test's objects: it runs beside the other
+	// parallel tests, once the ones that stop the API server are done.
+	t.Parallel()
 	c, ns, rendered := release(t, "leaderElection.enabled=false")
 	op := e2e.RunOperatorAsChart(t, rendered, ns)
 	op.WaitReady(t)

@@ -165,6 +165,9 @@ func (p *faultyProxy) since(t time.Time) int {
 // retries with backoff, never crashes, rolls each workload exactly once,
 // and falls quiet once done (no busy loop).
 func TestThrottlingAndServerErrorsAreRetriedWithoutABusyLoop(t *testing.T) {
+	// It disturbs no other test's objects: it runs beside the other
+	// parallel tests, once the ones that stop the API server are done.
+	t.Parallel()
 	c, ns, rendered := release(t, "leaderElection.enabled=false")
 	proxy := newFaultyProxy(t)
 	op := e2e.RunOperatorAsChartVia(t, rendered, ns, proxy.URL, proxy.caPEM())
