@@ -56,10 +56,7 @@ spec: {secret: shop-root, port: 3306, replicas: 1, storage: 1Gi, image: "mysql:8
 // process takes up the backup's Job where it is (one Job, never a second
 // one beside it), records the backup once, and a backup asked for in the
 // meantime waits its turn. For both APIs on the shared database code.
-func TestOperatorKilledMidBackupTheBackupCompletesOnceAndNeverRunsTwice(t *testing.T) {
-	// It disturbs no other test's objects: it runs beside the other
-	// parallel tests, once the ones that stop the API server are done.
-	t.Parallel()
+func operatorKilledMidBackup(t *testing.T) {
 	for name, k := range databaseKinds {
 		t.Run(name, func(t *testing.T) { killMidBackup(t, k) })
 	}

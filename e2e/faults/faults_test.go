@@ -10,13 +10,33 @@ import (
 	"github.com/deckhand-dev/deckhand/e2e"
 )
 
+// The faults that disturb nothing but their own namespace run first, side
+// by side; the API-server stop, then the storm (which times the API
+// server), run alone after them. Tests run in the order they are declared,
+// file by file: this one comes first, storm_test.go's last.
+func TestFaultsConfinedToTheirNamespace(t *testing.T) {
+	faults := []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"LeaderKilledMidRolloutEveryWorkloadRollsExactlyOnce", leaderKilledMidRollout},
+		{"OperatorKilledMidRolloutEveryWorkloadRollsExactlyOnce", operatorKilledMidRollout},
+		{"ThrottlingAndServerErrorsAreRetriedWithoutABusyLoop", throttlingAndServerErrors},
+		{"OperatorKilledMidBackupTheBackupCompletesOnceAndNeverRunsTwice", operatorKilledMidBackup},
+		{"OperatorKilledMidUpgradeTheUpgradeFinishesOnce", operatorKilledMidUpgrade},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			f.run(t)
+		})
+	}
+}
+
 // Two operators with leader election; the leader is SIGKILLed in the
 // middle of a rollout, so its Lease is never released: the other one takes
 // over when the Lease expires and finishes the rollout.
-func TestLeaderKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
-	// It disturbs no other test's objects: it runs beside the other
-	// parallel tests, once the ones that stop the API server are done.
-	t.Parallel()
+func leaderKilledMidRollout(t *testing.T) {
 	c, ns, rendered := release(t, "leaderElection.enabled=true")
 	first := e2e.RunOperatorAsChart(t, rendered, ns)
 	first.WaitReady(t)
@@ -52,10 +72,7 @@ func TestLeaderKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
 
 // One operator SIGKILLed in the middle of a rollout and started again: the
 // new process finishes from what the API server holds.
-func TestOperatorKilledMidRolloutEveryWorkloadRollsExactlyOnce(t *testing.T) {
-	// It disturbs no other test's objects: it runs beside the other
-	// parallel tests, once the ones that stop the API server are done.
-	t.Parallel()
+func operatorKilledMidRollout(t *testing.T) {
 	c, ns, rendered := release(t, "leaderElection.enabled=false")
 	op := e2e.RunOperatorAsChart(t, rendered, ns)
 	op.WaitReady(t)

@@ -5,11 +5,11 @@
 //
 // These tests disrupt the cluster they run on, so they run on a second
 // local cluster of their own (DECKHAND_CLUSTER=deckhand-faults), started
-// here and deleted afterwards. The API-server stop and the storm (which
-// times the API server) run alone, one at a time; the tests that disturb
-// nothing but their own namespace run side by side after them
-// (t.Parallel). Timings are logged for docs/reliability.md; the assertions
-// are about what happened.
+// here and deleted afterwards. The faults that disturb nothing but their
+// own namespace run first, side by side (TestFaultsConfinedToTheirNamespace);
+// the API-server stop and the storm (which times the API server) then run
+// alone. Timings are logged for docs/reliability.md; the assertions are
+// about what happened.
 package faults
 
 import (

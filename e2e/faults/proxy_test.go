@@ -164,10 +164,7 @@ func (p *faultyProxy) since(t time.Time) int {
 // and 10% slow, through a whole rollout: the operator
 // retries with backoff, never crashes, rolls each workload exactly once,
 // and falls quiet once done (no busy loop).
-func TestThrottlingAndServerErrorsAreRetriedWithoutABusyLoop(t *testing.T) {
-	// It disturbs no other test's objects: it runs beside the other
-	// parallel tests, once the ones that stop the API server are done.
-	t.Parallel()
+func throttlingAndServerErrors(t *testing.T) {
 	c, ns, rendered := release(t, "leaderElection.enabled=false")
 	proxy := newFaultyProxy(t)
 	op := e2e.RunOperatorAsChartVia(t, rendered, ns, proxy.URL, proxy.caPEM())

@@ -22,10 +22,7 @@ import (
 // started again: the new process takes the upgrade up where it is (the
 // same pre-upgrade DatabaseBackup and Job, never a second of either), then
 // finishes it once: one upgrade Job, the new version running.
-func TestOperatorKilledMidUpgradeTheUpgradeFinishesOnce(t *testing.T) {
-	// It disturbs no other test's objects: it runs beside the other
-	// parallel tests, once the ones that stop the API server are done.
-	t.Parallel()
+func operatorKilledMidUpgrade(t *testing.T) {
 	c, ns, rendered := release(t, "leaderElection.enabled=false", "controllers.configMonitor.enabled=false", databaseKinds["Database"].toggle)
 	op := e2e.RunOperatorAsChart(t, rendered, ns)
 	op.WaitReady(t)
