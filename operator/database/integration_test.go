@@ -299,18 +299,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	// kwok completes every Job pod at once. A quota of one pod in the
-	// namespace lets the primary run and refuses the Job's pod, so the test
-	// decides how the Job ends.
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
-	}
-	require.NoError(t, c.Create(context.Background(), quota))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(quota), quota))
-		require.NotNil(ct, quota.Status.Used)
-	}, wait, 100*time.Millisecond, "quota not counted yet")
+	quota := podQuota(t, c, ns, 1)
 	startOperator(t, ns)
 	db := newDatabase(ns, "failing", 1)
 	db.Spec.Image = "super-great-docker-image"

@@ -211,13 +211,15 @@ func failJob(t *testing.T, c client.Client, job *batchv1.Job) {
 	}))
 }
 
-// onePodQuota lets a namespace run one pod: the primary runs, a Job's pod
-// is refused, so the test decides how the Job ends.
-func onePodQuota(t *testing.T, c client.Client, ns string) *corev1.ResourceQuota {
+// podQuota lets no more than pods pods run in the namespace: with one, the
+// primary runs and a Job's pod is refused; with none, no new pod starts
+// (those running stay). kwok completes every Job pod at once, so this is
+// how a test decides how a Job ends.
+func podQuota(t *testing.T, c client.Client, ns string, pods int64) *corev1.ResourceQuota {
 	t.Helper()
 	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pods-%d", pods), Namespace: ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(pods, resource.DecimalSI)}},
 	}
 	require.NoError(t, c.Create(context.Background(), quota))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -240,7 +242,7 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	waitFor(t, c, db, "Ready", ready)
 	completedBackup(t, c, ns, "flaky", "good")
 
-	onePodQuota(t, c, ns)
+	podQuota(t, c, ns, 1)
 	require.NoError(t, c.Create(ctx, newBackup(ns, "bad", "flaky")))
 	failJob(t, c, backupJobOf(t, c, ns, "flaky", "bad"))
 

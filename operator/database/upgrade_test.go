@@ -190,6 +190,18 @@ func onOneNode(db *dbv1.Database) *dbv1.Database {
 	return db
 }
 
+// upgradeTest starts an upgrade test beside the others: CRDs, a namespace,
+// the controller for it, and the namespace's objects logged if it fails.
+func upgradeTest(t *testing.T) (client.Client, string) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	dumpOnFailure(t, c, ns)
+	return c, ns
+}
+
 // dumpOnFailure logs the Database's Jobs, StatefulSet and pods when the
 // test failed, before its namespace goes.
 func dumpOnFailure(t *testing.T, c client.Client, ns string) {
@@ -239,12 +251,7 @@ func eventsOnce(t *testing.T, c client.Client, ns, name string, reasons ...strin
 }
 
 func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T) {
-	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
-	dumpOnFailure(t, c, ns)
+	c, ns := upgradeTest(t)
 	ctx := context.Background()
 
 	db := onOneNode(newDatabase(ns, "major", 2))
@@ -347,22 +354,6 @@ func conditionOf(d *dbv1.Database, kind string) *metav1.Condition {
 	return nil
 }
 
-// noPodsQuota lets no new pod start in the namespace (those running stay),
-// so the test decides how a Job ends.
-func noPodsQuota(t *testing.T, c client.Client, ns string) *corev1.ResourceQuota {
-	t.Helper()
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-pods", Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
-	}
-	require.NoError(t, c.Create(context.Background(), quota))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(quota), quota))
-		require.NotNil(ct, quota.Status.Used)
-	}, wait, 100*time.Millisecond, "quota not counted yet")
-	return quota
-}
-
 // completeJob does what Kubernetes does when a Job's pod succeeds.
 func completeJob(t *testing.T, c client.Client, job *batchv1.Job) {
 	t.Helper()
@@ -391,12 +382,7 @@ func jobNamed(t *testing.T, c client.Client, ns, name string) *batchv1.Job {
 }
 
 func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testing.T) {
-	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
-	dumpOnFailure(t, c, ns)
+	c, ns := upgradeTest(t)
 	ctx := context.Background()
 
 	db := onOneNode(newDatabase(ns, "fails", 1))
@@ -410,7 +396,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	backupJobOf(t, c, ns, "fails", first.Name)
 	// The servers stop after the backup; no new pod may start until the
 	// test says so, so the upgrade Job's pod never runs.
-	quota := noPodsQuota(t, c, ns)
+	quota := podQuota(t, c, ns, 0)
 	reportBackup(t, c, ns, "fails", first.Name, 100)
 	job := jobNamed(t, c, ns, "fails-upgrade")
 	waitFor(t, c, db, "RunningUpgradeJob", upgradeStep(dbv1.UpgradeRunningJob))
@@ -471,12 +457,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 }
 
 func TestAMajorUpgradeWhosePrimaryIsNeverReadyIsRolledBack(t *testing.T) {
-	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
-	dumpOnFailure(t, c, ns)
+	c, ns := upgradeTest(t)
 	ctx := context.Background()
 
 	db := onOneNode(newDatabase(ns, "slow", 1))
@@ -488,7 +469,7 @@ func TestAMajorUpgradeWhosePrimaryIsNeverReadyIsRolledBack(t *testing.T) {
 	setImage(t, c, db, "postgres:18.0", nil)
 	pre := preUpgradeBackup(t, c, ns)
 	backupJobOf(t, c, ns, "slow", pre.Name)
-	quota := noPodsQuota(t, c, ns)
+	quota := podQuota(t, c, ns, 0)
 	reportBackup(t, c, ns, "slow", pre.Name, 100)
 	// The Job succeeds, but no server pod can start: the new primary is
 	// never ready.
@@ -553,12 +534,7 @@ func bindClaimOn(t *testing.T, c client.Client, pvc *corev1.PersistentVolumeClai
 }
 
 func TestAnUpgradeJobThatCannotBeScheduledIsRolledBackWithoutTheBackupVolume(t *testing.T) {
-	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
-	dumpOnFailure(t, c, ns)
+	c, ns := upgradeTest(t)
 	ctx := context.Background()
 
 	// The primary's volume on kwok-node-2, the backup volume on
