@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -519,10 +520,10 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 	assert.True(t, apierrors.IsNotFound(err), "no init Job: an empty database must not look ready")
 	assertEvent(t, c, ns, "hopeful", corev1.EventTypeWarning, "BackupNotFound")
 
-	// fromBackup cannot change after creation.
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(missing), cur))
-	cur.Spec.FromBackup = "snapshot"
-	err = c.Update(ctx, cur)
+	// fromBackup cannot change after creation. A merge patch, not an
+	// update: the operator may write the status meanwhile, and an update
+	// from an older read would fail on that instead of on admission.
+	err = c.Patch(ctx, cur, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"fromBackup":"snapshot"}}`)))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "fromBackup is set at creation only")
 }
