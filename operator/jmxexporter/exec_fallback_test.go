@@ -76,6 +76,7 @@ func TestExecFallsBackToSPDYWhereWebSocketsAreRefused(t *testing.T) {
 
 	pod := runPod(t, c, ns, "spdy-only", map[string]string{"app": "spdy"}, "containerd://spdy")
 	routeExec(t, c, ns, pod.Name, t.TempDir(), jvmtest.Marker(t))
+	awaitExecRoute(t, ns, pod.Name)
 
 	start := time.Now()
 	res, err := exec.Exec(context.Background(), pod, "app", []string{"sh", "-c", "head -c 5; echo; echo to-stderr >&2"}, []byte("hello"), 30*time.Second)
@@ -86,4 +87,16 @@ func TestExecFallsBackToSPDYWhereWebSocketsAreRefused(t *testing.T) {
 	assert.Positive(t, proxy.refusedWebSockets.Load(), "the executor never tried WebSocket first")
 	assert.Positive(t, proxy.spdyUpgrades.Load(), "the executor never fell back to SPDY")
 	t.Logf("exec through SPDY after a refused WebSocket: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// awaitExecRoute waits until kwok runs the pod's execs on this host: until
+// then kwok answers an exec with empty output and no error, which the test
+// would read as lost stdin, stdout and stderr.
+func awaitExecRoute(t *testing.T, ns, pod string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		out, err := testenv.Kubectl(t, "-n", ns, "exec", pod, "--", "echo", "routed")
+		require.NoError(ct, err, out)
+		require.Equal(ct, "routed\n", out)
+	}, 30*time.Second, 200*time.Millisecond, "kwok never ran pod %s's exec on this host", pod)
 }
