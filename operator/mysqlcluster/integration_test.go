@@ -30,7 +30,11 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
 
-const wait = 30 * time.Second
+// wait bounds how long a test waits for the cluster to get somewhere. It is
+// a ceiling, not an expectation: under make test's peak load a three-pod
+// StatefulSet's ordered start has taken 15 s to reach its last claim, and a
+// 30 s ceiling failed the seed sample's rollout once.
+const wait = 60 * time.Second
 
 // startOperator runs the MySQLCluster controller alone (the Database
 // controller off) for one namespace, as a ServiceAccount with the chart's
