@@ -33,7 +33,7 @@ func operatorKilledMidUpgrade(t *testing.T) {
 	db := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns},
 		Spec: dbv1.DatabaseSpec{Name: "shop", Port: 5432, StorageSize: "1Gi", Replicas: 1, Image: "postgres:17.6",
-			PodTemplate: &dbv1.PodTemplate{NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-1"}}},
+			PodTemplate: &dbv1.PodTemplate{NodeSelector: map[string]dbv1.LabelValue{corev1.LabelHostname: "kwok-node-1"}}},
 	}
 	require.NoError(t, c.Create(ctx, db))
 	waitDatabase(t, c, db, "Ready", func(ct *assert.CollectT, d *dbv1.Database) {

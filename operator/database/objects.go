@@ -375,7 +375,12 @@ func placePod(spec *corev1.PodSpec, t *dbv1.PodTemplate) {
 	if t == nil {
 		return
 	}
-	spec.NodeSelector = t.NodeSelector
+	if len(t.NodeSelector) > 0 {
+		spec.NodeSelector = make(map[string]string, len(t.NodeSelector))
+		for k, v := range t.NodeSelector {
+			spec.NodeSelector[k] = string(v)
+		}
+	}
 	spec.Tolerations = t.Tolerations
 	spec.PriorityClassName = t.PriorityClassName
 }

@@ -186,7 +186,7 @@ func upgradeStep(step dbv1.UpgradeStep) func(*assert.CollectT, *dbv1.Database) {
 // cluster's volumes are node-local, and the upgrade Job mounts the
 // primary's data volume and the backup volume together.
 func onOneNode(db *dbv1.Database) *dbv1.Database {
-	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-1"}}
+	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]dbv1.LabelValue{corev1.LabelHostname: "kwok-node-1"}}
 	return db
 }
 
@@ -542,7 +542,7 @@ func TestAnUpgradeJobThatCannotBeScheduledIsRolledBackWithoutTheBackupVolume(t *
 	db := newDatabase(ns, "apart", 1)
 	db.Spec.Image = "postgres:17.6"
 	db.Spec.UpgradeTimeout = &metav1.Duration{Duration: 3 * time.Second}
-	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-2"}}
+	db.Spec.PodTemplate = &dbv1.PodTemplate{NodeSelector: map[string]dbv1.LabelValue{corev1.LabelHostname: "kwok-node-2"}}
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
 	bindClaimOn(t, c, &corev1.PersistentVolumeClaim{

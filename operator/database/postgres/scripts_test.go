@@ -270,27 +270,41 @@ func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
 	assert.Equal(t, info.ModTime(), info2.ModTime())
 }
 
-func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
-	h := newHost(t)
-	data := h.volume("data-0")
+// backedUpForUpgrade is where the upgrade tests start: data-0's server
+// holds the app's rows, its pre-upgrade dump is on the backup volume, and it
+// is stopped. It returns the data volume, the rows, and the dump's report.
+func (h *host) backedUpForUpgrade(t *testing.T) (data, rows string, dump engine.Report) {
+	t.Helper()
+	data = h.volume("data-0")
 	server := h.primary("data-0")
 	h.init(server.Port)
 	out, err := h.appSQL(server.Port, appData)
 	require.NoError(t, err, out)
-	want := h.sql(server.Port, h.cluster.Database, appState)
-	report, out, err := h.backup(server.Port, "backup", "pre-upgrade.dump")
+	rows = h.sql(server.Port, h.cluster.Database, appState)
+	dump, out, err = h.backup(server.Port, "backup", "pre-upgrade.dump")
 	require.NoError(t, err, out)
 	server.Stop(t)
+	return data, rows, dump
+}
+
+// upgradeJob runs the upgrade Job's pod on the data volume.
+func (h *host) upgradeJob(t *testing.T, data string, u engine.Upgrade) (engine.Report, string, error) {
+	pod := postgres.Engine{}.UpgradePod(h.cluster, u)
+	return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
+}
+
+func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
+	h := newHost(t)
+	data, want, report := h.backedUpForUpgrade(t)
 
 	// Same version both sides: the host has one PostgreSQL; the path is the
 	// one a major upgrade takes.
 	version := report.Version()
 	upgrade := func() (engine.Report, string, error) {
-		pod := postgres.Engine{}.UpgradePod(h.cluster, engine.Upgrade{
+		return h.upgradeJob(t, data, engine.Upgrade{
 			File: report.File, SHA256: report.SHA256, ClaimName: "backup", DataClaimName: "data-name-of-database-0",
 			FromVersion: version, ToVersion: version,
 		})
-		return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
 	}
 	pgdata := filepath.Join(data, "pgdata")
 	old := filepath.Join(data, "pgdata.old-"+version)
@@ -307,7 +321,7 @@ func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
 
 	// The server starts on the new directory: rows, sequences, and the app
 	// Secret's password (a backup holds no roles: the Job made it).
-	server = h.primary("data-0")
+	server := h.primary("data-0")
 	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
 	out, err = h.appSQL(server.Port, "SELECT current_user")
 	require.NoError(t, err, out)
@@ -355,15 +369,7 @@ func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
 
 func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) {
 	h := newHost(t)
-	data := h.volume("data-0")
-	server := h.primary("data-0")
-	h.init(server.Port)
-	out, err := h.appSQL(server.Port, appData)
-	require.NoError(t, err, out)
-	want := h.sql(server.Port, h.cluster.Database, appState)
-	report, out, err := h.backup(server.Port, "backup", "pre-upgrade.dump")
-	require.NoError(t, err, out)
-	server.Stop(t)
+	data, want, report := h.backedUpForUpgrade(t)
 
 	version := report.Version()
 	run := func(rollback bool) (engine.Report, string, error) {
@@ -375,8 +381,7 @@ func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) 
 			// As the controller runs it: no dump, no backup volume.
 			u.File, u.SHA256, u.ClaimName = "", "", ""
 		}
-		pod := postgres.Engine{}.UpgradePod(h.cluster, u)
-		return h.job(pod, "upgrade", pgtest.FreePort(t), map[string]string{engine.BackupVolume: h.volume("backup"), engine.DataVolume: data})
+		return h.upgradeJob(t, data, u)
 	}
 	pgdata := filepath.Join(data, "pgdata")
 	old := filepath.Join(data, "pgdata.old-"+version)
@@ -390,7 +395,7 @@ func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) 
 
 	// After a complete swap (the new primary never became ready): the old
 	// directory is back, the one the new version served is kept aside.
-	_, out, err = run(false)
+	_, out, err := run(false)
 	require.NoError(t, err, out)
 	require.NoFileExists(t, oldMarker)
 	newMarker := filepath.Join(pgdata, "deckhand-test-new-directory")
@@ -403,7 +408,7 @@ func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) 
 	assert.NoDirExists(t, old)
 	require.Len(t, failedDirs(), 1)
 	assert.FileExists(t, filepath.Join(failedDirs()[0], "deckhand-test-new-directory"), "what the new version served is kept")
-	server = h.primary("data-0")
+	server := h.primary("data-0")
 	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
 	server.Stop(t)
 

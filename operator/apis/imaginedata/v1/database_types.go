@@ -15,12 +15,19 @@ const (
 	EnginePostgreSQL Engine = "PostgreSQL"
 )
 
+// LabelValue is the value of a node label.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",messageExpression="'podTemplate.nodeSelector: \"' + self + '\" is not a label value (at most 63 letters, digits, \\'-\\', \\'_\\' and \\'.\\', starting and ending with a letter or digit; may be empty)'"
+type LabelValue string
+
 // PodTemplate is what users of database operators most often need to say
 // about where and how the database's pods run.
 type PodTemplate struct {
 	// NodeSelector restricts the pods to nodes with these labels.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && size(k) <= 317)",message="podTemplate.nodeSelector: each key must be a label key such as disktype or topology.kubernetes.io/zone (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
 	// +optional
-	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	NodeSelector map[string]LabelValue `json:"nodeSelector,omitempty"`
 
 	// Tolerations let the pods run on tainted nodes.
 	// +listType=atomic
@@ -106,6 +113,8 @@ type DatabaseSpec struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
 	// Resources of the database container.
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory', 'ephemeral-storage'].all(r, !(r in self.requests) || !(r in self.limits) || !isQuantity(string(self.requests[r])) || !isQuantity(string(self.limits[r])) || quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",message="resources: a request (cpu, memory or ephemeral-storage) must not be more than its limit"
+	// +kubebuilder:validation:XValidation:rule="['cpu', 'memory', 'ephemeral-storage'].all(r, (!has(self.requests) || !(r in self.requests) || !isQuantity(string(self.requests[r])) || !quantity(string(self.requests[r])).isLessThan(quantity('0'))) && (!has(self.limits) || !(r in self.limits) || !isQuantity(string(self.limits[r])) || !quantity(string(self.limits[r])).isLessThan(quantity('0'))))",message="resources: cpu, memory and ephemeral-storage requests and limits must not be negative"
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
