@@ -142,6 +142,19 @@ func backupJob(t *testing.T, c client.Client, ns, cluster string) *batchv1.Job {
 func reportBackupDone(t *testing.T, c client.Client, job *batchv1.Job, version, backup string, size int64) {
 	t.Helper()
 	message := fmt.Sprintf(`{"serverVersion":%q,"file":"%s.dump","size":%d,"sha256":"%064x"}`, version, backup, size, size)
+	pod := succeededPod(t, c, job)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
+		return c.Status().Update(context.Background(), pod)
+	}))
+}
+
+// succeededPod waits for the Job's pod to succeed (kwok runs it at once).
+func succeededPod(t *testing.T, c client.Client, job *batchv1.Job) *corev1.Pod {
+	t.Helper()
 	var pod corev1.Pod
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var pods corev1.PodList
@@ -154,11 +167,5 @@ func reportBackupDone(t *testing.T, c client.Client, job *batchv1.Job, version, 
 		}
 		require.True(ct, found, "no succeeded pod of Job %s", job.Name)
 	}, time.Minute, 200*time.Millisecond)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(&pod), &pod); err != nil {
-			return err
-		}
-		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
-		return c.Status().Update(context.Background(), &pod)
-	}))
+	return &pod
 }

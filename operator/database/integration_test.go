@@ -303,7 +303,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	quota := podQuota(t, c, ns, 1)
+	quota := testenv.PodQuota(t, c, ns, 1)
 	startOperator(t, ns)
 	db := newDatabase(ns, "failing", 1)
 	db.Spec.Image = "super-great-docker-image"

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -212,24 +211,6 @@ func failJob(t *testing.T, c client.Client, job *batchv1.Job) {
 	}))
 }
 
-// podQuota lets no more than pods pods run in the namespace: with one, the
-// primary runs and a Job's pod is refused; with none, no new pod starts
-// (those running stay). kwok completes every Job pod at once, so this is
-// how a test decides how a Job ends.
-func podQuota(t *testing.T, c client.Client, ns string, pods int64) *corev1.ResourceQuota {
-	t.Helper()
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pods-%d", pods), Namespace: ns},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(pods, resource.DecimalSI)}},
-	}
-	require.NoError(t, c.Create(context.Background(), quota))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(quota), quota))
-		require.NotNil(ct, quota.Status.Used)
-	}, wait, 100*time.Millisecond, "quota not counted yet")
-	return quota
-}
-
 func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -243,7 +224,7 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	waitFor(t, c, db, "Ready", ready)
 	completedBackup(t, c, ns, "flaky", "good")
 
-	podQuota(t, c, ns, 1)
+	testenv.PodQuota(t, c, ns, 1)
 	require.NoError(t, c.Create(ctx, newBackup(ns, "bad", "flaky")))
 	failJob(t, c, backupJobOf(t, c, ns, "flaky", "bad"))
 

@@ -354,28 +354,6 @@ func conditionOf(d *dbv1.Database, kind string) *metav1.Condition {
 	return nil
 }
 
-// completeJob does what Kubernetes does when a Job's pod succeeds.
-func completeJob(t *testing.T, c client.Client, job *batchv1.Job) {
-	t.Helper()
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		if job.Status.StartTime == nil {
-			// Immutable once the Job controller has set it.
-			job.Status.StartTime = &now
-		}
-		job.Status.CompletionTime = &now
-		job.Status.Succeeded = 1
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods", LastTransitionTime: now},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "CompletionsReached", Message: "Reached expected number of succeeded pods", LastTransitionTime: now},
-		}
-		return c.Status().Update(context.Background(), job)
-	}))
-}
-
 func jobNamed(t *testing.T, c client.Client, ns, name string) *batchv1.Job {
 	t.Helper()
 	return get(t, c, ns, name, &batchv1.Job{})
@@ -396,7 +374,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	backupJobOf(t, c, ns, "fails", first.Name)
 	// The servers stop after the backup; no new pod may start until the
 	// test says so, so the upgrade Job's pod never runs.
-	quota := podQuota(t, c, ns, 0)
+	quota := testenv.PodQuota(t, c, ns, 0)
 	reportBackup(t, c, ns, "fails", first.Name, 100)
 	job := jobNamed(t, c, ns, "fails-upgrade")
 	waitFor(t, c, db, "RunningUpgradeJob", upgradeStep(dbv1.UpgradeRunningJob))
@@ -469,11 +447,11 @@ func TestAMajorUpgradeWhosePrimaryIsNeverReadyIsRolledBack(t *testing.T) {
 	setImage(t, c, db, "postgres:18.0", nil)
 	pre := preUpgradeBackup(t, c, ns)
 	backupJobOf(t, c, ns, "slow", pre.Name)
-	quota := podQuota(t, c, ns, 0)
+	quota := testenv.PodQuota(t, c, ns, 0)
 	reportBackup(t, c, ns, "slow", pre.Name, 100)
 	// The Job succeeds, but no server pod can start: the new primary is
 	// never ready.
-	completeJob(t, c, jobNamed(t, c, ns, "slow-upgrade"))
+	testenv.CompleteJob(t, c, jobNamed(t, c, ns, "slow-upgrade"))
 	waitFor(t, c, db, "StartingNewVersion", upgradeStep(dbv1.UpgradeStartingNewVersion))
 	cur := waitFor(t, c, db, "RestoringOldData", upgradeStep(dbv1.UpgradeRestoringOldData))
 	assert.Equal(t, "NewPrimaryNotReady", cur.Status.Upgrade.FailureReason)
