@@ -310,24 +310,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	require.NoError(t, c.Create(context.Background(), db))
 	job := get(t, c, ns, "failing-init", &batchv1.Job{})
 
-	// What Kubernetes does when the container fails for good. The Job
-	// controller (kwok's) may write the Job between our read and write.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		if job.Status.StartTime == nil {
-			// Immutable once the Job controller has set it.
-			job.Status.StartTime = &now
-		}
-		job.Status.Failed = 7
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
-			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
-		}
-		return c.Status().Update(context.Background(), job)
-	}))
+	testenv.FailJob(t, c, job)
 
 	cur := waitFor(t, c, db, "InitJobFailed", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "InitJobFailed", condition(d, database.ConditionInitialized).Reason)

@@ -190,27 +190,6 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	assert.Regexp(t, `(?m)^first\s+shop\s+Completed\s+123456\s+17\.6\s`, out)
 }
 
-// failJob does what Kubernetes does when a Job's pods fail for good.
-func failJob(t *testing.T, c client.Client, job *batchv1.Job) {
-	t.Helper()
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		if job.Status.StartTime == nil {
-			// Immutable once the Job controller has set it.
-			job.Status.StartTime = &now
-		}
-		job.Status.Failed = 3
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
-			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
-		}
-		return c.Status().Update(context.Background(), job)
-	}))
-}
-
 func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -226,7 +205,7 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 
 	testenv.PodQuota(t, c, ns, 1)
 	require.NoError(t, c.Create(ctx, newBackup(ns, "bad", "flaky")))
-	failJob(t, c, backupJobOf(t, c, ns, "flaky", "bad"))
+	testenv.FailJob(t, c, backupJobOf(t, c, ns, "flaky", "bad"))
 
 	bad := waitForBackup(t, c, ns, "bad", "Failed", backupPhase(dbv1.BackupFailed))
 	assert.Contains(t, bad.Status.Conditions[0].Message, "BackoffLimitExceeded")

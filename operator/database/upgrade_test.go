@@ -378,7 +378,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	reportBackup(t, c, ns, "fails", first.Name, 100)
 	job := jobNamed(t, c, ns, "fails-upgrade")
 	waitFor(t, c, db, "RunningUpgradeJob", upgradeStep(dbv1.UpgradeRunningJob))
-	failJob(t, c, job)
+	testenv.FailJob(t, c, job)
 
 	// Back to the old image: the StatefulSet waits at zero while the
 	// rollback Job (old image) puts the old directory back.
