@@ -44,7 +44,7 @@ coordinator_race() {
 }
 while read -r dir; do
   bin=$work/$(echo "$dir" | tr / _).test
-  go test -c -fuzz . -o "$bin" "./$dir"
+  go test -c -fuzz . "-ldflags=-s -w" -o "$bin" "./$dir"
   for target in $(cd "$dir" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true); do
     echo ">> $module/$dir $target ($fuzztime)"
     if fuzz "$dir" "$bin" "$target"; then continue; fi
