@@ -44,6 +44,8 @@ coordinator_race() {
 }
 while read -r dir; do
   bin=$work/$(echo "$dir" | tr / _).test
+  # -s -w, as go test does for the binaries it does not keep: a
+  # binary built with -c is linked with DWARF otherwise.
   go test -c -fuzz . "-ldflags=-s -w" -o "$bin" "./$dir"
   for target in $(cd "$dir" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true); do
     echo ">> $module/$dir $target ($fuzztime)"

@@ -16,12 +16,6 @@
 # t.Parallel (Database, MySQLCluster) wait on Jobs and the API server far
 # more than they use CPU; go test's default runs two at a time on 2 cores.
 #
-# -ldflags=-s -w: test binaries are linked without a symbol table and
-# DWARF, which go test links anew for every package (-count=1): a third
-# less CPU per link (about 5 s of 15 for operator/database with -race).
-# Panics and race reports still give file and line: they read the
-# runtime's own tables, not DWARF.
-#
 # GO_TEST_FLAGS is passed to both go test runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,7 +26,7 @@ mapfile -t raced < <({ printf "$module/%s\n" "${slowest[@]}"; go list ./... | gr
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 start=$(date +%s)
-common=(-count=1 -timeout 25m -parallel 6 "-ldflags=-s -w" ${GO_TEST_FLAGS:-})
+common=(-count=1 -timeout 25m -parallel 6 ${GO_TEST_FLAGS:-})
 # The e2e group starts first: the fault campaign in it is the longest package.
 (go test "${common[@]}" ./e2e/faults ./e2e/... 2>&1 | tee "$log/e2e") & e2e=$!
 (go test -race "${common[@]}" "${raced[@]}" 2>&1 | tee "$log/raced") & raced_pid=$!
