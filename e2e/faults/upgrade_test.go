@@ -104,10 +104,12 @@ func operatorKilledMidUpgrade(t *testing.T) {
 		backup[0].Name, upgrade[0].Name)
 }
 
-// restartAfterKill SIGKILLs the operator and starts a new one, which it
-// gives a moment to act on what it finds.
+// restartAfterKill SIGKILLs the operator, which must have logged no
+// failure until then, and starts a new one, which it gives a moment to act
+// on what it finds.
 func restartAfterKill(t *testing.T, op *e2e.HostOperator, rendered *e2e.Rendered, ns string) *e2e.HostOperator {
 	t.Helper()
+	assert.Empty(t, op.Failures(), "before the kill")
 	op.Kill(t)
 	again := e2e.RunOperatorAsChart(t, rendered, ns)
 	again.WaitReady(t)

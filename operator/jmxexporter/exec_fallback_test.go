@@ -78,9 +78,23 @@ func TestExecFallsBackToSPDYWhereWebSocketsAreRefused(t *testing.T) {
 	routeExec(t, c, ns, pod.Name, t.TempDir(), jvmtest.Marker(t))
 	awaitExecRoute(t, ns, pod.Name)
 
+	// Under make test's load, kwok's exec server has answered an exec with
+	// no output at all and success (twice in about fifteen CI runs; never
+	// in 40 runs alone), after the route was in effect. The operator reads
+	// an answer without a result as a failed step (HelperFailed, or
+	// Unknown after an attach, which it checks before attaching again).
+	// The test tries again, at most three times, and says when it had to.
 	start := time.Now()
-	res, err := exec.Exec(context.Background(), pod, "app", []string{"sh", "-c", "head -c 5; echo; echo to-stderr >&2"}, []byte("hello"), 30*time.Second)
-	require.NoError(t, err)
+	var res jmxexporter.ExecResult
+	for attempt := 1; attempt <= 3; attempt++ {
+		var err error
+		res, err = exec.Exec(context.Background(), pod, "app", []string{"sh", "-c", "head -c 5; echo; echo to-stderr >&2"}, []byte("hello"), 30*time.Second)
+		require.NoError(t, err)
+		if res.Stdout != "" || res.Stderr != "" {
+			break
+		}
+		t.Logf("attempt %d: kwok answered with no output", attempt)
+	}
 	assert.Equal(t, "hello\n", res.Stdout)
 	assert.Equal(t, "to-stderr\n", res.Stderr)
 	assert.Zero(t, res.ExitCode)
@@ -90,8 +104,8 @@ func TestExecFallsBackToSPDYWhereWebSocketsAreRefused(t *testing.T) {
 }
 
 // awaitExecRoute waits until kwok runs the pod's execs on this host: until
-// then kwok answers an exec with empty output and no error, which the test
-// would read as lost stdin, stdout and stderr.
+// kwok has read the Exec object, it refuses an exec ("no exec found for
+// container").
 func awaitExecRoute(t *testing.T, ns, pod string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
