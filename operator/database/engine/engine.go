@@ -60,6 +60,11 @@ type Cluster struct {
 	// major-version upgrade kept. The controller sets it once the upgraded
 	// primary has been ready; it takes effect when a server (re)starts.
 	RemoveOldData bool
+	// RunAsUser is the UID the server's image runs its server as (the
+	// official images: 999; Alpine's postgres: 70). It comes from the
+	// Database's spec (with a documented default), never from the image
+	// reference: every container of the cluster runs as it.
+	RunAsUser int64
 }
 
 // Pod is the engine's part of a pod: its one container, the volumes it
@@ -127,11 +132,21 @@ type Engine interface {
 
 // Backup is one dump for BackupPod.
 type Backup struct {
-	// File is the dump's path relative to BackupVolume's root.
+	// File is the dump's path relative to BackupVolume's root. It names
+	// the DatabaseBackup's UID, so a file is bound to the one object that
+	// asked for it; a script never reports a file it did not write.
 	File string
-	// Host is the server to read from: a ready standby when there is one,
-	// else the primary.
+	// Host is the primary (the read-write Service).
 	Host string
+	// Standby, when set, is a standby the Job may read from instead: the
+	// Job itself measures the standby's replay lag (the primary's current
+	// WAL position against the standby's replay position) before the dump
+	// starts and uses the standby only when it is streaming and the lag is
+	// at most MaxLagBytes; otherwise it reads from Host. Empty: Host
+	// always (the final backup before a deletion, the backup before an
+	// upgrade).
+	Standby     string
+	MaxLagBytes int64
 	// ClaimName is the backup PersistentVolumeClaim mounted as BackupVolume.
 	ClaimName string
 }
@@ -171,6 +186,11 @@ type Report struct {
 	File   string `json:"file,omitempty"`
 	Size   int64  `json:"size,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
+	// Source is the host a backup Job dumped from (Backup.Host or
+	// Backup.Standby) and LagBytes the replay lag it measured for a
+	// standby source (nil when it read from the primary).
+	Source   string `json:"source,omitempty"`
+	LagBytes *int64 `json:"lagBytes,omitempty"`
 }
 
 // ParseReport decodes a termination message; an empty one is an empty
