@@ -264,7 +264,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return status.Outcome(ctx, result, err, nil)
 		}
 		r.Kind.Clusters.SetStatus(obj, db)
-		return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
+		return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, obj))
 	}
 	if err := r.ensureFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
@@ -290,7 +290,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.Kind.Clusters.SetStatus(obj, db)
 	// A planned recheck or an error, never both: controller-runtime drops
 	// the recheck that comes with an error.
-	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, obj))
+	return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, obj))
 }
 
 // recheckForeign is how often a Database blocked by someone else's object

@@ -86,7 +86,7 @@ func (s *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	before := sched.DeepCopy()
 	result, err := s.run(ctx, &sched)
 	sched.Status.ObservedGeneration = sched.Generation
-	return status.Outcome(ctx, result, err, status.Patch(ctx, s.Client, before, &sched))
+	return status.Outcome(ctx, result, err, status.PatchLocked(ctx, s.Client, before, &sched))
 }
 
 func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupSchedule) (ctrl.Result, error) {

@@ -4,8 +4,13 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
+
+// RetryConflictAfter is when a pass whose locked status write was refused
+// (the object changed since it was read) runs again, from the newer object.
+const RetryConflictAfter = time.Second
 
 // RetryStatusAfter bounds how long a failed status write waits for the next
 // pass when the pass planned to come back anyway.
@@ -24,10 +29,19 @@ const RetryStatusAfter = 5 * time.Second
 //     rollout into one slowed down exponentially. The next pass writes the
 //     status again; the failure is logged.
 //   - Only the status write failed, nothing planned: its error.
+//   - The status write was refused by its optimistic lock (PatchLocked): a
+//     requeue after RetryConflictAfter and no error. The pass read a stale
+//     object; nothing is wrong, the next pass reads the newer one.
 func Outcome(ctx context.Context, result ctrl.Result, err, statusErr error) (ctrl.Result, error) {
 	switch {
 	case err != nil:
 		return ctrl.Result{}, err
+	case apierrors.IsConflict(statusErr):
+		ctrl.LoggerFrom(ctx).V(1).Info("status not written: the object changed since it was read; looking again")
+		if result.RequeueAfter == 0 || result.RequeueAfter > RetryConflictAfter {
+			result.RequeueAfter = RetryConflictAfter
+		}
+		return result, nil
 	case statusErr != nil && result.RequeueAfter > 0:
 		// A write cut short by the operator shutting down is no failure.
 		if ctx.Err() == nil {

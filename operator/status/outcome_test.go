@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -34,4 +36,21 @@ func TestOutcomeNeverReturnsARequeueAndAnErrorTogether(t *testing.T) {
 	res, err = Outcome(ctx, planned, nil, nil)
 	assert.NoError(t, err)
 	assert.Equal(t, planned, res)
+}
+
+func TestOutcomeRequeuesSoonWhenTheLockedStatusWriteMetANewerObject(t *testing.T) {
+	ctx := context.Background()
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "stable.imaginedata.co", Resource: "databases"}, "db", errors.New("the object has been modified"))
+
+	res, err := Outcome(ctx, ctrl.Result{RequeueAfter: time.Hour}, nil, conflict)
+	assert.NoError(t, err, "a stale read is no failure: no error, no growing backoff")
+	assert.Equal(t, RetryConflictAfter, res.RequeueAfter, "the pass runs again soon, from the newer object")
+
+	res, err = Outcome(ctx, ctrl.Result{}, nil, conflict)
+	assert.NoError(t, err)
+	assert.Equal(t, RetryConflictAfter, res.RequeueAfter, "even with nothing planned")
+
+	res, err = Outcome(ctx, ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, conflict)
+	assert.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, res.RequeueAfter, "a sooner planned pass is kept")
 }

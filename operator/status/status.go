@@ -28,11 +28,27 @@ func SetCondition(conditions *[]metav1.Condition, generation int64, kind string,
 // Patch sends obj's status as a merge patch against before, and nothing
 // when the reconcile changed nothing, so a steady state makes no writes.
 // A object deleted meanwhile is not an error.
+//
+// It overwrites whatever the status holds now: use it only where no
+// status field decides what a later pass does (PatchLocked otherwise).
 func Patch(ctx context.Context, c client.Client, before, obj client.Object) error {
+	return patch(ctx, c, before, obj, client.MergeFrom(before))
+}
+
+// PatchLocked is Patch with an optimistic lock: the patch carries before's
+// resourceVersion, so the API server refuses it (a Conflict) when the
+// object changed since it was read. A pass that worked from a stale cache
+// then cannot write back old conditions or steps over newer ones; Outcome
+// requeues it, and the next pass starts from the newer object.
+func PatchLocked(ctx context.Context, c client.Client, before, obj client.Object) error {
+	return patch(ctx, c, before, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+func patch(ctx context.Context, c client.Client, before, obj client.Object, p client.Patch) error {
 	if equality.Semantic.DeepEqual(before, obj) {
 		return nil
 	}
-	err := c.Status().Patch(ctx, obj, client.MergeFrom(before))
+	err := c.Status().Patch(ctx, obj, p)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
