@@ -366,6 +366,7 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		{"bad parameter name", func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"max connections": "1"} }, "each key is a setting name"},
 		{"long metadata.name", func(d *dbv1.Database) { d.Name = strings.Repeat("d", 53) }, "metadata.name must be at most 52 characters"},
 		{"dotted metadata.name", func(d *dbv1.Database) { d.Name = "my.db" }, "metadata.name must be a DNS label"},
+		{"runAsUser root", func(d *dbv1.Database) { d.Spec.PodTemplate = &dbv1.PodTemplate{RunAsUser: ptr.To(int64(0))} }, "podTemplate.runAsUser must be more than 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDatabase(ns, "bad", 1)

@@ -85,7 +85,22 @@ func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 		AppSecret:         n.App,
 		ReplicationSecret: n.Replication,
 		PrimaryHost:       n.ReadWrite,
+		RunAsUser:         runAsUserOf(db),
 	}
+}
+
+// DefaultRunAsUser is the UID of the official images' server user
+// (postgres on Debian, mysql in MySQL's and MariaDB's images).
+const DefaultRunAsUser int64 = 999
+
+// runAsUserOf is the UID every container of the cluster runs as: the
+// spec's, never a guess from the image reference (a digest, a mirror or
+// another image says nothing reliable about it).
+func runAsUserOf(db *Cluster) int64 {
+	if t := db.Spec.PodTemplate; t != nil && t.RunAsUser != nil {
+		return *t.RunAsUser
+	}
+	return DefaultRunAsUser
 }
 
 // appUser is the role that owns the database: it has the database's name.

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -54,8 +55,15 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	initialized := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
 	problems := podProblems(pods)
+	wrongOwner := dataOwnerMismatches(db, pods)
 
 	switch {
+	case len(wrongOwner) > 0:
+		msg := strings.Join(wrongOwner, "; ")
+		r.warn(db, ConditionReady, ReasonDataDirectoryOwnerMismatch, msg)
+		r.setCondition(db, ConditionReady, false, ReasonDataDirectoryOwnerMismatch, msg)
+		db.Status.Phase = dbv1.PhaseDegraded
+		return
 	case db.Spec.Suspend:
 		r.setCondition(db, ConditionReady, allReady && initialized, "Suspended",
 			fmt.Sprintf("suspended: the operator changes nothing; %s replicas ready", db.Status.Ready))
@@ -138,6 +146,50 @@ func podProblems(pods map[string]*corev1.Pod) []string {
 				msg += " (" + truncate(w.Message, 200) + ")"
 			}
 			out = append(out, msg)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReasonDataDirectoryOwnerMismatch: a server found its data directory
+// owned by another UID than the one it runs as.
+const ReasonDataDirectoryOwnerMismatch = "DataDirectoryOwnerMismatch"
+
+// dataOwnerReport is what a server's bootstrap script writes to its
+// termination message when the data directory's owner is not its user.
+type dataOwnerReport struct {
+	DataDirectory string `json:"dataDirectory"`
+	DataOwner     string `json:"dataOwner"`
+	RunAsUser     string `json:"runAsUser"`
+}
+
+// dataOwnerMismatches names the pods whose server stopped because its data
+// directory belongs to another UID (its last termination message says
+// which): runAsUser is fixed before a container runs, so only the user can
+// fix it, by naming the image's user in the spec.
+func dataOwnerMismatches(db *Cluster, pods map[string]*corev1.Pod) []string {
+	var out []string
+	for name, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready {
+				// Fixed since (the directory's owner changed by hand).
+				continue
+			}
+			t := cs.State.Terminated
+			if t == nil {
+				t = cs.LastTerminationState.Terminated
+			}
+			if t == nil || !strings.Contains(t.Message, `"dataOwner"`) {
+				continue
+			}
+			var rep dataOwnerReport
+			if json.Unmarshal([]byte(t.Message), &rep) != nil || rep.DataOwner == "" {
+				continue
+			}
+			out = append(out, fmt.Sprintf("pod %s: the data directory %s belongs to uid %s, but the servers run as uid %s (spec.podTemplate.runAsUser, default %d): "+
+				"set spec.podTemplate.runAsUser to %s if that is the image's server user",
+				name, rep.DataDirectory, rep.DataOwner, rep.RunAsUser, DefaultRunAsUser, rep.DataOwner))
 		}
 	}
 	sort.Strings(out)

@@ -271,9 +271,18 @@ func TestFreshClusterReachesReadyAndGetsItsSecret(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, condition(mc.Status.Conditions, database.ConditionVersionKnown).Status)
 	assert.Contains(t, condition(mc.Status.Conditions, database.ConditionVersionKnown).Message, "the server reported 9.1.0")
 
-	// A cluster naming a Secret that does not exist gets one.
+	// The servers run as the default user, 999, since the spec names none.
+	sts := get(t, c, ns, "my-cluster", &appsv1.StatefulSet{})
+	assert.Equal(t, int64(999), *sts.Spec.Template.Spec.SecurityContext.RunAsUser)
+
+	// A cluster naming a Secret that does not exist gets one; its servers
+	// and Jobs run as the user its spec names.
 	gen := newCluster(ns, "generated", "generated-root", 1)
+	gen.Spec.RunAsUser = ptr.To(int64(1001))
 	require.NoError(t, c.Create(context.Background(), gen))
+	sts = get(t, c, ns, "generated", &appsv1.StatefulSet{})
+	assert.Equal(t, int64(1001), *sts.Spec.Template.Spec.SecurityContext.RunAsUser)
+	assert.Equal(t, int64(1001), *sts.Spec.Template.Spec.SecurityContext.FSGroup)
 	gen = waitFor(t, c, ns, "generated", "Ready", ready)
 	assert.Equal(t, "8.4.8", gen.Status.CurrentVersion, "from the pinned tag")
 	assert.Equal(t, "FromImageTag", condition(gen.Status.Conditions, database.ConditionVersionKnown).Reason)
@@ -532,6 +541,7 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		"bad storage": {func() client.Object { m := newCluster(ns, "b", "s", 1); m.Spec.Storage = "lots"; return m }(), `storage must be a quantity such as 1Gi or 500M, not "lots"`},
 		"bad time": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns},
 			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "every night"}}, `time must be five cron fields`},
+		"root user": {func() client.Object { m := newCluster(ns, "e", "s", 1); m.Spec.RunAsUser = ptr.To(int64(0)); return m }(), "runAsUser must be more than 0"},
 		"empty retention": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: ns},
 			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "@daily", Retention: &grtlv1.Retention{}}}, "retention needs keepLast, maxAge or both"},
 	} {

@@ -45,6 +45,7 @@ var Kind = database.NewKind(database.Kind{
 		"DatabaseBackups", "MySQLBackupInstances", "DatabaseBackup", "MySQLBackupInstance",
 		"Databases", "MySQLClusters", "Database", "MySQLCluster",
 		"storage-size", "storage", "is Running", "is Started", "is Pending", "is Scheduled",
+		"spec.podTemplate.runAsUser", "spec.runAsUser",
 	),
 })
 
@@ -73,6 +74,9 @@ func (clusters) View(obj client.Object) *database.Cluster {
 			Engine:         EngineMySQL,
 			FromBackup:     mc.Spec.FromBackup,
 			DeletionPolicy: dbv1.DeletionPolicy(mc.Spec.DeletionPolicy),
+			// grtl's spec has no pod template: runAsUser is its only pod
+			// setting (nil: the default).
+			PodTemplate: &dbv1.PodTemplate{RunAsUser: mc.Spec.RunAsUser},
 		},
 		Secrets: database.ClusterSecrets{
 			Superuser:            mc.Spec.Secret,

@@ -56,12 +56,10 @@ const (
 	TerminationMessagePath = engine.TerminationMessagePath
 )
 
-// The official image's postgres user: 999 on Debian, 70 on Alpine. initdb
-// refuses to run as a user without a name.
-const (
-	debianUID = 999
-	alpineUID = 70
-)
+// The official Debian image's postgres user, for a Cluster that names
+// none; the controller always sets Cluster.RunAsUser from the spec (70 for
+// the Alpine image). initdb refuses to run as a user without a name.
+const debianUID = 999
 
 //go:embed scripts/*.sh
 var scriptFiles embed.FS
@@ -163,7 +161,7 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))},
 		}}},
-		SecurityContext: podSecurityContext(c.Image),
+		SecurityContext: podSecurityContext(c.RunAsUser),
 	}
 }
 
@@ -193,7 +191,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			SecurityContext:          containerSecurityContext(),
 		},
-		SecurityContext: podSecurityContext(c.Image),
+		SecurityContext: podSecurityContext(c.RunAsUser),
 	}
 }
 
@@ -289,7 +287,7 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 // jobPod is engine.JobPod with this engine's credentials and pod
 // security context.
 func jobPod(c engine.Cluster, name, script string, env []corev1.EnvVar, backupClaim string, extra *corev1.Volume) engine.Pod {
-	return engine.JobPod(c, name, script, env, superuserEnv(c), backupClaim, extra, podSecurityContext(c.Image))
+	return engine.JobPod(c, name, script, env, superuserEnv(c), backupClaim, extra, podSecurityContext(c.RunAsUser))
 }
 
 // ConnectionURI is a libpq URI.
@@ -355,10 +353,10 @@ func serverArgs(params map[string]string) []string {
 	return args
 }
 
-func podSecurityContext(image string) *corev1.PodSecurityContext {
-	uid := int64(debianUID)
-	if strings.Contains(image[strings.LastIndex(image, "/")+1:], "alpine") {
-		uid = alpineUID
+func podSecurityContext(uid int64) *corev1.PodSecurityContext {
+	if uid == 0 {
+		// A Cluster made without one (engine tests): the official image's.
+		uid = debianUID
 	}
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot:        ptr.To(true),

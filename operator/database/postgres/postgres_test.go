@@ -3,6 +3,7 @@ package postgres
 import (
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,10 +49,16 @@ func TestServerArgsAreSortedSingleArguments(t *testing.T) {
 	assert.Equal(t, []string{"-c", "wal_keep_size=1GB"}, serverArgs(map[string]string{"wal_keep_size": "1GB"}))
 }
 
-func TestPodsRunAsThePostgresUserOfTheImage(t *testing.T) {
-	c := engine.Cluster{Name: "db", Image: "postgres:17.6-alpine", Port: 5432, PrimaryHost: "db-rw"}
-	assert.Equal(t, int64(70), *Engine{}.ServerPod(c).SecurityContext.RunAsUser)
-	c.Image = "postgres:17.6"
+func TestPodsRunAsTheClustersUserNotOneGuessedFromTheImage(t *testing.T) {
+	// A digest-only reference says nothing of the user: the spec's is used.
+	c := engine.Cluster{Name: "db", Image: "registry.example/pg@sha256:" + strings.Repeat("a", 64), Port: 5432, PrimaryHost: "db-rw", RunAsUser: 26}
+	for _, pod := range []engine.Pod{Engine{}.ServerPod(c), Engine{}.InitPod(c)} {
+		assert.Equal(t, int64(26), *pod.SecurityContext.RunAsUser)
+		assert.Equal(t, int64(26), *pod.SecurityContext.FSGroup)
+	}
+	c.Image, c.RunAsUser = "postgres:17.6-alpine", 999
+	assert.Equal(t, int64(999), *Engine{}.ServerPod(c).SecurityContext.RunAsUser, "alpine in the name decides nothing")
+	c.RunAsUser = 0
 	p := Engine{}.ServerPod(c)
 	assert.Equal(t, int64(999), *p.SecurityContext.RunAsUser)
 	assert.True(t, *p.SecurityContext.RunAsNonRoot)

@@ -92,6 +92,17 @@ type MySQLClusterSpec struct {
 	// +kubebuilder:default=Snapshot
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// RunAsUser is the UID the image runs its server as, and so the owner
+	// of the data directory: every container of the cluster (servers and
+	// Jobs) runs as it. Default 999 (the mysql user of the official MySQL
+	// and MariaDB images); other images use others. A data directory owned
+	// by another UID cannot be used: a server that finds one says so in the
+	// Ready condition (reason DataDirectoryOwnerMismatch, with the expected
+	// and found owner).
+	// +kubebuilder:validation:XValidation:rule="self > 0",message="runAsUser must be more than 0: the servers refuse to run as root"
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 }
 
 // Phase sums up a MySQLCluster's state (the phases of a Database).

@@ -43,6 +43,18 @@ type PodTemplate struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// RunAsUser is the UID the image runs its server as, and so the owner
+	// of the data directory: every container of the Database (servers and
+	// Jobs) runs as it. Default 999 (the official postgres image on
+	// Debian); the official Alpine image's postgres user is 70, other
+	// images use others (26, 1001). It cannot be read from the image
+	// reference, and a data directory owned by another UID cannot be used:
+	// a server that finds one says so in the Ready condition (reason
+	// DataDirectoryOwnerMismatch, with the expected and found owner).
+	// +kubebuilder:validation:XValidation:rule="self > 0",message="podTemplate.runAsUser must be more than 0: the servers refuse to run as root"
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 }
 
 // DatabaseSpec is the seed's SampleDB (name, port, storage-size, image,

@@ -272,3 +272,19 @@ sql_grant_database() {
 	_db=$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/_/\\_/g' -e 's/%/\\%/g')
 	say "GRANT ALL PRIVILEGES ON $(sql_ident "$_db").* TO $(sql_string "$2")@'%';"
 }
+
+# check_data_owner DIR: the data directory DIR belongs to the user the
+# server runs as (the pod's runAsUser), or the server stops here with a
+# message naming both owners. The user is fixed before any container runs,
+# so a mismatch can only be reported: as JSON in the termination message
+# (the operator reads it into the Ready condition, reason
+# DataDirectoryOwnerMismatch), and in the log.
+check_data_owner() {
+	_found=$(stat -c %u "$1")
+	_expected=$(id -u)
+	[ "$_found" = "$_expected" ] && return 0
+	TERMINATION_MESSAGE_PATH=${TERMINATION_MESSAGE_PATH:-/dev/termination-log} \
+		report dataDirectory="$1" dataOwner="$_found" runAsUser="$_expected" || true
+	log "the data directory $1 belongs to uid $_found, but the server runs as uid $_expected: set runAsUser to $_found in the spec if the image's server user is $_found"
+	exit 1
+}

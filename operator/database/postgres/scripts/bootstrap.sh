@@ -125,6 +125,9 @@ write_primary_conninfo() {
 }
 
 ordinal=${POD_NAME##*-}
+if [ -d "$PGDATA" ]; then
+	check_data_owner "$PGDATA"
+fi
 server_major=$(postgres -V | sed 's/^postgres (PostgreSQL) //; s/[^0-9].*//')
 data_major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null || true)
 if [ "$ordinal" != 0 ] && [ -n "$data_major" ] && [ "$data_major" != "$server_major" ]; then

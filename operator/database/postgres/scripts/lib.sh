@@ -209,3 +209,19 @@ current_marker() {
 	SELECT coalesce(pg_catalog.shobj_description(oid, 'pg_database'), '') FROM pg_catalog.pg_database WHERE datname = :'appdb'
 	SQL
 }
+
+# check_data_owner DIR: the data directory DIR belongs to the user the
+# server runs as (the pod's runAsUser), or the server stops here with a
+# message naming both owners. The user is fixed before any container runs
+# and PostgreSQL refuses a data directory of another owner, so a mismatch
+# can only be reported: as JSON in the termination message (the operator
+# reads it into the Ready condition, reason DataDirectoryOwnerMismatch),
+# and in the log.
+check_data_owner() {
+	found=$(stat -c %u "$1")
+	expected=$(id -u)
+	[ "$found" = "$expected" ] && return 0
+	printf '{"dataDirectory":%s,"dataOwner":"%s","runAsUser":"%s"}\n' "$(json_string "$1")" "$found" "$expected" \
+		>"${TERMINATION_MESSAGE_PATH:-/dev/termination-log}" || true
+	fail "the data directory $1 belongs to uid $found, but the server runs as uid $expected: set runAsUser to $found in the spec if the image's server user is $found"
+}

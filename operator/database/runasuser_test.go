@@ -1,0 +1,158 @@
+package database_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
+)
+
+// applyYAML applies a manifest as a user would, so the test says the same
+// to the API server whatever the Go types know.
+func applyYAML(t *testing.T, manifest string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "manifest.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(manifest), 0o644))
+	out, err := testenv.Kubectl(t, "apply", "-f", file)
+	require.NoError(t, err, out)
+}
+
+func databaseYAML(ns, name, podTemplate string) string {
+	return "apiVersion: stable.imaginedata.co/v1\nkind: Database\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
+		"\nspec:\n  name: app\n  port: 5432\n  storage-size: 1Gi\n  replicas: 1\n" + podTemplate
+}
+
+// podUser is the UID a server pod and the init Job run as.
+func podUsers(t *testing.T, c client.Client, ns, name string) (int64, int64) {
+	t.Helper()
+	var sts appsv1.StatefulSet
+	var job batchv1.Job
+	get(t, c, ns, name, &sts)
+	get(t, c, ns, name+"-init", &job)
+	return *sts.Spec.Template.Spec.SecurityContext.RunAsUser, *job.Spec.Template.Spec.SecurityContext.RunAsUser
+}
+
+// The servers' user comes from spec.podTemplate.runAsUser (default 999),
+// never from the image reference. A data directory owned by another UID
+// stops the real bootstrap script with a message naming both owners, and
+// the Database's Ready condition says the same, with the fix.
+func TestTheServersUserComesFromTheSpecAndAWrongOneIsReported(t *testing.T) {
+	t.Parallel()
+	bin := pgtest.Bin(t)
+	u := pgtest.Unprivileged(t)
+	require.NotNil(t, u, "the test makes directories of two owners: it runs as root")
+	require.NotEqual(t, 999, u.UID, "the host's postgres user must differ from the default")
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	// Alpine's image, by digest: nothing in the reference says 70.
+	alpine := "  image: registry.example/postgres@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + "\n"
+	applyYAML(t, databaseYAML(ns, "alpine", alpine+"  podTemplate:\n    runAsUser: 70\n"))
+	server, initJob := podUsers(t, c, ns, "alpine")
+	assert.Equal(t, int64(70), server, "the server runs as the spec's user")
+	assert.Equal(t, int64(70), initJob, "and so does every Job")
+
+	applyYAML(t, databaseYAML(ns, "owner", ""))
+	db := &dbv1.Database{}
+	get(t, c, ns, "owner", db)
+	server, _ = podUsers(t, c, ns, "owner")
+	assert.Equal(t, int64(999), server, "the default is the official image's 999")
+	waitFor(t, c, db, "Ready", ready)
+
+	// The volume was made by an image whose server user is the host's
+	// postgres; the pods run as 999: the real bootstrap script, as 999,
+	// refuses the directory and says why in its termination message.
+	var sts appsv1.StatefulSet
+	get(t, c, ns, "owner", &sts)
+	cm := get(t, c, ns, "owner-scripts", &corev1.ConfigMap{})
+	root := u.TempDir(t)
+	require.NoError(t, os.Chmod(root, 0o755), "uid 999 reads the scripts too")
+	scripts := u.WriteScripts(t, root, cm.Data)
+	secret := func(name, key string) string {
+		var s corev1.Secret
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+		return string(s.Data[key])
+	}
+	container := sts.Spec.Template.Spec.Containers[0]
+	env := pgtest.ContainerEnv(t, container, "owner-0", secret)
+	env["PGDATA"] = filepath.Join(u.Dir(t, root, "data"), filepath.Base(env["PGDATA"]))
+	env["PATH"] = bin + ":/usr/bin:/bin"
+	env["PGPORT"], env["PRIMARY_PORT"] = pgtest.FreePort(t), "1"
+	env["PRIMARY_HOST"], env["LISTEN_ADDRESSES"] = "127.0.0.1", "127.0.0.1"
+	termination := filepath.Join(u.Dir(t, root, "tmp"), "termination-log")
+	require.NoError(t, os.WriteFile(termination, nil, 0o666))
+	require.NoError(t, os.Chmod(termination, 0o666))
+	env["TERMINATION_MESSAGE_PATH"] = termination
+	argv := pgtest.HostCommand(t, container, scripts)
+	made := u.StartServer(t, bin, env, argv)
+	made.Stop(t)
+
+	// As a pod would: uid 999, which has no name on this host.
+	asPod := exec.Command("setpriv", append([]string{"--reuid=999", "--regid=999", "--clear-groups", "--"}, argv...)...)
+	for k, v := range env {
+		asPod.Env = append(asPod.Env, k+"="+v)
+	}
+	out, err := asPod.CombinedOutput()
+	require.Error(t, err, "the server must not start on a data directory of another owner:\n%s", out)
+	uid := strconv.Itoa(u.UID)
+	assert.Contains(t, string(out), "belongs to uid "+uid+", but the server runs as uid 999")
+	message, err := os.ReadFile(termination)
+	require.NoError(t, err)
+	var report map[string]string
+	require.NoError(t, json.Unmarshal(message, &report), string(message))
+	assert.Equal(t, map[string]string{"dataDirectory": env["PGDATA"], "dataOwner": uid, "runAsUser": "999"}, report)
+
+	// The kubelet puts it in the pod's status (kwok runs no script).
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pod corev1.Pod
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "owner-0"}, &pod))
+		cs := &pod.Status.ContainerStatuses[0]
+		cs.Ready, cs.RestartCount = false, cs.RestartCount+1
+		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: string(message)}}
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
+				pod.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		return c.Status().Update(ctx, &pod)
+	}))
+	db = waitFor(t, c, db, "the owner mismatch reported", func(ct *assert.CollectT, d *dbv1.Database) {
+		cond := condition(d, database.ConditionReady)
+		require.Equal(ct, "DataDirectoryOwnerMismatch", cond.Reason, "%+v", cond)
+		require.Equal(ct, dbv1.PhaseDegraded, d.Status.Phase)
+	})
+	msg := condition(db, database.ConditionReady).Message
+	assert.Contains(t, msg, "pod owner-0: the data directory "+env["PGDATA"]+" belongs to uid "+uid+", but the servers run as uid 999")
+	assert.Contains(t, msg, "set spec.podTemplate.runAsUser to "+uid)
+	assertEvent(t, c, ns, "owner", corev1.EventTypeWarning, "DataDirectoryOwnerMismatch")
+
+	// The fix: the spec names the image's user; the pods run as it, and the
+	// real script starts the kept data as that user.
+	applyYAML(t, databaseYAML(ns, "owner", "  podTemplate:\n    runAsUser: "+uid+"\n"))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "owner"}, &sts))
+		require.Equal(ct, int64(u.UID), *sts.Spec.Template.Spec.SecurityContext.RunAsUser)
+	}, wait, 100*time.Millisecond)
+	restarted := u.StartServer(t, bin, env, argv)
+	assert.Contains(t, restarted.Log.String(), "holds a PostgreSQL")
+}
