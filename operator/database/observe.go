@@ -56,6 +56,10 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
 	problems := podProblems(pods)
 	wrongOwner := dataOwnerMismatches(db, pods)
+	var down []string
+	if primaryReady {
+		down = standbysNotReady(db, pods)
+	}
 
 	switch {
 	case len(wrongOwner) > 0:
@@ -67,6 +71,13 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	case db.Spec.Suspend:
 		r.setCondition(db, ConditionReady, allReady && initialized, "Suspended",
 			fmt.Sprintf("suspended: the operator changes nothing; %s replicas ready", db.Status.Ready))
+	case initialized && len(down) > 0:
+		msg := fmt.Sprintf("%s replicas ready; the primary %s serves, but standby %s started and is not ready: a standby is ready only while it streams from the primary (see its log: fallen behind, or the primary unreachable)",
+			db.Status.Ready, podName(db, 0), strings.Join(down, ", "))
+		r.warn(db, ConditionReady, ReasonStandbyNotReady, msg)
+		r.setCondition(db, ConditionReady, false, ReasonStandbyNotReady, msg)
+		db.Status.Phase = dbv1.PhaseDegraded
+		return
 	case initialized && allReady:
 		r.setCondition(db, ConditionReady, true, "Ready",
 			fmt.Sprintf("%s replicas ready; %s", db.Status.Ready, appDatabase(db)))
@@ -146,6 +157,31 @@ func podProblems(pods map[string]*corev1.Pod) []string {
 				msg += " (" + truncate(w.Message, 200) + ")"
 			}
 			out = append(out, msg)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReasonStandbyNotReady: the primary is ready and a standby that started
+// is not (its readiness needs a streaming WAL receiver): the Database runs
+// with fewer copies than asked for.
+const ReasonStandbyNotReady = "StandbyNotReady"
+
+// standbysNotReady names the standby pods whose server started (the
+// startup probe passed, so the first clone is done) and is not ready now:
+// a standby still cloning or being rolled is coming up, not degraded.
+func standbysNotReady(db *Cluster, pods map[string]*corev1.Pod) []string {
+	var out []string
+	for name, p := range pods {
+		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running != nil && ptr.Deref(cs.Started, false) && !cs.Ready {
+				out = append(out, name)
+				break
+			}
 		}
 	}
 	sort.Strings(out)
