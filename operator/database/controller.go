@@ -307,6 +307,17 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		return ctrl.Result{}, nil
 	}
 	db.Status.Replicas = replicasOf(db)
+	if !db.Spec.Suspend {
+		adopted, err := r.adoptKeptSecrets(ctx, db)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if adopted {
+			// The cache shows the adopted Secrets as ours a moment later;
+			// until then the lookup would refuse them.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
 	live, err := r.lookupAll(ctx, db)
 	if notOwned := notOwnedErrors(err); len(notOwned) > 0 {
 		r.refuse(db, notOwned)

@@ -22,6 +22,7 @@ var DatabaseKind = NewKind(Kind{
 		Scripts: AnnotationScripts, BackupReason: LabelBackupReason,
 		FinalizerDeletionPolicy: FinalizerDeletionPolicy, FinalizerBackupFile: FinalizerBackupFile,
 		SkipFinalBackup: AnnotationSkipFinalBackup, AllowUnknownVersion: AnnotationAllowUnknownVersion,
+		ClusterUID: AnnotationDatabaseUID, KeptFrom: AnnotationKeptFrom,
 	},
 	Clusters: databases{},
 	Backups:  databaseBackups{},

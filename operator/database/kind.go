@@ -117,6 +117,13 @@ type Keys struct {
 	// on a cluster.
 	SkipFinalBackup     string
 	AllowUnknownVersion string
+	// ClusterUID on the Secrets the operator makes is the UID of the
+	// cluster it made them for; KeptFrom on the Secrets and volumes a
+	// Retain deletion kept is the UID of the cluster that kept them. A new
+	// cluster of the same name adopts kept Secrets only when both agree
+	// with the kept volumes (see adoptKeptSecrets).
+	ClusterUID string
+	KeptFrom   string
 }
 
 // KeysFor are the keys of a Kind under one prefix (its API group); the
@@ -133,6 +140,8 @@ func KeysFor(prefix, cluster string) Keys {
 		FinalizerBackupFile:     prefix + "/backup-file",
 		SkipFinalBackup:         prefix + "/skip-final-backup",
 		AllowUnknownVersion:     prefix + "/allow-unknown-version",
+		ClusterUID:              prefix + "/" + cluster + "-uid",
+		KeptFrom:                prefix + "/kept-from",
 	}
 }
 

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -218,8 +219,16 @@ func (r *Reconciler) removeServers(ctx context.Context, db *Cluster, policy dbv1
 }
 
 // keepSecrets removes the Database's owner reference from its Secrets, so
-// garbage collection leaves them.
+// garbage collection leaves them, and records on them and on the kept
+// volumes which Database kept them (its UID, AnnotationKeptFrom): a new
+// Database of the same name adopts the Secrets when both agree
+// (adoptKeptSecrets). The volumes are marked first, so a pass cut short
+// leaves no kept Secret without its volume's mark; each step is repeated
+// until the finalizer goes.
 func (r *Reconciler) keepSecrets(ctx context.Context, db *Cluster) error {
+	if err := r.markKeptClaims(ctx, db); err != nil {
+		return err
+	}
 	n := namesOf(db)
 	for _, name := range []string{n.Superuser, n.App, n.Replication} {
 		if name == "" {
@@ -229,12 +238,42 @@ func (r *Reconciler) keepSecrets(ctx context.Context, db *Cluster) error {
 		if exists, err := r.lookup(ctx, db, "Secret", name, s, false); err != nil || !exists {
 			continue
 		}
-		body := fmt.Sprintf(`{"metadata":{"ownerReferences":null,"resourceVersion":%q}}`, s.ResourceVersion)
+		// Controlled by db until now: its owner reference vouches for the
+		// identity recorded (Secrets made before AnnotationDatabaseUID
+		// existed get it here too).
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"ownerReferences": nil,
+			"annotations":     map[string]string{db.Kind.Keys.KeptFrom: string(db.UID), db.Kind.Keys.ClusterUID: string(db.UID)},
+			"resourceVersion": s.ResourceVersion,
+		}})
+		if err != nil {
+			return err
+		}
 		target := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name}}
-		if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(body))); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("keeping Secret %s: %w", name, err)
 		}
-		r.normal(db, "Kept", "Delete", "Secret %s kept (deletionPolicy Retain): the kept volumes need its password", name)
+		r.normal(db, "Kept", "Delete", "Secret %s kept (deletionPolicy Retain): the kept volumes need its password; a new %s named %s adopts it", name, db.Kind.clusterKind(), db.Name)
+	}
+	return nil
+}
+
+// markKeptClaims records on each kept data volume the UID of the Database
+// that kept it.
+func (r *Reconciler) markKeptClaims(ctx context.Context, db *Cluster) error {
+	var claims corev1.PersistentVolumeClaimList
+	if err := r.Owned.List(ctx, &claims, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+		return err
+	}
+	for i := range claims.Items {
+		pvc := &claims.Items[i]
+		if !strings.HasPrefix(pvc.Name, fmt.Sprintf("%s-%s-", "data", db.Name)) || pvc.Annotations[db.Kind.Keys.KeptFrom] == string(db.UID) {
+			continue
+		}
+		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, db.Kind.Keys.KeptFrom, db.UID)
+		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body))); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("marking PersistentVolumeClaim %s kept: %w", pvc.Name, err)
+		}
 	}
 	return nil
 }

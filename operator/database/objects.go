@@ -39,6 +39,13 @@ const (
 	// AnnotationScripts on the pod template is the scripts' hash: new
 	// scripts roll the replicas.
 	AnnotationScripts = "stable.imaginedata.co/scripts"
+	// AnnotationDatabaseUID on the Secrets the operator makes is the UID
+	// of the Database it made them for.
+	AnnotationDatabaseUID = "stable.imaginedata.co/database-uid"
+	// AnnotationKeptFrom on the Secrets and volumes a Retain deletion kept
+	// is the UID of the deleted Database: a new Database of the same name
+	// adopts those Secrets only when they and its volume say the same.
+	AnnotationKeptFrom = "stable.imaginedata.co/kept-from"
 
 	componentServer = "server"
 	componentInit   = "init"
@@ -177,6 +184,15 @@ func objectMeta(db *Cluster, name string, extraLabels map[string]string) metav1.
 	}
 }
 
+// secretMeta is objectMeta with the Database's UID annotated: the
+// identity a kept Secret is matched by when the Database is made again
+// (labels name the Database only, and anyone can copy them).
+func secretMeta(db *Cluster, name string, extraLabels map[string]string) metav1.ObjectMeta {
+	m := objectMeta(db, name, extraLabels)
+	m.Annotations = map[string]string{db.Kind.Keys.ClusterUID: string(db.UID)}
+	return m
+}
+
 // superuserSecret holds the engine's superuser and a new random password.
 func superuserSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	if db.Secrets.SuperuserNamedByUser {
@@ -185,7 +201,7 @@ func superuserSecret(db *Cluster, eng engine.Engine, password string) *corev1.Se
 	}
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(db, namesOf(db).Superuser, nil),
+		ObjectMeta: secretMeta(db, namesOf(db).Superuser, nil),
 		Type:       corev1.SecretTypeBasicAuth,
 		StringData: map[string]string{"username": eng.SuperuserName(), "password": password},
 	}
@@ -196,7 +212,7 @@ func superuserSecret(db *Cluster, eng engine.Engine, password string) *corev1.Se
 func passwordSecret(db *Cluster, name, password string) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(db, name, nil),
+		ObjectMeta: secretMeta(db, name, nil),
 		Type:       corev1.SecretTypeOpaque,
 		StringData: map[string]string{"password": password},
 	}
@@ -235,7 +251,7 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	conn := connectionOf(db, eng)
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: objectMeta(db, namesOf(db).App, map[string]string{db.Kind.Keys.Connection: conn.hash()}),
+		ObjectMeta: secretMeta(db, namesOf(db).App, map[string]string{db.Kind.Keys.Connection: conn.hash()}),
 		Type:       corev1.SecretTypeOpaque,
 		StringData: conn.appData(eng, password),
 	}
