@@ -82,28 +82,14 @@ func TestTheServersUserComesFromTheSpecAndAWrongOneIsReported(t *testing.T) {
 	// The volume was made by an image whose server user is the host's
 	// postgres; the pods run as 999: the real bootstrap script, as 999,
 	// refuses the directory and says why in its termination message.
-	var sts appsv1.StatefulSet
-	get(t, c, ns, "owner", &sts)
-	cm := get(t, c, ns, "owner-scripts", &corev1.ConfigMap{})
 	root := u.TempDir(t)
 	require.NoError(t, os.Chmod(root, 0o755), "uid 999 reads the scripts too")
-	scripts := u.WriteScripts(t, root, cm.Data)
-	secret := func(name, key string) string {
-		var s corev1.Secret
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
-		return string(s.Data[key])
-	}
-	container := sts.Spec.Template.Spec.Containers[0]
-	env := pgtest.ContainerEnv(t, container, "owner-0", secret)
-	env["PGDATA"] = filepath.Join(u.Dir(t, root, "data"), filepath.Base(env["PGDATA"]))
-	env["PATH"] = bin + ":/usr/bin:/bin"
-	env["PGPORT"], env["PRIMARY_PORT"] = pgtest.FreePort(t), "1"
-	env["PRIMARY_HOST"], env["LISTEN_ADDRESSES"] = "127.0.0.1", "127.0.0.1"
+	h := serverOnHost(t, c, ns, "owner", root, u, bin)
+	env, argv := h.env, h.argv
 	termination := filepath.Join(u.Dir(t, root, "tmp"), "termination-log")
 	require.NoError(t, os.WriteFile(termination, nil, 0o666))
 	require.NoError(t, os.Chmod(termination, 0o666))
 	env["TERMINATION_MESSAGE_PATH"] = termination
-	argv := pgtest.HostCommand(t, container, scripts)
 	made := u.StartServer(t, bin, env, argv)
 	made.Stop(t)
 
@@ -150,6 +136,7 @@ func TestTheServersUserComesFromTheSpecAndAWrongOneIsReported(t *testing.T) {
 	// real script starts the kept data as that user.
 	applyYAML(t, databaseYAML(ns, "owner", "  podTemplate:\n    runAsUser: "+uid+"\n"))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var sts appsv1.StatefulSet
 		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "owner"}, &sts))
 		require.Equal(ct, int64(u.UID), *sts.Spec.Template.Spec.SecurityContext.RunAsUser)
 	}, wait, 100*time.Millisecond)

@@ -17,22 +17,6 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
 
-// staleCache answers a Get of one MySQLCluster with an old copy of it, as
-// an informer that has not yet seen the latest write does; everything else
-// (every write included) goes to the real API server.
-type staleCache struct {
-	client.Client
-	stale *grtlv1.MySQLCluster
-}
-
-func (s staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if mc, ok := obj.(*grtlv1.MySQLCluster); ok && key == client.ObjectKeyFromObject(s.stale) {
-		s.stale.DeepCopyInto(mc)
-		return nil
-	}
-	return s.Client.Get(ctx, key, obj, opts...)
-}
-
 // A MySQLCluster's status goes through the core's locked write: a pass
 // from a stale read does not write back conditions older than the
 // object's (here: Initialized=True going back to not initialised).
@@ -42,19 +26,11 @@ func TestAStatusWrittenFromAStaleReadIsRefused(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	ctx := context.Background()
-	var mgr ctrl.Manager
-	testenv.StartController(t, testenv.RESTConfig(t), func(m ctrl.Manager) error { mgr = m; return nil }, ns)
 
 	mc := newCluster(ns, "stale", "stale-root", 1)
 	mc.Finalizers = []string{mysqlcluster.Keys.FinalizerDeletionPolicy}
 	require.NoError(t, c.Create(ctx, mc))
-	t.Cleanup(func() {
-		var cur grtlv1.MySQLCluster
-		if c.Get(context.Background(), client.ObjectKeyFromObject(mc), &cur) == nil {
-			cur.Finalizers = nil
-			_ = c.Update(context.Background(), &cur)
-		}
-	})
+	testenv.RemoveFinalizersOnCleanup(t, c, mc)
 	stale := mc.DeepCopy()
 
 	var fresh grtlv1.MySQLCluster
@@ -65,8 +41,8 @@ func TestAStatusWrittenFromAStaleReadIsRefused(t *testing.T) {
 	})
 	require.NoError(t, c.Status().Update(ctx, &fresh))
 
-	r := &database.Reconciler{Client: staleCache{Client: c, stale: stale}, Owned: c, API: c, Kind: mysqlcluster.Kind,
-		Recorder: mgr.GetEventRecorder("deckhand-mysqlcluster")}
+	r := &database.Reconciler{Client: testenv.StaleCache{Client: c, Stale: stale}, Owned: c, API: c, Kind: mysqlcluster.Kind,
+		Recorder: testenv.EventRecorder(t, ns, "deckhand-mysqlcluster")}
 	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(mc)})
 	require.NoError(t, err, "a refused stale write is no failure")
 	assert.Positive(t, res.RequeueAfter, "the pass runs again, from the newer object")
