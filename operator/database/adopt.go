@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,18 +116,16 @@ func (r *Reconciler) adoptSecret(ctx context.Context, db *Cluster, s *metav1.Par
 // unmarkKeptClaims removes the kept mark from the cluster's volumes once
 // their Secrets are adopted.
 func (r *Reconciler) unmarkKeptClaims(ctx context.Context, db *Cluster, kept string) error {
-	var claims corev1.PersistentVolumeClaimList
-	if err := r.Owned.List(ctx, &claims, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+	claims, err := r.dataClaims(ctx, db)
+	if err != nil {
 		return err
 	}
-	for i := range claims.Items {
-		pvc := &claims.Items[i]
-		if !strings.HasPrefix(pvc.Name, fmt.Sprintf("%s-%s-", "data", db.Name)) || pvc.Annotations[db.Kind.Keys.KeptFrom] != kept {
+	for _, pvc := range claims {
+		if pvc.Annotations[db.Kind.Keys.KeptFrom] != kept {
 			continue
 		}
-		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, db.Kind.Keys.KeptFrom)
-		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body))); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("PersistentVolumeClaim %s: removing the kept mark: %w", pvc.Name, err)
+		if err := r.setKeptMark(ctx, db, pvc, ""); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 // Lifecycle names.
@@ -200,13 +201,12 @@ func (r *Reconciler) removeServers(ctx context.Context, db *Cluster, policy dbv1
 	if policy == dbv1.DeletionRetain {
 		return r.keepSecrets(ctx, db)
 	}
-	var claims corev1.PersistentVolumeClaimList
-	if err := r.Owned.List(ctx, &claims, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+	claims, err := r.dataClaims(ctx, db)
+	if err != nil {
 		return err
 	}
-	for i := range claims.Items {
-		pvc := &claims.Items[i]
-		if !strings.HasPrefix(pvc.Name, fmt.Sprintf("%s-%s-", "data", db.Name)) || !pvc.DeletionTimestamp.IsZero() {
+	for _, pvc := range claims {
+		if !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if err := r.Client.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
@@ -261,19 +261,50 @@ func (r *Reconciler) keepSecrets(ctx context.Context, db *Cluster) error {
 // markKeptClaims records on each kept data volume the UID of the Database
 // that kept it.
 func (r *Reconciler) markKeptClaims(ctx context.Context, db *Cluster) error {
-	var claims corev1.PersistentVolumeClaimList
-	if err := r.Owned.List(ctx, &claims, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+	claims, err := r.dataClaims(ctx, db)
+	if err != nil {
 		return err
 	}
-	for i := range claims.Items {
-		pvc := &claims.Items[i]
-		if !strings.HasPrefix(pvc.Name, fmt.Sprintf("%s-%s-", "data", db.Name)) || pvc.Annotations[db.Kind.Keys.KeptFrom] == string(db.UID) {
+	for _, pvc := range claims {
+		if pvc.Annotations[db.Kind.Keys.KeptFrom] == string(db.UID) {
 			continue
 		}
-		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, db.Kind.Keys.KeptFrom, db.UID)
-		if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(body))); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("marking PersistentVolumeClaim %s kept: %w", pvc.Name, err)
+		if err := r.setKeptMark(ctx, db, pvc, string(db.UID)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// dataClaims are the cluster's data volumes (of every ordinal, the ones
+// beyond replicas too).
+func (r *Reconciler) dataClaims(ctx context.Context, db *Cluster) ([]*corev1.PersistentVolumeClaim, error) {
+	var list corev1.PersistentVolumeClaimList
+	if err := r.Owned.List(ctx, &list, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db, componentServer))); err != nil {
+		return nil, err
+	}
+	var out []*corev1.PersistentVolumeClaim
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Name, fmt.Sprintf("%s-%s-", engine.DataVolume, db.Name)) {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// setKeptMark sets AnnotationKeptFrom on a volume to uid, or removes it
+// ("").
+func (r *Reconciler) setKeptMark(ctx context.Context, db *Cluster, pvc *corev1.PersistentVolumeClaim, uid string) error {
+	value := any(uid)
+	if uid == "" {
+		value = nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{db.Kind.Keys.KeptFrom: value}}})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, body)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("PersistentVolumeClaim %s: setting the kept mark: %w", pvc.Name, err)
 	}
 	return nil
 }
