@@ -63,6 +63,9 @@ clone_primary() {
 	rm -f "$dump"
 }
 
+if [ -d "$DATA_DIR" ]; then
+	check_data_owner "$DATA_DIR"
+fi
 if [ "${REMOVE_OLD_DATA:-false}" = true ]; then
 	for dir in "$DATA_DIR".deckhand-old-*; do
 		[ -d "$dir" ] || continue
@@ -77,7 +80,6 @@ if [ "$ordinal" != 0 ] && [ -d "$DATA_DIR/mysql" ] && [ -n "$data_series" ] && [
 	mv "$DATA_DIR" "$DATA_DIR.deckhand-old-$data_series"
 fi
 if [ -d "$DATA_DIR/mysql" ]; then
-	check_data_owner "$DATA_DIR/mysql"
 	log "$DATA_DIR holds a data directory: starting it as it is"
 	series "$version" >"$DATA_DIR/$SERIES_FILE"
 elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
