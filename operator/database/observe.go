@@ -55,7 +55,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	initialized := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
 	problems := podProblems(pods)
-	wrongOwner := dataOwnerMismatches(db, pods)
+	wrongOwner := dataOwnerMismatches(pods)
 	var down []string
 	if primaryReady {
 		down = standbysNotReady(db, pods)
@@ -204,7 +204,7 @@ type dataOwnerReport struct {
 // directory belongs to another UID (its last termination message says
 // which): runAsUser is fixed before a container runs, so only the user can
 // fix it, by naming the image's user in the spec.
-func dataOwnerMismatches(db *Cluster, pods map[string]*corev1.Pod) []string {
+func dataOwnerMismatches(pods map[string]*corev1.Pod) []string {
 	var out []string
 	for name, p := range pods {
 		for _, cs := range p.Status.ContainerStatuses {
