@@ -189,27 +189,6 @@ func TestParseLoadReply(t *testing.T) {
 	}
 }
 
-func TestConfigProblem(t *testing.T) {
-	for config, want := range map[string]string{
-		heapRule:                         "",
-		"":                               "",
-		"lowercaseOutputName: yes-ish\n": "lowercaseOutputName must be a boolean",
-		"- a\n- b\n":                     "top level must be a mapping",
-		"rules:\n- name: x\n":            "has a name but no pattern",
-		"rules:\n- pattern: x\n  type: HISTOGRAM\n": "GAUGE, COUNTER or UNTYPED",
-		"hostPort: a:1\njmxUrl: b\n":                "at most one of hostPort and jmxUrl",
-		"startDelaySeconds: [1\n":                   "not YAML",
-		"someFutureKey: 1\n":                        "",
-	} {
-		got := configProblem([]byte(config))
-		if want == "" {
-			assert.Empty(t, got, config)
-		} else {
-			assert.Contains(t, got, want, config)
-		}
-	}
-}
-
 func TestMainOf(t *testing.T) {
 	assert.Equal(t, "com.example.Main", mainOf(strings.Fields("-Xmx1g -cp a.jar:b.jar -Dpassword=secret com.example.Main --flag")))
 	assert.Equal(t, "/app/app.jar", mainOf(strings.Fields("-XX:+UseG1GC -jar /app/app.jar")))
