@@ -114,7 +114,7 @@ func TestAttachChecksPortAndConfigBeforeLoading(t *testing.T) {
 	bad := options(t, marker, "rules:\n  pattern: not-a-list\n")
 	r = Attach(bad)
 	assert.Equal(t, ReasonInvalidConfig, r.Reason, r.Message)
-	assert.Contains(t, r.Message, "rules must be a list")
+	assert.Contains(t, r.Message, "rules is a Map, not a list")
 
 	assert.False(t, j.Exited(), j.Log.String())
 	assert.NotContains(t, j.Log.String(), "stand-in agent")
