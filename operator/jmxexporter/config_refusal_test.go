@@ -60,7 +60,18 @@ func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	assert.Empty(t, f.box.takeSteps())
 	assert.Empty(t, f.drainEvents())
 
-	// Fixed: copied, and the refusal is gone.
+	// Undone: the agent has that configuration already, the refusal is gone.
+	f.setConfig(testConfig)
+	f.reconcile()
+	assert.Empty(t, f.box.takeSteps())
+	assert.Empty(t, f.state().Reason)
+	assert.Empty(t, f.drainEvents())
+
+	// Refused again, then fixed: copied, and the refusal is gone.
+	f.setConfig(exitingConfig)
+	f.reconcile()
+	assert.Equal(t, jvm.ReasonInvalidConfig, f.state().Reason)
+	f.drainEvents()
 	f.setConfig(testConfig + "# fixed\n")
 	f.reconcile()
 	assert.Equal(t, []string{"probe", "copy " + configName, "checksum"}, f.box.takeSteps())

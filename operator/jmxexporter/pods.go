@@ -170,6 +170,8 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 		configCopies.Inc()
 		r.Recorder.Eventf(pod, e, corev1.EventTypeNormal, "ConfigUpdated", "Copy", "configuration %s copied; the agent re-reads it on its next scrape", hash[:12])
 		next.ConfigHash, next.Reason, next.Message = hash, "", ""
+	} else if next.Reason == jvm.ReasonInvalidConfig {
+		next.Reason, next.Message = "", "" // the refused change was undone
 	}
 	if !next.Serving {
 		v := c.helper(ctx, "verify", probeTimeout, "verify", "-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path)
