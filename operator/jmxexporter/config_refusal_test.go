@@ -7,10 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/operator/jmxexporter/jvm"
@@ -19,15 +17,8 @@ import (
 // exitingConfig would make jmx_prometheus_javaagent 1.0.1 call System.exit
 // in agent mode, at start and on the reload after a change
 // (JmxCollector.exitOnConfigError).
-const exitingConfig = testConfig + "hostPort: localhost:9999\n"
-
-func (f *podFixture) setConfig(text string) {
-	f.t.Helper()
-	var cm corev1.ConfigMap
-	require.NoError(f.t, f.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "cfg"}, &cm))
-	cm.Data["config.yaml"] = text
-	require.NoError(f.t, f.c.Update(context.Background(), &cm))
-}
+// Its password is never shown in a refusal.
+const exitingConfig = testConfig + "username: monitor\npassword: jmx-Pa55-never-shown\nhostPort: localhost:9999\n"
 
 // Issue 22 item 1: a changed ConfigMap is checked before it is copied; a
 // refused one leaves the running agent's file as it was and says why.
@@ -38,7 +29,7 @@ func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	f.drainEvents()
 	loadedHash := f.state().ConfigHash
 
-	f.setConfig(exitingConfig)
+	setConfig(t, f, exitingConfig)
 	f.reconcile()
 	assert.Empty(t, f.box.takeSteps(), "nothing is copied into the container")
 	assert.Equal(t, []byte(testConfig), f.box.files["/tmp/deckhand-jmx/config.yaml"], "the agent's file is as it was")
@@ -54,6 +45,7 @@ func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	require.Len(t, evs, 1)
 	assert.Contains(t, evs[0], "Warning ConfigRefused")
 	assert.Contains(t, evs[0], "hostPort")
+	assert.NotContains(t, evs[0]+objectJSON(t, f.pod()), "jmx-Pa55-never-shown")
 
 	// Looked at again: still refused, no second Event.
 	f.reconcile()
@@ -61,18 +53,18 @@ func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	assert.Empty(t, f.drainEvents())
 
 	// Undone: the agent has that configuration already, the refusal is gone.
-	f.setConfig(testConfig)
+	setConfig(t, f, testConfig)
 	f.reconcile()
 	assert.Empty(t, f.box.takeSteps())
 	assert.Empty(t, f.state().Reason)
 	assert.Empty(t, f.drainEvents())
 
 	// Refused again, then fixed: copied, and the refusal is gone.
-	f.setConfig(exitingConfig)
+	setConfig(t, f, exitingConfig)
 	f.reconcile()
 	assert.Equal(t, jvm.ReasonInvalidConfig, f.state().Reason)
 	f.drainEvents()
-	f.setConfig(testConfig + "# fixed\n")
+	setConfig(t, f, testConfig+"# fixed\n")
 	f.reconcile()
 	assert.Equal(t, []string{"probe", "copy " + configName, "checksum"}, f.box.takeSteps())
 	assert.Equal(t, []byte(testConfig+"# fixed\n"), f.box.files["/tmp/deckhand-jmx/config.yaml"])
@@ -93,7 +85,7 @@ func TestPodReconcilerRefusesAnExitingConfigBeforeAttaching(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newPodFixture(t, exporter("exp", time.Now(), 9400))
-			f.setConfig(config)
+			setConfig(t, f, config)
 			res := f.reconcile()
 			assert.Empty(t, f.box.takeSteps(), "no exec: nothing copied, nothing attached")
 			st := f.state()
@@ -107,7 +99,7 @@ func TestPodReconcilerRefusesAnExitingConfigBeforeAttaching(t *testing.T) {
 			require.NotEmpty(t, evs)
 			assert.Contains(t, evs[0], "Warning AttachFailed InvalidConfig")
 
-			f.setConfig(testConfig)
+			setConfig(t, f, testConfig)
 			f.reconcile()
 			assert.Contains(t, f.box.takeSteps(), "attach", "the fixed configuration is attached with at once")
 			assert.Equal(t, jvm.Attached, f.state().Result)
@@ -121,7 +113,7 @@ func TestExporterStatusSaysWhyTheConfigIsRefused(t *testing.T) {
 	e := exporter("exp", time.Now(), 9400)
 	f := newPodFixture(t, e)
 	f.reconcile()
-	f.setConfig("lowercaseOutputName: yes\nrules:\n- pattern: x\n  name: n\n  labels:\n    enabled: on\n")
+	setConfig(t, f, "lowercaseOutputName: yes\nrules:\n- pattern: x\n  name: n\n  labels:\n    enabled: on\n")
 	er := &ExporterReconciler{Client: f.c, Cache: f.c, Reader: f.c, Recorder: f.events}
 	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
 	require.NoError(t, er.summarise(context.Background(), e))
@@ -138,7 +130,7 @@ func TestExporterStatusSaysWhyTheConfigIsRefused(t *testing.T) {
 	assert.Contains(t, ready.Message, "running agents keep their previous configuration")
 
 	// lowercaseOutputName: yes alone is valid YAML 1.1 for the agent.
-	f.setConfig("lowercaseOutputName: yes\n")
+	setConfig(t, f, "lowercaseOutputName: yes\n")
 	require.NoError(t, er.summarise(context.Background(), e))
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, ConditionConfigValid))
 	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, ConditionReady))

@@ -195,7 +195,7 @@ func javaScalar(n *yaml.Node) (any, error) {
 		return nil, nil
 	case "!!bool":
 		if !yaml11Bool.MatchString(n.Value) {
-			return nil, fmt.Errorf("%w: %q is not a boolean (line %d)", errUnsupportedYAML, n.Value, n.Line)
+			return nil, fmt.Errorf("%w: a value tagged !!bool that is not a boolean (line %d)", errUnsupportedYAML, n.Line)
 		}
 		switch strings.ToLower(n.Value) {
 		case "yes", "true", "on":
@@ -205,7 +205,7 @@ func javaScalar(n *yaml.Node) (any, error) {
 	case "!!int":
 		i, ok := parseYAML11Int(n.Value)
 		if !ok {
-			return nil, fmt.Errorf("%w: %q is not an integer (line %d)", errUnsupportedYAML, n.Value, n.Line)
+			return nil, fmt.Errorf("%w: a value tagged !!int that is not an integer (line %d)", errUnsupportedYAML, n.Line)
 		}
 		return javaInt{i}, nil
 	case "!!float":
