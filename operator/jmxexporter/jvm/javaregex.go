@@ -20,8 +20,8 @@ type javaRegex struct {
 	i      int
 	groups int
 	names  map[string]bool
-	// behind counts the lookbehinds being parsed: Java needs a bounded
-	// maximum length there.
+	// behind counts the lookbehinds being parsed: a backreference there
+	// has no maximum length, which Java refuses.
 	behind int
 }
 
@@ -118,9 +118,8 @@ func (p *javaRegex) closure() {
 	case '?':
 		p.i++
 	case '*', '+':
-		if p.behind > 0 {
-			p.fail("Look-behind group does not have an obvious maximum length")
-		}
+		// JDK 17 takes unbounded quantifiers in lookbehinds too (the
+		// JDK oracle test found it); older JDKs refused some.
 		p.i++
 	case '{':
 		p.i++
@@ -152,9 +151,6 @@ func (p *javaRegex) repetition() {
 	}
 	if bounded && hi < lo {
 		p.fail("Illegal repetition range")
-	}
-	if !bounded && p.behind > 0 {
-		p.fail("Look-behind group does not have an obvious maximum length")
 	}
 }
 
@@ -304,11 +300,8 @@ func (p *javaRegex) escape(inClass bool) rune {
 		if inClass {
 			p.fail("Illegal/unsupported escape sequence")
 		}
-		if c == 'b' && p.peek() == '{' {
-			if string(p.s[p.i:min(p.i+3, len(p.s))]) != "{g}" {
-				p.fail(`\b{g} is the only boundary type`)
-			}
-			p.i += 3
+		if c == 'b' && string(p.s[p.i:min(p.i+3, len(p.s))]) == "{g}" {
+			p.i += 3 // otherwise a '{' after \b is a repetition of it
 		}
 		return -1
 	case c == 't':
@@ -406,6 +399,7 @@ func (p *javaRegex) unicodeEscape() rune {
 // backReference is Pattern.ref: more digits are taken while they name a
 // group that exists; a reference to a group not (yet) defined compiles.
 func (p *javaRegex) backReference(n int) {
+	p.noReferenceBehind()
 	for isDigit(p.peek()) {
 		next := n*10 + int(p.peek()-'0')
 		if next > p.groups {
@@ -416,7 +410,14 @@ func (p *javaRegex) backReference(n int) {
 	}
 }
 
+func (p *javaRegex) noReferenceBehind() {
+	if p.behind > 0 {
+		p.fail("Look-behind group does not have an obvious maximum length")
+	}
+}
+
 func (p *javaRegex) namedReference() {
+	p.noReferenceBehind()
 	if p.next() != '<' {
 		p.fail("\\k is not followed by '<' for named capturing group")
 	}

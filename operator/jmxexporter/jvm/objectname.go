@@ -27,14 +27,18 @@ func objectNameProblem(name string) string {
 		var elem string
 		var value string
 		if strings.HasPrefix(rest, "*") {
+			if seen["*"] {
+				return "several '*' in the property list"
+			}
+			seen["*"] = true
 			elem, rest = "*", rest[1:]
 		} else {
 			key, after, ok := strings.Cut(rest, "=")
 			if !ok {
 				return "a key property without '=' in " + quoteName(rest)
 			}
-			if key == "" || strings.ContainsAny(key, ":,*?\n\"") {
-				return "an invalid key " + quoteName(key) + " (a key is not empty and has none of : , * ? \" or a newline)"
+			if key == "" || strings.ContainsAny(key, ":,*?\n") {
+				return "an invalid key " + quoteName(key) + " (a key is not empty and has none of : , * ? or a newline)"
 			}
 			if seen[key] {
 				return "the key " + quoteName(key) + " twice"
@@ -54,8 +58,11 @@ func objectNameProblem(name string) string {
 			return "an unexpected " + quoteName(rest[:1]) + " after " + quoteName(elem+value)
 		}
 		rest = rest[1:]
+		if rest == "" && elem != "*" {
+			return "a comma at the end" // the JDK takes one after a final *
+		}
 		if rest == "" {
-			return "a comma at the end"
+			return ""
 		}
 	}
 }
@@ -68,9 +75,6 @@ func objectNameValue(s string) (value, rest, problem string) {
 			end = len(s)
 		}
 		value = s[:end]
-		if value == "" {
-			return "", "", "an empty value"
-		}
 		if strings.ContainsAny(value, "=:\"\n") {
 			return "", "", `one of = : " or a newline unquoted (quote the value)`
 		}
