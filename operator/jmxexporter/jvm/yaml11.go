@@ -218,7 +218,7 @@ func javaScalar(n *yaml.Node) (any, error) {
 
 // resolvePlain is Resolver.resolve for a plain scalar: the first pattern
 // registered for its first character that matches, in registration order
-// (BOOL, INT, FLOAT, MERGE, NULL, EMPTY, TIMESTAMP), else a string.
+// (BOOL, INT, FLOAT, MERGE, NULL, EMPTY, TIMESTAMP, VALUE), else a string.
 func resolvePlain(s string) string {
 	if s == "" {
 		return "!!null"
@@ -235,6 +235,9 @@ func resolvePlain(s string) string {
 		return "!!null"
 	case strings.IndexByte("0123456789", first) >= 0 && yaml11Time.MatchString(s):
 		return "!!timestamp"
+	case s == "=":
+		// Resolver.VALUE: SnakeYAML has no constructor for it and throws.
+		return "!!value"
 	}
 	return "!!str"
 }
