@@ -147,7 +147,7 @@ func configRefusal(e *banzaiv1alpha1.PrometheusJmxExporter, config []byte, hash 
 		setCondition(e, ConditionConfigValid, true, "Valid", "configuration "+hash[:12]+" passes the agent's checks")
 		return ""
 	}
-	msg := fmt.Sprintf("configuration %s (ConfigMap %s, key %s) is refused: it is not attached with, and running agents keep their previous configuration; %s",
+	msg := fmt.Sprintf("configuration %s (ConfigMap %s, key %s) is refused: no agent is attached with it, and running agents keep their previous configuration; %s",
 		hash[:12], e.Spec.Config.ConfigMapName, e.Spec.Config.ConfigMapKey, v.Message(false))
 	setCondition(e, ConditionConfigValid, false, jvm.ReasonInvalidConfig, msg)
 	return msg

@@ -192,26 +192,6 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 	assert.Contains(t, scrape(t, port), "jvm_heap_bytes_renamed")
 	assert.False(t, j.Exited())
 	assert.Equal(t, 1, countOf(j.Log.String(), "stand-in agent serving"), j.Log.String())
-
-	// A change the agent would exit the JVM over (hostPort; it re-reads the
-	// file on its next scrape): refused, not copied, the JVM lives on.
-	setConfig(second + "hostPort: localhost:9999\n")
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		valid := meta.FindStatusCondition(getExporter(ct, c, ns, "older").Status.Conditions, jmxexporter.ConditionConfigValid)
-		require.NotNil(ct, valid)
-		require.Equal(ct, metav1.ConditionFalse, valid.Status)
-		require.Contains(ct, valid.Message, "hostPort")
-		require.Contains(ct, eventFor(ct, c, ns, "ConfigRefused", "app").Note, "hostPort")
-	}, wait, tick)
-	copied, err = os.ReadFile(filepath.Join(target, "config.yaml"))
-	require.NoError(t, err)
-	assert.Equal(t, second, string(copied), "the agent's file is as it was")
-	assert.Regexp(t, `(?m)^jvm_heap_bytes_renamed [0-9.E]+$`, scrape(t, port))
-	assert.False(t, j.Exited(), j.Log.String())
-	setConfig(second)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.True(ct, meta.IsStatusConditionTrue(getExporter(ct, c, ns, "older").Status.Conditions, jmxexporter.ConditionConfigValid))
-	}, wait, tick)
 }
 
 const podMonitorCRD = "podmonitors.monitoring.coreos.com"
