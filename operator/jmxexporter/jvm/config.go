@@ -296,30 +296,48 @@ func rules(v any) *configProblem {
 	return nil
 }
 
-func checkRule(rule *javaMap) *configProblem {
-	pattern, hasPattern := rule.get("pattern")
-	groups, names := 0, map[string]bool{}
-	var late *configProblem // found by the loader's later steps or at scrape
-	if hasPattern {
-		text, ok := pattern.(string)
-		if !ok {
-			// "^.*(?:" + pattern + ").*$": a concatenation, not a cast, so
-			// `pattern: on` makes the regex "true". Not a crash, but not
-			// what the user wrote either.
-			switch pattern.(type) {
-			case nil, bool, javaInt:
-				text = javaString(pattern)
-				late = &configProblem{kind: surprising, msg: fmt.Sprintf("pattern is %s to the agent (YAML 1.1), so the rule would match the text %q; quote the pattern", javaTypeName(pattern), text)}
-			default:
-				return loadProblem("pattern is %s; deckhand cannot tell which text the agent would make of it: quote the pattern", javaTypeName(pattern))
-			}
-		}
-		var err error
-		groups, names, err = parseJavaRegex("^.*(?:" + text + ").*$")
-		if err != nil {
-			return loadProblem("pattern %q is not a valid Java regular expression (PatternSyntaxException): %v", text, err)
+// rulePattern is the rule's compiled pattern, as far as the check needs
+// it: its groups (for the replacements), a refusal (load), or a surprise
+// the agent takes (late).
+type rulePattern struct {
+	groups int
+	names  map[string]bool
+	late   *configProblem
+}
+
+// checkPattern follows Pattern.compile("^.*(?:" + pattern + ").*$"): a
+// concatenation, not a cast, so `pattern: on` makes the regex "true". Not
+// a crash, but not what the user wrote either.
+func checkPattern(pattern any) (rulePattern, *configProblem) {
+	rp := rulePattern{names: map[string]bool{}}
+	text, ok := pattern.(string)
+	if !ok {
+		switch pattern.(type) {
+		case nil, bool, javaInt:
+			text = javaString(pattern)
+			rp.late = &configProblem{kind: surprising, msg: fmt.Sprintf("pattern is %s to the agent (YAML 1.1), so the rule would match the text %q; quote the pattern", javaTypeName(pattern), text)}
+		default:
+			return rp, loadProblem("pattern is %s; deckhand cannot tell which text the agent would make of it: quote the pattern", javaTypeName(pattern))
 		}
 	}
+	var err error
+	rp.groups, rp.names, err = parseJavaRegex("^.*(?:" + text + ").*$")
+	if err != nil {
+		return rp, loadProblem("pattern %q is not a valid Java regular expression (PatternSyntaxException): %v", text, err)
+	}
+	return rp, nil
+}
+
+func checkRule(rule *javaMap) *configProblem {
+	pattern, hasPattern := rule.get("pattern")
+	rp := rulePattern{names: map[string]bool{}}
+	if hasPattern {
+		var p *configProblem
+		if rp, p = checkPattern(pattern); p != nil {
+			return p
+		}
+	}
+	late := rp.late // found by the loader's later steps or at scrape
 	name, hasName := rule.get("name")
 	if hasName {
 		if p := castString("name", name); p != nil {
@@ -366,7 +384,7 @@ func checkRule(rule *javaMap) *configProblem {
 		return loadProblem("a name is given without a pattern (\"Must provide pattern, if name is given\")")
 	}
 	if late == nil && name != nil {
-		late = replacementProblems(rule, groups, names)
+		late = replacementProblems(rule, rp.groups, rp.names)
 	}
 	return late
 }
