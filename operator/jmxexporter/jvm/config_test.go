@@ -1,8 +1,10 @@
 package jvm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -108,6 +110,8 @@ var agentCases = []configCase{
 	{"labels not a mapping", "rules:\n- pattern: x\n  name: n\n  labels: [a]\n", exit, log, "labels is a List"},
 	{"unknown keys", "someFutureKey: 1\nrules:\n- pattern: x\n  futureRuleKey: {}\n", accept, accept, ""},
 	{"anchors and a merge key", "base: &b {pattern: x, name: n}\nrules:\n- <<: *b\n  help: h\n", accept, accept, ""},
+	{"an alias bomb (more than 50 aliases to lists)", aliasBomb(), exit, log, "more than 50 aliases"},
+	{"51 nested lists", "x: " + strings.Repeat("[", 51) + strings.Repeat("]", 51) + "\n", exit, log, "nested deeper than 50"},
 	{"duplicate keys: the last wins", "lowercaseOutputName: 1\nlowercaseOutputName: true\n", accept, accept, ""},
 	// SnakeYAML's Resolver registered VALUE ("=") with no constructor for
 	// it, so loading threw; whether 2.2 still does is not verified here
@@ -152,6 +156,16 @@ var agentCases = []configCase{
 	{"PBKDF2 with iterations", "httpServer:\n  authentication:\n    basic:\n      username: u\n      algorithm: PBKDF2WithHmacSHA256\n      passwordHash: abc\n      salt: s\n      iterations: 600000\n", accept, accept, ""},
 	{"an unknown algorithm", "httpServer:\n  authentication:\n    basic:\n      username: u\n      algorithm: MD5\n      passwordHash: abc\n", exit, accept, "Unsupported"},
 	{"ssl without a certificate alias", "httpServer:\n  ssl:\n    keyStore:\n      filename: /k.jks\n      password: changeit\n", exit, accept, "alias is a required string"},
+}
+
+// aliasBomb is "billion laughs": each list holds its predecessor twice.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x]\n")
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [*a%d, *a%d]\n", i, i, i-1, i-1)
+	}
+	return b.String()
 }
 
 func TestConfigCheckFollowsTheAgent(t *testing.T) {

@@ -79,23 +79,57 @@ func decodeYAML11(raw []byte) (any, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, nil
 	}
-	return javaValue(doc.Content[0], 0)
+	d := &yaml11Decoder{anchored: map[*yaml.Node]any{}}
+	return d.value(doc.Content[0], 0)
 }
 
-func javaValue(n *yaml.Node, depth int) (any, error) {
-	if depth > 100 {
-		return nil, fmt.Errorf("%w: nesting deeper than 100 levels", errUnsupportedYAML)
+// SnakeYAML 2.2's LoaderOptions defaults: at most 50 aliases to lists or
+// mappings (maxAliasesForCollections; more throws, against "billion
+// laughs") and at most 50 nested collections (nestingDepthLimit).
+const (
+	maxCollectionAliases = 50
+	maxNesting           = 50
+)
+
+// yaml11Decoder builds the Java values; an anchored node is built once
+// and shared by its aliases, as SnakeYAML shares the object.
+type yaml11Decoder struct {
+	aliases  int
+	anchored map[*yaml.Node]any
+}
+
+func (d *yaml11Decoder) alias(n *yaml.Node, depth int) (any, error) {
+	target := n.Alias
+	if target.Kind == yaml.MappingNode || target.Kind == yaml.SequenceNode {
+		d.aliases++
+		if d.aliases > maxCollectionAliases {
+			return nil, fmt.Errorf("more than %d aliases to lists or mappings (SnakeYAML's limit, line %d)", maxCollectionAliases, n.Line)
+		}
+	}
+	if v, ok := d.anchored[target]; ok {
+		return v, nil
+	}
+	v, err := d.value(target, depth)
+	if err == nil {
+		d.anchored[target] = v
+	}
+	return v, err
+}
+
+func (d *yaml11Decoder) value(n *yaml.Node, depth int) (any, error) {
+	if depth > maxNesting {
+		return nil, fmt.Errorf("lists and mappings nested deeper than %d levels (SnakeYAML's limit)", maxNesting)
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return javaValue(n.Alias, depth+1)
+		return d.alias(n, depth)
 	case yaml.SequenceNode:
 		if err := standardTag(n, "!!seq"); err != nil {
 			return nil, err
 		}
 		out := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			v, err := javaValue(c, depth+1)
+			v, err := d.value(c, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -103,14 +137,14 @@ func javaValue(n *yaml.Node, depth int) (any, error) {
 		}
 		return out, nil
 	case yaml.MappingNode:
-		return javaMapping(n, depth)
+		return d.mapping(n, depth)
 	case yaml.ScalarNode:
 		return javaScalar(n)
 	}
 	return nil, fmt.Errorf("%w: node kind %d", errUnsupportedYAML, n.Kind)
 }
 
-func javaMapping(n *yaml.Node, depth int) (any, error) {
+func (d *yaml11Decoder) mapping(n *yaml.Node, depth int) (any, error) {
 	if err := standardTag(n, "!!map"); err != nil {
 		return nil, err
 	}
@@ -118,19 +152,19 @@ func javaMapping(n *yaml.Node, depth int) (any, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.Value == "<<" && (k.Tag == "!!merge" || k.Style == 0) {
-			if err := merge(m, v, depth); err != nil {
+			if err := d.merge(m, v, depth); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		key, err := javaValue(k, depth+1)
+		key, err := d.value(k, depth+1)
 		if err != nil {
 			return nil, err
 		}
 		if _, ok := key.(string); !ok && k.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("%w: a mapping or list used as a key (line %d)", errUnsupportedYAML, k.Line)
 		}
-		value, err := javaValue(v, depth+1)
+		value, err := d.value(v, depth+1)
 		if err != nil {
 			return nil, err
 		}
@@ -141,13 +175,13 @@ func javaMapping(n *yaml.Node, depth int) (any, error) {
 
 // merge applies a `<<` merge key: keys already set win (SnakeYAML's
 // flattenMapping keeps the explicit ones).
-func merge(m *javaMap, v *yaml.Node, depth int) error {
+func (d *yaml11Decoder) merge(m *javaMap, v *yaml.Node, depth int) error {
 	sources := []*yaml.Node{v}
 	if v.Kind == yaml.SequenceNode {
 		sources = v.Content
 	}
 	for _, s := range sources {
-		val, err := javaValue(s, depth+1)
+		val, err := d.value(s, depth+1)
 		if err != nil {
 			return err
 		}
