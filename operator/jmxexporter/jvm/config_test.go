@@ -155,6 +155,9 @@ var agentCases = []configCase{
 	{"SHA-256 without a salt", "httpServer:\n  authentication:\n    basic:\n      username: u\n      algorithm: SHA-256\n      passwordHash: abc\n", exit, accept, "salt is a required string"},
 	{"PBKDF2 with iterations", "httpServer:\n  authentication:\n    basic:\n      username: u\n      algorithm: PBKDF2WithHmacSHA256\n      passwordHash: abc\n      salt: s\n      iterations: 600000\n", accept, accept, ""},
 	{"an unknown algorithm", "httpServer:\n  authentication:\n    basic:\n      username: u\n      algorithm: MD5\n      passwordHash: abc\n", exit, accept, "Unsupported"},
+	// Upstream's SSL integration tests name the key store with
+	// -Djavax.net.ssl.keyStore; the check takes it (it cannot see it).
+	{"ssl with the JVM's key store", "httpServer:\n  ssl:\n    certificate:\n      alias: localhost\nrules:\n  - pattern: \".*\"\n", accept, accept, ""},
 	{"ssl without a certificate alias", "httpServer:\n  ssl:\n    keyStore:\n      filename: /k.jks\n      password: changeit\n", exit, accept, "alias is a required string"},
 }
 
