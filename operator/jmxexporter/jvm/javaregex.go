@@ -435,9 +435,14 @@ func (p *javaRegex) namedReference() {
 }
 
 // Character property names Java accepts (Pattern.CharPredicates): POSIX
-// classes, java.lang.Character methods and general categories. Scripts
-// are checked against Go's unicode tables; blocks are not checked.
+// classes, java.lang.Character methods and general categories. Blocks
+// are not checked.
 var javaProperties = map[string]bool{}
+
+// javaScripts are the scripts accepted as \p{IsX}: ones every JDK since 8
+// (Unicode 6.2) knows. Go's tables are newer (JDK 17 refuses Unicode 14's
+// Toto, the oracle test found), and the JVM's JDK is not known here.
+var javaScripts = map[string]bool{}
 
 func init() {
 	for _, n := range strings.Fields(`Lower Upper ASCII Alpha Digit Alnum Punct Graph Print Blank Cntrl XDigit Space
@@ -446,6 +451,11 @@ func init() {
 		javaJavaIdentifierStart javaJavaIdentifierPart javaUnicodeIdentifierStart javaUnicodeIdentifierPart
 		L Lu Ll Lt Lm Lo M Mn Mc Me N Nd Nl No P Pc Pd Ps Pe Pi Pf Po S Sm Sc Sk So Z Zs Zl Zp C Cc Cf Co Cs Cn LC LD L1 all`) {
 		javaProperties[n] = true
+	}
+	for _, n := range strings.Fields(`Common Inherited Latin Greek Cyrillic Armenian Hebrew Arabic Syriac Thaana
+		Devanagari Bengali Gurmukhi Gujarati Oriya Tamil Telugu Kannada Malayalam Sinhala Thai Lao Tibetan Myanmar
+		Georgian Hangul Ethiopic Cherokee Khmer Mongolian Hiragana Katakana Bopomofo Han Yi`) {
+		javaScripts[n] = true
 	}
 }
 
@@ -472,7 +482,7 @@ func (p *javaRegex) property() {
 		return
 	}
 	if rest, ok := strings.CutPrefix(name, "Is"); ok {
-		if javaProperties[rest] || unicode.Scripts[rest] != nil || unicode.Categories[rest] != nil {
+		if javaProperties[rest] || javaScripts[rest] || unicode.Categories[rest] != nil {
 			return
 		}
 	}

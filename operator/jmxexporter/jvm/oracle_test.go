@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,6 +71,16 @@ func TestJavaRegexCheckAgreesWithTheJDK(t *testing.T) {
 		`\p{Lu}\p{IsLatin}\p{javaLowerCase}\P{Alpha}\pL`, `\p{Foo}`, `\p{}`, `\p{IsGreek}`,
 		`\Qa(b\E)`, `\Qa(b`, `\E`, `\b{g}`, `\b{w}`, `\R\X\h\v\z\Z\G\A`, `[\R]`, `[\b]`, `[\1]`,
 		`(a)\1\2`, `(a)(b)\21`, `\y`, `\_`, `\%`, `a|`, `|`, `()`, `(?:)`, `)`, `(`, `a\`, `\`,
+	}
+	// Every character property the check accepts, as \p{X} and \p{IsX}.
+	for name := range javaProperties {
+		patterns = append(patterns, `\p{`+name+`}`, `\p{Is`+name+`}`)
+	}
+	for name := range unicode.Scripts {
+		patterns = append(patterns, `\p{Is`+name+`}`) // the check takes javaScripts only
+	}
+	for name := range unicode.Categories {
+		patterns = append(patterns, `\p{Is`+name+`}`)
 	}
 	alphabet := []string{"a", "b", "(", ")", "[", "]", "{", "}", "*", "+", "?", "|", "^", "$", ".", "-", "&",
 		"\\", ":", "=", "!", "<", ">", ",", "0", "1", "2", "d", "p", "Q", "E", "k", "x", "i", "u", "n"}
