@@ -122,7 +122,7 @@ var agentCases = []configCase{
 	{"Java lookahead and possessive", "rules:\n- pattern: '(?=java)java\\.lang<type=(\\w++)>(?<attr>\\w+)(?!x)'\n  name: jvm_$1_${attr}\n", accept, accept, ""},
 	{"Java backreference and bounded lookbehind", "rules:\n- pattern: '(a)\\1(?<=a{1,3})'\n", accept, accept, ""},
 	{"a brace that is no repetition", "rules:\n- pattern: 'kafka<name=${topic}>'\n", exit, log, "Illegal repetition"},
-	{"unbounded lookbehind (JDK 17 takes it)", "rules:\n- pattern: '(?<=a+)b'\n", accept, accept, ""},
+	{"unbounded lookbehind (JDK 17 takes it, JDK 8 does not)", "rules:\n- pattern: '(?<=a+)b'\n", exit, log, "JDK 8 refuses it"},
 	{"unbalanced parenthesis", "rules:\n- pattern: 'a)'\n", exit, log, "Unmatched closing"},
 	{"unclosed class", "rules:\n- pattern: '[abc'\n", exit, log, "Unclosed"},
 	{"backwards range", "rules:\n- pattern: '[z-a]'\n", exit, log, "Illegal character range"},

@@ -118,8 +118,7 @@ func (p *javaRegex) closure() {
 	case '?':
 		p.i++
 	case '*', '+':
-		// JDK 17 takes unbounded quantifiers in lookbehinds too (the
-		// JDK oracle test found it); older JDKs refused some.
+		p.boundedBehind()
 		p.i++
 	case '{':
 		p.i++
@@ -151,6 +150,9 @@ func (p *javaRegex) repetition() {
 	}
 	if bounded && hi < lo {
 		p.fail("Illegal repetition range")
+	}
+	if !bounded {
+		p.boundedBehind()
 	}
 }
 
@@ -301,7 +303,10 @@ func (p *javaRegex) escape(inClass bool) rune {
 			p.fail("Illegal/unsupported escape sequence")
 		}
 		if c == 'b' && string(p.s[p.i:min(p.i+3, len(p.s))]) == "{g}" {
-			p.i += 3 // otherwise a '{' after \b is a repetition of it
+			p.unsupported(`\b{g} (JDK 9 and later)`)
+		}
+		if c == 'X' {
+			p.unsupported(`\X (JDK 9 and later)`)
 		}
 		return -1
 	case c == 't':
@@ -407,6 +412,15 @@ func (p *javaRegex) backReference(n int) {
 		}
 		n = next
 		p.i++
+	}
+}
+
+// boundedBehind: JDK 17 takes an unbounded repetition inside a
+// lookbehind (the oracle test found it), JDK 8 refuses it, and the JVM's
+// JDK is not known here.
+func (p *javaRegex) boundedBehind() {
+	if p.behind > 0 {
+		p.unsupported("an unbounded repetition (*, +, {n,}) inside a lookbehind (JDK 8 refuses it)")
 	}
 }
 
