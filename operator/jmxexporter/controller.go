@@ -46,6 +46,9 @@ const FieldManager = "deckhand-jmxexporter"
 const (
 	ConditionReady       = "Ready"
 	ConditionConfigFound = "ConfigFound"
+	// ConditionConfigValid: the configuration passes the agent's own
+	// checks (jvm.CheckAgentConfig); a refused one is never copied.
+	ConditionConfigValid = "ConfigValid"
 )
 
 // DefaultTargetDir is where the helper, agent and configuration go inside

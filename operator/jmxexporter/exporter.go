@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
@@ -62,15 +63,18 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 	s.ObservedGeneration = e.Generation
 	s.Selector = labels.SelectorFromSet(e.Spec.LabelSelector).String()
 
-	_, hash, problem, err := readConfig(ctx, r.Reader, e)
+	config, hash, problem, err := readConfig(ctx, r.Reader, e)
 	if err != nil {
 		return err
 	}
 	s.ConfigHash = hash
+	refusal := ""
 	if problem != "" {
 		setCondition(e, ConditionConfigFound, false, "NotFound", problem+"; nothing is attached until it exists")
+		meta.RemoveStatusCondition(&s.Conditions, ConditionConfigValid)
 	} else {
 		setCondition(e, ConditionConfigFound, true, "Found", "configuration "+hash[:12])
+		refusal = configRefusal(e, config, hash)
 	}
 
 	// Admission cannot check label syntax inside the map (a CEL rule over
@@ -121,6 +125,8 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 	switch {
 	case problem != "":
 		setCondition(e, ConditionReady, false, "ConfigNotFound", problem)
+	case refusal != "":
+		setCondition(e, ConditionReady, false, jvm.ReasonInvalidConfig, refusal)
 	case s.SelectedPods == 0:
 		setCondition(e, ConditionReady, true, "NoPodsSelected", "no pod matches labelSelector "+s.Selector)
 	case s.AttachedPods == s.SelectedPods:
@@ -130,6 +136,21 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 		setCondition(e, ConditionReady, false, first.Reason, fmt.Sprintf("%s of the selected pods serve metrics; pod %s: %s", s.Attached, first.Pod, first.Message))
 	}
 	return nil
+}
+
+// configRefusal sets ConfigValid from the check of the configuration the
+// agent would read (there is no admission point for a ConfigMap's
+// content) and returns the refusal, "" when it is valid.
+func configRefusal(e *banzaiv1alpha1.PrometheusJmxExporter, config []byte, hash string) string {
+	v := jvm.CheckAgentConfig(config)
+	if !v.Refused() {
+		setCondition(e, ConditionConfigValid, true, "Valid", "configuration "+hash[:12]+" passes the agent's checks")
+		return ""
+	}
+	msg := fmt.Sprintf("configuration %s (ConfigMap %s, key %s) is refused: no agent is attached with it, and running agents keep their previous configuration; %s",
+		hash[:12], e.Spec.Config.ConfigMapName, e.Spec.Config.ConfigMapKey, v.Message(false))
+	setCondition(e, ConditionConfigValid, false, jvm.ReasonInvalidConfig, msg)
+	return msg
 }
 
 // mostRecentFirst orders problems by their time, newest first, then those

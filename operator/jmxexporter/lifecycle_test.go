@@ -131,11 +131,14 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 	// A new configuration, with a comment and a renamed metric: copied as
 	// written, and the agent in the JVM serves the new name.
 	second := "# renamed, kept as written\nlowercaseOutputName: true\nrules:\n- pattern: \"java.lang<type=Memory><HeapMemoryUsage>used\"\n  name: JVM_Heap_Bytes_Renamed\n  help: Renamed by the second configuration.\n  type: GAUGE\n"
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(cm), cm))
-		cm.Data["config.yaml"] = second
-		return c.Update(context.Background(), cm)
-	}))
+	setConfig := func(text string) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(cm), cm))
+			cm.Data["config.yaml"] = text
+			return c.Update(context.Background(), cm)
+		}))
+	}
+	setConfig(second)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		e := getExporter(ct, c, ns, "older")
 		require.Len(ct, e.Status.MetricsEndpoints, 1)
@@ -150,6 +153,26 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 	assert.Contains(t, scrape(t, port), "# HELP jvm_heap_bytes_renamed Renamed by the second configuration.")
 	eventFor(t, c, ns, "ConfigUpdated", "app")
 	assert.Equal(t, 1, countOf(j.Log.String(), "stand-in agent serving"), j.Log.String())
+
+	// A change the agent would exit the JVM over (hostPort; it re-reads the
+	// file on its next scrape): refused, not copied, the JVM lives on.
+	setConfig(second + "hostPort: localhost:9999\n")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		valid := meta.FindStatusCondition(getExporter(ct, c, ns, "older").Status.Conditions, jmxexporter.ConditionConfigValid)
+		require.NotNil(ct, valid)
+		require.Equal(ct, metav1.ConditionFalse, valid.Status)
+		require.Contains(ct, valid.Message, "hostPort")
+		require.Contains(ct, eventFor(ct, c, ns, "ConfigRefused", "app").Note, "hostPort")
+	}, wait, tick)
+	copied, err = os.ReadFile(filepath.Join(target, "config.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, second, string(copied), "the agent's file is as it was")
+	assert.Regexp(t, `(?m)^jvm_heap_bytes_renamed [0-9.E]+$`, scrape(t, port))
+	assert.False(t, j.Exited(), j.Log.String())
+	setConfig(second)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.True(ct, meta.IsStatusConditionTrue(getExporter(ct, c, ns, "older").Status.Conditions, jmxexporter.ConditionConfigValid))
+	}, wait, tick)
 
 	// A port change cannot move a loaded agent: reported, the scrape
 	// annotations withdrawn, the agent still where it was.

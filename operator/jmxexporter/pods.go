@@ -153,6 +153,11 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 	}
 	c := r.container(pod, st.Container)
 	if st.ConfigHash != hash {
+		// The agent re-reads a changed file on its next scrape and exits
+		// the JVM over some settings: nothing is copied that it would fail on.
+		if v := jvm.CheckAgentConfig(config); v.Refused() {
+			return r.refuseChange(pod, e, st, &next, hash, v), 0
+		}
 		cfg := newFile(configName, config, "0644")
 		_, sums, p := c.probe(ctx, []file{cfg})
 		if p == nil {
@@ -165,6 +170,8 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 		configCopies.Inc()
 		r.Recorder.Eventf(pod, e, corev1.EventTypeNormal, "ConfigUpdated", "Copy", "configuration %s copied; the agent re-reads it on its next scrape", hash[:12])
 		next.ConfigHash, next.Reason, next.Message = hash, "", ""
+	} else if next.Reason == jvm.ReasonInvalidConfig {
+		next.Reason, next.Message = "", "" // the refused change was undone
 	}
 	if !next.Serving {
 		v := c.helper(ctx, "verify", probeTimeout, "verify", "-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path)
@@ -177,6 +184,20 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 	}
 	return &next, 0
 }
+
+// refuseChange leaves the running agent's configuration file as it is and
+// says why in the pod's state (and so the exporter's status) and, once
+// per refused configuration, in an Event.
+func (r *PodReconciler) refuseChange(pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st, next *podState, hash string, v jvm.ConfigVerdict) *podState {
+	next.Reason = jvm.ReasonInvalidConfig
+	next.Message = fmt.Sprintf("configuration %s not copied, the agent keeps configuration %s: %s", hash[:12], shortHash(st.ConfigHash), v.Message(true))
+	if st.Reason != next.Reason || st.Message != next.Message {
+		r.Recorder.Eventf(pod, e, corev1.EventTypeWarning, "ConfigRefused", "Copy", "%s", next.Message)
+	}
+	return next
+}
+
+func shortHash(h string) string { return h[:min(len(h), 12)] }
 
 // readConfig reads the exporter's configuration live, with its hash;
 // problem says why it cannot be used, err is a failure to ask.
@@ -205,6 +226,13 @@ func (r *PodReconciler) container(pod *corev1.Pod, name string) *container {
 
 // attach finds the JVM's container, copies the files and loads the agent.
 func (r *PodReconciler) attach(ctx context.Context, pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st *podState, config []byte, hash string) *podState {
+	// Checked here, before anything is copied or executed; the helper
+	// checks the copy again in the container (CheckConfig).
+	if v := jvm.CheckAgentConfig(config); v.Refused() {
+		res := jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonInvalidConfig, Retry: true, Message: v.Message(false)}
+		r.report(pod, e, res)
+		return r.failure(pod, e, st, "", res, hash)
+	}
 	names := runningContainers(pod, e.Spec.Containers)
 	if len(names) == 0 {
 		return r.failure(pod, e, st, "", jvm.Result{Result: jvm.Failed, Reason: "NoRunningContainer", Retry: true,

@@ -144,15 +144,22 @@ func statStart(stat string) (uint64, bool) {
 
 // FuzzConfigProblem feeds the check of the exporter's configuration (the
 // user's ConfigMap, which the agent would exit the JVM over) arbitrary
-// bytes: never a panic; what it passes is empty or a mapping.
+// bytes: never a panic; what it passes is empty or a mapping, and every
+// refusal says what the agent would do.
 func FuzzConfigProblem(f *testing.F) {
 	f.Add([]byte(heapRule))
 	f.Add([]byte("rules:\n- pattern: x\n  type: SUMMARY\n"))
 	f.Add([]byte("- a\n- b\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("startDelaySeconds: 1e3\n"))
+	f.Add([]byte("rules:\n- pattern: '(?<n>a)[b-\\x{7a}&&[^c]]\\k<n>{1,2}+'\n  name: $1_${n}\n"))
+	f.Add([]byte("includeObjectNames: ['a:b=\"c\\\\\",*', 'd:*']\nhttpServer: {threads: {minimum: 1, maximum: '2', keepAliveTime: 3}}\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if configProblem(raw) != "" {
+		v := CheckAgentConfig(raw)
+		if v.Refused() {
+			if v.AtStart == "" || v.OnReload == "" || v.Message(true) == "" {
+				t.Fatalf("a refusal without upstream's outcome: %+v", v)
+			}
 			return
 		}
 		trimmed := strings.TrimSpace(string(raw))

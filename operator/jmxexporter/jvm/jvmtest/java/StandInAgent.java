@@ -33,6 +33,7 @@ public class StandInAgent {
 
     static final class Config {
         boolean lowercaseOutputName;
+        String jmxUrl = "";
         List<Rule> rules = new ArrayList<>();
     }
 
@@ -48,7 +49,10 @@ public class StandInAgent {
             int colon = args.indexOf(':');
             int port = Integer.parseInt(args.substring(0, colon));
             Path file = Path.of(args.substring(colon + 1));
-            config = parse(Files.readAllLines(file, StandardCharsets.UTF_8));
+            List<String> lines = Files.readAllLines(file, StandardCharsets.UTF_8);
+            config = parse(lines);
+            StandInAgentConfig.exitOnConfigError(config);
+            StandInAgentConfig.requireDocument(lines);
             configModified = Files.getLastModifiedTime(file).toMillis();
             HttpServer server = HttpServer.create(new InetSocketAddress(port), 10);
             server.createContext("/metrics", exchange -> {
@@ -82,10 +86,11 @@ public class StandInAgent {
             int colon = trimmed.indexOf(':');
             if (colon < 0) throw new IllegalArgumentException("cannot parse config line: " + raw);
             String key = trimmed.substring(0, colon).trim();
-            String value = unquote(trimmed.substring(colon + 1).trim());
+            String scalar = trimmed.substring(colon + 1).trim();
             if (!Character.isWhitespace(line.charAt(0)) && !line.startsWith("-")) {
                 inRules = key.equals("rules");
-                if (key.equals("lowercaseOutputName")) c.lowercaseOutputName = Boolean.parseBoolean(value);
+                if (key.equals("lowercaseOutputName")) c.lowercaseOutputName = StandInAgentConfig.bool(scalar);
+                else if (StandInAgentConfig.remoteJvmSetting(c, key, scalar)) continue;
                 else if (!inRules) throw new IllegalArgumentException("unknown key: " + key);
                 continue;
             }
@@ -96,10 +101,10 @@ public class StandInAgent {
             }
             if (rule == null) throw new IllegalArgumentException("rule field outside a rule: " + raw);
             switch (key) {
-                case "pattern": rule.pattern = Pattern.compile("^.*(?:" + value + ").*$"); break;
-                case "name": rule.name = value; break;
-                case "help": rule.help = value; break;
-                case "type": rule.type = value; break;
+                case "pattern": rule.pattern = Pattern.compile("^.*(?:" + StandInAgentConfig.patternText(scalar) + ").*$"); break;
+                case "name": rule.name = StandInAgentConfig.string(scalar); break;
+                case "help": rule.help = StandInAgentConfig.string(scalar); break;
+                case "type": rule.type = StandInAgentConfig.string(scalar); break;
                 default: throw new IllegalArgumentException("unknown rule field: " + key);
             }
         }
@@ -123,6 +128,7 @@ public class StandInAgent {
         } catch (Exception e) {
             // Like upstream: a broken reload keeps the previous configuration.
         }
+        StandInAgentConfig.exitOnConfigError(config);
         Config c = config;
         StringBuilder out = new StringBuilder();
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
