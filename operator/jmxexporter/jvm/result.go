@@ -46,6 +46,7 @@ const (
 	ReasonNoResponse       = "NoResponse"
 	ReasonAttachError      = "AttachError"
 	ReasonMetricsNotServed = "MetricsNotServed"
+	ReasonSignalNotHandled = "SignalNotHandled"
 )
 
 // JVM is a Java process found in the container. It carries no command line:
