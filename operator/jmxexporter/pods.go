@@ -119,8 +119,10 @@ func (r *PodReconciler) step(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 	if problem != "" {
 		return r.failure(pod, e, st, "", jvm.Result{Result: jvm.Failed, Reason: "ConfigNotFound", Message: problem, Retry: true}, hash), 0
 	}
-	if st.sameInstance(pod) && st.Result == jvm.Failed && st.Retry &&
-		st.Generation == e.Generation && st.ConfigHash == hash {
+	if st.sameInstance(pod) && st.Result == jvm.Failed && st.Generation == e.Generation && st.ConfigHash == hash {
+		if !st.Retry {
+			return st, 0 // the same spec fails the same way; a change brings the pod back
+		}
 		if wait := st.Time.Add(backoff(st.Attempts)).Sub(now); wait > 0 {
 			return st, wait
 		}

@@ -535,3 +535,48 @@ func TestBoundedBufferKeepsTheStartAndNeverBlocks(t *testing.T) {
 	assert.Equal(t, "12345678", b.String())
 	assert.True(t, b.truncated)
 }
+
+// A failure that loaded nothing (PortNotAllowed, DifferentUser, ...) is
+// not retried while nothing changes, but a fixed spec is attached at once:
+// only an attach that may have loaded the agent is final.
+func TestPodReconcilerRetriesAFailureThatLoadedNothingOnceTheSpecChanges(t *testing.T) {
+	e := exporter("exp", time.Now(), 80)
+	f := newPodFixture(t, e)
+	f.box.attach = jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonPortNotAllowed, Message: "port 80 is privileged"}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+	assert.Equal(t, jvm.ReasonPortNotAllowed, f.state().Reason)
+
+	f.now = f.now.Add(time.Hour)
+	res := f.reconcile()
+	assert.NotContains(t, f.box.takeSteps(), "attach", "the same spec fails the same way")
+	assert.Zero(t, res.RequeueAfter)
+
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	e.Spec.Port = 9400
+	e.Generation++
+	require.NoError(t, f.c.Update(context.Background(), e))
+	f.box.attach = jvm.Result{Result: jvm.Attached, Serving: true, JVM: &jvm.JVM{PID: 42}}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach", "the fixed spec is attached without a container restart")
+	assert.Equal(t, jvm.Attached, f.state().Result)
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
+}
+
+// An agent that failed to start was loaded: its classes stay in the JVM,
+// so it is never loaded again into the same container, whatever changes.
+func TestPodReconcilerNeverRetriesAnAgentThatFailedAfterLoading(t *testing.T) {
+	e := exporter("exp", time.Now(), 9400)
+	f := newPodFixture(t, e)
+	f.box.attach = jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonAgentFailed, Message: "Agent_OnAttach returned -1"}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	e.Spec.Port = 9500
+	e.Generation++
+	require.NoError(t, f.c.Update(context.Background(), e))
+	f.reconcile()
+	assert.NotContains(t, f.box.takeSteps(), "attach")
+	assert.Equal(t, jvm.ReasonAgentFailed, f.state().Reason)
+}

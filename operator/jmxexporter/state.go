@@ -73,18 +73,11 @@ func (s *podState) encode() string {
 }
 
 // loaded says whether an agent may be in the JVM of this container
-// instance: attached, of unknown outcome, or failed after loading.
+// instance: attached, of unknown outcome, or failed after the load
+// command reached the JVM. A failure that loaded nothing is not final:
+// after the user fixes the spec it is tried again.
 func (s *podState) loaded() bool {
-	if s == nil {
-		return false
-	}
-	switch s.Result {
-	case jvm.Attached, jvm.AlreadyAttached, jvm.Unknown:
-		return true
-	case jvm.Failed:
-		return !s.Retry
-	}
-	return false
+	return s != nil && jvm.MayHaveLoaded(s.Result, s.Reason)
 }
 
 // sameInstance says whether the state describes the container instance

@@ -94,3 +94,18 @@ type Result struct {
 func failed(reason, msg string, retry bool) Result {
 	return Result{Result: Failed, Reason: reason, Message: msg, Retry: retry}
 }
+
+// MayHaveLoaded says whether an attach with this outcome may have put the
+// agent into the JVM, so that loading it again could start a second
+// exporter (which exits the JVM): a success, an unknown outcome, or a
+// failure after the load command reached the JVM. Every other failure
+// left the JVM untouched and may be tried again once its cause is fixed.
+func MayHaveLoaded(result, reason string) bool {
+	switch result {
+	case Attached, AlreadyAttached, Unknown:
+		return true
+	case Failed:
+		return reason == ReasonAgentFailed || reason == ReasonJVMExited
+	}
+	return false
+}
