@@ -47,6 +47,7 @@ const (
 	ReasonAttachError      = "AttachError"
 	ReasonMetricsNotServed = "MetricsNotServed"
 	ReasonSignalNotHandled = "SignalNotHandled"
+	ReasonNotInspectable   = "JVMNotInspectable"
 )
 
 // JVM is a Java process found in the container. It carries no command line:
@@ -58,6 +59,8 @@ type JVM struct {
 	// (/proc/<pid>/stat), so a reused PID is never taken for the same JVM.
 	StartTime uint64 `json:"startTime"`
 	UID       int    `json:"uid"`
+	// GID is the JVM's effective group: HotSpot checks it too.
+	GID int `json:"gid"`
 	// Main is the main class, module or jar.
 	Main string `json:"main,omitempty"`
 	// JavaVersion is JAVA_VERSION from the JDK's release file, when readable.

@@ -45,6 +45,7 @@ public class StandInAgent {
 
     static void start(String args) {
         try {
+            registerBuildInfo();
             int colon = args.indexOf(':');
             int port = Integer.parseInt(args.substring(0, colon));
             Path file = Path.of(args.substring(colon + 1));
@@ -66,6 +67,24 @@ public class StandInAgent {
             System.err.println("stand-in agent failed to start: " + t);
             System.exit(1);
         }
+    }
+
+    static boolean buildInfoRegistered;
+
+    /**
+     * Upstream 1.0.1's JavaAgent.premain first registers the
+     * jmx_exporter_build_info metric in PrometheusRegistry.defaultRegistry
+     * (BuildInfoMetrics.register). A second load, of the same jar or a
+     * renamed copy (the agent class comes from the system class loader
+     * either way, with its static registry), finds the name taken: the
+     * registry throws IllegalStateException and premain's catch calls
+     * System.exit(1). Whatever port the second one was given.
+     */
+    static synchronized void registerBuildInfo() {
+        if (buildInfoRegistered) {
+            throw new IllegalStateException("Can't register jmx_exporter_build_info because a metric with that name is already registered.");
+        }
+        buildInfoRegistered = true;
     }
 
     /** A YAML subset: top-level booleans and a rules list of string fields. */
