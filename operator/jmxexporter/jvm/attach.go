@@ -101,6 +101,9 @@ func prepare(j JVM, o AttachOptions) Result {
 	if r, ok := startAttachListener(j.PID); !ok {
 		return r
 	}
+	if r := exporterInJVM(j.PID, o.Agent); r != nil {
+		return *r
+	}
 	return Result{}
 }
 

@@ -144,6 +144,7 @@ public class StandInAgent {
         }
         Config c = config;
         StringBuilder out = new StringBuilder();
+        buildInfo(out);
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
         for (ObjectName name : server.queryNames(null, null)) {
             try {
@@ -169,6 +170,13 @@ public class StandInAgent {
             }
         }
         return out.toString();
+    }
+
+    /** Upstream serves jmx_exporter_build_info on every scrape (BuildInfoMetrics). */
+    static void buildInfo(StringBuilder out) {
+        out.append("# HELP jmx_exporter_build_info JMX Exporter build information\n");
+        out.append("# TYPE jmx_exporter_build_info gauge\n");
+        out.append("jmx_exporter_build_info{name=\"stand-in\",version=\"1.0.1\"} 1\n");
     }
 
     static void emit(Config c, StringBuilder out, String subject, Object value) {
