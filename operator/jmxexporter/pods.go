@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +61,12 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if pod.Status.Phase != corev1.PodRunning {
 		return ctrl.Result{}, nil // its status change brings it back
 	}
+	var conflictBefore string
+	if st != nil {
+		conflictBefore = st.ScrapeConflict
+	}
 	next, requeue := r.step(ctx, &pod, owner, st)
+	r.checkScrapeAnnotations(&pod, owner, next, conflictBefore)
 	if err := r.apply(ctx, &pod, owner, next); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -340,10 +347,8 @@ func (r *PodReconciler) apply(ctx context.Context, pod *corev1.Pod, e *banzaiv1a
 	lbls := map[string]string{}
 	if e != nil {
 		lbls[LabelExporter] = e.Name
-		if st.Serving && st.Port == e.Spec.Port {
-			annotations[AnnotationScrape] = "true"
-			annotations[AnnotationPort] = strconv.Itoa(int(e.Spec.Port))
-			annotations[AnnotationPath] = e.Spec.Path
+		if st.Serving && st.ScrapeConflict == "" {
+			maps.Copy(annotations, scrapeAnnotations(st.Port, e.Spec.Path))
 		}
 	}
 	if r.unchanged(pod, annotations, lbls) {
@@ -362,6 +367,68 @@ func (r *PodReconciler) apply(ctx context.Context, pod *corev1.Pod, e *banzaiv1a
 		return nil // the pod is gone or replaced; its events bring us back
 	}
 	return err
+}
+
+// scrapeAnnotations are what a pod whose agent serves on port carries.
+// The port is the one the loaded agent serves, which stays until the
+// container restarts even when spec.port changed.
+func scrapeAnnotations(port int32, path string) map[string]string {
+	return map[string]string{AnnotationScrape: "true", AnnotationPort: strconv.Itoa(int(port)), AnnotationPath: path}
+}
+
+// checkScrapeAnnotations records on the state whether someone else set a
+// prometheus.io annotation to another value than the operator's (a
+// Spring Boot app scraped on 8080): the operator then sets none of them,
+// as server-side apply with forced ownership would take them over and
+// releasing the pod would delete them. It tells the user once.
+func (r *PodReconciler) checkScrapeAnnotations(pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st *podState, before string) {
+	st.ScrapeConflict = ""
+	if !st.Serving {
+		return
+	}
+	st.ScrapeConflict = scrapeConflict(pod, scrapeAnnotations(st.Port, e.Spec.Path))
+	if st.ScrapeConflict != "" && st.ScrapeConflict != before {
+		r.Recorder.Eventf(pod, e, corev1.EventTypeWarning, "ScrapeAnnotationConflict", "Annotate",
+			"%s; the operator leaves the prometheus.io annotations as they are. Metrics are served on port %d%s: scrape them with spec.podMonitor, or remove the annotations so the operator can set them",
+			st.ScrapeConflict, st.Port, e.Spec.Path)
+	}
+}
+
+// scrapeConflict names the first annotation of want that the pod carries
+// with another value, set by another manager; "" when none.
+func scrapeConflict(pod *corev1.Pod, want map[string]string) string {
+	ours := annotationsAppliedByUs(pod)
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if have, ok := pod.Annotations[k]; ok && have != want[k] && !ours[k] {
+			return fmt.Sprintf("%s is %s, not %s, and was set by someone else", k, have, want[k])
+		}
+	}
+	return ""
+}
+
+// annotationsAppliedByUs are the annotation keys this manager owns, from
+// the pod's managed fields.
+func annotationsAppliedByUs(pod *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, mf := range pod.ManagedFields {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		for k := range fields.Metadata.Annotations {
+			if key, ok := strings.CutPrefix(k, "f:"); ok {
+				out[key] = true
+			}
+		}
+	}
+	return out
 }
 
 // unchanged says whether the pod already carries exactly what this

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -579,4 +580,51 @@ func TestPodReconcilerNeverRetriesAnAgentThatFailedAfterLoading(t *testing.T) {
 	f.reconcile()
 	assert.NotContains(t, f.box.takeSteps(), "attach")
 	assert.Equal(t, jvm.ReasonAgentFailed, f.state().Reason)
+}
+
+// A Spring Boot pod already scraped on 8080 keeps its scrape: the operator
+// never overwrites prometheus.io annotations it did not set, says why on
+// the pod's state, the exporter's status and an Event, and releasing the
+// pod leaves them as the user wrote them.
+func TestPodReconcilerNeverTakesAUsersScrapeAnnotations(t *testing.T) {
+	e := exporter("exp", time.Now(), 9400)
+	f := newPodFixture(t, e)
+	p := f.pod()
+	user := map[string]string{AnnotationScrape: "true", AnnotationPort: "8080", AnnotationPath: "/actuator/prometheus"}
+	p.Annotations = maps.Clone(user)
+	require.NoError(t, f.c.Update(context.Background(), p, client.FieldOwner("kubectl-edit")))
+
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+	p = f.pod()
+	for k, v := range user {
+		assert.Equal(t, v, p.Annotations[k], k)
+	}
+	st := f.state()
+	assert.True(t, st.Serving, "the agent serves; only the annotations are not ours to set")
+	assert.Contains(t, st.ScrapeConflict, "prometheus.io/path is /actuator/prometheus")
+	var conflict string
+	for _, ev := range f.drainEvents() {
+		if strings.Contains(ev, "ScrapeAnnotationConflict") {
+			conflict = ev
+		}
+	}
+	assert.Contains(t, conflict, "spec.podMonitor")
+
+	er := &ExporterReconciler{Client: f.c, Cache: f.c, Reader: f.c, Recorder: f.events}
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	require.NoError(t, er.summarise(context.Background(), e))
+	require.Len(t, e.Status.Problems, 1)
+	assert.Equal(t, "ScrapeAnnotationConflict", e.Status.Problems[0].Reason)
+
+	// A resync reports nothing new.
+	f.reconcile()
+	assert.Empty(t, f.drainEvents())
+
+	require.NoError(t, f.c.Delete(context.Background(), e))
+	f.reconcile()
+	p = f.pod()
+	for k, v := range user {
+		assert.Equal(t, v, p.Annotations[k], "releasing must not delete %s", k)
+	}
 }
