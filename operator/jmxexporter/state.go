@@ -50,12 +50,12 @@ type podState struct {
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Retry: the last failure loaded nothing and may be retried.
-	Retry    bool        `json:"retry,omitempty"`
+	Retry bool `json:"retry,omitempty"`
 	// ScrapeConflict says which prometheus.io annotation someone else set
 	// to another value; the operator then sets none of them.
-	ScrapeConflict string `json:"scrapeConflict,omitempty"`
-	Attempts int         `json:"attempts,omitempty"`
-	Time     metav1.Time `json:"time"`
+	ScrapeConflict string      `json:"scrapeConflict,omitempty"`
+	Attempts       int         `json:"attempts,omitempty"`
+	Time           metav1.Time `json:"time"`
 }
 
 func readState(pod metav1.Object) *podState {
