@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,8 @@ type PodReconciler struct {
 	Files     *artifacts
 	TargetDir string
 	Now       func() time.Time
+	// checked maps a pod's UID to when its JVM was last looked at.
+	checked sync.Map
 }
 
 // Reconcile brings one pod to "its JVM serves metrics for its exporter".
@@ -155,7 +158,8 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 		return &next, 0 // never retried; a container restart starts afresh
 	}
 	if st.Port != e.Spec.Port {
-		next.Serving = false
+		// The old agent still serves its port: the scrape annotations
+		// keep pointing at it (they follow st.Port) until the restart.
 		next.Reason = "PortChangeNeedsRestart"
 		next.Message = fmt.Sprintf("the agent serves on port %d; spec.port %d takes effect when the container restarts (a loaded agent cannot be moved)", st.Port, e.Spec.Port)
 		return &next, 0
@@ -184,7 +188,50 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 			return &next, backoff(next.Attempts)
 		}
 	}
-	return &next, 0
+	return r.recheckJVM(ctx, pod, e, &next, hash)
+}
+
+// JVMRecheck is how often the operator asks a container whose JVM has the
+// agent whether it still runs the same JVM: a supervisor (a shell loop,
+// tini, supervisord) may restart the JVM inside the container, which
+// gives a new PID but no new container ID, and the new JVM has no agent.
+var JVMRecheck = 5 * time.Minute
+
+// recheckJVM runs the helper's attach again once JVMRecheck has passed
+// since the last look: for the same JVM its marker makes it answer
+// AlreadyAttached, a new JVM gets the agent. The times live in memory: an
+// operator restart looks once more, which is harmless.
+func (r *PodReconciler) recheckJVM(ctx context.Context, pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st *podState, hash string) (*podState, time.Duration) {
+	now := r.Now()
+	if last, ok := r.checked.Load(pod.UID); ok {
+		if wait := last.(time.Time).Add(JVMRecheck).Sub(now); wait > 0 {
+			return st, wait
+		}
+	}
+	r.checked.Store(pod.UID, now)
+	c := r.container(pod, st.Container)
+	res := c.helper(ctx, "attach", attachTimeout, attachArgs(c, e)...)
+	if res.Result == jvm.AlreadyAttached && res.JVM != nil && res.JVM.PID == st.PID {
+		return st, JVMRecheck
+	}
+	// Another JVM, or a failure to reach it: recorded as any attach is,
+	// so a failure that loaded nothing is retried and a new agent is final.
+	next := r.failure(pod, e, st, st.Container, res, hash)
+	next.Serving = res.Serving
+	if res.JVM != nil {
+		next.PID = res.JVM.PID
+	}
+	r.report(pod, e, res)
+	if next.Result == jvm.Failed && next.Retry {
+		return next, backoff(next.Attempts)
+	}
+	return next, JVMRecheck
+}
+
+// attachArgs are the helper's attach command for exporter e.
+func attachArgs(c *container, e *banzaiv1alpha1.PrometheusJmxExporter) []string {
+	return []string{"attach", "-agent", c.path(agentName), "-config", c.path(configName),
+		"-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path, "-match", e.Spec.JVMMatch, "-state-dir", path.Join(c.dir, "state")}
 }
 
 // readConfig reads the exporter's configuration live, with its hash;
@@ -240,8 +287,8 @@ func (r *PodReconciler) attach(ctx context.Context, pod *corev1.Pod, e *banzaiv1
 	if p != nil {
 		return r.failure(pod, e, st, target, *p, hash)
 	}
-	res := c.helper(ctx, "attach", attachTimeout, "attach", "-agent", c.path(agentName), "-config", c.path(configName),
-		"-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path, "-match", e.Spec.JVMMatch, "-state-dir", path.Join(c.dir, "state"))
+	res := c.helper(ctx, "attach", attachTimeout, attachArgs(c, e)...)
+	r.checked.Store(pod.UID, r.Now())
 	next := r.failure(pod, e, st, target, res, hash)
 	next.Serving = res.Serving
 	if res.JVM != nil {

@@ -162,7 +162,7 @@ func newPodFixture(t *testing.T, exporters ...*banzaiv1alpha1.PrometheusJmxExpor
 	for _, e := range exporters {
 		objs = append(objs, e)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Pod{}).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Pod{}).WithReturnManagedFields().Build()
 	f := &podFixture{t: t, c: c, box: newFakeContainer(), events: events.NewFakeRecorder(100), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	f.r = &PodReconciler{
 		Client: c, Cache: c, Reader: c, Exec: f.box, Recorder: f.events,
@@ -349,7 +349,8 @@ func TestPodReconcilerReportsAPortChangeAsNeedingARestart(t *testing.T) {
 	assert.Equal(t, "PortChangeNeedsRestart", st.Reason)
 	assert.Contains(t, st.Message, "serves on port 9400")
 	assert.Contains(t, st.Message, "spec.port 9500 takes effect when the container restarts")
-	assert.NotContains(t, f.pod().Annotations, AnnotationPort, "the pod does not claim a port nothing serves")
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort], "the old agent still serves 9400: its scrape stays until the restart")
+	assert.Equal(t, "true", f.pod().Annotations[AnnotationScrape])
 
 	// After a restart the new port is used.
 	f.restart("containerd://two", 1)
@@ -627,4 +628,39 @@ func TestPodReconcilerNeverTakesAUsersScrapeAnnotations(t *testing.T) {
 	for k, v := range user {
 		assert.Equal(t, v, p.Annotations[k], "releasing must not delete %s", k)
 	}
+}
+
+// A supervisor (a shell loop, tini, supervisord) may restart the JVM inside
+// the same container: a new PID without a new container ID. The operator
+// looks again every JVMRecheck and attaches the new JVM.
+func TestPodReconcilerAttachesAJVMRestartedInsideTheSameContainer(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	f.reconcile()
+	f.box.takeSteps()
+	f.drainEvents()
+	assert.Equal(t, 42, f.state().PID)
+
+	f.now = f.now.Add(JVMRecheck / 2)
+	res := f.reconcile()
+	assert.Empty(t, f.box.takeSteps(), "no exec before the recheck is due")
+	assert.Equal(t, JVMRecheck/2, res.RequeueAfter)
+
+	// Same JVM: the helper says so, nothing changes.
+	f.box.attach = jvm.Result{Result: jvm.AlreadyAttached, Serving: true, JVM: &jvm.JVM{PID: 42}}
+	f.now = f.now.Add(JVMRecheck)
+	res = f.reconcile()
+	assert.Equal(t, []string{"attach"}, f.box.takeSteps())
+	assert.Equal(t, JVMRecheck, res.RequeueAfter)
+	assert.Empty(t, f.drainEvents())
+
+	// The JVM was restarted by a supervisor: a new PID in the same container.
+	f.box.attach = jvm.Result{Result: jvm.Attached, Serving: true, JVM: &jvm.JVM{PID: 77}}
+	f.now = f.now.Add(JVMRecheck)
+	f.reconcile()
+	assert.Equal(t, []string{"attach"}, f.box.takeSteps())
+	st := f.state()
+	assert.Equal(t, 77, st.PID)
+	assert.Equal(t, jvm.Attached, st.Result)
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
+	assert.Contains(t, f.drainEvents(), "Normal Attached JMX exporter agent loaded into JVM 77; metrics on port 9400/metrics")
 }
