@@ -152,7 +152,8 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 	assert.Equal(t, 1, countOf(j.Log.String(), "stand-in agent serving"), j.Log.String())
 
 	// A port change cannot move a loaded agent: reported, the scrape
-	// annotations withdrawn, the agent still where it was.
+	// annotations still pointing at the port the agent serves, the agent
+	// still where it was.
 	newPort := jvmtest.FreePort(t)
 	updateExporter(t, c, ns, "older", func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.Port = int32(newPort) })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -164,8 +165,8 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 		require.Equal(ct, "0/1", e.Status.Attached)
 	}, wait, tick)
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod))
-	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationPort)
-	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationScrape)
+	assert.Equal(t, strconv.Itoa(port), pod.Annotations[jmxexporter.AnnotationPort])
+	assert.Equal(t, "true", pod.Annotations[jmxexporter.AnnotationScrape])
 	assert.Contains(t, scrape(t, port), "jvm_heap_bytes_renamed")
 	assert.False(t, j.Exited())
 	assert.Equal(t, 1, countOf(j.Log.String(), "stand-in agent serving"), j.Log.String())
@@ -205,7 +206,7 @@ func TestPodMonitorWithoutItsCRDIsReported(t *testing.T) {
 	c := testenv.Client(t)
 	removePodMonitorCRD(t, c)
 	ns := testenv.Namespace(t, c)
-	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true}}, jmxexporter.Name)
+	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true, "allNamespaces": true}}, jmxexporter.Name)
 	startOperatorWith(t, rc, nil, nil, ns)
 	kubectlApply(t, ns, "configmap.yaml")
 	e := newExporter(ns, "monitored", "prometheus-jmx-exporter-config", 9400)
@@ -234,7 +235,7 @@ func TestPodMonitorIsKeptWhenItsCRDExistsAndTheChartAllowsIt(t *testing.T) {
 	removePodMonitorCRD(t, c)
 	installPodMonitorCRD(t, c)
 	ns := testenv.Namespace(t, c)
-	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true}}, jmxexporter.Name)
+	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true, "allNamespaces": true}}, jmxexporter.Name)
 	startOperatorWith(t, rc, nil, nil, ns)
 	kubectlApply(t, ns, "configmap.yaml")
 	e := newExporter(ns, "monitored", "prometheus-jmx-exporter-config", 9410)
@@ -297,7 +298,7 @@ func TestPodMonitorIsKeptWhenItsCRDExistsAndTheChartAllowsIt(t *testing.T) {
 	// Without the chart value the operator may not touch PodMonitors, and
 	// says so.
 	ns2 := testenv.Namespace(t, c)
-	startOperatorWith(t, testenv.ChartRBACConfig(t, ns2, jmxexporter.Name), nil, nil, ns2)
+	startOperatorWith(t, testenv.ChartRBACConfigWithValues(t, ns2, allNamespaces, jmxexporter.Name), nil, nil, ns2)
 	kubectlApply(t, ns2, "configmap.yaml")
 	e = newExporter(ns2, "unallowed", "prometheus-jmx-exporter-config", 9400)
 	e.Spec.PodMonitor = true
