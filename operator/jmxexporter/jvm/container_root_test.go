@@ -23,7 +23,7 @@ const containerRootCaps = "chown,dac_override,fowner,fsetid,kill,setgid,setuid,s
 
 // runHelperAsContainerRoot runs the helper's attach as root with only a
 // container root's capabilities (setpriv drops the rest).
-func runHelperAsContainerRoot(t *testing.T, helper string, o AttachOptions) Result {
+func runHelperAsContainerRoot(t *testing.T, helper string, o AttachOptions, extra ...string) Result {
 	t.Helper()
 	caps := "-all"
 	for _, c := range strings.Split(containerRootCaps, ",") {
@@ -32,6 +32,7 @@ func runHelperAsContainerRoot(t *testing.T, helper string, o AttachOptions) Resu
 	cmd := exec.Command("setpriv", "--bounding-set="+caps, "--inh-caps=-all", "--",
 		helper, "attach", "-agent", o.Agent, "-config", o.Config, "-port", strconv.Itoa(o.Port),
 		"-path", o.Path, "-match", o.Match, "-state-dir", o.StateDir)
+	cmd.Args = append(cmd.Args, extra...)
 	out, err := cmd.Output()
 	require.NoError(t, err, "setpriv: %s", out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
