@@ -59,7 +59,16 @@ func fakeHotSpot(jdk, logPath string) {
 	}
 	pid := os.Getpid()
 	quit := make(chan os.Signal, 1)
-	signal.Notify(quit, syscall.SIGQUIT)
+	switch os.Getenv(fakeHotSpotEnv + "_SIGQUIT") {
+	case "late":
+		// A JVM still starting: no SIGQUIT handler for a second.
+		signal.Ignore(syscall.SIGQUIT)
+		time.AfterFunc(time.Second, func() { signal.Notify(quit, syscall.SIGQUIT) })
+	case "never":
+		signal.Ignore(syscall.SIGQUIT)
+	default:
+		signal.Notify(quit, syscall.SIGQUIT)
+	}
 	logf("started")
 	listening := false
 	for range quit {
@@ -130,7 +139,7 @@ func serveFakeAttach(jdk string, l *net.UnixListener, logf func(string, ...any))
 
 // fakeJVM starts the fake HotSpot as user, named java, and returns its
 // log file.
-func fakeJVM(t *testing.T, jdk string, user *syscall.Credential, marker string) (pid int, logPath string) {
+func fakeJVM(t *testing.T, jdk string, user *syscall.Credential, marker string, env ...string) (pid int, logPath string) {
 	t.Helper()
 	dir := sharedDir(t)
 	self, err := os.Executable()
@@ -141,7 +150,7 @@ func fakeJVM(t *testing.T, jdk string, user *syscall.Credential, marker string) 
 	require.NoError(t, os.WriteFile(bin, b, 0o755))
 	logPath = filepath.Join(dir, "hotspot.log")
 	cmd := &exec.Cmd{Path: bin, Args: []string{"java", "-Dfake.jdk=" + jdk, "Fake", marker}, Dir: dir,
-		Env:         append(os.Environ(), fakeHotSpotEnv+"="+jdk, fakeHotSpotEnv+"_LOG="+logPath),
+		Env:         append(append(os.Environ(), fakeHotSpotEnv+"="+jdk, fakeHotSpotEnv+"_LOG="+logPath), env...),
 		SysProcAttr: &syscall.SysProcAttr{Credential: user}}
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -195,4 +204,30 @@ func TestAttachReportsAGroupMismatchBeforeSignalling(t *testing.T) {
 	assert.Contains(t, r.Message, "gid 65534")
 	assert.NotContains(t, readLog(log), "peer rejected", "the JVM was not even signalled")
 	assert.NotContains(t, readLog(log), "thread dump")
+}
+
+// A JVM still starting has no SIGQUIT handler yet, and SIGQUIT would end
+// it: the helper waits, bounded, until the handler is there, and reports
+// a JVM that never gets one within SignalWait as retryable, unsignalled.
+func TestAttachWaitsForAStartingJVMsSIGQUITHandler(t *testing.T) {
+	wait, verify := SignalWait, VerifyWait
+	SignalWait, VerifyWait = 3*time.Second, 0
+	t.Cleanup(func() { SignalWait, VerifyWait = wait, verify })
+
+	marker := jvmtest.Marker(t) + "-late"
+	_, log := fakeJVM(t, "21", nil, marker, fakeHotSpotEnv+"_SIGQUIT=late")
+	r := Attach(options(t, marker, heapRule))
+	require.Equal(t, Attached, r.Result, "%s %s\n%s", r.Reason, r.Message, readLog(log))
+	assert.Contains(t, readLog(log), "loaded ")
+
+	marker = jvmtest.Marker(t) + "-never"
+	_, log = fakeJVM(t, "21", nil, marker, fakeHotSpotEnv+"_SIGQUIT=never")
+	start := time.Now()
+	r = Attach(options(t, marker, heapRule))
+	assert.Equal(t, Failed, r.Result, r.Message)
+	assert.Equal(t, ReasonSignalNotHandled, r.Reason, r.Message)
+	assert.True(t, r.Retry, "a JVM still starting may catch it later")
+	assert.Contains(t, r.Message, "still starting")
+	assert.Less(t, time.Since(start), SignalWait+2*time.Second, "the wait is bounded")
+	assert.NotContains(t, readLog(log), "loaded")
 }
