@@ -32,7 +32,11 @@ func TestMain(m *testing.M) {
 		fakeHotSpot(jdk, os.Getenv(fakeHotSpotEnv+"_LOG"))
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helperDir != "" {
+		os.RemoveAll(helperDir)
+	}
+	os.Exit(code)
 }
 
 // triggerAccepted is HotSpot's AttachListener::is_init_trigger check of
@@ -61,9 +65,9 @@ func fakeHotSpot(jdk, logPath string) {
 	quit := make(chan os.Signal, 1)
 	switch os.Getenv(fakeHotSpotEnv + "_SIGQUIT") {
 	case "late":
-		// A JVM still starting: no SIGQUIT handler for a second.
+		// A JVM still starting: no SIGQUIT handler for half a second.
 		signal.Ignore(syscall.SIGQUIT)
-		time.AfterFunc(time.Second, func() { signal.Notify(quit, syscall.SIGQUIT) })
+		time.AfterFunc(500*time.Millisecond, func() { signal.Notify(quit, syscall.SIGQUIT) })
 	case "never":
 		signal.Ignore(syscall.SIGQUIT)
 	default:
@@ -211,7 +215,7 @@ func TestAttachReportsAGroupMismatchBeforeSignalling(t *testing.T) {
 // a JVM that never gets one within SignalWait as retryable, unsignalled.
 func TestAttachWaitsForAStartingJVMsSIGQUITHandler(t *testing.T) {
 	wait, verify := SignalWait, VerifyWait
-	SignalWait, VerifyWait = 3*time.Second, 0
+	SignalWait, VerifyWait = 1500*time.Millisecond, 0
 	t.Cleanup(func() { SignalWait, VerifyWait = wait, verify })
 
 	marker := jvmtest.Marker(t) + "-late"
