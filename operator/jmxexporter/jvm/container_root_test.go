@@ -1,7 +1,6 @@
 package jvm
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,10 +34,7 @@ func runHelperAsContainerRoot(t *testing.T, helper string, o AttachOptions, extr
 	cmd.Args = append(cmd.Args, extra...)
 	out, err := cmd.Output()
 	require.NoError(t, err, "setpriv: %s", out)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var r Result
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "helper output: %s", out)
-	return r
+	return helperResult(t, out)
 }
 
 // The done-when: a real JDK 17 JVM running as another user than

@@ -68,6 +68,12 @@ func runHelperAs(t *testing.T, helper string, user *syscall.Credential, o Attach
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
 	}
 	out, _ := cmd.Output()
+	return helperResult(t, out)
+}
+
+// helperResult parses the helper's JSON line (its last line).
+func helperResult(t *testing.T, out []byte) Result {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var r Result
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "helper output: %s", out)
