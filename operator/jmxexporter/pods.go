@@ -479,19 +479,25 @@ func annotationsAppliedByUs(pod *corev1.Pod) map[string]bool {
 }
 
 // unchanged says whether the pod already carries exactly what this
-// manager would apply (and nothing more of ours).
+// manager would apply (and nothing more of ours). Scrape annotations
+// someone else set, which the operator neither applies nor owns, do not
+// count: comparing them would re-apply on every reconcile.
 func (r *PodReconciler) unchanged(pod *corev1.Pod, annotations, lbls map[string]string) bool {
-	ours := func(have map[string]string, keys ...string) map[string]string {
-		out := map[string]string{}
-		for _, k := range keys {
-			if v, ok := have[k]; ok {
-				out[k] = v
-			}
+	owned := annotationsAppliedByUs(pod)
+	have := map[string]string{}
+	for _, k := range []string{AnnotationState, AnnotationScrape, AnnotationPort, AnnotationPath} {
+		_, want := annotations[k]
+		if v, ok := pod.Annotations[k]; ok && (want || owned[k] || k == AnnotationState) {
+			have[k] = v
 		}
-		return out
 	}
-	return maps.Equal(ours(pod.Annotations, AnnotationState, AnnotationScrape, AnnotationPort, AnnotationPath), annotations) &&
-		maps.Equal(ours(pod.Labels, LabelExporter), lbls)
+	return maps.Equal(have, annotations) && pod.Labels[LabelExporter] == lbls[LabelExporter] &&
+		(lbls[LabelExporter] != "" || !hasKey(pod.Labels, LabelExporter))
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // release removes the exporter's label and scrape annotations from a pod

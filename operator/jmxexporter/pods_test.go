@@ -27,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	banzaiv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
 	"github.com/deckhand-dev/deckhand/operator/jmxexporter/jvm"
@@ -663,4 +664,25 @@ func TestPodReconcilerAttachesAJVMRestartedInsideTheSameContainer(t *testing.T) 
 	assert.Equal(t, jvm.Attached, st.Result)
 	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
 	assert.Contains(t, f.drainEvents(), "Normal Attached JMX exporter agent loaded into JVM 77; metrics on port 9400/metrics")
+}
+
+// With a scrape conflict a resync writes nothing: the user's annotations
+// are not the operator's to compare.
+func TestPodReconcilerDoesNotRewriteAPodWithAScrapeConflict(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	p := f.pod()
+	p.Annotations = map[string]string{AnnotationPort: "8080"}
+	require.NoError(t, f.c.Update(context.Background(), p))
+	f.reconcile()
+	before := f.pod().ResourceVersion
+	writes := 0
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	f.reconcile()
+	assert.Zero(t, writes)
+	assert.Equal(t, before, f.pod().ResourceVersion)
 }
