@@ -80,11 +80,15 @@ func helperResult(t *testing.T, out []byte) Result {
 	return r
 }
 
-// sharedOptions are attach options in a directory every user may use.
+// sharedOptions are attach options in a directory laid out as the
+// operator's copy leaves it (copy_test.go in the controller's package
+// runs that copy for real): root's, mode 0755, files 0644, so every user
+// may read them and only root change them.
 func sharedOptions(t *testing.T, match string) AttachOptions {
 	t.Helper()
 	o := options(t, match, heapRule)
 	dir := sharedDir(t)
+	require.NoError(t, os.Chmod(dir, 0o755))
 	for _, f := range []*string{&o.Agent, &o.Config} {
 		b, err := os.ReadFile(*f)
 		require.NoError(t, err)
