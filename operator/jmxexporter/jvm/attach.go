@@ -150,7 +150,7 @@ func agentHolder(pid int, agent string) *Result {
 	}
 	p, ok := readProcess(pid)
 	if !ok {
-		r := failed(ReasonJVMExited, fmt.Sprintf("JVM %d is gone", pid), true)
+		r := failed(ReasonNoJVM, fmt.Sprintf("JVM %d is gone", pid), true)
 		return &r
 	}
 	if p.envErr != nil {

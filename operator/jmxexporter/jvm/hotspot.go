@@ -70,7 +70,7 @@ func startAttachListener(pid int) (Result, bool) {
 		if errors.Is(err, syscall.EPERM) {
 			return failed(ReasonDifferentUser, fmt.Sprintf("not allowed to signal JVM %d: it runs as another user; run the container's main process and exec as the same user", pid), false), false
 		}
-		return failed(ReasonJVMExited, fmt.Sprintf("JVM %d is gone: %v", pid, err), true), false
+		return failed(ReasonNoJVM, fmt.Sprintf("JVM %d is gone: %v", pid, err), true), false
 	}
 	deadline := time.Now().Add(SocketWait)
 	for delay := 20 * time.Millisecond; time.Now().Before(deadline); delay = min(delay*2, 500*time.Millisecond) {
@@ -172,7 +172,7 @@ func awaitSIGQUITHandler(pid int) (Result, bool) {
 		caught, err := catchesSIGQUIT(pid)
 		switch {
 		case err != nil:
-			return failed(ReasonJVMExited, fmt.Sprintf("reading JVM %d's signal handlers: %v; not signalled", pid, err), true), false
+			return failed(ReasonNoJVM, fmt.Sprintf("reading JVM %d's signal handlers: %v; not signalled", pid, err), true), false
 		case caught:
 			return Result{}, true
 		case time.Now().After(deadline):
