@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,4 +66,20 @@ func TestAttachSeesAnExporterServingOnAnotherPort(t *testing.T) {
 func TestJavaagentJars(t *testing.T) {
 	out := "VM Arguments:\njvm_flags: -javaagent:/f.jar\njvm_args: -Xmx1g -javaagent:/a/x.jar=9404:/c.yaml -javaagent:rel.jar\njava_command: App -javaagent:/not/a/vm/arg.jar\n"
 	assert.Equal(t, []string{"/f.jar", "/a/x.jar", "rel.jar"}, javaagentJars(out))
+}
+
+// Why every double-load check matters: a second exporter, even on another
+// port, exits the JVM (upstream 1.0.1: BuildInfoMetrics.register throws on
+// the taken jmx_exporter_build_info name and premain calls System.exit(1)),
+// and the stand-in agent does the same.
+func TestStandInAgentExitsTheJVMOnASecondLoad(t *testing.T) {
+	marker := jvmtest.Marker(t)
+	j := jvmtest.Start(t, t.TempDir(), nil, marker)
+	first, second := options(t, marker, heapRule), options(t, marker, heapRule)
+	_, ok := startAttachListener(j.PID)
+	require.True(t, ok)
+	require.Equal(t, Attached, loadAgent(j.PID, first.Agent, fmt.Sprintf("%d:%s", first.Port, first.Config)).Result)
+	loadAgent(j.PID, second.Agent, fmt.Sprintf("%d:%s", second.Port, second.Config))
+	require.Eventually(t, j.Exited, 10*time.Second, 50*time.Millisecond, j.Log.String())
+	assert.Contains(t, j.Log.String(), "jmx_exporter_build_info because a metric with that name is already registered")
 }
