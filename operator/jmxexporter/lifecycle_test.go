@@ -353,3 +353,36 @@ func TestNamespaceLimitedModeNarrowsOnlyTheJMXExporter(t *testing.T) {
 	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationState)
 	assert.NotContains(t, pod.Labels, jmxexporter.LabelExporter)
 }
+
+// A supervisor restarts the JVM inside the same container: a new PID, no
+// new container ID. The operator's recheck finds it and attaches it.
+func TestAJVMRestartedInsideItsContainerIsAttachedAgain(t *testing.T) {
+	recheck := jmxexporter.JVMRecheck
+	jmxexporter.JVMRecheck = 2 * time.Second
+	t.Cleanup(func() { jmxexporter.JVMRecheck = recheck }) // runs after the operator stopped
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	marker := jvmtest.Marker(t)
+	workDir := t.TempDir()
+	first := jvmtest.Start(t, workDir, nil, marker)
+	startOperator(t, ns)
+	routeExec(t, c, ns, "app", workDir, marker)
+	runPod(t, c, ns, "app", map[string]string{"app": "java"}, "containerd://one")
+	kubectlApply(t, ns, "configmap.yaml")
+	port := jvmtest.FreePort(t)
+	require.NoError(t, c.Create(context.Background(), newExporter(ns, "exp", "prometheus-jmx-exporter-config", port)))
+	endpointPID := func(ct *assert.CollectT) int32 {
+		e := getExporter(ct, c, ns, "exp")
+		require.Len(ct, e.Status.MetricsEndpoints, 1, "%+v", e.Status)
+		return e.Status.MetricsEndpoints[0].PID
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) { require.Equal(ct, int32(first.PID), endpointPID(ct)) }, wait, tick)
+
+	first.Stop()
+	second := jvmtest.Start(t, workDir, nil, marker)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) { require.Equal(ct, int32(second.PID), endpointPID(ct)) }, wait, tick)
+	assert.Contains(t, scrape(t, port), "jvm_heap_used_bytes")
+	assert.Equal(t, 1, countOf(second.Log.String(), "stand-in agent serving"), second.Log.String())
+	eventFor(t, c, ns, "Attached", "app")
+}
