@@ -50,6 +50,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pod.DeletionTimestamp.IsZero() {
+		r.checked.Delete(pod.UID) // no more rechecks: keep the map to live pods
 		return ctrl.Result{}, nil
 	}
 	var list banzaiv1alpha1.PrometheusJmxExporterList
