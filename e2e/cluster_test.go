@@ -95,7 +95,7 @@ func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	}
 	// Helm's longest release name, with every optional object on.
 	renders = append(renders, render{strings.Repeat("r", helmLimit), func(t *testing.T) map[string]any {
-		return everythingOn(t, "controllers.jmxExporter.namespaces=null")
+		return everythingOn(t, "controllers.jmxExporter.namespaces=null", "controllers.jmxExporter.allNamespaces=true")
 	}})
 	for i, rd := range renders {
 		label := "everything-on-53-character-name"
@@ -270,7 +270,8 @@ func allControllers() []string {
 	for _, c := range operator.Controllers {
 		sets = append(sets, "controllers."+c.ValuesKey+".enabled=true")
 	}
-	return sets
+	// pods/exec in every namespace must be asked for (least privilege).
+	return append(sets, "controllers.jmxExporter.allNamespaces=true")
 }
 
 // chartWithExtraBlogPostField copies the chart and adds an optional string

@@ -11,10 +11,10 @@ import (
 // PodMonitor rights come only with controllers.jmxExporter.podMonitor, in
 // the ClusterRole or, for a namespace-limited JMX exporter, in its Roles.
 func TestJMXExporterGetsPodMonitorsOnlyWhenAskedFor(t *testing.T) {
-	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true"))
+	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.allNamespaces=true"))
 	assert.NotContains(t, ruleResources(t, on, "ClusterRole"), "monitoring.coreos.com/podmonitors")
 
-	pm := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.podMonitor=true"))
+	pm := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.allNamespaces=true", "controllers.jmxExporter.podMonitor=true"))
 	assert.Contains(t, ruleResources(t, pm, "ClusterRole"), "monitoring.coreos.com/podmonitors")
 
 	off := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.podMonitor=true"))

@@ -81,7 +81,7 @@ func MustRenderNamed(t *testing.T, name string) *Rendered {
 }
 
 func TestClusterRoleHasEachRuleOnce(t *testing.T) {
-	r := MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", "controllers.jmxExporter.enabled=true", "controllers.mysqlCluster.enabled=true"))
+	r := MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.allNamespaces=true", "controllers.mysqlCluster.enabled=true"))
 	role := Into[rbacv1.ClusterRole](t, r.One(t, "ClusterRole"))
 	var rules []string
 	events := 0
@@ -113,6 +113,8 @@ func onlyControllers() [][]string {
 		for _, other := range []string{"blogPost", "configMonitor", "tdset", "jmxExporter", "database", "mysqlCluster"} {
 			sets = append(sets, "controllers."+other+".enabled="+boolString(other == key))
 		}
+		// pods/exec in every namespace must be asked for (least privilege).
+		sets = append(sets, "controllers.jmxExporter.allNamespaces=true")
 		out = append(out, sets)
 	}
 	return out

@@ -91,7 +91,8 @@ func onlyController(t *testing.T, only registration.Controller) []string {
 	for _, c := range operator.Controllers {
 		sets = append(sets, "controllers."+c.ValuesKey+".enabled="+boolString(c.Name == only.Name))
 	}
-	return sets
+	// pods/exec in every namespace must be asked for (least privilege).
+	return append(sets, "controllers.jmxExporter.allNamespaces=true")
 }
 
 func boolString(b bool) string {
@@ -316,7 +317,7 @@ func TestJMXExporterGetsPodsExecOnlyWhereItRuns(t *testing.T) {
 	off := MustRender(t, ns, Values(t, nil))
 	assert.NotContains(t, ruleResources(t, off, "ClusterRole"), "/pods/exec", "pods/exec without the controller")
 
-	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true"))
+	on := MustRender(t, ns, Values(t, nil, "controllers.jmxExporter.enabled=true", "controllers.jmxExporter.allNamespaces=true"))
 	assert.Contains(t, controllersFlag(t, on), "jmxexporter")
 	assert.Contains(t, ruleResources(t, on, "ClusterRole"), "/pods/exec")
 	assert.Equal(t, "/usr/local/lib/deckhand/jmx_prometheus_javaagent.jar", configFile(t, on)["jmxexporter-agent-jar"])

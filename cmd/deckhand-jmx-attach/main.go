@@ -6,7 +6,7 @@
 //
 //	deckhand-jmx-attach checksum FILE...
 //	deckhand-jmx-attach discover [-match S]
-//	deckhand-jmx-attach attach -agent JAR -config FILE -port N [-path /metrics] [-match S] [-state-dir DIR]
+//	deckhand-jmx-attach attach -agent JAR -config FILE -port N [-path /metrics] [-match S] [-state-dir DIR] [-wait 15s]
 //	deckhand-jmx-attach verify -port N [-path /metrics] [-wait 15s]
 //
 // Build it static: CGO_ENABLED=0 go build ./cmd/deckhand-jmx-attach.
@@ -33,8 +33,9 @@ func main() {
 	port := fs.Int("port", 0, "port the agent serves on")
 	path := fs.String("path", "/metrics", "metrics path")
 	stateDir := fs.String("state-dir", "", "directory of the per-JVM markers (default: the agent's)")
-	wait := fs.Duration("wait", jvm.VerifyWait, "how long verify waits for metrics")
+	wait := fs.Duration("wait", jvm.VerifyWait, "how long verify (and attach, after loading) waits for metrics")
 	_ = fs.Parse(os.Args[2:])
+	jvm.VerifyWait = *wait
 
 	var r jvm.Result
 	switch os.Args[1] {
@@ -69,6 +70,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: deckhand-jmx-attach checksum FILE... | discover [-match S] | attach -agent JAR -config FILE -port N [-path P] [-match S] [-state-dir D] | verify -port N [-path P] [-wait D]")
+	fmt.Fprintln(os.Stderr, "usage: deckhand-jmx-attach checksum FILE... | discover [-match S] | attach -agent JAR -config FILE -port N [-path P] [-match S] [-state-dir D] [-wait D] | verify -port N [-path P] [-wait D]")
 	os.Exit(2)
 }

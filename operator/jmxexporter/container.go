@@ -66,7 +66,10 @@ func (c *container) run(ctx context.Context, step string, cmd []string, stdin []
 // probe learns the container's architecture and, when the helper is
 // already there, the checksums of the files in place, in one exec.
 func (c *container) probe(ctx context.Context, files []file) (arch string, sums map[string]string, problem *jvm.Result) {
-	script := `uname -m 2>/dev/null || echo unknown; if [ -x "$1" ]; then "$@"; fi`
+	// The helper in place runs only when this user owns it and its
+	// directory and nobody else may write them: root must never run a
+	// file the JVM's user could have put there.
+	script := ownedByMe + `uname -m 2>/dev/null || echo unknown; if owned "${1%/*}" && owned "$1" && [ -x "$1" ]; then "$@"; fi`
 	cmd := []string{"sh", "-c", script, "sh", c.path(helperName), "checksum"}
 	for _, f := range files {
 		cmd = append(cmd, c.path(f.name))
@@ -119,11 +122,32 @@ func (c *container) ensure(ctx context.Context, files []file, sums map[string]st
 	return nil
 }
 
+// ownedByMe defines shell functions for the probe and copy scripts (POSIX
+// sh, busybox included; only ls and id): owner prints a path's numeric
+// owner without following a symbolic link, owned says that path is no
+// link, belongs to this user and is not writable by group or others.
+const ownedByMe = `owner() { set -- $(ls -lnd -- "$1" 2>/dev/null); echo "$3"; }
+owned() {
+  [ ! -L "$1" ] && [ -e "$1" ] && [ "$(owner "$1")" = "$(id -u)" ] || return 1
+  case "$(ls -lnd -- "$1")" in ?????w*|????????w*) return 1;; esac
+}
+`
+
 // copy writes one file with the length first: head -c reads exactly that
 // many bytes, so the copy never waits for an end of input that kwok (and
 // some runtimes) do not pass on. The file appears complete or not at all.
+// The directory belongs to the exec's user with mode 0755 and the files
+// are 0644 (the helper 0755): a JVM of another user can read the agent
+// and its configuration but change nothing root runs. A directory that
+// is a symbolic link or belongs to someone else is refused (a JVM user
+// could have made it to have root write or run its files).
 func (c *container) copy(ctx context.Context, f file) *jvm.Result {
-	script := `umask 077; mkdir -p "$1" && head -c "$2" > "$1/.$3.part" && chmod "$4" "$1/.$3.part" && mv -f "$1/.$3.part" "$1/$3"`
+	script := ownedByMe + `umask 022
+if [ -L "$1" ] || { [ -e "$1" ] && ! [ "$(owner "$1")" = "$(id -u)" ]; }; then
+  echo "deckhand: refusing $1: it is a symbolic link or belongs to another user" >&2; exit 3
+fi
+mkdir -p "$1" && chmod 755 "$1" || exit 1
+rm -f "$1/.$3.part" && head -c "$2" > "$1/.$3.part" && chmod "$4" "$1/.$3.part" && mv -f "$1/.$3.part" "$1/$3"`
 	cmd := []string{"sh", "-c", script, "sh", c.dir, strconv.Itoa(len(f.data)), f.name, f.mode}
 	res, err := c.run(ctx, "copy", cmd, f.data, copyTimeout)
 	if p := shellProblem(res, err); p != nil {
@@ -197,6 +221,9 @@ func noShell(detail string) *jvm.Result {
 // fileProblem names what went wrong writing into the container.
 func fileProblem(what, stderr string) *jvm.Result {
 	switch {
+	case strings.Contains(stderr, "deckhand: refusing"):
+		return &jvm.Result{Result: jvm.Failed, Reason: "UnsafeTargetDir", Message: what + ": " + short(strings.TrimPrefix(stderr, "deckhand: ")) +
+			"; remove it in the container (or restart the container), or set the operator's --jmxexporter-target-dir to a path only the exec's user controls"}
 	case strings.Contains(stderr, "Read-only file system"):
 		return &jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonReadOnlyFS, Message: what + ": read-only file system; mount a writable emptyDir at /tmp (or set the operator's --jmxexporter-target-dir)"}
 	case strings.Contains(stderr, "No space left"):

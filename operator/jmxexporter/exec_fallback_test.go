@@ -69,7 +69,7 @@ func TestExecFallsBackToSPDYWhereWebSocketsAreRefused(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	proxy := newNoWebSocketProxy(t)
-	cfg := proxy.through(testenv.ChartRBACConfig(t, ns, jmxexporter.Name))
+	cfg := proxy.through(listedRBAC(t, ns))
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	exec := &jmxexporter.PodExecutor{Config: cfg, Clientset: cs}

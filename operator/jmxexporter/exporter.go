@@ -102,6 +102,10 @@ func (r *ExporterReconciler) summarise(ctx context.Context, e *banzaiv1alpha1.Pr
 		s.SelectedPods++
 		st := readState(p)
 		switch {
+		case st != nil && st.Exporter == e.Name && st.Serving && st.ScrapeConflict != "" && !e.Spec.PodMonitor:
+			// Served, but nothing tells Prometheus to scrape it.
+			s.Problems = append(s.Problems, banzaiv1alpha1.PodProblem{Pod: p.Name, Container: st.Container, Reason: "ScrapeAnnotationConflict",
+				Message: st.ScrapeConflict + "; scrape the pod with spec.podMonitor, or remove the annotations so the operator can set them", Time: &st.Time})
 		case st != nil && st.Exporter == e.Name && st.Serving && st.Port == e.Spec.Port:
 			s.AttachedPods++
 			s.MetricsEndpoints = append(s.MetricsEndpoints, banzaiv1alpha1.MetricsEndpoint{

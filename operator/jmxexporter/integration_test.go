@@ -62,10 +62,24 @@ func helper(t *testing.T) string {
 }
 
 // startOperator runs the controller with the helper, the stand-in agent
-// and a target directory of this test's own, which it returns.
+// and a target directory of this test's own, which it returns. It runs
+// as the chart's default least-privilege setup does: the namespace listed
+// in controllers.jmxExporter.namespaces, pods/exec granted by a Role there.
 func startOperator(t *testing.T, ns string) string {
 	t.Helper()
-	return startOperatorWith(t, testenv.ChartRBACConfig(t, ns, jmxexporter.Name), nil, nil, ns)
+	return startOperatorWith(t, listedRBAC(t, ns), []string{ns}, nil, ns)
+}
+
+// allNamespaces are the chart values that grant the controller's rights
+// (pods/exec among them) cluster-wide, which the chart needs said
+// explicitly.
+var allNamespaces = map[string]map[string]any{"jmxExporter": {"allNamespaces": true}}
+
+// listedRBAC is the chart's RBAC with ns listed in
+// controllers.jmxExporter.namespaces.
+func listedRBAC(t *testing.T, ns string) *rest.Config {
+	t.Helper()
+	return testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"namespaces": []any{ns}}}, jmxexporter.Name)
 }
 
 // startOperatorWith runs the controller (limited to limit, when set) and

@@ -175,7 +175,8 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 	}, wait, tick)
 
 	// A port change cannot move a loaded agent: reported, the scrape
-	// annotations withdrawn, the agent still where it was.
+	// annotations still pointing at the port the agent serves, the agent
+	// still where it was.
 	newPort := jvmtest.FreePort(t)
 	updateExporter(t, c, ns, "older", func(e *banzaiv1alpha1.PrometheusJmxExporter) { e.Spec.Port = int32(newPort) })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -187,8 +188,8 @@ func TestConfigChangesSecondExportersAndPortChangesOnARunningAgent(t *testing.T)
 		require.Equal(ct, "0/1", e.Status.Attached)
 	}, wait, tick)
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod))
-	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationPort)
-	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationScrape)
+	assert.Equal(t, strconv.Itoa(port), pod.Annotations[jmxexporter.AnnotationPort])
+	assert.Equal(t, "true", pod.Annotations[jmxexporter.AnnotationScrape])
 	assert.Contains(t, scrape(t, port), "jvm_heap_bytes_renamed")
 	assert.False(t, j.Exited())
 	assert.Equal(t, 1, countOf(j.Log.String(), "stand-in agent serving"), j.Log.String())
@@ -228,7 +229,7 @@ func TestPodMonitorWithoutItsCRDIsReported(t *testing.T) {
 	c := testenv.Client(t)
 	removePodMonitorCRD(t, c)
 	ns := testenv.Namespace(t, c)
-	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true}}, jmxexporter.Name)
+	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true, "allNamespaces": true}}, jmxexporter.Name)
 	startOperatorWith(t, rc, nil, nil, ns)
 	kubectlApply(t, ns, "configmap.yaml")
 	e := newExporter(ns, "monitored", "prometheus-jmx-exporter-config", 9400)
@@ -257,7 +258,7 @@ func TestPodMonitorIsKeptWhenItsCRDExistsAndTheChartAllowsIt(t *testing.T) {
 	removePodMonitorCRD(t, c)
 	installPodMonitorCRD(t, c)
 	ns := testenv.Namespace(t, c)
-	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true}}, jmxexporter.Name)
+	rc := testenv.ChartRBACConfigWithValues(t, ns, map[string]map[string]any{"jmxExporter": {"podMonitor": true, "allNamespaces": true}}, jmxexporter.Name)
 	startOperatorWith(t, rc, nil, nil, ns)
 	kubectlApply(t, ns, "configmap.yaml")
 	e := newExporter(ns, "monitored", "prometheus-jmx-exporter-config", 9410)
@@ -320,7 +321,7 @@ func TestPodMonitorIsKeptWhenItsCRDExistsAndTheChartAllowsIt(t *testing.T) {
 	// Without the chart value the operator may not touch PodMonitors, and
 	// says so.
 	ns2 := testenv.Namespace(t, c)
-	startOperatorWith(t, testenv.ChartRBACConfig(t, ns2, jmxexporter.Name), nil, nil, ns2)
+	startOperatorWith(t, testenv.ChartRBACConfigWithValues(t, ns2, allNamespaces, jmxexporter.Name), nil, nil, ns2)
 	kubectlApply(t, ns2, "configmap.yaml")
 	e = newExporter(ns2, "unallowed", "prometheus-jmx-exporter-config", 9400)
 	e.Spec.PodMonitor = true
@@ -374,4 +375,37 @@ func TestNamespaceLimitedModeNarrowsOnlyTheJMXExporter(t *testing.T) {
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: other, Name: "app"}, &pod))
 	assert.NotContains(t, pod.Annotations, jmxexporter.AnnotationState)
 	assert.NotContains(t, pod.Labels, jmxexporter.LabelExporter)
+}
+
+// A supervisor restarts the JVM inside the same container: a new PID, no
+// new container ID. The operator's recheck finds it and attaches it.
+func TestAJVMRestartedInsideItsContainerIsAttachedAgain(t *testing.T) {
+	recheck := jmxexporter.JVMRecheck
+	jmxexporter.JVMRecheck = 2 * time.Second
+	t.Cleanup(func() { jmxexporter.JVMRecheck = recheck }) // runs after the operator stopped
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	marker := jvmtest.Marker(t)
+	workDir := t.TempDir()
+	first := jvmtest.Start(t, workDir, nil, marker)
+	startOperator(t, ns)
+	routeExec(t, c, ns, "app", workDir, marker)
+	runPod(t, c, ns, "app", map[string]string{"app": "java"}, "containerd://one")
+	kubectlApply(t, ns, "configmap.yaml")
+	port := jvmtest.FreePort(t)
+	require.NoError(t, c.Create(context.Background(), newExporter(ns, "exp", "prometheus-jmx-exporter-config", port)))
+	endpointPID := func(ct *assert.CollectT) int32 {
+		e := getExporter(ct, c, ns, "exp")
+		require.Len(ct, e.Status.MetricsEndpoints, 1, "%+v", e.Status)
+		return e.Status.MetricsEndpoints[0].PID
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) { require.Equal(ct, int32(first.PID), endpointPID(ct)) }, wait, tick)
+
+	first.Stop()
+	second := jvmtest.Start(t, workDir, nil, marker)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) { require.Equal(ct, int32(second.PID), endpointPID(ct)) }, wait, tick)
+	assert.Contains(t, scrape(t, port), "jvm_heap_used_bytes")
+	assert.Equal(t, 1, countOf(second.Log.String(), "stand-in agent serving"), second.Log.String())
+	eventFor(t, c, ns, "Attached", "app")
 }

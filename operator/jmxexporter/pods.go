@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +39,8 @@ type PodReconciler struct {
 	Files     *artifacts
 	TargetDir string
 	Now       func() time.Time
+	// checked maps a pod's UID to when its JVM was last looked at.
+	checked sync.Map
 }
 
 // Reconcile brings one pod to "its JVM serves metrics for its exporter".
@@ -45,6 +50,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pod.DeletionTimestamp.IsZero() {
+		r.checked.Delete(pod.UID) // no more rechecks: keep the map to live pods
 		return ctrl.Result{}, nil
 	}
 	var list banzaiv1alpha1.PrometheusJmxExporterList
@@ -59,7 +65,12 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if pod.Status.Phase != corev1.PodRunning {
 		return ctrl.Result{}, nil // its status change brings it back
 	}
+	var conflictBefore string
+	if st != nil {
+		conflictBefore = st.ScrapeConflict
+	}
 	next, requeue := r.step(ctx, &pod, owner, st)
+	r.checkScrapeAnnotations(&pod, owner, next, conflictBefore)
 	if err := r.apply(ctx, &pod, owner, next); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -119,8 +130,10 @@ func (r *PodReconciler) step(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 	if problem != "" {
 		return r.failure(pod, e, st, "", jvm.Result{Result: jvm.Failed, Reason: "ConfigNotFound", Message: problem, Retry: true}, hash), 0
 	}
-	if st.sameInstance(pod) && st.Result == jvm.Failed && st.Retry &&
-		st.Generation == e.Generation && st.ConfigHash == hash {
+	if st.sameInstance(pod) && st.Result == jvm.Failed && st.Generation == e.Generation && st.ConfigHash == hash {
+		if !st.Retry {
+			return st, 0 // the same spec fails the same way; a change brings the pod back
+		}
 		if wait := st.Time.Add(backoff(st.Attempts)).Sub(now); wait > 0 {
 			return st, wait
 		}
@@ -146,7 +159,8 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 		return &next, 0 // never retried; a container restart starts afresh
 	}
 	if st.Port != e.Spec.Port {
-		next.Serving = false
+		// The old agent still serves its port: the scrape annotations
+		// keep pointing at it (they follow st.Port) until the restart.
 		next.Reason = "PortChangeNeedsRestart"
 		next.Message = fmt.Sprintf("the agent serves on port %d; spec.port %d takes effect when the container restarts (a loaded agent cannot be moved)", st.Port, e.Spec.Port)
 		return &next, 0
@@ -182,7 +196,50 @@ func (r *PodReconciler) keep(ctx context.Context, pod *corev1.Pod, e *banzaiv1al
 			return &next, backoff(next.Attempts)
 		}
 	}
-	return &next, 0
+	return r.recheckJVM(ctx, pod, e, &next, hash)
+}
+
+// JVMRecheck is how often the operator asks a container whose JVM has the
+// agent whether it still runs the same JVM: a supervisor (a shell loop,
+// tini, supervisord) may restart the JVM inside the container, which
+// gives a new PID but no new container ID, and the new JVM has no agent.
+var JVMRecheck = 5 * time.Minute
+
+// recheckJVM runs the helper's attach again once JVMRecheck has passed
+// since the last look: for the same JVM its marker makes it answer
+// AlreadyAttached, a new JVM gets the agent. The times live in memory: an
+// operator restart looks once more, which is harmless.
+func (r *PodReconciler) recheckJVM(ctx context.Context, pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st *podState, hash string) (*podState, time.Duration) {
+	now := r.Now()
+	if last, ok := r.checked.Load(pod.UID); ok {
+		if wait := last.(time.Time).Add(JVMRecheck).Sub(now); wait > 0 {
+			return st, wait
+		}
+	}
+	r.checked.Store(pod.UID, now)
+	c := r.container(pod, st.Container)
+	res := c.helper(ctx, "attach", attachTimeout, attachArgs(c, e)...)
+	if res.Result == jvm.AlreadyAttached && res.JVM != nil && res.JVM.PID == st.PID {
+		return st, JVMRecheck
+	}
+	// Another JVM, or a failure to reach it: recorded as any attach is,
+	// so a failure that loaded nothing is retried and a new agent is final.
+	next := r.failure(pod, e, st, st.Container, res, hash)
+	next.Serving = res.Serving
+	if res.JVM != nil {
+		next.PID = res.JVM.PID
+	}
+	r.report(pod, e, res)
+	if next.Result == jvm.Failed && next.Retry {
+		return next, backoff(next.Attempts)
+	}
+	return next, JVMRecheck
+}
+
+// attachArgs are the helper's attach command for exporter e.
+func attachArgs(c *container, e *banzaiv1alpha1.PrometheusJmxExporter) []string {
+	return []string{"attach", "-agent", c.path(agentName), "-config", c.path(configName),
+		"-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path, "-match", e.Spec.JVMMatch, "-state-dir", path.Join(c.dir, "state")}
 }
 
 // refuseChange leaves the running agent's configuration file as it is and
@@ -259,8 +316,8 @@ func (r *PodReconciler) attach(ctx context.Context, pod *corev1.Pod, e *banzaiv1
 	if p != nil {
 		return r.failure(pod, e, st, target, *p, hash)
 	}
-	res := c.helper(ctx, "attach", attachTimeout, "attach", "-agent", c.path(agentName), "-config", c.path(configName),
-		"-port", strconv.Itoa(int(e.Spec.Port)), "-path", e.Spec.Path, "-match", e.Spec.JVMMatch, "-state-dir", path.Join(c.dir, "state"))
+	res := c.helper(ctx, "attach", attachTimeout, attachArgs(c, e)...)
+	r.checked.Store(pod.UID, r.Now())
 	next := r.failure(pod, e, st, target, res, hash)
 	next.Serving = res.Serving
 	if res.JVM != nil {
@@ -366,10 +423,8 @@ func (r *PodReconciler) apply(ctx context.Context, pod *corev1.Pod, e *banzaiv1a
 	lbls := map[string]string{}
 	if e != nil {
 		lbls[LabelExporter] = e.Name
-		if st.Serving && st.Port == e.Spec.Port {
-			annotations[AnnotationScrape] = "true"
-			annotations[AnnotationPort] = strconv.Itoa(int(e.Spec.Port))
-			annotations[AnnotationPath] = e.Spec.Path
+		if st.Serving && st.ScrapeConflict == "" {
+			maps.Copy(annotations, scrapeAnnotations(st.Port, e.Spec.Path))
 		}
 	}
 	if r.unchanged(pod, annotations, lbls) {
@@ -390,20 +445,88 @@ func (r *PodReconciler) apply(ctx context.Context, pod *corev1.Pod, e *banzaiv1a
 	return err
 }
 
-// unchanged says whether the pod already carries exactly what this
-// manager would apply (and nothing more of ours).
-func (r *PodReconciler) unchanged(pod *corev1.Pod, annotations, lbls map[string]string) bool {
-	ours := func(have map[string]string, keys ...string) map[string]string {
-		out := map[string]string{}
-		for _, k := range keys {
-			if v, ok := have[k]; ok {
-				out[k] = v
+// scrapeAnnotations are what a pod whose agent serves on port carries.
+// The port is the one the loaded agent serves, which stays until the
+// container restarts even when spec.port changed.
+func scrapeAnnotations(port int32, path string) map[string]string {
+	return map[string]string{AnnotationScrape: "true", AnnotationPort: strconv.Itoa(int(port)), AnnotationPath: path}
+}
+
+// checkScrapeAnnotations records on the state whether someone else set a
+// prometheus.io annotation to another value than the operator's (a
+// Spring Boot app scraped on 8080): the operator then sets none of them,
+// as server-side apply with forced ownership would take them over and
+// releasing the pod would delete them. It tells the user once.
+func (r *PodReconciler) checkScrapeAnnotations(pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxExporter, st *podState, before string) {
+	st.ScrapeConflict = ""
+	if !st.Serving {
+		return
+	}
+	st.ScrapeConflict = scrapeConflict(pod, scrapeAnnotations(st.Port, e.Spec.Path))
+	if st.ScrapeConflict != "" && st.ScrapeConflict != before {
+		r.Recorder.Eventf(pod, e, corev1.EventTypeWarning, "ScrapeAnnotationConflict", "Annotate",
+			"%s; the operator leaves the prometheus.io annotations as they are. Metrics are served on port %d%s: scrape them with spec.podMonitor, or remove the annotations so the operator can set them",
+			st.ScrapeConflict, st.Port, e.Spec.Path)
+	}
+}
+
+// scrapeConflict names the first annotation of want that the pod carries
+// with another value, set by another manager; "" when none.
+func scrapeConflict(pod *corev1.Pod, want map[string]string) string {
+	ours := annotationsAppliedByUs(pod)
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if have, ok := pod.Annotations[k]; ok && have != want[k] && !ours[k] {
+			return fmt.Sprintf("%s is %s, not %s, and was set by someone else", k, have, want[k])
+		}
+	}
+	return ""
+}
+
+// annotationsAppliedByUs are the annotation keys this manager owns, from
+// the pod's managed fields.
+func annotationsAppliedByUs(pod *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, mf := range pod.ManagedFields {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		for k := range fields.Metadata.Annotations {
+			if key, ok := strings.CutPrefix(k, "f:"); ok {
+				out[key] = true
 			}
 		}
-		return out
 	}
-	return maps.Equal(ours(pod.Annotations, AnnotationState, AnnotationScrape, AnnotationPort, AnnotationPath), annotations) &&
-		maps.Equal(ours(pod.Labels, LabelExporter), lbls)
+	return out
+}
+
+// unchanged says whether the pod already carries exactly what this
+// manager would apply (and nothing more of ours). Scrape annotations
+// someone else set, which the operator neither applies nor owns, do not
+// count: comparing them would re-apply on every reconcile.
+func (r *PodReconciler) unchanged(pod *corev1.Pod, annotations, lbls map[string]string) bool {
+	owned := annotationsAppliedByUs(pod)
+	have := map[string]string{}
+	for _, k := range []string{AnnotationState, AnnotationScrape, AnnotationPort, AnnotationPath} {
+		_, want := annotations[k]
+		if v, ok := pod.Annotations[k]; ok && (want || owned[k] || k == AnnotationState) {
+			have[k] = v
+		}
+	}
+	return maps.Equal(have, annotations) && pod.Labels[LabelExporter] == lbls[LabelExporter] &&
+		(lbls[LabelExporter] != "" || !hasKey(pod.Labels, LabelExporter))
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // release removes the exporter's label and scrape annotations from a pod

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	banzaiv1alpha1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
 	"github.com/deckhand-dev/deckhand/operator/jmxexporter/jvm"
@@ -161,7 +163,7 @@ func newPodFixture(t *testing.T, exporters ...*banzaiv1alpha1.PrometheusJmxExpor
 	for _, e := range exporters {
 		objs = append(objs, e)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Pod{}).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Pod{}).WithReturnManagedFields().Build()
 	f := &podFixture{t: t, c: c, box: newFakeContainer(), events: events.NewFakeRecorder(100), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	f.r = &PodReconciler{
 		Client: c, Cache: c, Reader: c, Exec: f.box, Recorder: f.events,
@@ -348,7 +350,8 @@ func TestPodReconcilerReportsAPortChangeAsNeedingARestart(t *testing.T) {
 	assert.Equal(t, "PortChangeNeedsRestart", st.Reason)
 	assert.Contains(t, st.Message, "serves on port 9400")
 	assert.Contains(t, st.Message, "spec.port 9500 takes effect when the container restarts")
-	assert.NotContains(t, f.pod().Annotations, AnnotationPort, "the pod does not claim a port nothing serves")
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort], "the old agent still serves 9400: its scrape stays until the restart")
+	assert.Equal(t, "true", f.pod().Annotations[AnnotationScrape])
 
 	// After a restart the new port is used.
 	f.restart("containerd://two", 1)
@@ -534,4 +537,152 @@ func TestBoundedBufferKeepsTheStartAndNeverBlocks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "12345678", b.String())
 	assert.True(t, b.truncated)
+}
+
+// A failure that loaded nothing (PortNotAllowed, DifferentUser, ...) is
+// not retried while nothing changes, but a fixed spec is attached at once:
+// only an attach that may have loaded the agent is final.
+func TestPodReconcilerRetriesAFailureThatLoadedNothingOnceTheSpecChanges(t *testing.T) {
+	e := exporter("exp", time.Now(), 80)
+	f := newPodFixture(t, e)
+	f.box.attach = jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonPortNotAllowed, Message: "port 80 is privileged"}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+	assert.Equal(t, jvm.ReasonPortNotAllowed, f.state().Reason)
+
+	f.now = f.now.Add(time.Hour)
+	res := f.reconcile()
+	assert.NotContains(t, f.box.takeSteps(), "attach", "the same spec fails the same way")
+	assert.Zero(t, res.RequeueAfter)
+
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	e.Spec.Port = 9400
+	e.Generation++
+	require.NoError(t, f.c.Update(context.Background(), e))
+	f.box.attach = jvm.Result{Result: jvm.Attached, Serving: true, JVM: &jvm.JVM{PID: 42}}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach", "the fixed spec is attached without a container restart")
+	assert.Equal(t, jvm.Attached, f.state().Result)
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
+}
+
+// An agent that failed to start was loaded: its classes stay in the JVM,
+// so it is never loaded again into the same container, whatever changes.
+func TestPodReconcilerNeverRetriesAnAgentThatFailedAfterLoading(t *testing.T) {
+	e := exporter("exp", time.Now(), 9400)
+	f := newPodFixture(t, e)
+	f.box.attach = jvm.Result{Result: jvm.Failed, Reason: jvm.ReasonAgentFailed, Message: "Agent_OnAttach returned -1"}
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	e.Spec.Port = 9500
+	e.Generation++
+	require.NoError(t, f.c.Update(context.Background(), e))
+	f.reconcile()
+	assert.NotContains(t, f.box.takeSteps(), "attach")
+	assert.Equal(t, jvm.ReasonAgentFailed, f.state().Reason)
+}
+
+// A Spring Boot pod already scraped on 8080 keeps its scrape: the operator
+// never overwrites prometheus.io annotations it did not set, says why on
+// the pod's state, the exporter's status and an Event, and releasing the
+// pod leaves them as the user wrote them.
+func TestPodReconcilerNeverTakesAUsersScrapeAnnotations(t *testing.T) {
+	e := exporter("exp", time.Now(), 9400)
+	f := newPodFixture(t, e)
+	p := f.pod()
+	user := map[string]string{AnnotationScrape: "true", AnnotationPort: "8080", AnnotationPath: "/actuator/prometheus"}
+	p.Annotations = maps.Clone(user)
+	require.NoError(t, f.c.Update(context.Background(), p, client.FieldOwner("kubectl-edit")))
+
+	f.reconcile()
+	assert.Contains(t, f.box.takeSteps(), "attach")
+	p = f.pod()
+	for k, v := range user {
+		assert.Equal(t, v, p.Annotations[k], k)
+	}
+	st := f.state()
+	assert.True(t, st.Serving, "the agent serves; only the annotations are not ours to set")
+	assert.Contains(t, st.ScrapeConflict, "prometheus.io/path is /actuator/prometheus")
+	var conflict string
+	for _, ev := range f.drainEvents() {
+		if strings.Contains(ev, "ScrapeAnnotationConflict") {
+			conflict = ev
+		}
+	}
+	assert.Contains(t, conflict, "spec.podMonitor")
+
+	er := &ExporterReconciler{Client: f.c, Cache: f.c, Reader: f.c, Recorder: f.events}
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKeyFromObject(e), e))
+	require.NoError(t, er.summarise(context.Background(), e))
+	require.Len(t, e.Status.Problems, 1)
+	assert.Equal(t, "ScrapeAnnotationConflict", e.Status.Problems[0].Reason)
+
+	// A resync reports nothing new.
+	f.reconcile()
+	assert.Empty(t, f.drainEvents())
+
+	require.NoError(t, f.c.Delete(context.Background(), e))
+	f.reconcile()
+	p = f.pod()
+	for k, v := range user {
+		assert.Equal(t, v, p.Annotations[k], "releasing must not delete %s", k)
+	}
+}
+
+// A supervisor (a shell loop, tini, supervisord) may restart the JVM inside
+// the same container: a new PID without a new container ID. The operator
+// looks again every JVMRecheck and attaches the new JVM.
+func TestPodReconcilerAttachesAJVMRestartedInsideTheSameContainer(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	f.reconcile()
+	f.box.takeSteps()
+	f.drainEvents()
+	assert.Equal(t, 42, f.state().PID)
+
+	f.now = f.now.Add(JVMRecheck / 2)
+	res := f.reconcile()
+	assert.Empty(t, f.box.takeSteps(), "no exec before the recheck is due")
+	assert.Equal(t, JVMRecheck/2, res.RequeueAfter)
+
+	// Same JVM: the helper says so, nothing changes.
+	f.box.attach = jvm.Result{Result: jvm.AlreadyAttached, Serving: true, JVM: &jvm.JVM{PID: 42}}
+	f.now = f.now.Add(JVMRecheck)
+	res = f.reconcile()
+	assert.Equal(t, []string{"attach"}, f.box.takeSteps())
+	assert.Equal(t, JVMRecheck, res.RequeueAfter)
+	assert.Empty(t, f.drainEvents())
+
+	// The JVM was restarted by a supervisor: a new PID in the same container.
+	f.box.attach = jvm.Result{Result: jvm.Attached, Serving: true, JVM: &jvm.JVM{PID: 77}}
+	f.now = f.now.Add(JVMRecheck)
+	f.reconcile()
+	assert.Equal(t, []string{"attach"}, f.box.takeSteps())
+	st := f.state()
+	assert.Equal(t, 77, st.PID)
+	assert.Equal(t, jvm.Attached, st.Result)
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
+	assert.Contains(t, f.drainEvents(), "Normal Attached JMX exporter agent loaded into JVM 77; metrics on port 9400/metrics")
+}
+
+// With a scrape conflict a resync writes nothing: the user's annotations
+// are not the operator's to compare.
+func TestPodReconcilerDoesNotRewriteAPodWithAScrapeConflict(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	p := f.pod()
+	p.Annotations = map[string]string{AnnotationPort: "8080"}
+	require.NoError(t, f.c.Update(context.Background(), p))
+	f.reconcile()
+	before := f.pod().ResourceVersion
+	writes := 0
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	f.reconcile()
+	assert.Zero(t, writes)
+	assert.Equal(t, before, f.pod().ResourceVersion)
 }

@@ -50,9 +50,12 @@ type podState struct {
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Retry: the last failure loaded nothing and may be retried.
-	Retry    bool        `json:"retry,omitempty"`
-	Attempts int         `json:"attempts,omitempty"`
-	Time     metav1.Time `json:"time"`
+	Retry bool `json:"retry,omitempty"`
+	// ScrapeConflict says which prometheus.io annotation someone else set
+	// to another value; the operator then sets none of them.
+	ScrapeConflict string      `json:"scrapeConflict,omitempty"`
+	Attempts       int         `json:"attempts,omitempty"`
+	Time           metav1.Time `json:"time"`
 }
 
 func readState(pod metav1.Object) *podState {
@@ -73,18 +76,11 @@ func (s *podState) encode() string {
 }
 
 // loaded says whether an agent may be in the JVM of this container
-// instance: attached, of unknown outcome, or failed after loading.
+// instance: attached, of unknown outcome, or failed after the load
+// command reached the JVM. A failure that loaded nothing is not final:
+// after the user fixes the spec it is tried again.
 func (s *podState) loaded() bool {
-	if s == nil {
-		return false
-	}
-	switch s.Result {
-	case jvm.Attached, jvm.AlreadyAttached, jvm.Unknown:
-		return true
-	case jvm.Failed:
-		return !s.Retry
-	}
-	return false
+	return s != nil && jvm.MayHaveLoaded(s.Result, s.Reason)
 }
 
 // sameInstance says whether the state describes the container instance

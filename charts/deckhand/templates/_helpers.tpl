@@ -210,6 +210,11 @@ config: nothing (the chart mounts the config file)
 {{- if and .Values.rbac.namespaced (not .Values.watchNamespaces) }}
 {{- fail "rbac.namespaced=true needs watchNamespaces: the Roles are created in those namespaces" }}
 {{- end }}
+{{- with .Values.controllers.jmxExporter }}
+{{- if and .enabled (not $.Values.rbac.namespaced) (not .namespaces) (not .allNamespaces) }}
+{{- fail "controllers.jmxExporter.enabled=true would grant pods/exec in every namespace: list the namespaces of your Java apps in controllers.jmxExporter.namespaces, or set controllers.jmxExporter.allNamespaces=true" }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* (list $ "iximiuz.com/v1alpha1" "BlogPost" "blog-post-1"): "true" when that

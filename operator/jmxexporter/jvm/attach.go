@@ -61,11 +61,36 @@ func attachTo(j JVM, o AttachOptions) Result {
 	if j.AttachDisabled {
 		return failed(ReasonAttachDisabled, fmt.Sprintf("JVM %d was started with -XX:+DisableAttachMechanism: agents cannot be attached; add the agent with -javaagent at start instead", j.PID), false)
 	}
-	if holder := agentHolder(j.PID, o.Agent); holder != "" {
-		return failed(ReasonAgentConfigured, fmt.Sprintf("JVM %d already runs %s; not loading a second exporter", j.PID, holder), false)
+	if me, gid := os.Geteuid(), os.Getegid(); me != 0 && (me != j.UID || gid != j.GID) {
+		return failed(ReasonDifferentUser, fmt.Sprintf("JVM %d runs as uid %d gid %d, the exec as uid %d gid %d: HotSpot only accepts attaches from its own user and group, or root", j.PID, j.UID, j.GID, me, gid), false)
 	}
-	if me := os.Geteuid(); me != 0 && me != j.UID {
-		return failed(ReasonDifferentUser, fmt.Sprintf("JVM %d runs as uid %d, the exec as uid %d: HotSpot only accepts attaches from its own user or root", j.PID, j.UID, me), false)
+	// The checks and the attach run as the JVM's user: what it can read
+	// and bind is what the agent will be able to.
+	if r := asJVMUser(j, func() Result { return prepare(j, o) }); r.Result != "" {
+		return r
+	}
+	// From here on the load may happen: the marker goes first, so a crash
+	// or timeout is never followed by a second load.
+	if err := writeMarker(marker, "Loading"); err != nil {
+		return fileFailure("writing the marker "+marker, err)
+	}
+	r := asJVMUser(j, func() Result { return loadAgent(j.PID, o.Agent, strconv.Itoa(o.Port)+":"+o.Config) })
+	if r.Result != Attached && !alive(j) {
+		r = failed(ReasonJVMExited, fmt.Sprintf("JVM %d exited while the agent was loading (the agent exits the JVM when it cannot start); %s", j.PID, r.Message), false)
+	}
+	_ = os.WriteFile(marker, []byte(r.Result+"\n"), 0o600)
+	if r.Result != Attached {
+		return r
+	}
+	r.Warning = dynamicAgentWarning(j)
+	return withServing(r, o)
+}
+
+// prepare checks, as the JVM's user, that the agent can start and is not
+// there yet, and opens the JVM's attach socket. A zero Result means ready.
+func prepare(j JVM, o AttachOptions) Result {
+	if r := agentHolder(j.PID, o.Agent); r != nil {
+		return *r
 	}
 	if r := CheckConfig(o.Config); r != nil {
 		return *r
@@ -76,21 +101,10 @@ func attachTo(j JVM, o AttachOptions) Result {
 	if r, ok := startAttachListener(j.PID); !ok {
 		return r
 	}
-	// From here on the load may happen: the marker goes first, so a crash
-	// or timeout is never followed by a second load.
-	if err := writeMarker(marker, "Loading"); err != nil {
-		return fileFailure("writing the marker "+marker, err)
+	if r := exporterInJVM(j.PID, o.Agent); r != nil {
+		return *r
 	}
-	r := loadAgent(j.PID, o.Agent, strconv.Itoa(o.Port)+":"+o.Config)
-	if r.Result != Attached && !alive(j) {
-		r = failed(ReasonJVMExited, fmt.Sprintf("JVM %d exited while the agent was loading (the agent exits the JVM when it cannot start); %s", j.PID, r.Message), false)
-	}
-	_ = os.WriteFile(marker, []byte(r.Result+"\n"), 0o600)
-	if r.Result != Attached {
-		return r
-	}
-	r.Warning = dynamicAgentWarning(j)
-	return withServing(r, o)
+	return Result{}
 }
 
 func withServing(r Result, o AttachOptions) Result {
@@ -114,26 +128,48 @@ func writeMarker(path, content string) error {
 	return errors.Join(err, f.Close())
 }
 
-// agentHolder names an exporter the JVM already has: our jar open (loaded
-// by an earlier helper whose marker is gone), or a -javaagent with
-// jmx_prometheus in its name given at start.
-func agentHolder(pid int, agent string) string {
-	fds, _ := os.ReadDir(filepath.Join(Proc, strconv.Itoa(pid), "fd"))
+// agentHolder refuses a JVM that already has an exporter: our jar open
+// (loaded by an earlier helper whose marker is gone), or a -javaagent with
+// jmx_prometheus in its name in its options. When what would prove that
+// no exporter is there cannot be read, it refuses too: a second exporter
+// exits the JVM.
+func agentHolder(pid int, agent string) *Result {
+	refuse := func(holder string) *Result {
+		r := failed(ReasonAgentConfigured, fmt.Sprintf("JVM %d already runs %s; not loading a second exporter (the agent exits the JVM when loaded twice)", pid, holder), false)
+		return &r
+	}
+	dir := filepath.Join(Proc, strconv.Itoa(pid))
+	fds, err := os.ReadDir(filepath.Join(dir, "fd"))
+	if err != nil {
+		return notInspectable(pid, "fd", err)
+	}
 	for _, fd := range fds {
-		if target, err := os.Readlink(filepath.Join(Proc, strconv.Itoa(pid), "fd", fd.Name())); err == nil && target == agent {
-			return "the agent " + agent
+		if target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && target == agent {
+			return refuse("the agent " + agent)
 		}
 	}
 	p, ok := readProcess(pid)
 	if !ok {
-		return ""
+		r := failed(ReasonNoJVM, fmt.Sprintf("JVM %d is gone", pid), true)
+		return &r
+	}
+	if p.envErr != nil {
+		return notInspectable(pid, "environ", p.envErr)
 	}
 	for _, o := range vmOptions(p) {
 		if strings.HasPrefix(o, "-javaagent:") && strings.Contains(o, "jmx_prometheus") {
-			return "the JMX exporter agent from its command line (-javaagent)"
+			return refuse("the JMX exporter agent from its options (-javaagent)")
 		}
 	}
-	return ""
+	return nil
+}
+
+// notInspectable reports a JVM whose /proc entry cannot be read: nothing
+// proves that no exporter is loaded, so nothing is loaded.
+func notInspectable(pid int, entry string, err error) *Result {
+	r := failed(ReasonNotInspectable, fmt.Sprintf("cannot read /proc/%d/%s (%v), so it cannot be ruled out that JVM %d already has an exporter (a second one exits the JVM); not attaching. "+
+		"Run the exec as the JVM's user, or as root with CAP_SETUID and CAP_SETGID (a container's root has them by default)", pid, entry, err, pid), false)
+	return &r
 }
 
 // alive says whether the JVM still runs (same PID, same start time).

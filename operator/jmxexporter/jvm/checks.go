@@ -16,6 +16,14 @@ import (
 // in use (in the pod's network namespace) or a privileged port. The agent
 // calls System.exit(1) when it cannot bind, taking the application down,
 // so this is checked before loading it.
+//
+// The check is a snapshot, not a reservation: between the test bind (and
+// its close) and the agent's own bind, another process may take the port
+// (an application opening it during its start, a sidecar), and for the
+// moment of the test bind the helper itself holds the port, so a process
+// of the pod that binds it just then fails. Both windows are a few
+// milliseconds; the first still ends with the agent exiting the JVM.
+// Choose a port nothing else in the pod uses.
 func CheckPort(port int) *Result {
 	if owner := listening(port); owner != "" {
 		r := failed(ReasonPortInUse, fmt.Sprintf("port %d is already in use in the pod (%s); choose another spec.port", port, owner), true)

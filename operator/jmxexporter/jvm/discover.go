@@ -27,6 +27,9 @@ type process struct {
 	args []string
 	exe  string
 	env  map[string]string
+	// envErr says why the environment could not be read (another user's
+	// process without CAP_SYS_PTRACE).
+	envErr error
 }
 
 // Discover lists the JVMs whose command line contains match (and the
@@ -85,7 +88,9 @@ func readProcess(pid int) (process, bool) {
 	}
 	p := process{pid: pid, args: strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")}
 	p.exe, _ = os.Readlink(filepath.Join(dir, "exe"))
-	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+	env, err := os.ReadFile(filepath.Join(dir, "environ"))
+	p.envErr = err
+	if err == nil {
 		p.env = map[string]string{}
 		for _, kv := range strings.Split(string(env), "\x00") {
 			if k, v, ok := strings.Cut(kv, "="); ok {
@@ -106,7 +111,8 @@ func describe(p process) (JVM, bool) {
 	if !ok {
 		return JVM{}, false
 	}
-	j := JVM{PID: p.pid, StartTime: start, UID: effectiveUID(p.pid), Main: mainOf(p.args[1:])}
+	uid, gid := effectiveIDs(p.pid)
+	j := JVM{PID: p.pid, StartTime: start, UID: uid, GID: gid, Main: mainOf(p.args[1:])}
 	if p.exe != "" {
 		j.JavaVersion = javaVersion(filepath.Dir(filepath.Dir(p.exe)))
 	}
@@ -136,24 +142,31 @@ func startTime(pid int) (uint64, bool) {
 	return v, err == nil
 }
 
-// effectiveUID is the second value of the Uid: line of /proc/<pid>/status.
-func effectiveUID(pid int) int {
+// effectiveIDs are the second values of the Uid: and Gid: lines of
+// /proc/<pid>/status (readable by anyone), -1 when unreadable.
+func effectiveIDs(pid int) (uid, gid int) {
+	uid, gid = -1, -1
 	f, err := os.Open(filepath.Join(Proc, strconv.Itoa(pid), "status"))
 	if err != nil {
-		return -1
+		return uid, gid
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "Uid:"); ok {
-			if fields := strings.Fields(rest); len(fields) > 1 {
-				if uid, err := strconv.Atoi(fields[1]); err == nil {
-					return uid
-				}
+		key, rest, _ := strings.Cut(s.Text(), ":")
+		fields := strings.Fields(rest)
+		if len(fields) < 2 || (key != "Uid" && key != "Gid") {
+			continue
+		}
+		if id, err := strconv.Atoi(fields[1]); err == nil {
+			if key == "Uid" {
+				uid = id
+			} else {
+				gid = id
 			}
 		}
 	}
-	return -1
+	return uid, gid
 }
 
 // optionsWithValue are java launcher options whose value is the next

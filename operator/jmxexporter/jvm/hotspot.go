@@ -63,11 +63,14 @@ func startAttachListener(pid int) (Result, bool) {
 		return fileFailure("creating the attach trigger file "+name, lastErr), false
 	}
 	defer os.Remove(trigger)
+	if r, ok := awaitSIGQUITHandler(pid); !ok {
+		return r, false
+	}
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		if errors.Is(err, syscall.EPERM) {
 			return failed(ReasonDifferentUser, fmt.Sprintf("not allowed to signal JVM %d: it runs as another user; run the container's main process and exec as the same user", pid), false), false
 		}
-		return failed(ReasonJVMExited, fmt.Sprintf("JVM %d is gone: %v", pid, err), true), false
+		return failed(ReasonNoJVM, fmt.Sprintf("JVM %d is gone: %v", pid, err), true), false
 	}
 	deadline := time.Now().Add(SocketWait)
 	for delay := 20 * time.Millisecond; time.Now().Before(deadline); delay = min(delay*2, 500*time.Millisecond) {
@@ -146,4 +149,75 @@ func parseLoadReply(pid int, reply string) Result {
 	}
 	// The jar is on the JVM's class path now; loading it again is not safe.
 	return failed(ReasonAgentFailed, fmt.Sprintf("the agent failed to start in JVM %d (Agent_OnAttach returned %s): %s", pid, code, strings.Join(lines[2:], " ")), false)
+}
+
+// SignalWait bounds the wait for a starting JVM to install its SIGQUIT
+// handler.
+var SignalWait = 10 * time.Second
+
+// awaitSIGQUITHandler makes sure SIGQUIT reaches a handler: a JVM that
+// does not catch it (started with -Xrs or -XX:+ReduceSignalUsage, or not
+// yet done starting) is ended by it. The JDK's own attach client checks
+// the same SigCgt bit since JDK 24. It waits, bounded, for a JVM still
+// starting; one that never catches SIGQUIT is reported, never signalled.
+func awaitSIGQUITHandler(pid int) (Result, bool) {
+	if flag := signalFlag(pid); flag != "" {
+		if caught, err := catchesSIGQUIT(pid); err == nil && !caught {
+			return failed(ReasonSignalNotHandled, fmt.Sprintf("JVM %d was started with %s, so SIGQUIT would end it, and its attach socket (opened at start with that flag) is gone, "+
+				"usually removed by a /tmp cleaner; not signalled. Restart the container and keep /tmp/.java_pid* files from being cleaned, or add the agent with -javaagent at start", pid, flag), false), false
+		}
+	}
+	deadline := time.Now().Add(SignalWait)
+	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
+		caught, err := catchesSIGQUIT(pid)
+		switch {
+		case err != nil:
+			return failed(ReasonNoJVM, fmt.Sprintf("reading JVM %d's signal handlers: %v; not signalled", pid, err), true), false
+		case caught:
+			return Result{}, true
+		case time.Now().After(deadline):
+			return failed(ReasonSignalNotHandled, fmt.Sprintf("JVM %d did not install its SIGQUIT handler within %s (still starting?); not signalled, since SIGQUIT would end it; tried again later", pid, SignalWait), true), false
+		}
+		time.Sleep(delay)
+	}
+}
+
+// catchesSIGQUIT reads bit SIGQUIT-1 of the SigCgt mask in
+// /proc/<pid>/status (readable by anyone).
+func catchesSIGQUIT(pid int) (bool, error) {
+	f, err := os.Open(filepath.Join(Proc, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if hexMask, ok := strings.CutPrefix(s.Text(), "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(hexMask), 16, 64)
+			if err != nil {
+				return false, fmt.Errorf("SigCgt %q: %w", hexMask, err)
+			}
+			return mask&(1<<(uint(syscall.SIGQUIT)-1)) != 0, nil
+		}
+	}
+	return false, fmt.Errorf("no SigCgt line in /proc/%d/status", pid)
+}
+
+// signalFlag is the option that keeps the JVM from handling SIGQUIT,
+// "" when none (or the command line cannot be read).
+func signalFlag(pid int) string {
+	p, ok := readProcess(pid)
+	if !ok {
+		return ""
+	}
+	flag := ""
+	for _, o := range vmOptions(p) {
+		switch o {
+		case "-Xrs", "-XX:+ReduceSignalUsage":
+			flag = o
+		case "-XX:-ReduceSignalUsage":
+			flag = ""
+		}
+	}
+	return flag
 }

@@ -29,23 +29,27 @@ const (
 
 // Reasons, as users see them in the pod's state and the exporter's status.
 const (
-	ReasonNoJVM            = "NoJVM"
-	ReasonAmbiguousJVM     = "AmbiguousJVM"
-	ReasonAttachDisabled   = "AttachDisabled"
-	ReasonDifferentUser    = "DifferentUser"
-	ReasonReadOnlyFS       = "ReadOnlyFilesystem"
-	ReasonNoSpace          = "NoSpaceLeft"
-	ReasonPortInUse        = "PortInUse"
-	ReasonPortNotAllowed   = "PortNotAllowed"
-	ReasonInvalidConfig    = "InvalidConfig"
-	ReasonAgentConfigured  = "AgentAlreadyConfigured"
-	ReasonAttachTimeout    = "AttachTimeout"
-	ReasonAttachRefused    = "AttachRefused"
-	ReasonAgentFailed      = "AgentFailed"
+	ReasonNoJVM           = "NoJVM"
+	ReasonAmbiguousJVM    = "AmbiguousJVM"
+	ReasonAttachDisabled  = "AttachDisabled"
+	ReasonDifferentUser   = "DifferentUser"
+	ReasonReadOnlyFS      = "ReadOnlyFilesystem"
+	ReasonNoSpace         = "NoSpaceLeft"
+	ReasonPortInUse       = "PortInUse"
+	ReasonPortNotAllowed  = "PortNotAllowed"
+	ReasonInvalidConfig   = "InvalidConfig"
+	ReasonAgentConfigured = "AgentAlreadyConfigured"
+	ReasonAttachTimeout   = "AttachTimeout"
+	ReasonAttachRefused   = "AttachRefused"
+	ReasonAgentFailed     = "AgentFailed"
+	// ReasonJVMExited: the JVM ended while the agent was loading. A JVM
+	// gone before anything was sent is ReasonNoJVM (nothing was loaded).
 	ReasonJVMExited        = "JVMExited"
 	ReasonNoResponse       = "NoResponse"
 	ReasonAttachError      = "AttachError"
 	ReasonMetricsNotServed = "MetricsNotServed"
+	ReasonSignalNotHandled = "SignalNotHandled"
+	ReasonNotInspectable   = "JVMNotInspectable"
 )
 
 // JVM is a Java process found in the container. It carries no command line:
@@ -57,6 +61,8 @@ type JVM struct {
 	// (/proc/<pid>/stat), so a reused PID is never taken for the same JVM.
 	StartTime uint64 `json:"startTime"`
 	UID       int    `json:"uid"`
+	// GID is the JVM's effective group: HotSpot checks it too.
+	GID int `json:"gid"`
 	// Main is the main class, module or jar.
 	Main string `json:"main,omitempty"`
 	// JavaVersion is JAVA_VERSION from the JDK's release file, when readable.
@@ -92,4 +98,19 @@ type Result struct {
 // failed is a Result for a failure that left the JVM untouched.
 func failed(reason, msg string, retry bool) Result {
 	return Result{Result: Failed, Reason: reason, Message: msg, Retry: retry}
+}
+
+// MayHaveLoaded says whether an attach with this outcome may have put the
+// agent into the JVM, so that loading it again could start a second
+// exporter (which exits the JVM): a success, an unknown outcome, or a
+// failure after the load command reached the JVM. Every other failure
+// left the JVM untouched and may be tried again once its cause is fixed.
+func MayHaveLoaded(result, reason string) bool {
+	switch result {
+	case Attached, AlreadyAttached, Unknown:
+		return true
+	case Failed:
+		return reason == ReasonAgentFailed || reason == ReasonJVMExited
+	}
+	return false
 }

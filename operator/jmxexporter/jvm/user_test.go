@@ -2,11 +2,13 @@ package jvm
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -27,15 +29,33 @@ func sharedDir(t *testing.T) string {
 	return dir
 }
 
-// buildHelper builds cmd/deckhand-jmx-attach, as the image does.
+var (
+	helperOnce sync.Once
+	helperDir  string
+	helperPath string
+	helperErr  error
+)
+
+// buildHelper builds cmd/deckhand-jmx-attach, as the image does, once per
+// test process, in a directory every user may read (removed by TestMain).
 func buildHelper(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(sharedDir(t), "deckhand-jmx-attach")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-jmx-attach")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(b))
-	return out
+	helperOnce.Do(func() {
+		if helperDir, helperErr = os.MkdirTemp("", "deckhand-jvm-helper-"); helperErr != nil {
+			return
+		}
+		if helperErr = os.Chmod(helperDir, 0o755); helperErr != nil {
+			return
+		}
+		helperPath = filepath.Join(helperDir, "deckhand-jmx-attach")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", helperPath, "github.com/deckhand-dev/deckhand/cmd/deckhand-jmx-attach")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			helperErr = fmt.Errorf("%w: %s", err, b)
+		}
+	})
+	require.NoError(t, helperErr)
+	return helperPath
 }
 
 // runHelperAs runs the helper's attach as user (nil: root) and parses its
@@ -48,17 +68,27 @@ func runHelperAs(t *testing.T, helper string, user *syscall.Credential, o Attach
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
 	}
 	out, _ := cmd.Output()
+	return helperResult(t, out)
+}
+
+// helperResult parses the helper's JSON line (its last line).
+func helperResult(t *testing.T, out []byte) Result {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var r Result
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &r), "helper output: %s", out)
 	return r
 }
 
-// sharedOptions are attach options in a directory every user may use.
+// sharedOptions are attach options in a directory laid out as the
+// operator's copy leaves it (copy_test.go in the controller's package
+// runs that copy for real): root's, mode 0755, files 0644, so every user
+// may read them and only root change them.
 func sharedOptions(t *testing.T, match string) AttachOptions {
 	t.Helper()
 	o := options(t, match, heapRule)
 	dir := sharedDir(t)
+	require.NoError(t, os.Chmod(dir, 0o755))
 	for _, f := range []*string{&o.Agent, &o.Config} {
 		b, err := os.ReadFile(*f)
 		require.NoError(t, err)

@@ -162,10 +162,21 @@ func Start(t testing.TB, dir string, jvmOptions []string, markers ...string) *JV
 // process's); dir must be writable by that user.
 func StartAs(t testing.TB, user *syscall.Credential, dir string, jvmOptions []string, markers ...string) *JVM {
 	t.Helper()
+	return StartWithEnv(t, user, dir, nil, jvmOptions, markers...)
+}
+
+// StartWithEnv is StartAs with extra environment variables ("K=V"), such
+// as JAVA_TOOL_OPTIONS, which only the JVM's user (or CAP_SYS_PTRACE) can
+// read back from /proc.
+func StartWithEnv(t testing.TB, user *syscall.Credential, dir string, env []string, jvmOptions []string, markers ...string) *JVM {
+	t.Helper()
 	b := Compile(t)
 	args := append(append([]string{"-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp", b.Classes}, jvmOptions...), "App")
 	cmd := exec.Command("java", append(args, markers...)...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if user != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
 	}

@@ -46,6 +46,7 @@ public class StandInAgent {
 
     static void start(String args) {
         try {
+            registerBuildInfo();
             int colon = args.indexOf(':');
             int port = Integer.parseInt(args.substring(0, colon));
             Path file = Path.of(args.substring(colon + 1));
@@ -70,6 +71,24 @@ public class StandInAgent {
             System.err.println("stand-in agent failed to start: " + t);
             System.exit(1);
         }
+    }
+
+    static boolean buildInfoRegistered;
+
+    /**
+     * Upstream 1.0.1's JavaAgent.premain first registers the
+     * jmx_exporter_build_info metric in PrometheusRegistry.defaultRegistry
+     * (BuildInfoMetrics.register). A second load, of the same jar or a
+     * renamed copy (the agent class comes from the system class loader
+     * either way, with its static registry), finds the name taken: the
+     * registry throws IllegalStateException and premain's catch calls
+     * System.exit(1). Whatever port the second one was given.
+     */
+    static synchronized void registerBuildInfo() {
+        if (buildInfoRegistered) {
+            throw new IllegalStateException("Can't register jmx_exporter_build_info because a metric with that name is already registered.");
+        }
+        buildInfoRegistered = true;
     }
 
     /** A YAML subset: top-level booleans and a rules list of string fields. */
@@ -131,6 +150,7 @@ public class StandInAgent {
         StandInAgentConfig.exitOnConfigError(config);
         Config c = config;
         StringBuilder out = new StringBuilder();
+        buildInfo(out);
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
         for (ObjectName name : server.queryNames(null, null)) {
             try {
@@ -156,6 +176,13 @@ public class StandInAgent {
             }
         }
         return out.toString();
+    }
+
+    /** Upstream serves jmx_exporter_build_info on every scrape (BuildInfoMetrics). */
+    static void buildInfo(StringBuilder out) {
+        out.append("# HELP jmx_exporter_build_info JMX Exporter build information\n");
+        out.append("# TYPE jmx_exporter_build_info gauge\n");
+        out.append("jmx_exporter_build_info{name=\"stand-in\",version=\"1.0.1\"} 1\n");
     }
 
     static void emit(Config c, StringBuilder out, String subject, Object value) {
