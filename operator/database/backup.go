@@ -218,7 +218,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	src, ok := backupSource(db, pods, primaryOnly(r.Kind, b), maxStandbyLag(db))
+	src, ok := backupSource(db, pods, primaryOnly(r.Kind, b) || !r.Kind.StandbyBackups, maxStandbyLag(db))
 	if !ok {
 		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", podName(db, 0), r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil

@@ -28,6 +28,8 @@ var DatabaseKind = NewKind(Kind{
 	Engines:  Engines,
 	// status.upgrade is the Database's own.
 	MajorUpgrades: true,
+	// backup.sh measures a standby's replay lag (engine.Backup.Standby).
+	StandbyBackups: true,
 })
 
 // databases adapts Databases to the core.

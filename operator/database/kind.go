@@ -163,6 +163,10 @@ type Kind struct {
 	// out; without it they are refused (UpgradeBlocked,
 	// MajorUpgradeNotAutomated).
 	MajorUpgrades bool
+	// StandbyBackups: the Kind's engine reads a backup from a standby when
+	// the backup Job finds its lag within the bound (engine.Backup.Standby);
+	// without it every backup reads from the primary.
+	StandbyBackups bool
 	// Words translate the core's messages, written in the Database's
 	// words (Database, DatabaseBackup, storage-size), into the Kind's;
 	// nil for the Database. Events go through them (SetupKind), and the

@@ -284,7 +284,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	env := envOf(container)
 	assert.Equal(t, "17.6", env["FROM_VERSION"])
 	assert.Equal(t, "18.0", env["TO_VERSION"])
-	assert.Equal(t, pre.Name+".dump", env["BACKUP_FILE"])
+	assert.Equal(t, pre.Name+"-"+string(pre.UID)+".dump", env["BACKUP_FILE"])
 	assert.Empty(t, env["ROLLBACK"])
 	claims := map[string]bool{}
 	for _, v := range upgradeJob.Spec.Template.Spec.Volumes {
@@ -430,7 +430,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	})
 	assert.Equal(t, "18.0", cur.Status.CurrentVersion)
 	job = jobNamed(t, c, ns, "fails-upgrade")
-	assert.Equal(t, second.Name+".dump", envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
+	assert.Equal(t, second.Name+"-"+string(second.UID)+".dump", envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
 	assert.Equal(t, cur.Status.Upgrade.Attempt, job.Labels[database.LabelUpgradeAttempt])
 }
 

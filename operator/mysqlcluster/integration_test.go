@@ -148,8 +148,8 @@ func reportJob(t *testing.T, c client.Client, ns, job, message string) {
 // backup, and waits until the instance is Completed.
 func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, size int64) *grtlv1.MySQLBackupInstance {
 	t.Helper()
+	var job batchv1.Job
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var job batchv1.Job
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster + "-backup"}, &job))
 		owner := metav1.GetControllerOf(&job)
 		require.NotNil(ct, owner)
@@ -157,7 +157,13 @@ func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, s
 		require.Equal(ct, backup, owner.Name)
 	}, wait, 100*time.Millisecond, "backup Job of %s", backup)
 	sum := fmt.Sprintf("%064x", size)
-	reportJob(t, c, ns, cluster+"-backup", fmt.Sprintf(`{"serverVersion":"8.4.8","file":"%s.dump","size":%d,"sha256":"%s"}`, backup, size, sum))
+	var file string
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "BACKUP_FILE" {
+			file = e.Value // it names the instance's UID
+		}
+	}
+	reportJob(t, c, ns, cluster+"-backup", fmt.Sprintf(`{"serverVersion":"8.4.8","file":"%s","size":%d,"sha256":"%s"}`, file, size, sum))
 	return waitForBackup(t, c, ns, backup, "Completed", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
 		require.Equal(ct, grtlv1.BackupCompleted, b.Status.Phase, "conditions: %+v", b.Status.Conditions)
 	})
@@ -351,14 +357,14 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 	b = waitForBackup(t, c, ns, "nightly", "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
 		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
 	})
-	assert.Equal(t, "src-1", b.Status.Source, "a ready replica, not the primary")
+	assert.Equal(t, "src-0", b.Status.Source, "the primary: MySQL's backup reads no replica (its lag is not measured)")
 	assert.Equal(t, "mysql:8.4.8", b.Status.Image, "the cluster's own image")
 	b = completeBackup(t, c, ns, "src", "nightly", 4096)
 	assert.Equal(t, int64(4096), b.Status.Size)
 	assert.Equal(t, fmt.Sprintf("%064x", 4096), b.Status.SHA256)
 	assert.Equal(t, "8.4.8", b.Status.Version)
 	assert.Equal(t, "src-backup", b.Status.ClaimName)
-	assert.Equal(t, "nightly.dump", b.Status.File)
+	assert.Equal(t, "nightly-"+string(b.UID)+".dump", b.Status.File, "the file names the instance's UID")
 	claim := get(t, c, ns, "src-backup", &corev1.PersistentVolumeClaim{})
 	assert.Empty(t, claim.OwnerReferences, "the backup volume outlives the cluster")
 
@@ -373,7 +379,7 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 	for _, e := range restore.Spec.Template.Spec.Containers[0].Env {
 		envs[e.Name] = e.Value
 	}
-	assert.Equal(t, "nightly.dump", envs["BACKUP_FILE"])
+	assert.Equal(t, b.Status.File, envs["BACKUP_FILE"])
 	assert.Equal(t, b.Status.SHA256, envs["BACKUP_SHA256"])
 }
 
