@@ -91,6 +91,9 @@ type Options struct {
 	// WatchNamespaces limits the owned-object cache to these namespaces
 	// (empty: all), as the manager's cache is.
 	WatchNamespaces []string
+	// Now is the clock of schedules and retention (tests may set one; nil:
+	// the system clock).
+	Now func() time.Time
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -140,6 +143,7 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		API:      mgr.GetAPIReader(),
 		Recorder: wordsRecorder{EventRecorder: mgr.GetEventRecorder("deckhand-" + kind.Name), kind: kind},
 		Kind:     kind,
+		Now:      o.Now,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).

@@ -43,8 +43,15 @@ const wait = 60 * time.Second
 // ServiceAccount with the chart's RBAC for it.
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
+	startOperatorAt(t, ns, nil)
+}
+
+// startOperatorAt is startOperator with now as the clock of schedules and
+// retention.
+func startOperatorAt(t *testing.T, ns string, now func() time.Time) {
+	t.Helper()
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
-		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
+		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}, Now: now})
 	}, ns)
 	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,6 +378,77 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 		require.Equal(ct, "Suspended", condition(d, database.ConditionBackupScheduled).Reason)
 	})
 	assert.Nil(t, cur.Status.Backup.NextScheduleTime)
+}
+
+// poke changes an annotation of the Database, so it is reconciled (at
+// the test clock's time).
+func poke(t *testing.T, c client.Client, db *dbv1.Database, value string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
+		db.Annotations = map[string]string{"poke": value}
+		return c.Update(context.Background(), db)
+	}))
+}
+
+func scheduledBackups(t require.TestingT, c client.Client, ns string) []dbv1.DatabaseBackup {
+	var list dbv1.DatabaseBackupList
+	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "scheduled"}))
+	return list.Items
+}
+
+// While a scheduled backup has not finished (the database down, its Job
+// not done), schedule times pass without new backups: they are counted
+// and reported, and the one waiting stands for them.
+func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	var offset atomic.Int64
+	startOperatorAt(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	ctx := context.Background()
+
+	db := newDatabase(ns, "busy", 1)
+	db.Spec.Backup = &dbv1.BackupSpec{Schedule: "@hourly"}
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	offset.Store(int64(time.Hour + 5*time.Minute))
+	poke(t, c, db, "1")
+	var first dbv1.DatabaseBackup
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		items := scheduledBackups(ct, c, ns)
+		require.Len(ct, items, 1)
+		first = items[0]
+	}, wait, 100*time.Millisecond, "the first scheduled backup")
+	// Its Job reports nothing yet: it has not finished.
+	waitForBackup(t, c, ns, first.Name, "Running", backupPhase(dbv1.BackupRunning))
+
+	for i, hours := range []time.Duration{2, 3} {
+		offset.Store(int64(hours*time.Hour + 5*time.Minute))
+		poke(t, c, db, fmt.Sprint(hours))
+		waitFor(t, c, db, "a missed schedule time counted", func(ct *assert.CollectT, d *dbv1.Database) {
+			require.NotNil(ct, d.Status.Backup)
+			require.Equal(ct, int64(i+1), d.Status.Backup.MissedSchedules)
+		})
+	}
+	assert.Len(t, scheduledBackups(t, c, ns), 1, "no backup queued behind the one that has not finished")
+	cur := get(t, c, ns, "busy", &dbv1.Database{})
+	assert.Contains(t, condition(cur, database.ConditionBackupScheduled).Message, "scheduled DatabaseBackup "+first.Name+" has not finished yet")
+	assert.Contains(t, condition(cur, database.ConditionBackupScheduled).Message, "2 missed so far")
+	assertEvent(t, c, ns, "busy", corev1.EventTypeWarning, "BackupScheduleMissed")
+
+	// Once it finished, the next time makes a backup again.
+	reportBackup(t, c, ns, "busy", first.Name, 10)
+	waitForBackup(t, c, ns, first.Name, "Completed", backupPhase(dbv1.BackupCompleted))
+	offset.Store(int64(4*time.Hour + 5*time.Minute))
+	poke(t, c, db, "4")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.Len(ct, scheduledBackups(ct, c, ns), 2)
+	}, wait, 100*time.Millisecond, "the next scheduled backup")
+	cur = get(t, c, ns, "busy", &dbv1.Database{})
+	assert.Equal(t, int64(2), cur.Status.Backup.MissedSchedules, "a count, kept")
 }
 
 func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testing.T) {
