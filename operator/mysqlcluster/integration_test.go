@@ -472,6 +472,59 @@ func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 	assert.Regexp(t, `(?m)^`+second+`\s+app\s+hourly\s+Completed\s+300\s`, out)
 }
 
+// While the schedule's instance has not finished, times pass without new
+// instances: they are counted in status.missedSchedules and reported.
+func TestScheduleMakesNoInstanceWhileItsLastHasNotFinished(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	var offset atomic.Int64
+	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	ctx := context.Background()
+
+	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
+	waitFor(t, c, ns, "app", "Ready", ready)
+	offset.Store(int64(time.Hour + 5*time.Minute))
+	sched := &grtlv1.MySQLBackupSchedule{
+		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
+		Spec:       grtlv1.MySQLBackupScheduleSpec{Cluster: "app", Time: "@hourly"},
+	}
+	require.NoError(t, c.Create(ctx, sched))
+	instances := func(ct require.TestingT) []grtlv1.MySQLBackupInstance {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		return list.Items
+	}
+	var first grtlv1.MySQLBackupInstance
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		items := instances(ct)
+		require.Len(ct, items, 1)
+		first = items[0]
+	}, wait, 100*time.Millisecond, "the first instance")
+	waitForBackup(t, c, ns, first.Name, "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
+	})
+
+	for i, hours := range []time.Duration{2, 3} {
+		offset.Store(int64(hours*time.Hour + 5*time.Minute))
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(sched), sched); err != nil {
+				return err
+			}
+			sched.Annotations = map[string]string{"poke": fmt.Sprint(hours)}
+			return c.Update(ctx, sched)
+		}))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(sched), sched))
+			require.Equal(ct, int64(i+1), sched.Status.MissedSchedules)
+		}, wait, 100*time.Millisecond, "a missed time counted")
+	}
+	assert.Len(t, instances(t), 1, "no instance queued behind the one that has not finished")
+	assert.Contains(t, condition(sched.Status.Conditions, mysqlcluster.ConditionBackupScheduled).Message, "MySQLBackupInstance "+first.Name+" has not finished yet")
+	waitEvents(t, c, ns, "hourly", corev1.EventTypeWarning, "BackupScheduleMissed")
+}
+
 // Deleting a cluster (deletionPolicy Snapshot, the default) takes a final
 // backup first; the StatefulSet and volumes go after it completed, the
 // backups and the user's Secret stay.
