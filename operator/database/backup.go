@@ -621,9 +621,9 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reco
 		// No Job can be created; the backup volume goes with the namespace.
 		return reconcile.Result{}, terminating, err
 	}
-	if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
-		if user != "" {
-			msg := fmt.Sprintf("Database %s is being restored from this backup; its file is deleted once the restore is done", user)
+	if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
+		if len(holders) > 0 {
+			msg := fmt.Sprintf("held (%s); the file is deleted once nothing holds it", strings.Join(holders, "; "))
 			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "InUse", msg)
 		}
 		return reconcile.Result{RequeueAfter: pendingRecheck}, false, err
@@ -714,20 +714,6 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
 	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
-}
-
-// restoreUsing names a cluster being restored from b ("" when none).
-func restoreUsing(ctx context.Context, kind *Kind, c client.Reader, b *Backup) (string, error) {
-	dbs, err := kind.Clusters.List(ctx, c, b.Namespace)
-	if err != nil {
-		return "", err
-	}
-	for _, db := range dbs {
-		if db.Spec.FromBackup == b.Name && !restored(db) {
-			return db.Name, nil
-		}
-	}
-	return "", nil
 }
 
 func namespaceTerminating(ctx context.Context, c client.Reader, name string) (bool, error) {

@@ -22,6 +22,8 @@ var DatabaseKind = NewKind(Kind{
 		Scripts: AnnotationScripts, BackupReason: LabelBackupReason,
 		FinalizerDeletionPolicy: FinalizerDeletionPolicy, FinalizerBackupFile: FinalizerBackupFile,
 		SkipFinalBackup: AnnotationSkipFinalBackup, AllowUnknownVersion: AnnotationAllowUnknownVersion,
+		ClusterUID: AnnotationDatabaseUID, UpgradeAttempt: LabelUpgradeAttempt, ImageChange: AnnotationImageChange,
+		HeldBy: AnnotationPrefixHeldBy,
 	},
 	Clusters: databases{},
 	Backups:  databaseBackups{},

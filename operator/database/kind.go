@@ -117,6 +117,15 @@ type Keys struct {
 	// on a cluster.
 	SkipFinalBackup     string
 	AllowUnknownVersion string
+	// ClusterUID on a backup the operator makes is the UID of the cluster
+	// it was made for (names are reused; UIDs are not). UpgradeAttempt (a
+	// label) and ImageChange on a pre-upgrade backup bind it to the one
+	// upgrade attempt that made it.
+	ClusterUID     string
+	UpgradeAttempt string
+	ImageChange    string
+	// HeldBy prefixes the annotations of holds on a backup (holds.go).
+	HeldBy string
 }
 
 // KeysFor are the keys of a Kind under one prefix (its API group); the
@@ -133,6 +142,10 @@ func KeysFor(prefix, cluster string) Keys {
 		FinalizerBackupFile:     prefix + "/backup-file",
 		SkipFinalBackup:         prefix + "/skip-final-backup",
 		AllowUnknownVersion:     prefix + "/allow-unknown-version",
+		ClusterUID:              prefix + "/" + cluster + "-uid",
+		UpgradeAttempt:          prefix + "/upgrade-attempt",
+		ImageChange:             prefix + "/image-change",
+		HeldBy:                  "held-by." + prefix + "/",
 	}
 }
 
@@ -254,10 +267,12 @@ func (k *Kind) backupsOf(ctx context.Context, r client.Reader, c *Cluster) ([]*B
 }
 
 // createBackup creates a backup of c for a reason (scheduled, final,
-// pre-upgrade); one that exists already is not an error.
-func (r *Reconciler) createBackup(ctx context.Context, db *Cluster, name, reason string) (bool, error) {
-	l := map[string]string{db.Kind.Keys.Cluster: db.Name, db.Kind.Keys.BackupReason: reason}
+// pre-upgrade), with the cluster's UID and any extra labels and
+// annotations; one that exists already is not an error.
+func (r *Reconciler) createBackup(ctx context.Context, db *Cluster, name, reason string, labels, annotations map[string]string) (bool, error) {
+	l := withLabels(map[string]string{db.Kind.Keys.Cluster: db.Name, db.Kind.Keys.BackupReason: reason}, labels)
 	obj := db.Kind.Backups.ForCluster(db, name, l)
+	obj.SetAnnotations(withLabels(map[string]string{db.Kind.Keys.ClusterUID: string(db.UID)}, annotations))
 	err := r.Client.Create(ctx, obj)
 	if err != nil {
 		if client.IgnoreAlreadyExists(err) == nil {

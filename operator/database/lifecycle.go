@@ -137,7 +137,7 @@ func (r *Reconciler) finalBackup(ctx context.Context, db *Cluster) (reconcile.Re
 	name := finalBackupName(db)
 	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	if apierrors.IsNotFound(err) {
-		if _, err := r.createBackup(ctx, db, name, reasonFinal); err != nil {
+		if _, err := r.createBackup(ctx, db, name, reasonFinal, nil, nil); err != nil {
 			return reconcile.Result{}, false, err
 		}
 		r.normal(db, "FinalBackup", "Delete", "DatabaseBackup %s created: the StatefulSet and its volumes are removed once it completes", name)
@@ -249,6 +249,9 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Durat
 	r.observeBackups(db, backups)
 	if db.Status.Backup == nil {
 		db.Status.Backup = &dbv1.BackupStatus{}
+	}
+	if err := r.releaseHolds(ctx, db); err != nil {
+		return 0, err
 	}
 	if err := r.prune(ctx, db, backups); err != nil {
 		return 0, err
@@ -402,7 +405,7 @@ func (r *Reconciler) missSchedule(db *Cluster, waiting string, due time.Time, ti
 
 func (r *Reconciler) createScheduledBackup(ctx context.Context, db *Cluster, due time.Time) error {
 	name := scheduledBackupName(db, due)
-	created, err := r.createBackup(ctx, db, name, reasonScheduled)
+	created, err := r.createBackup(ctx, db, name, reasonScheduled, nil, nil)
 	if err != nil || !created {
 		return err
 	}
@@ -442,7 +445,7 @@ func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, 
 		if b.Status.CompletionTime != nil {
 			rec.Time = b.Status.CompletionTime.Time
 		}
-		if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
+		if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
 			rec.InUse = true
 		}
 		records = append(records, rec)
