@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -141,4 +142,44 @@ func TestABackupJobIsDeletedOnlyAfterItsResultIsRecorded(t *testing.T) {
 	assert.Equal(t, ptr.To(int64(4096)), b.Status.LagBytes)
 	err = c.Get(ctx, jobKey, &batchv1.Job{})
 	assert.True(t, apierrors.IsNotFound(err), "the finished Job is deleted: %v", err)
+}
+
+// Retention (keepLast 1) leaves a held backup and a backup a Database is
+// being restored from, and prunes the others beyond the newest; a hold
+// whose holder is gone counts no more.
+func TestRetentionLeavesHeldBackups(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, dbv1.AddToScheme(scheme))
+	created := metav1.Now()
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "ns", UID: "db-uid", CreationTimestamp: metav1.NewTime(created.Add(-time.Hour))}}
+	copyDB := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns", UID: "copy-uid"}, Spec: dbv1.DatabaseSpec{FromBackup: "restoring"}}
+	backup := func(name string, minutes int, annotations map[string]string) *dbv1.DatabaseBackup {
+		done := metav1.NewTime(created.Add(time.Duration(minutes) * time.Minute))
+		return &dbv1.DatabaseBackup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: created, Annotations: annotations},
+			Spec:       dbv1.DatabaseBackupSpec{Database: "shop"},
+			Status:     dbv1.DatabaseBackupStatus{Phase: dbv1.BackupCompleted, CompletionTime: &done},
+		}
+	}
+	objs := []client.Object{db, copyDB,
+		backup("upgrade", 1, map[string]string{AnnotationPrefixHeldBy + "upgrade.db-uid": "Database shop restores it in its upgrade"}),
+		backup("restoring", 2, nil),
+		backup("stale-hold", 3, map[string]string{AnnotationPrefixHeldBy + "upgrade.gone-uid": "a Database that is gone"}),
+		backup("old", 4, nil),
+		backup("newest", 5, nil),
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	r := &Reconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
+	ctx := context.Background()
+	backups, err := DatabaseKind.backupsOf(ctx, c, DatabaseKind.Clusters.View(db))
+	require.NoError(t, err)
+	require.NoError(t, r.Prune(ctx, DatabaseKind.Clusters.View(db), backups, 1, 0))
+	var left dbv1.DatabaseBackupList
+	require.NoError(t, c.List(ctx, &left))
+	var names []string
+	for _, b := range left.Items {
+		names = append(names, b.Name)
+	}
+	assert.ElementsMatch(t, []string{"upgrade", "restoring", "newest"}, names)
 }

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -680,6 +681,9 @@ func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
 			d.Spec.Backup = &dbv1.BackupSpec{Storage: &dbv1.BackupStorage{Volume: &dbv1.BackupVolume{Size: "lots"}}}
 		}, `backup.storage.volume.size must be a quantity such as 100Gi, not "lots"`},
 		{"unknown deletion policy", func(d *dbv1.Database) { d.Spec.DeletionPolicy = "Shred" }, `Unsupported value: "Shred"`},
+		{"negative standby lag", func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupSpec{MaxStandbyLag: ptr.To(resource.MustParse("-1Mi"))}
+		}, "backup.maxStandbyLag must be 0 or more (e.g. 16Mi)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDatabase(ns, "bad", 1)
@@ -691,7 +695,7 @@ func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
 		})
 	}
 	ok := newDatabase(ns, "fine", 1)
-	ok.Spec.Backup = &dbv1.BackupSpec{Schedule: "@daily", TimeZone: ptr.To("Europe/Paris"),
+	ok.Spec.Backup = &dbv1.BackupSpec{Schedule: "@daily", TimeZone: ptr.To("Europe/Paris"), MaxStandbyLag: ptr.To(resource.MustParse("64Mi")),
 		Retention: &dbv1.Retention{KeepLast: ptr.To(int32(7)), MaxAge: &metav1.Duration{Duration: 720 * time.Hour}}}
 	require.NoError(t, c.Create(ctx, ok))
 	assert.Equal(t, dbv1.DeletionSnapshot, ok.Spec.DeletionPolicy, "the default")
