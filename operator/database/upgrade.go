@@ -139,7 +139,7 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 				"%s %s to %s is a major upgrade; upgrade Jobs are not automated yet: the servers keep %s. Take a DatabaseBackup and restore it into a new Database with image %s (fromBackup)",
 				eng.Name(), fromV, toV, running, wanted))
 			return steadyPlan(db, running), nil
-		case compareVersions(toM, fromM) > 0:
+		case compareVersions(toM, fromM) > 0 || (r.MajorPathWithinMajor && db.Kind.MajorUpgrades):
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 			if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && u.ToImage == wanted {
 				// Rolled back: no new attempt until spec.image changes.

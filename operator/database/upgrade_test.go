@@ -719,3 +719,37 @@ func findCond(conds []metav1.Condition, kind string) *metav1.Condition {
 	}
 	return nil
 }
+
+// The test-only seam (Options.MajorPathWithinMajor) sends a change within
+// one major version through every step of the major path, so the path
+// can run where only one major version is installed.
+func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperatorWith(t, ns, database.Options{MajorPathWithinMajor: true})
+	dumpOnFailure(t, c, ns)
+	ctx := context.Background()
+
+	db := onOneNode(newDatabase(ns, "seam", 1))
+	db.Spec.Image = "postgres:15.14"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	setImage(t, c, db, "postgres:15.14-bookworm", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	cur := waitFor(t, c, db, "major path: BackingUp", upgradeStep(dbv1.UpgradeBackingUp))
+	assert.Equal(t, "15.14", cur.Status.Upgrade.FromVersion)
+	assert.Equal(t, "15.14", cur.Status.Upgrade.ToVersion)
+	reportBackup(t, c, ns, "seam", pre.Name, 100)
+	cur = waitFor(t, c, db, "upgrade completed", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeStep(dbv1.UpgradeCompleted)(ct, d)
+		ready(ct, d)
+	})
+	job := jobNamed(t, c, ns, "seam-upgrade")
+	env := envOf(job.Spec.Template.Spec.Containers[0])
+	assert.Equal(t, "15.14", env["FROM_VERSION"])
+	assert.Equal(t, "15.14", env["TO_VERSION"])
+	assert.Equal(t, "postgres:15.14-bookworm", cur.Status.CurrentImage)
+	eventsOnce(t, c, ns, "seam", "BackingUp", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "OldDataRemoved")
+}
