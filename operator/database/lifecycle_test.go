@@ -607,6 +607,13 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 
 	cur := waitFor(t, c, copyDB, "Ready", ready)
 	assert.Equal(t, metav1.ConditionTrue, condition(cur, database.ConditionRestored).Status)
+	// The restore held the backup (retention and deletion left it) and
+	// let go once restored.
+	waitForBackup(t, c, ns, "snapshot", "hold released", func(ct *assert.CollectT, b *dbv1.DatabaseBackup) {
+		for key := range b.Annotations {
+			require.False(ct, strings.HasPrefix(key, database.AnnotationPrefixHeldBy), "still held: %s", key)
+		}
+	})
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(restore), restore))
 	initJob := get(t, c, ns, "copy-init", &batchv1.Job{})
 	done := jobDone(restore)
