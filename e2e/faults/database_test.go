@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,7 +142,16 @@ func backupJob(t *testing.T, c client.Client, ns, cluster string) *batchv1.Job {
 // termination message of the Job's succeeded pod (kwok writes none).
 func reportBackupDone(t *testing.T, c client.Client, job *batchv1.Job, version, backup string, size int64) {
 	t.Helper()
-	message := fmt.Sprintf(`{"serverVersion":%q,"file":"%s.dump","size":%d,"sha256":"%064x"}`, version, backup, size, size)
+	// The file the Job was asked to write: it names the backup's UID, and
+	// a report of another file fails the backup.
+	var file string
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "BACKUP_FILE" {
+			file = e.Value
+		}
+	}
+	require.True(t, strings.HasPrefix(file, backup+"-"), "Job %s writes %q, not a file of %s", job.Name, file, backup)
+	message := fmt.Sprintf(`{"serverVersion":%q,"file":%q,"size":%d,"sha256":"%064x"}`, version, file, size, size)
 	pod := succeededPod(t, c, job)
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {

@@ -6,7 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path"
-	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -89,8 +90,11 @@ func deleteJobName(b *Backup) string {
 	return "dbbackup-delete-" + hex.EncodeToString(sum[:6])
 }
 
-// backupFile is the dump's path on the backup volume.
-func backupFile(b *Backup) string { return b.Name + ".dump" }
+// backupFile is the dump's path on the backup volume. It carries the
+// backup's UID: a later backup of the same name (after the first was
+// deleted while running, failed, or lost its finalizer by hand) writes
+// another file, so no old file can pass for its result.
+func backupFile(b *Backup) string { return fmt.Sprintf("%s-%s.dump", b.Name, b.UID) }
 
 // Reconcile runs one backup.
 func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -142,11 +146,11 @@ func (r *BackupReconciler) now() time.Time {
 
 // run moves a backup through Pending, Running and Completed or Failed.
 func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result, error) {
-	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
-		return reconcile.Result{}, nil
-	}
 	var job batchv1.Job
 	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Cluster)}
+	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
+		return reconcile.Result{}, r.releaseJob(ctx, b, jobKey)
+	}
 	err := r.Owned.Get(ctx, jobKey, &job)
 	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
 		// The cache may not have the Job this backup just created.
@@ -214,9 +218,9 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	source, host := backupSource(db, pods)
-	if source == "" {
-		r.pending(b, "WaitingForServer", fmt.Sprintf("no server of %s %s is ready to read from", r.Kind.clusterKind(), db.Name))
+	src, ok := backupSource(db, pods, primaryOnly(r.Kind, b) || !r.Kind.StandbyBackups, maxStandbyLag(db))
+	if !ok {
+		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", podName(db, 0), r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	claim, err := r.ensureBackupClaim(ctx, db, b)
@@ -234,7 +238,9 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).StatefulSet}, &sts); err == nil && liveImage(&sts) != "" {
 		image = liveImage(&sts)
 	}
-	desired := backupJob(db, eng, b, image, engine.Backup{File: backupFile(b), Host: host, ClaimName: claim})
+	desired := backupJob(db, eng, b, image, engine.Backup{
+		File: backupFile(b), Host: src.Host, Standby: src.StandbyHost, MaxLagBytes: src.MaxLagBytes, ClaimName: claim,
+	})
 	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Another backup took the slot first.
@@ -250,11 +256,32 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	b.Status.File = backupFile(b)
 	b.Status.Image = image
 	b.Status.Engine = engineOf(db)
-	b.Status.Source = source
+	// Where it reads is known once the Job says so (a standby is used
+	// only when the Job finds it close enough).
+	b.Status.Source, b.Status.LagBytes = "", nil
+	if src.StandbyHost == "" {
+		b.Status.Source = src.Primary
+	}
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "Running",
-		fmt.Sprintf("Job %s dumps Database %s from pod %s to %s on PersistentVolumeClaim %s", desired.Name, db.Name, source, b.Status.File, claim))
-	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "Started", "Backup", "Job %s dumps Database %s from pod %s", desired.Name, db.Name, source)
+		fmt.Sprintf("Job %s dumps Database %s from %s to %s on PersistentVolumeClaim %s", desired.Name, db.Name, src, b.Status.File, claim))
+	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "Started", "Backup", "Job %s dumps Database %s from %s", desired.Name, db.Name, src)
 	return reconcile.Result{}, nil
+}
+
+// releaseJob deletes the finished backup's Job, which frees the
+// Database's backup slot. It runs only once the status recording the
+// Job's result has been read back: were the Job deleted first and that
+// write lost, nothing would say the file is complete (JobLost) and the
+// file would be orphaned.
+func (r *BackupReconciler) releaseJob(ctx context.Context, b *Backup, key client.ObjectKey) error {
+	var job batchv1.Job
+	if err := r.Owned.Get(ctx, key, &job); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(&job, b) || !job.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	return r.deleteJob(ctx, &job)
 }
 
 // cannotStart says why a backup must wait ("" when it may start).
@@ -271,25 +298,99 @@ func (r *BackupReconciler) cannotStart(db *Cluster, b *Backup) string {
 	return ""
 }
 
-// backupSource picks the server to read from: a ready standby (the dump
-// then costs the primary nothing), else the ready primary.
-func backupSource(db *Cluster, pods map[string]*corev1.Pod) (pod, host string) {
+// defaultMaxStandbyLag is spec.backup.maxStandbyLag's default: one WAL
+// segment (16 MiB, PostgreSQL's default segment size). A standby that
+// keeps up is well within it; one that stopped replaying (its WAL removed
+// on the primary, say) soon is not.
+var defaultMaxStandbyLag = resource.MustParse("16Mi")
+
+// maxStandbyLag is how far behind, in bytes, a standby may be for a
+// backup to read from it.
+func maxStandbyLag(db *Cluster) int64 {
+	if b := db.Spec.Backup; b != nil && b.MaxStandbyLag != nil {
+		return max(b.MaxStandbyLag.Value(), 0)
+	}
+	return defaultMaxStandbyLag.Value()
+}
+
+// primaryOnly: the final backup before a deletion (the volumes go next)
+// and the backup before an image change (the data is changed next) must
+// hold the last write, so they read from the primary, always.
+func primaryOnly(kind *Kind, b *Backup) bool {
+	reason := b.Labels[kind.Keys.BackupReason]
+	return reason == reasonFinal || reason == reasonPreUpgrade
+}
+
+// readFrom is where a backup Job reads: the primary, or StandbyHost when
+// the Job finds that standby streaming and within MaxLagBytes.
+type readFrom struct {
+	Primary, Host        string
+	Standby, StandbyHost string
+	MaxLagBytes          int64
+}
+
+func (s readFrom) String() string {
+	if s.StandbyHost == "" {
+		return "the primary " + s.Primary
+	}
+	return fmt.Sprintf("standby %s if its replay lag is at most %d bytes, else the primary %s", s.Standby, s.MaxLagBytes, s.Primary)
+}
+
+// backupSource picks where to read: the primary, which must be ready (the
+// Job reads from it, or measures a standby's lag against it), and, unless
+// primaryOnly or maxLag is 0, the ready standby with the highest ordinal
+// (by number: db-10 comes after db-9) for the Job to use when its lag
+// allows.
+func backupSource(db *Cluster, pods map[string]*corev1.Pod, primaryOnly bool, maxLag int64) (readFrom, bool) {
 	n := namesOf(db)
-	var standbys []string
+	primary := pods[podName(db, 0)]
+	if primary == nil || !podReady(primary) || !primary.DeletionTimestamp.IsZero() {
+		return readFrom{}, false
+	}
+	src := readFrom{Primary: primary.Name, Host: n.ReadWrite}
+	if primaryOnly || maxLag <= 0 {
+		return src, true
+	}
+	best := int64(0)
 	for name, p := range pods {
-		if name != podName(db, 0) && podReady(p) && p.DeletionTimestamp.IsZero() {
-			standbys = append(standbys, name)
+		ordinal, ok := podOrdinal(db, name)
+		if ok && ordinal > best && podReady(p) && p.DeletionTimestamp.IsZero() {
+			best, src.Standby = ordinal, name
 		}
 	}
-	if len(standbys) > 0 {
-		sort.Strings(standbys)
-		s := standbys[len(standbys)-1]
-		return s, s + "." + n.Headless
+	if src.Standby != "" {
+		src.StandbyHost, src.MaxLagBytes = src.Standby+"."+n.Headless, maxLag
 	}
-	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() {
-		return p.Name, n.ReadWrite
+	return src, true
+}
+
+// podOrdinal reads a server pod's ordinal from its name (<cluster>-<n>).
+func podOrdinal(db *Cluster, pod string) (int64, bool) {
+	digits, ok := strings.CutPrefix(pod, db.Name+"-")
+	if !ok {
+		return 0, false
 	}
-	return "", ""
+	n, err := strconv.ParseInt(digits, 10, 32)
+	return n, err == nil && n >= 0 && strconv.FormatInt(n, 10) == digits
+}
+
+// sourcePod names the pod behind a host a backup Job reported reading
+// from (a standby's headless name, or the read-write Service); another
+// host is kept as it is.
+func sourcePod(db *Cluster, host string) string {
+	if db == nil || host == "" {
+		return host
+	}
+	n := namesOf(db)
+	if host == n.ReadWrite {
+		return podName(db, 0)
+	}
+	if pod, ok := strings.CutSuffix(host, "."+n.Headless); ok {
+		if _, ok := podOrdinal(db, pod); ok {
+			return pod
+		}
+	}
+	return host
 }
 
 // ensureBackupClaim creates the Database's backup volume on first need. It
@@ -402,8 +503,9 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 	}
 }
 
-// observeJob records the result of the backup's Job and then deletes the
-// Job, which frees the Database's backup slot.
+// observeJob records the result of the backup's Job. The Job is deleted
+// by a later reconcile, once the recorded result is read back
+// (releaseJob).
 func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluster, job *batchv1.Job) (reconcile.Result, error) {
 	report, failMsg := jobPodReport(ctx, r.Owned, job)
 	finished := jobFinished(job, batchv1.JobComplete) || jobFinished(job, batchv1.JobFailed)
@@ -421,10 +523,14 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 				return reconcile.Result{RequeueAfter: wait}, nil
 			}
 			r.fail(b, db, "NoReport", fmt.Sprintf("Job %s succeeded but its pod reported no file and checksum: the file cannot be trusted", job.Name))
-			return reconcile.Result{}, r.deleteJob(ctx, job)
+			return reconcile.Result{}, nil
+		}
+		if b.Status.File != "" && report.File != b.Status.File {
+			r.fail(b, db, "ReportedAnotherFile", fmt.Sprintf("Job %s reported the file %s, not %s which this backup asked for: a file it did not write cannot be trusted as this backup", job.Name, report.File, b.Status.File))
+			return reconcile.Result{}, nil
 		}
 		r.complete(b, db, report)
-		return reconcile.Result{}, r.deleteJob(ctx, job)
+		return reconcile.Result{}, nil
 	case jobFinished(job, batchv1.JobFailed):
 		c := jobCondition(job, batchv1.JobFailed)
 		msg := fmt.Sprintf("backup Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
@@ -432,7 +538,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 			msg += "; its pod said: " + truncate(failMsg, 400)
 		}
 		r.fail(b, db, "JobFailed", msg)
-		return reconcile.Result{}, r.deleteJob(ctx, job)
+		return reconcile.Result{}, nil
 	default:
 		b.Status.Phase = dbv1.BackupRunning
 		return reconcile.Result{}, nil
@@ -455,6 +561,10 @@ func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report
 	b.Status.File = report.File
 	b.Status.Size = report.Size
 	b.Status.SHA256 = report.SHA256
+	if report.Source != "" {
+		b.Status.Source = sourcePod(db, report.Source)
+	}
+	b.Status.LagBytes = report.LagBytes
 	if v := report.Version(); v != "" {
 		b.Status.Version = v
 	} else if eng, ok := r.Kind.Engines[b.Status.Engine]; ok {
@@ -511,9 +621,9 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reco
 		// No Job can be created; the backup volume goes with the namespace.
 		return reconcile.Result{}, terminating, err
 	}
-	if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
-		if user != "" {
-			msg := fmt.Sprintf("Database %s is being restored from this backup; its file is deleted once the restore is done", user)
+	if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
+		if len(holders) > 0 {
+			msg := fmt.Sprintf("held (%s); the file is deleted once nothing holds it", strings.Join(holders, "; "))
 			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "InUse", msg)
 		}
 		return reconcile.Result{RequeueAfter: pendingRecheck}, false, err
@@ -604,20 +714,6 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
 	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
-}
-
-// restoreUsing names a cluster being restored from b ("" when none).
-func restoreUsing(ctx context.Context, kind *Kind, c client.Reader, b *Backup) (string, error) {
-	dbs, err := kind.Clusters.List(ctx, c, b.Namespace)
-	if err != nil {
-		return "", err
-	}
-	for _, db := range dbs {
-		if db.Spec.FromBackup == b.Name && !restored(db) {
-			return db.Name, nil
-		}
-	}
-	return "", nil
 }
 
 func namespaceTerminating(ctx context.Context, c client.Reader, name string) (bool, error) {

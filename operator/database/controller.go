@@ -91,6 +91,16 @@ type Options struct {
 	// WatchNamespaces limits the owned-object cache to these namespaces
 	// (empty: all), as the manager's cache is.
 	WatchNamespaces []string
+	// Now is the clock of schedules and retention (tests may set one; nil:
+	// the system clock).
+	Now func() time.Time
+	// MajorPathWithinMajor is a TEST-ONLY seam: an image change within
+	// one major version (even to the same version under another tag)
+	// takes the major-upgrade path (backup, servers stopped, upgrade Job,
+	// new start), so that path can run on this machine's one PostgreSQL
+	// major. No flag, chart value or config key sets it: only Go code
+	// that calls Setup (tests) can. See docs/database.md, Upgrades.
+	MajorPathWithinMajor bool
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -109,6 +119,8 @@ type Reconciler struct {
 	Kind     *Kind
 	// Now is the clock of schedules and retention (tests may set one).
 	Now func() time.Time
+	// MajorPathWithinMajor: Options.MajorPathWithinMajor (test-only).
+	MajorPathWithinMajor bool
 }
 
 // Setup registers the Database controller with the manager.
@@ -140,6 +152,9 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		API:      mgr.GetAPIReader(),
 		Recorder: wordsRecorder{EventRecorder: mgr.GetEventRecorder("deckhand-" + kind.Name), kind: kind},
 		Kind:     kind,
+		Now:      o.Now,
+		// Test-only (Options.MajorPathWithinMajor).
+		MajorPathWithinMajor: o.MajorPathWithinMajor,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).

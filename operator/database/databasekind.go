@@ -23,12 +23,16 @@ var DatabaseKind = NewKind(Kind{
 		FinalizerDeletionPolicy: FinalizerDeletionPolicy, FinalizerBackupFile: FinalizerBackupFile,
 		SkipFinalBackup: AnnotationSkipFinalBackup, AllowUnknownVersion: AnnotationAllowUnknownVersion,
 		ClusterUID: AnnotationDatabaseUID, KeptFrom: AnnotationKeptFrom,
+		UpgradeAttempt: LabelUpgradeAttempt, ImageChange: AnnotationImageChange,
+		HeldBy: AnnotationPrefixHeldBy,
 	},
 	Clusters: databases{},
 	Backups:  databaseBackups{},
 	Engines:  Engines,
 	// status.upgrade is the Database's own.
 	MajorUpgrades: true,
+	// backup.sh measures a standby's replay lag (engine.Backup.Standby).
+	StandbyBackups: true,
 })
 
 // databases adapts Databases to the core.

@@ -43,8 +43,22 @@ const wait = 60 * time.Second
 // ServiceAccount with the chart's RBAC for it.
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
+	startOperatorAt(t, ns, nil)
+}
+
+// startOperatorAt is startOperator with now as the clock of schedules and
+// retention.
+func startOperatorAt(t *testing.T, ns string, now func() time.Time) {
+	t.Helper()
+	startOperatorWith(t, ns, database.Options{Now: now})
+}
+
+// startOperatorWith is startOperator with options (its namespace added).
+func startOperatorWith(t *testing.T, ns string, o database.Options) {
+	t.Helper()
+	o.WatchNamespaces = []string{ns}
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
-		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
+		return database.Setup(m, o)
 	}, ns)
 	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }

@@ -117,13 +117,20 @@ type Keys struct {
 	// on a cluster.
 	SkipFinalBackup     string
 	AllowUnknownVersion string
-	// ClusterUID on the Secrets the operator makes is the UID of the
-	// cluster it made them for; KeptFrom on the Secrets and volumes a
-	// Retain deletion kept is the UID of the cluster that kept them. A new
-	// cluster of the same name adopts kept Secrets only when both agree
-	// with the kept volumes (see adoptKeptSecrets).
+	// ClusterUID on the Secrets and backups the operator makes is the UID
+	// of the cluster it made them for (names are reused; UIDs are not);
+	// KeptFrom on the Secrets and volumes a Retain deletion kept is the UID
+	// of the cluster that kept them. A new cluster of the same name adopts
+	// kept Secrets only when both agree with the kept volumes (see
+	// adoptKeptSecrets).
 	ClusterUID string
 	KeptFrom   string
+	// UpgradeAttempt (a label) and ImageChange on a pre-upgrade backup bind
+	// it to the one upgrade attempt that made it.
+	UpgradeAttempt string
+	ImageChange    string
+	// HeldBy prefixes the annotations of holds on a backup (holds.go).
+	HeldBy string
 }
 
 // KeysFor are the keys of a Kind under one prefix (its API group); the
@@ -142,6 +149,9 @@ func KeysFor(prefix, cluster string) Keys {
 		AllowUnknownVersion:     prefix + "/allow-unknown-version",
 		ClusterUID:              prefix + "/" + cluster + "-uid",
 		KeptFrom:                prefix + "/kept-from",
+		UpgradeAttempt:          prefix + "/upgrade-attempt",
+		ImageChange:             prefix + "/image-change",
+		HeldBy:                  "held-by." + prefix + "/",
 	}
 }
 
@@ -172,6 +182,10 @@ type Kind struct {
 	// out; without it they are refused (UpgradeBlocked,
 	// MajorUpgradeNotAutomated).
 	MajorUpgrades bool
+	// StandbyBackups: the Kind's engine reads a backup from a standby when
+	// the backup Job finds its lag within the bound (engine.Backup.Standby);
+	// without it every backup reads from the primary.
+	StandbyBackups bool
 	// Words translate the core's messages, written in the Database's
 	// words (Database, DatabaseBackup, storage-size), into the Kind's;
 	// nil for the Database. Events go through them (SetupKind), and the
@@ -259,10 +273,12 @@ func (k *Kind) backupsOf(ctx context.Context, r client.Reader, c *Cluster) ([]*B
 }
 
 // createBackup creates a backup of c for a reason (scheduled, final,
-// pre-upgrade); one that exists already is not an error.
-func (r *Reconciler) createBackup(ctx context.Context, db *Cluster, name, reason string) (bool, error) {
-	l := map[string]string{db.Kind.Keys.Cluster: db.Name, db.Kind.Keys.BackupReason: reason}
+// pre-upgrade), with the cluster's UID and any extra labels and
+// annotations; one that exists already is not an error.
+func (r *Reconciler) createBackup(ctx context.Context, db *Cluster, name, reason string, labels, annotations map[string]string) (bool, error) {
+	l := withLabels(map[string]string{db.Kind.Keys.Cluster: db.Name, db.Kind.Keys.BackupReason: reason}, labels)
 	obj := db.Kind.Backups.ForCluster(db, name, l)
+	obj.SetAnnotations(withLabels(map[string]string{db.Kind.Keys.ClusterUID: string(db.UID)}, annotations))
 	err := r.Client.Create(ctx, obj)
 	if err != nil {
 		if client.IgnoreAlreadyExists(err) == nil {

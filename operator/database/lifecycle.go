@@ -139,7 +139,7 @@ func (r *Reconciler) finalBackup(ctx context.Context, db *Cluster) (reconcile.Re
 	name := finalBackupName(db)
 	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	if apierrors.IsNotFound(err) {
-		if _, err := r.createBackup(ctx, db, name, reasonFinal); err != nil {
+		if _, err := r.createBackup(ctx, db, name, reasonFinal, nil, nil); err != nil {
 			return reconcile.Result{}, false, err
 		}
 		r.normal(db, "FinalBackup", "Delete", "DatabaseBackup %s created: the StatefulSet and its volumes are removed once it completes", name)
@@ -320,10 +320,13 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Durat
 	if db.Status.Backup == nil {
 		db.Status.Backup = &dbv1.BackupStatus{}
 	}
+	if err := r.releaseHolds(ctx, db); err != nil {
+		return 0, err
+	}
 	if err := r.prune(ctx, db, backups); err != nil {
 		return 0, err
 	}
-	return r.schedule(ctx, db)
+	return r.schedule(ctx, db, backups)
 }
 
 // observeBackups sets LastBackupSucceeded from the newest finished backup.
@@ -399,7 +402,7 @@ func ptrTime(t *metav1.Time) time.Time {
 // schedule creates the backup of the most recent schedule time not yet
 // made (one, however many were missed) and returns the wait until the
 // next one.
-func (r *Reconciler) schedule(ctx context.Context, db *Cluster) (time.Duration, error) {
+func (r *Reconciler) schedule(ctx context.Context, db *Cluster, backups []*Backup) (time.Duration, error) {
 	spec := db.Spec.Backup
 	st := db.Status.Backup
 	if spec == nil || spec.Schedule == "" {
@@ -429,8 +432,11 @@ func (r *Reconciler) schedule(ctx context.Context, db *Cluster) (time.Duration, 
 	if st.LastScheduleTime != nil {
 		last = st.LastScheduleTime.Time
 	}
+	waiting := Unfinished(scheduledOf(db, backups))
 	if due, ok := lastDue(sched, loc, last, now); ok {
-		if err := r.createScheduledBackup(ctx, db, due); err != nil {
+		if waiting != "" {
+			r.missSchedule(db, waiting, due, timesDue(sched, loc, last, now))
+		} else if err := r.createScheduledBackup(ctx, db, due); err != nil {
 			return 0, err
 		}
 		st.LastScheduleTime = &metav1.Time{Time: due}
@@ -438,13 +444,38 @@ func (r *Reconciler) schedule(ctx context.Context, db *Cluster) (time.Duration, 
 	next := sched.Next(now.In(loc))
 	st.NextScheduleTime = &metav1.Time{Time: next}
 	r.Kind.metrics.nextScheduledBackup.WithLabelValues(db.Namespace, db.Name).Set(float64(next.Unix()))
-	r.setCondition(db, ConditionBackupScheduled, true, "Scheduled", fmt.Sprintf("next backup at %s (schedule %q, time zone %s)", next.UTC().Format(time.RFC3339), spec.Schedule, loc))
+	msg := fmt.Sprintf("next backup at %s (schedule %q, time zone %s)", next.UTC().Format(time.RFC3339), spec.Schedule, loc)
+	if waiting != "" && st.MissedSchedules > 0 {
+		msg += fmt.Sprintf("; scheduled DatabaseBackup %s has not finished yet, so schedule times pass without a new backup (%d missed so far, status.backup.missedSchedules)", waiting, st.MissedSchedules)
+	}
+	r.setCondition(db, ConditionBackupScheduled, true, "Scheduled", msg)
 	return next.Sub(now), nil
+}
+
+// scheduledOf are the scheduled backups made for this Database (not a
+// former one of the same name).
+func scheduledOf(db *Cluster, backups []*Backup) []*Backup {
+	var out []*Backup
+	for _, b := range backups {
+		if b.Labels[db.Kind.Keys.BackupReason] == reasonScheduled && !b.CreationTimestamp.Before(&db.CreationTimestamp) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// missSchedule counts schedule times that pass while the previous
+// scheduled backup has not finished, and says so: they are not queued.
+func (r *Reconciler) missSchedule(db *Cluster, waiting string, due time.Time, times int64) {
+	db.Status.Backup.MissedSchedules += max(times, 1)
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "BackupScheduleMissed", "Backup",
+		"no DatabaseBackup for the schedule time %s: the scheduled DatabaseBackup %s has not finished, and it stands for this time too (%d schedule times missed so far)",
+		due.UTC().Format(time.RFC3339), waiting, db.Status.Backup.MissedSchedules)
 }
 
 func (r *Reconciler) createScheduledBackup(ctx context.Context, db *Cluster, due time.Time) error {
 	name := scheduledBackupName(db, due)
-	created, err := r.createBackup(ctx, db, name, reasonScheduled)
+	created, err := r.createBackup(ctx, db, name, reasonScheduled, nil, nil)
 	if err != nil || !created {
 		return err
 	}
@@ -484,7 +515,7 @@ func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, 
 		if b.Status.CompletionTime != nil {
 			rec.Time = b.Status.CompletionTime.Time
 		}
-		if user, err := restoreUsing(ctx, r.Kind, r.Client, b); err != nil || user != "" {
+		if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
 			rec.InUse = true
 		}
 		records = append(records, rec)

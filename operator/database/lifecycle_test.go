@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -70,9 +72,18 @@ func backupJobOf(t *testing.T, c client.Client, ns, db, backup string) *batchv1.
 // completed it.
 func reportBackup(t *testing.T, c client.Client, ns, db, backup string, size int64) string {
 	t.Helper()
+	return reportBackupAs(t, c, ns, db, backup, size, "")
+}
+
+// reportBackupAs is reportBackup with more of the report (extra JSON
+// members, such as the source a standby-capable Job read from).
+func reportBackupAs(t *testing.T, c client.Client, ns, db, backup string, size int64, extra string) string {
+	t.Helper()
 	job := backupJobOf(t, c, ns, db, backup)
 	sum := fmt.Sprintf("%064x", size)
-	message := fmt.Sprintf(`{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)","file":"%s.dump","size":%d,"sha256":"%s"}`, backup, size, sum)
+	// The file the Job was asked to write (it names the backup's UID).
+	file := envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	message := fmt.Sprintf(`{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)","file":"%s","size":%d,"sha256":"%s"%s}`, file, size, sum, extra)
 	var pod corev1.Pod
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var pods corev1.PodList
@@ -131,8 +142,9 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	job := backupJobOf(t, c, ns, "shop", "first")
 	container := job.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "postgres:17.6", container.Image, "the Database's own image")
-	assert.Equal(t, "shop-1.shop-headless", envOf(container)["SOURCE_HOST"], "read from the ready standby")
-	assert.Equal(t, "first.dump", envOf(container)["BACKUP_FILE"])
+	assert.Equal(t, "shop-rw", envOf(container)["SOURCE_HOST"], "the primary: the Job falls back to it, or measures the standby against it")
+	first := get(t, c, ns, "first", &dbv1.DatabaseBackup{})
+	assert.Equal(t, "first-"+string(first.UID)+".dump", envOf(container)["BACKUP_FILE"], "the file names the backup's UID")
 	var claimVolume string
 	for _, v := range job.Spec.Template.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -154,16 +166,19 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	assert.Equal(t, "standard", ptr.Deref(pvc.Spec.StorageClassName, ""))
 
 	running := waitForBackup(t, c, ns, "first", "Running", backupPhase(dbv1.BackupRunning))
-	assert.Equal(t, "shop-1", running.Status.Source)
+	assert.Empty(t, running.Status.Source, "known once the Job says where it read")
+	assert.Contains(t, running.Status.Conditions[0].Message, "standby shop-1 if its replay lag is at most 16777216 bytes, else the primary shop-0")
 
 	// One backup at a time: a second waits while the first runs.
 	require.NoError(t, c.Create(ctx, newBackup(ns, "second", "shop")))
 	second := waitForBackup(t, c, ns, "second", "Pending", backupPhase(dbv1.BackupPending))
 	assert.Contains(t, second.Status.Conditions[0].Message, "one backup at a time per Database")
 
-	sum := reportBackup(t, c, ns, "shop", "first", 123456)
-	first := waitForBackup(t, c, ns, "first", "Completed", backupPhase(dbv1.BackupCompleted))
-	assert.Equal(t, "first.dump", first.Status.File)
+	sum := reportBackupAs(t, c, ns, "shop", "first", 123456, `,"source":"shop-1.shop-headless","lagBytes":8192`)
+	first = waitForBackup(t, c, ns, "first", "Completed", backupPhase(dbv1.BackupCompleted))
+	assert.Equal(t, "shop-1", first.Status.Source, "the standby the Job read from")
+	assert.Equal(t, ptr.To(int64(8192)), first.Status.LagBytes, "its lag, as the Job measured it")
+	assert.Equal(t, "first-"+string(first.UID)+".dump", first.Status.File)
 	assert.Equal(t, int64(123456), first.Status.Size)
 	assert.Equal(t, sum, first.Status.SHA256)
 	assert.Equal(t, "17.6", first.Status.Version)
@@ -229,6 +244,63 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	assert.Equal(t, "DatabaseNotFound", orphan.Status.Conditions[0].Reason)
 }
 
+// A DatabaseBackup deleted while it ran leaves its Job's file behind; one
+// made again under the same name (the operator's own advice after a
+// failed pre-upgrade backup) writes another file, and a report of a file
+// it did not ask for fails it.
+func TestABackupMadeAgainUnderTheSameNameNeverTakesTheOldFile(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "again", 1)
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	require.NoError(t, c.Create(ctx, newBackup(ns, "try", "again")))
+	firstJob := backupJobOf(t, c, ns, "again", "try")
+	oldFile := envOf(firstJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	waitForBackup(t, c, ns, "try", "Running", backupPhase(dbv1.BackupRunning))
+	require.NoError(t, c.Delete(ctx, newBackup(ns, "try", "again")))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "try"}, &dbv1.DatabaseBackup{})
+		require.True(ct, apierrors.IsNotFound(err), "the first try is still there")
+		err = c.Get(ctx, client.ObjectKeyFromObject(firstJob), &batchv1.Job{})
+		require.True(ct, apierrors.IsNotFound(err), "the first try's Job is still there")
+	}, wait, 100*time.Millisecond)
+
+	require.NoError(t, c.Create(ctx, newBackup(ns, "try", "again")))
+	secondJob := backupJobOf(t, c, ns, "again", "try")
+	newFile := envOf(secondJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	assert.NotEqual(t, oldFile, newFile, "the second try writes a file of its own")
+	second := get(t, c, ns, "try", &dbv1.DatabaseBackup{})
+	assert.Equal(t, "try-"+string(second.UID)+".dump", newFile)
+
+	// The Job says it found the old file: that is not this backup.
+	job := backupJobOf(t, c, ns, "again", "try")
+	var pod corev1.Pod
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var pods corev1.PodList
+		require.NoError(ct, c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}))
+		require.Len(ct, pods.Items, 1)
+		pod = pods.Items[0]
+		require.Equal(ct, corev1.PodSucceeded, pod.Status.Phase)
+		require.Len(ct, pod.Status.ContainerStatuses, 1)
+	}, wait, 100*time.Millisecond)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&pod), &pod))
+		pod.Status.ContainerStatuses[0].State.Terminated.Message = fmt.Sprintf(`{"serverVersion":"17.6","file":%q,"size":1,"sha256":"%064x"}`, oldFile, 1)
+		return c.Status().Update(ctx, &pod)
+	}))
+	failed := waitForBackup(t, c, ns, "try", "Failed", backupPhase(dbv1.BackupFailed))
+	assert.Equal(t, "ReportedAnotherFile", failed.Status.Conditions[0].Reason)
+	assert.Contains(t, failed.Status.Conditions[0].Message, oldFile)
+	assert.Empty(t, failed.Status.SHA256)
+}
+
 func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -284,7 +356,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 		require.Len(ct, jobs.Items, 1)
 		deleteJob = jobs.Items[0]
 	}, wait, 100*time.Millisecond, "the file-deleting Job")
-	assert.Equal(t, []string{"rm", "-f", "--", "/deckhand/backup/" + catchUp.Name + ".dump"}, deleteJob.Spec.Template.Spec.Containers[0].Command)
+	assert.Equal(t, []string{"rm", "-f", "--", "/deckhand/backup/" + catchUp.Name + "-" + string(catchUp.UID) + ".dump"}, deleteJob.Spec.Template.Spec.Containers[0].Command)
 	assert.Equal(t, "postgres:17.6", deleteJob.Spec.Template.Spec.Containers[0].Image, "the image that wrote it")
 	assert.Empty(t, deleteJob.Spec.Template.Spec.Containers[0].Env, "no Secrets: the Database may be gone")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -309,6 +381,77 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	assert.Nil(t, cur.Status.Backup.NextScheduleTime)
 }
 
+// poke changes an annotation of the Database, so it is reconciled (at
+// the test clock's time).
+func poke(t *testing.T, c client.Client, db *dbv1.Database, value string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
+		db.Annotations = map[string]string{"poke": value}
+		return c.Update(context.Background(), db)
+	}))
+}
+
+func scheduledBackups(t require.TestingT, c client.Client, ns string) []dbv1.DatabaseBackup {
+	var list dbv1.DatabaseBackupList
+	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "scheduled"}))
+	return list.Items
+}
+
+// While a scheduled backup has not finished (the database down, its Job
+// not done), schedule times pass without new backups: they are counted
+// and reported, and the one waiting stands for them.
+func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	var offset atomic.Int64
+	startOperatorAt(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	ctx := context.Background()
+
+	db := newDatabase(ns, "busy", 1)
+	db.Spec.Backup = &dbv1.BackupSpec{Schedule: "@hourly"}
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	offset.Store(int64(time.Hour + 5*time.Minute))
+	poke(t, c, db, "1")
+	var first dbv1.DatabaseBackup
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		items := scheduledBackups(ct, c, ns)
+		require.Len(ct, items, 1)
+		first = items[0]
+	}, wait, 100*time.Millisecond, "the first scheduled backup")
+	// Its Job reports nothing yet: it has not finished.
+	waitForBackup(t, c, ns, first.Name, "Running", backupPhase(dbv1.BackupRunning))
+
+	for i, hours := range []time.Duration{2, 3} {
+		offset.Store(int64(hours*time.Hour + 5*time.Minute))
+		poke(t, c, db, fmt.Sprint(hours))
+		waitFor(t, c, db, "a missed schedule time counted", func(ct *assert.CollectT, d *dbv1.Database) {
+			require.NotNil(ct, d.Status.Backup)
+			require.Equal(ct, int64(i+1), d.Status.Backup.MissedSchedules)
+		})
+	}
+	assert.Len(t, scheduledBackups(t, c, ns), 1, "no backup queued behind the one that has not finished")
+	cur := get(t, c, ns, "busy", &dbv1.Database{})
+	assert.Contains(t, condition(cur, database.ConditionBackupScheduled).Message, "scheduled DatabaseBackup "+first.Name+" has not finished yet")
+	assert.Contains(t, condition(cur, database.ConditionBackupScheduled).Message, "2 missed so far")
+	assertEvent(t, c, ns, "busy", corev1.EventTypeWarning, "BackupScheduleMissed")
+
+	// Once it finished, the next time makes a backup again.
+	reportBackup(t, c, ns, "busy", first.Name, 10)
+	waitForBackup(t, c, ns, first.Name, "Completed", backupPhase(dbv1.BackupCompleted))
+	offset.Store(int64(4*time.Hour + 5*time.Minute))
+	poke(t, c, db, "4")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.Len(ct, scheduledBackups(ct, c, ns), 2)
+	}, wait, 100*time.Millisecond, "the next scheduled backup")
+	cur = get(t, c, ns, "busy", &dbv1.Database{})
+	assert.Equal(t, int64(2), cur.Status.Backup.MissedSchedules, "a count, kept")
+}
+
 func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -326,7 +469,13 @@ func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testi
 
 	require.NoError(t, c.Delete(ctx, db))
 	final := fmt.Sprintf("precious-final-%s", strings.ReplaceAll(string(db.UID), "-", "")[:8])
-	backupJobOf(t, c, ns, "precious", final)
+	finalJob := backupJobOf(t, c, ns, "precious", final)
+	// The volumes go next: the final backup reads the primary, never a
+	// standby that may be behind.
+	assert.Equal(t, "precious-rw", envOf(finalJob.Spec.Template.Spec.Containers[0])["SOURCE_HOST"])
+	running := waitForBackup(t, c, ns, final, "Running", backupPhase(dbv1.BackupRunning))
+	assert.Equal(t, "precious-0", running.Status.Source)
+	assert.Contains(t, running.Status.Conditions[0].Message, "from the primary precious-0 to")
 	// The final backup runs (no report yet): the servers and data stay.
 	time.Sleep(2 * time.Second)
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "precious"}, &appsv1.StatefulSet{}))
@@ -447,7 +596,7 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 	restore := get(t, c, ns, "copy-restore", &batchv1.Job{})
 	container := restore.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, b.Status.SHA256, envOf(container)["BACKUP_SHA256"])
-	assert.Equal(t, "snapshot.dump", envOf(container)["BACKUP_FILE"])
+	assert.Equal(t, b.Status.File, envOf(container)["BACKUP_FILE"])
 	var claims []string
 	for _, v := range restore.Spec.Template.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -458,6 +607,13 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 
 	cur := waitFor(t, c, copyDB, "Ready", ready)
 	assert.Equal(t, metav1.ConditionTrue, condition(cur, database.ConditionRestored).Status)
+	// The restore held the backup (retention and deletion left it) and
+	// let go once restored.
+	waitForBackup(t, c, ns, "snapshot", "hold released", func(ct *assert.CollectT, b *dbv1.DatabaseBackup) {
+		for key := range b.Annotations {
+			require.False(ct, strings.HasPrefix(key, database.AnnotationPrefixHeldBy), "still held: %s", key)
+		}
+	})
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(restore), restore))
 	initJob := get(t, c, ns, "copy-init", &batchv1.Job{})
 	done := jobDone(restore)
@@ -532,6 +688,9 @@ func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
 			d.Spec.Backup = &dbv1.BackupSpec{Storage: &dbv1.BackupStorage{Volume: &dbv1.BackupVolume{Size: "lots"}}}
 		}, `backup.storage.volume.size must be a quantity such as 100Gi, not "lots"`},
 		{"unknown deletion policy", func(d *dbv1.Database) { d.Spec.DeletionPolicy = "Shred" }, `Unsupported value: "Shred"`},
+		{"negative standby lag", func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupSpec{MaxStandbyLag: ptr.To(resource.MustParse("-1Mi"))}
+		}, "backup.maxStandbyLag must be 0 or more (e.g. 16Mi)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDatabase(ns, "bad", 1)
@@ -543,7 +702,7 @@ func TestLifecycleInputsAreRefusedWithReadableMessages(t *testing.T) {
 		})
 	}
 	ok := newDatabase(ns, "fine", 1)
-	ok.Spec.Backup = &dbv1.BackupSpec{Schedule: "@daily", TimeZone: ptr.To("Europe/Paris"),
+	ok.Spec.Backup = &dbv1.BackupSpec{Schedule: "@daily", TimeZone: ptr.To("Europe/Paris"), MaxStandbyLag: ptr.To(resource.MustParse("64Mi")),
 		Retention: &dbv1.Retention{KeepLast: ptr.To(int32(7)), MaxAge: &metav1.Duration{Duration: 720 * time.Hour}}}
 	require.NoError(t, c.Create(ctx, ok))
 	assert.Equal(t, dbv1.DeletionSnapshot, ok.Spec.DeletionPolicy, "the default")

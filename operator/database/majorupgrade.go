@@ -93,7 +93,9 @@ func upgradeTimeoutOf(db *Cluster) time.Duration {
 // failure, spec.image goes back and forth: two new generations), so each
 // attempt takes a backup of its own.
 func upgradeAttempt(db *Cluster, image string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", image, db.Generation))
+	// The UID: a later Database of the same name (generations start
+	// again at 1) must not find this one's backup.
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", db.UID, image, db.Generation))
 	return hex.EncodeToString(sum[:4])
 }
 
@@ -199,7 +201,8 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 	}
 	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
 	if apierrors.IsNotFound(err) {
-		if _, err := r.createBackup(ctx, db, u.Backup, reasonPreUpgrade); err != nil {
+		attempt := map[string]string{db.Kind.Keys.UpgradeAttempt: u.Attempt}
+		if _, err := r.createBackup(ctx, db, u.Backup, reasonPreUpgrade, attempt, nil); err != nil {
 			return running, err
 		}
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
@@ -209,8 +212,20 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 	if err != nil {
 		return running, err
 	}
+	if why := notThisAttempt(db, b); why != "" {
+		r.blockUpgrade(db, "PreUpgradeBackupNotBound", fmt.Sprintf(
+			"DatabaseBackup %s %s, so the upgrade from %s to %s does not use it; the servers keep %s. Delete it to let the operator take its own",
+			b.Name, why, u.FromImage, u.ToImage, u.FromImage))
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+		return running, nil
+	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
+		// Held from now until the upgrade ends: retention must not prune
+		// the only copy the upgrade restores.
+		if err := r.hold(ctx, b, db, holdUpgrade, fmt.Sprintf("%s %s restores it in its upgrade from %s to %s (attempt %s)", r.Kind.clusterKind(), db.Name, u.FromImage, u.ToImage, u.Attempt)); err != nil {
+			return running, err
+		}
 		if busy, err := r.backupJobRunning(ctx, db); err != nil || busy {
 			// Another backup reads from the servers: stopping them would
 			// fail it. Its end reconciles again.
@@ -282,11 +297,66 @@ func (r *Reconciler) serversGone(ctx context.Context, db *Cluster, l *live) (boo
 	return len(pods) == 0, err
 }
 
+// notThisAttempt says why b is not this upgrade attempt's backup ("" when
+// it is): it must have been made for this Database (its UID) and this
+// attempt.
+func notThisAttempt(db *Cluster, b *Backup) string {
+	if b.Annotations[db.Kind.Keys.ClusterUID] != string(db.UID) {
+		return fmt.Sprintf("was not made for this %s (annotation %s is not its UID %s)", db.Kind.clusterKind(), db.Kind.Keys.ClusterUID, db.UID)
+	}
+	if got := b.Labels[db.Kind.Keys.UpgradeAttempt]; got != db.Status.Upgrade.Attempt {
+		return fmt.Sprintf("was taken for another upgrade attempt (%q, not %q)", got, db.Status.Upgrade.Attempt)
+	}
+	return ""
+}
+
+// preUpgradeBackupGone says why the upgrade can no longer use its backup
+// ("" when it can): deleted (its hold notwithstanding: a finalizer
+// removed by hand), or no longer the completed backup of this attempt.
+func (r *Reconciler) preUpgradeBackupGone(ctx context.Context, db *Cluster) (string, error) {
+	u := db.Status.Upgrade
+	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("the pre-upgrade DatabaseBackup %s is gone", u.Backup), nil
+	case err != nil:
+		return "", err
+	case !b.DeletionTimestamp.IsZero():
+		return fmt.Sprintf("the pre-upgrade DatabaseBackup %s is being deleted", u.Backup), nil
+	case b.Status.Phase != dbv1.BackupCompleted:
+		return fmt.Sprintf("the pre-upgrade DatabaseBackup %s is %s, not Completed", u.Backup, phaseOrPending(b.Status.Phase)), nil
+	}
+	if why := notThisAttempt(db, b); why != "" {
+		return fmt.Sprintf("the pre-upgrade DatabaseBackup %s %s", u.Backup, why), nil
+	}
+	return "", nil
+}
+
+// errNoPreUpgradeBackup: the upgrade Job was not made, its backup is gone.
+var errNoPreUpgradeBackup = errors.New("the pre-upgrade backup is gone")
+
+// rollBackWithoutBackup: the servers are stopped and the upgrade cannot
+// run without its backup. Nothing was changed on the data yet; the
+// rollback puts the servers back on the old image (and, should a swap
+// have begun, the old directory back).
+func (r *Reconciler) rollBackWithoutBackup(db *Cluster, why string) serverPlan {
+	u := db.Status.Upgrade
+	u.FailureReason = "PreUpgradeBackupGone"
+	r.toStep(db, dbv1.UpgradeRollingBack, "%s: the upgrade to %s cannot run without it; rolling back to %s", why, u.ToImage, u.FromImage)
+	return stopped(u.FromImage)
+}
+
 func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	u := db.Status.Upgrade
 	gone, err := r.serversGone(ctx, db, l)
 	if err != nil || !gone {
 		return stopped(u.FromImage), err
+	}
+	if why, err := r.preUpgradeBackupGone(ctx, db); err != nil || why != "" {
+		if err != nil {
+			return stopped(u.FromImage), err
+		}
+		return r.rollBackWithoutBackup(db, why), nil
 	}
 	r.toStep(db, dbv1.UpgradeRunningJob, "no server runs: Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", upgradeJobName(db), claimName(db, 0), u.ToImage)
 	return r.upgradeJob(ctx, db, eng)
@@ -294,13 +364,27 @@ func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *Cluster, eng engi
 
 func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
 	u := db.Status.Upgrade
+	var gone string
 	job, err := r.attemptJob(ctx, db, upgradeJobName(db), func() (*batchv1.Job, error) {
+		// Checked again just before the Job is made: it may have gone
+		// since the servers stopped.
+		why, err := r.preUpgradeBackupGone(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			gone = why
+			return nil, errNoPreUpgradeBackup
+		}
 		b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
 		if err != nil {
 			return nil, fmt.Errorf("reading the pre-upgrade backup %s: %w", u.Backup, err)
 		}
 		return upgradeJob(db, eng, b, false), nil
 	})
+	if errors.Is(err, errNoPreUpgradeBackup) {
+		return r.rollBackWithoutBackup(db, gone), nil
+	}
 	if err != nil || job == nil {
 		return stopped(u.FromImage), err
 	}

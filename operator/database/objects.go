@@ -39,8 +39,8 @@ const (
 	// AnnotationScripts on the pod template is the scripts' hash: new
 	// scripts roll the replicas.
 	AnnotationScripts = "stable.imaginedata.co/scripts"
-	// AnnotationDatabaseUID on the Secrets the operator makes is the UID
-	// of the Database it made them for.
+	// AnnotationDatabaseUID on the Secrets and DatabaseBackups the
+	// operator makes is the UID of the Database it made them for.
 	AnnotationDatabaseUID = "stable.imaginedata.co/database-uid"
 	// AnnotationKeptFrom on the Secrets and volumes a Retain deletion kept
 	// is the UID of the deleted Database: a new Database of the same name

@@ -46,6 +46,10 @@ func (r *Reconciler) ensureRestore(ctx context.Context, db *Cluster, eng engine.
 		return false, nil
 	}
 
+	// Held until restored: retention and deletion leave its file.
+	if err := r.hold(ctx, b, db, holdRestore, fmt.Sprintf("%s %s restores from it (fromBackup)", r.Kind.clusterKind(), db.Name)); err != nil {
+		return false, err
+	}
 	var job batchv1.Job
 	exists, err := r.lookup(ctx, db, "Job", restoreJobName(db), &job, primary != nil && podReady(primary))
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // cronParser reads schedules as a Kubernetes CronJob does: five fields or
@@ -47,6 +49,34 @@ func lastDue(s cron.Schedule, loc *time.Location, last, now time.Time) (time.Tim
 		due = t
 	}
 	return due, !due.IsZero()
+}
+
+// timesDue counts the schedule times after last and not after now (within
+// the catch-up window).
+func timesDue(s cron.Schedule, loc *time.Location, last, now time.Time) int64 {
+	if start := now.Add(-catchUpWindow); last.Before(start) {
+		last = start
+	}
+	var n int64
+	for t := s.Next(last.In(loc)); !t.IsZero() && !t.After(now); t = s.Next(t) {
+		n++
+	}
+	return n
+}
+
+// Unfinished names the first of backups that has neither completed nor
+// failed and is not being deleted ("" when none). A schedule makes no
+// new backup while one of its own is unfinished: that one stands for
+// every time missed meanwhile, so an outage ends with one backup, not a
+// burst of them.
+func Unfinished(backups []*Backup) string {
+	for _, b := range backups {
+		finished := b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed
+		if !finished && b.DeletionTimestamp.IsZero() {
+			return b.Name
+		}
+	}
+	return ""
 }
 
 // backupRecord is what retention needs to know of one backup, whichever
@@ -102,11 +132,12 @@ func toPrune(backups []backupRecord, keepLast int32, maxAge time.Duration, now t
 // schedule time after last and not after now (ok false: none), and the
 // next one after now. It is how every schedule, whichever API it is in,
 // catches up: one backup for any number of missed times.
-func NextBackup(schedule string, last, now time.Time) (due time.Time, ok bool, next time.Time, err error) {
+// missed counts the schedule times in (last, now].
+func NextBackup(schedule string, last, now time.Time) (due time.Time, ok bool, missed int64, next time.Time, err error) {
 	s, loc, err := parseSchedule(schedule, "")
 	if err != nil {
-		return time.Time{}, false, time.Time{}, err
+		return time.Time{}, false, 0, time.Time{}, err
 	}
 	due, ok = lastDue(s, loc, last, now)
-	return due, ok, s.Next(now.In(loc)), nil
+	return due, ok, timesDue(s, loc, last, now), s.Next(now.In(loc)), nil
 }

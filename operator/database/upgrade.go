@@ -32,6 +32,11 @@ const (
 	ConditionUpgradeFailed = "UpgradeFailed"
 
 	reasonPreUpgrade = "pre-upgrade"
+
+	// AnnotationImageChange on a pre-upgrade DatabaseBackup of a change
+	// within one major version: "<running image> -> <new image>", the
+	// change it was taken for.
+	AnnotationImageChange = "stable.imaginedata.co/image-change"
 )
 
 // liveImage is the image the StatefulSet's servers run.
@@ -42,10 +47,23 @@ func liveImage(sts *appsv1.StatefulSet) string {
 	return ""
 }
 
-// preUpgradeBackupName is one per target image.
-func preUpgradeBackupName(db *Cluster, image string) string {
-	sum := sha256.Sum256([]byte(image))
+// preUpgradeBackupName is one per attempt at an image change: the
+// Database (its UID: a later Database of the same name gets its own), the
+// change and the generation that asked for it, so going back and forth
+// between two images takes a new backup each time.
+func preUpgradeBackupName(db *Cluster, running, wanted string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d", db.UID, running, wanted, db.Generation))
 	return fmt.Sprintf("%s-pre-upgrade-%s", db.Name, hex.EncodeToString(sum[:4]))
+}
+
+// imageChange is the AnnotationImageChange value of a change.
+func imageChange(running, wanted string) string { return running + " -> " + wanted }
+
+// forgetImageChange: no image change is in progress.
+func forgetImageChange(db *Cluster) {
+	if db.Status.Backup != nil {
+		db.Status.Backup.PreUpgradeBackup = ""
+	}
 }
 
 // serversToRun decides what the StatefulSet runs. A cluster that holds
@@ -82,6 +100,7 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 	if running == "" || running == wanted || !meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
 		// Nothing runs yet, nothing changes, or no data to protect yet
 		// (a failed init's image can be fixed freely).
+		forgetImageChange(db)
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 		if !upgradeRunning(db.Status.Upgrade) {
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
@@ -120,7 +139,7 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 				"%s %s to %s is a major upgrade; upgrade Jobs are not automated yet: the servers keep %s. Take a DatabaseBackup and restore it into a new Database with image %s (fromBackup)",
 				eng.Name(), fromV, toV, running, wanted))
 			return steadyPlan(db, running), nil
-		case compareVersions(toM, fromM) > 0:
+		case compareVersions(toM, fromM) > 0 || (r.MajorPathWithinMajor && db.Kind.MajorUpgrades):
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 			if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && u.ToImage == wanted {
 				// Rolled back: no new attempt until spec.image changes.
@@ -141,12 +160,28 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 }
 
 // backupBeforeRoll returns the new image once a backup taken with the old
-// one has completed, the old image until then.
+// one for this very change has completed, the old image until then. The
+// backup is this attempt's: named in status.backup.preUpgradeBackup, made
+// for this Database's UID and for this change (checked before it is
+// trusted); a change made again later takes a new one.
 func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *Cluster, running, wanted string) (string, error) {
-	name := preUpgradeBackupName(db, wanted)
-	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+	if db.Status.Backup == nil {
+		db.Status.Backup = &dbv1.BackupStatus{}
+	}
+	name := db.Status.Backup.PreUpgradeBackup
+	var b *Backup
+	var err error
+	if name != "" {
+		b, err = r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+	}
+	if name == "" || (err == nil && b.Annotations[db.Kind.Keys.ImageChange] != imageChange(running, wanted)) {
+		// No attempt yet, or the recorded one was for another change.
+		name = preUpgradeBackupName(db, running, wanted)
+		b, err = r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+	}
+	db.Status.Backup.PreUpgradeBackup = name
 	if apierrors.IsNotFound(err) {
-		if _, err := r.createBackup(ctx, db, name, reasonPreUpgrade); err != nil {
+		if _, err := r.createBackup(ctx, db, name, reasonPreUpgrade, nil, map[string]string{db.Kind.Keys.ImageChange: imageChange(running, wanted)}); err != nil {
 			return running, err
 		}
 		r.normal(db, "Upgrading", "Upgrade", "image %s to %s: DatabaseBackup %s first, then the servers roll (standbys first)", running, wanted, name)
@@ -155,6 +190,13 @@ func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *Cluster, running,
 	}
 	if err != nil {
 		return running, err
+	}
+	if why := notThisChange(db, b, running, wanted); why != "" {
+		r.blockUpgrade(db, "PreUpgradeBackupNotBound", fmt.Sprintf(
+			"DatabaseBackup %s %s, so it is not used as the backup before the change from %s to %s; the servers keep %s. Delete it to let the operator take its own",
+			name, why, running, wanted, running))
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+		return running, nil
 	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
@@ -173,6 +215,18 @@ func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *Cluster, running,
 		r.setCondition(db, ConditionUpgrading, true, "BackingUp", fmt.Sprintf("DatabaseBackup %s runs before the servers roll from %s to %s", name, running, wanted))
 		return running, nil
 	}
+}
+
+// notThisChange says why b is not the backup of this Database for the
+// change from running to wanted ("" when it is).
+func notThisChange(db *Cluster, b *Backup, running, wanted string) string {
+	if b.Annotations[db.Kind.Keys.ClusterUID] != string(db.UID) {
+		return fmt.Sprintf("was not made for this %s (annotation %s is not its UID %s)", db.Kind.clusterKind(), db.Kind.Keys.ClusterUID, db.UID)
+	}
+	if got := b.Annotations[db.Kind.Keys.ImageChange]; got != imageChange(running, wanted) {
+		return fmt.Sprintf("was taken for another image change (%q)", got)
+	}
+	return ""
 }
 
 func (r *Reconciler) blockUpgrade(db *Cluster, reason, msg string) {

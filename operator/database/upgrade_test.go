@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -284,7 +285,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	env := envOf(container)
 	assert.Equal(t, "17.6", env["FROM_VERSION"])
 	assert.Equal(t, "18.0", env["TO_VERSION"])
-	assert.Equal(t, pre.Name+".dump", env["BACKUP_FILE"])
+	assert.Equal(t, pre.Name+"-"+string(pre.UID)+".dump", env["BACKUP_FILE"])
 	assert.Empty(t, env["ROLLBACK"])
 	claims := map[string]bool{}
 	for _, v := range upgradeJob.Spec.Template.Spec.Volumes {
@@ -430,7 +431,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	})
 	assert.Equal(t, "18.0", cur.Status.CurrentVersion)
 	job = jobNamed(t, c, ns, "fails-upgrade")
-	assert.Equal(t, second.Name+".dump", envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
+	assert.Equal(t, second.Name+"-"+string(second.UID)+".dump", envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
 	assert.Equal(t, cur.Status.Upgrade.Attempt, job.Labels[database.LabelUpgradeAttempt])
 }
 
@@ -576,4 +577,179 @@ func TestAnUpgradeJobThatCannotBeScheduledIsRolledBackWithoutTheBackupVolume(t *
 	}
 	assert.Equal(t, []string{"data-apart-0"}, claims)
 	assert.True(t, jobDone(rollback).After(time.Time{}), "the rollback Job completed")
+}
+
+// A Database deleted and made again under the same name starts its
+// generations at 1 again: its upgrade must take a backup of its own, not
+// restore the first Database's (whose data it would put in place of its
+// own).
+func TestAnUpgradeNeverUsesTheBackupOfAFormerDatabaseOfTheSameName(t *testing.T) {
+	c, ns := upgradeTest(t)
+	ctx := context.Background()
+
+	create := func() *dbv1.Database {
+		db := onOneNode(newDatabase(ns, "reborn", 1))
+		db.Spec.Image = "postgres:17.6"
+		db.Spec.DeletionPolicy = dbv1.DeletionDelete
+		require.NoError(t, c.Create(ctx, db))
+		waitFor(t, c, db, "Ready", ready)
+		return db
+	}
+	db := create()
+	setImage(t, c, db, "postgres:18.0", nil)
+	first := preUpgradeBackup(t, c, ns)
+	assert.Equal(t, string(db.UID), first.Annotations[database.AnnotationDatabaseUID])
+	reportBackup(t, c, ns, "reborn", first.Name, 100)
+	waitFor(t, c, db, "upgrade completed", upgradeStep(dbv1.UpgradeCompleted))
+	require.NoError(t, c.Delete(ctx, db))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})
+		require.True(ct, apierrors.IsNotFound(err), "the first Database is still there")
+	}, wait, 100*time.Millisecond)
+
+	db = create()
+	setImage(t, c, db, "postgres:18.0", nil)
+	second := preUpgradeBackup(t, c, ns, first.Name)
+	assert.Equal(t, string(db.UID), second.Annotations[database.AnnotationDatabaseUID])
+	cur := waitFor(t, c, db, "Upgrading BackingUp", upgradeStep(dbv1.UpgradeBackingUp))
+	assert.Equal(t, second.Name, cur.Status.Upgrade.Backup)
+	time.Sleep(time.Second)
+	sts := get(t, c, ns, "reborn", &appsv1.StatefulSet{})
+	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the servers run until this Database's own backup completed")
+	reportBackup(t, c, ns, "reborn", second.Name, 200)
+	waitFor(t, c, db, "upgrade completed", upgradeStep(dbv1.UpgradeCompleted))
+	job := jobNamed(t, c, ns, "reborn-upgrade")
+	second = *get(t, c, ns, second.Name, &dbv1.DatabaseBackup{})
+	assert.Equal(t, second.Status.File, envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "its own backup is restored")
+}
+
+// Going back and forth between two images of one major version takes a
+// backup each time: 17.6 → 17.7 → 17.6 → 17.7 does not roll the last
+// change on the first change's backup.
+func TestEachImageChangeTakesItsOwnBackup(t *testing.T) {
+	c, ns := upgradeTest(t)
+	ctx := context.Background()
+
+	db := newDatabase(ns, "flip", 1)
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	var taken []string
+	for i, image := range []string{"postgres:17.7", "postgres:17.6", "postgres:17.7"} {
+		setImage(t, c, db, image, nil)
+		pre := preUpgradeBackup(t, c, ns, taken...)
+		taken = append(taken, pre.Name)
+		cur := waitFor(t, c, db, "BackingUp", func(ct *assert.CollectT, d *dbv1.Database) {
+			require.Equal(ct, "BackingUp", condition(d, database.ConditionUpgrading).Reason)
+		})
+		assert.Equal(t, pre.Name, cur.Status.Backup.PreUpgradeBackup, "change %d", i)
+		assert.NotEqual(t, image, serverImage(t, c, ns, "flip"), "change %d: no roll before its own backup completed", i)
+		reportBackup(t, c, ns, "flip", pre.Name, int64(10+i))
+		waitFor(t, c, db, "rolled to "+image, func(ct *assert.CollectT, d *dbv1.Database) {
+			ready(ct, d)
+			require.Equal(ct, image, d.Status.CurrentImage)
+		})
+	}
+	assert.Len(t, taken, 3)
+}
+
+// The upgrade holds its backup from its completion to the upgrade's end:
+// deleting it waits; if it goes anyway (its finalizer removed by hand),
+// the upgrade does not run without it but rolls back, saying why.
+func TestAnUpgradeHoldsItsBackupAndRollsBackWhenItIsGoneAnyway(t *testing.T) {
+	c, ns := upgradeTest(t)
+	ctx := context.Background()
+
+	db := onOneNode(newDatabase(ns, "held", 1))
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	// The primary's pod stays (Terminating) when the servers stop, until
+	// the test lets it go: the upgrade waits at ScalingDown meanwhile.
+	pod := get(t, c, ns, "held-0", &corev1.Pod{})
+	require.NoError(t, c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["test.deckhand/hold"]}}`))))
+
+	setImage(t, c, db, "postgres:18.0", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	reportBackup(t, c, ns, "held", pre.Name, 100)
+	cur := waitFor(t, c, db, "ScalingDown", upgradeStep(dbv1.UpgradeScalingDown))
+	held := get(t, c, ns, pre.Name, &dbv1.DatabaseBackup{})
+	assert.Contains(t, held.Annotations, database.AnnotationPrefixHeldBy+"upgrade."+string(cur.UID))
+
+	// Deleting it waits while it is held: no Job deletes its file.
+	require.NoError(t, c.Delete(ctx, held))
+	waitForBackup(t, c, ns, pre.Name, "deletion held", func(ct *assert.CollectT, b *dbv1.DatabaseBackup) {
+		c := findCond(b.Status.Conditions, "FileDeleted")
+		require.NotNil(ct, c)
+		require.Equal(ct, "InUse", c.Reason)
+		require.Contains(ct, c.Message, "Database held restores it in its upgrade")
+	})
+	var jobs batchv1.JobList
+	require.NoError(t, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelComponent: "backup-delete"}))
+	assert.Empty(t, jobs.Items, "the held file is not deleted")
+
+	// Gone anyway: its finalizer removed by hand.
+	require.NoError(t, c.Patch(ctx, held, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	require.NoError(t, c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	cur = waitFor(t, c, db, "rolled back and Ready on the old image", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeStep(dbv1.UpgradeFailed)(ct, d)
+		ready(ct, d)
+	})
+	failed := condition(cur, database.ConditionUpgradeFailed)
+	assert.Equal(t, "PreUpgradeBackupGone", failed.Reason)
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "held"))
+	var notes []string
+	for _, e := range listEvents(t, c, ns, "held") {
+		if e.Reason == "RollingBack" {
+			notes = append(notes, e.Note)
+		}
+	}
+	require.Len(t, notes, 1)
+	assert.Contains(t, notes[0], "the pre-upgrade DatabaseBackup "+pre.Name+" is gone")
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held-upgrade"}, &batchv1.Job{})
+	assert.True(t, apierrors.IsNotFound(err), "no upgrade Job without its backup: %v", err)
+}
+
+func findCond(conds []metav1.Condition, kind string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == kind {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// The test-only seam (Options.MajorPathWithinMajor) sends a change within
+// one major version through every step of the major path, so the path
+// can run where only one major version is installed.
+func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperatorWith(t, ns, database.Options{MajorPathWithinMajor: true})
+	dumpOnFailure(t, c, ns)
+	ctx := context.Background()
+
+	db := onOneNode(newDatabase(ns, "seam", 1))
+	db.Spec.Image = "postgres:15.14"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	setImage(t, c, db, "postgres:15.14-bookworm", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	cur := waitFor(t, c, db, "major path: BackingUp", upgradeStep(dbv1.UpgradeBackingUp))
+	assert.Equal(t, "15.14", cur.Status.Upgrade.FromVersion)
+	assert.Equal(t, "15.14", cur.Status.Upgrade.ToVersion)
+	reportBackup(t, c, ns, "seam", pre.Name, 100)
+	cur = waitFor(t, c, db, "upgrade completed", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeStep(dbv1.UpgradeCompleted)(ct, d)
+		ready(ct, d)
+	})
+	job := jobNamed(t, c, ns, "seam-upgrade")
+	env := envOf(job.Spec.Template.Spec.Containers[0])
+	assert.Equal(t, "15.14", env["FROM_VERSION"])
+	assert.Equal(t, "15.14", env["TO_VERSION"])
+	assert.Equal(t, "postgres:15.14-bookworm", cur.Status.CurrentImage)
+	eventsOnce(t, c, ns, "seam", "BackingUp", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "OldDataRemoved")
 }

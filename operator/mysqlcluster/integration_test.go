@@ -148,8 +148,8 @@ func reportJob(t *testing.T, c client.Client, ns, job, message string) {
 // backup, and waits until the instance is Completed.
 func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, size int64) *grtlv1.MySQLBackupInstance {
 	t.Helper()
+	var job batchv1.Job
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var job batchv1.Job
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster + "-backup"}, &job))
 		owner := metav1.GetControllerOf(&job)
 		require.NotNil(ct, owner)
@@ -157,7 +157,13 @@ func completeBackup(t *testing.T, c client.Client, ns, cluster, backup string, s
 		require.Equal(ct, backup, owner.Name)
 	}, wait, 100*time.Millisecond, "backup Job of %s", backup)
 	sum := fmt.Sprintf("%064x", size)
-	reportJob(t, c, ns, cluster+"-backup", fmt.Sprintf(`{"serverVersion":"8.4.8","file":"%s.dump","size":%d,"sha256":"%s"}`, backup, size, sum))
+	var file string
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "BACKUP_FILE" {
+			file = e.Value // it names the instance's UID
+		}
+	}
+	reportJob(t, c, ns, cluster+"-backup", fmt.Sprintf(`{"serverVersion":"8.4.8","file":"%s","size":%d,"sha256":"%s"}`, file, size, sum))
 	return waitForBackup(t, c, ns, backup, "Completed", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
 		require.Equal(ct, grtlv1.BackupCompleted, b.Status.Phase, "conditions: %+v", b.Status.Conditions)
 	})
@@ -360,14 +366,14 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 	b = waitForBackup(t, c, ns, "nightly", "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
 		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
 	})
-	assert.Equal(t, "src-1", b.Status.Source, "a ready replica, not the primary")
+	assert.Equal(t, "src-0", b.Status.Source, "the primary: MySQL's backup reads no replica (its lag is not measured)")
 	assert.Equal(t, "mysql:8.4.8", b.Status.Image, "the cluster's own image")
 	b = completeBackup(t, c, ns, "src", "nightly", 4096)
 	assert.Equal(t, int64(4096), b.Status.Size)
 	assert.Equal(t, fmt.Sprintf("%064x", 4096), b.Status.SHA256)
 	assert.Equal(t, "8.4.8", b.Status.Version)
 	assert.Equal(t, "src-backup", b.Status.ClaimName)
-	assert.Equal(t, "nightly.dump", b.Status.File)
+	assert.Equal(t, "nightly-"+string(b.UID)+".dump", b.Status.File, "the file names the instance's UID")
 	claim := get(t, c, ns, "src-backup", &corev1.PersistentVolumeClaim{})
 	assert.Empty(t, claim.OwnerReferences, "the backup volume outlives the cluster")
 
@@ -382,7 +388,7 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 	for _, e := range restore.Spec.Template.Spec.Containers[0].Env {
 		envs[e.Name] = e.Value
 	}
-	assert.Equal(t, "nightly.dump", envs["BACKUP_FILE"])
+	assert.Equal(t, b.Status.File, envs["BACKUP_FILE"])
 	assert.Equal(t, b.Status.SHA256, envs["BACKUP_SHA256"])
 }
 
@@ -473,6 +479,59 @@ func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Regexp(t, `(?m)^NAME\s+CLUSTER\s+SCHEDULE\s+PHASE\s+SIZE\s+COMPLETED\s+AGE$`, out)
 	assert.Regexp(t, `(?m)^`+second+`\s+app\s+hourly\s+Completed\s+300\s`, out)
+}
+
+// While the schedule's instance has not finished, times pass without new
+// instances: they are counted in status.missedSchedules and reported.
+func TestScheduleMakesNoInstanceWhileItsLastHasNotFinished(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	var offset atomic.Int64
+	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	ctx := context.Background()
+
+	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
+	waitFor(t, c, ns, "app", "Ready", ready)
+	offset.Store(int64(time.Hour + 5*time.Minute))
+	sched := &grtlv1.MySQLBackupSchedule{
+		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
+		Spec:       grtlv1.MySQLBackupScheduleSpec{Cluster: "app", Time: "@hourly"},
+	}
+	require.NoError(t, c.Create(ctx, sched))
+	instances := func(ct require.TestingT) []grtlv1.MySQLBackupInstance {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(ctx, &list, client.InNamespace(ns)))
+		return list.Items
+	}
+	var first grtlv1.MySQLBackupInstance
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		items := instances(ct)
+		require.Len(ct, items, 1)
+		first = items[0]
+	}, wait, 100*time.Millisecond, "the first instance")
+	waitForBackup(t, c, ns, first.Name, "Started", func(ct *assert.CollectT, b *grtlv1.MySQLBackupInstance) {
+		require.Equal(ct, grtlv1.BackupStarted, b.Status.Phase)
+	})
+
+	for i, hours := range []time.Duration{2, 3} {
+		offset.Store(int64(hours*time.Hour + 5*time.Minute))
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(sched), sched); err != nil {
+				return err
+			}
+			sched.Annotations = map[string]string{"poke": fmt.Sprint(hours)}
+			return c.Update(ctx, sched)
+		}))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(sched), sched))
+			require.Equal(ct, int64(i+1), sched.Status.MissedSchedules)
+		}, wait, 100*time.Millisecond, "a missed time counted")
+	}
+	assert.Len(t, instances(t), 1, "no instance queued behind the one that has not finished")
+	assert.Contains(t, condition(sched.Status.Conditions, mysqlcluster.ConditionBackupScheduled).Message, "MySQLBackupInstance "+first.Name+" has not finished yet")
+	waitEvents(t, c, ns, "hourly", corev1.EventTypeWarning, "BackupScheduleMissed")
 }
 
 // Deleting a cluster (deletionPolicy Snapshot, the default) takes a final

@@ -61,6 +61,10 @@ func (clusters) New() client.Object { return &grtlv1.MySQLCluster{} }
 func (clusters) View(obj client.Object) *database.Cluster {
 	mc := obj.(*grtlv1.MySQLCluster)
 	st := mc.Status
+	var backups *dbv1.BackupStatus
+	if st.PreUpgradeBackup != "" {
+		backups = &dbv1.BackupStatus{PreUpgradeBackup: st.PreUpgradeBackup}
+	}
 	return &database.Cluster{
 		ObjectMeta: *mc.ObjectMeta.DeepCopy(),
 		Object:     mc,
@@ -92,6 +96,7 @@ func (clusters) View(obj client.Object) *database.Cluster {
 			Primary:            st.Primary,
 			CurrentImage:       st.CurrentImage,
 			CurrentVersion:     st.CurrentVersion,
+			Backup:             backups,
 			Conditions:         cloneConditions(st.Conditions),
 		},
 	}
@@ -103,6 +108,10 @@ func (clusters) SetStatus(obj client.Object, c *database.Cluster) {
 	if image == "" {
 		image = imageOf(mc)
 	}
+	preUpgrade := ""
+	if c.Status.Backup != nil {
+		preUpgrade = c.Status.Backup.PreUpgradeBackup
+	}
 	mc.Status = grtlv1.MySQLClusterStatus{
 		ObservedGeneration: c.Status.ObservedGeneration,
 		Phase:              grtlv1.Phase(c.Status.Phase),
@@ -113,6 +122,7 @@ func (clusters) SetStatus(obj client.Object, c *database.Cluster) {
 		Flavor:             mysql.Flavor(image),
 		CurrentImage:       c.Status.CurrentImage,
 		CurrentVersion:     c.Status.CurrentVersion,
+		PreUpgradeBackup:   preUpgrade,
 		Conditions:         Kind.SayConditions(c.Status.Conditions),
 	}
 }
@@ -180,6 +190,7 @@ func (instances) View(obj client.Object) *database.Backup {
 			Engine:         EngineMySQL,
 			Version:        st.Version,
 			Source:         st.Source,
+			LagBytes:       st.LagBytes,
 			Conditions:     cloneConditions(st.Conditions),
 		},
 	}
@@ -199,6 +210,7 @@ func (instances) SetStatus(obj client.Object, v *database.Backup) {
 		Image:          st.Image,
 		Version:        st.Version,
 		Source:         st.Source,
+		LagBytes:       st.LagBytes,
 		Conditions:     Kind.SayConditions(st.Conditions),
 	}
 }

@@ -108,25 +108,30 @@ func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupS
 	if sched.Status.LastScheduleTime != nil {
 		last = sched.Status.LastScheduleTime.Time
 	}
-	due, isDue, next, err := database.NextBackup(sched.Spec.Time, last, now)
+	due, isDue, times, next, err := database.NextBackup(sched.Spec.Time, last, now)
 	if err != nil {
 		s.notScheduled(sched, "InvalidSchedule", fmt.Sprintf("time %q is not a schedule: %v", sched.Spec.Time, err))
 		return ctrl.Result{}, nil
 	}
+	backups, err := s.instancesOf(ctx, sched)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	waiting := database.Unfinished(views(backups))
 	if isDue {
-		if err := s.createInstance(ctx, sched, due); err != nil {
+		if waiting != "" {
+			s.missSchedule(sched, waiting, due, times)
+		} else if err := s.createInstance(ctx, sched, due); err != nil {
 			return ctrl.Result{}, err
 		}
 		sched.Status.LastScheduleTime = &metav1.Time{Time: due}
 	}
 	sched.Status.NextScheduleTime = &metav1.Time{Time: next}
-	status.SetCondition(&sched.Status.Conditions, sched.Generation, ConditionBackupScheduled, true, "Scheduled",
-		fmt.Sprintf("next backup of MySQLCluster %s at %s (time %q, UTC)", mc.Name, next.UTC().Format(time.RFC3339), sched.Spec.Time))
-
-	backups, err := s.instancesOf(ctx, sched)
-	if err != nil {
-		return ctrl.Result{}, err
+	msg := fmt.Sprintf("next backup of MySQLCluster %s at %s (time %q, UTC)", mc.Name, next.UTC().Format(time.RFC3339), sched.Spec.Time)
+	if waiting != "" && sched.Status.MissedSchedules > 0 {
+		msg += fmt.Sprintf("; MySQLBackupInstance %s has not finished yet, so times pass without a new backup (%d missed so far, status.missedSchedules)", waiting, sched.Status.MissedSchedules)
 	}
+	status.SetCondition(&sched.Status.Conditions, sched.Generation, ConditionBackupScheduled, true, "Scheduled", msg)
 	s.observe(sched, backups)
 	if err := s.applyRetention(ctx, sched, &mc, backups); err != nil {
 		return ctrl.Result{}, err
@@ -235,9 +240,23 @@ func (s *ScheduleReconciler) applyRetention(ctx context.Context, sched *grtlv1.M
 	if r.MaxAge != nil {
 		maxAge = r.MaxAge.Duration
 	}
-	backups := make([]*database.Backup, len(instances))
+	return s.Core.Prune(ctx, Kind.Clusters.View(mc), views(instances), keep, maxAge)
+}
+
+// views are the core's views of instances.
+func views(instances []*grtlv1.MySQLBackupInstance) []*database.Backup {
+	out := make([]*database.Backup, len(instances))
 	for i, b := range instances {
-		backups[i] = Kind.Backups.View(b)
+		out[i] = Kind.Backups.View(b)
 	}
-	return s.Core.Prune(ctx, Kind.Clusters.View(mc), backups, keep, maxAge)
+	return out
+}
+
+// missSchedule counts times that pass while the schedule's previous
+// instance has not finished, and says so: they are not queued.
+func (s *ScheduleReconciler) missSchedule(sched *grtlv1.MySQLBackupSchedule, waiting string, due time.Time, times int64) {
+	sched.Status.MissedSchedules += max(times, 1)
+	s.Recorder.Eventf(sched, nil, corev1.EventTypeWarning, "BackupScheduleMissed", "Schedule",
+		"no MySQLBackupInstance for the time %s: MySQLBackupInstance %s has not finished, and it stands for this time too (%d times missed so far)",
+		due.UTC().Format(time.RFC3339), waiting, sched.Status.MissedSchedules)
 }

@@ -67,6 +67,12 @@ type MySQLBackupScheduleStatus struct {
 	// LastSuccessfulBackup is the newest completed MySQLBackupInstance.
 	// +optional
 	LastSuccessfulBackup string `json:"lastSuccessfulBackup,omitempty"`
+	// MissedSchedules counts the times for which no backup was made
+	// because the schedule's previous backup was still waiting or running
+	// (the cluster down, say): at most one waits at a time, and it stands
+	// for every time missed meanwhile.
+	// +optional
+	MissedSchedules int64 `json:"missedSchedules,omitempty"`
 	// Conditions: LastBackupSucceeded.
 	// +listType=map
 	// +listMapKey=type
@@ -176,6 +182,10 @@ type MySQLBackupInstanceStatus struct {
 	// Source is the pod it was read from.
 	// +optional
 	Source string `json:"source,omitempty"`
+	// LagBytes is the replica's lag the backup Job measured, when it read
+	// from a replica.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
 	// Conditions: Completed (False with the reason while scheduled,
 	// started or failed).
 	// +listType=map

@@ -158,6 +158,12 @@ type MySQLClusterStatus struct {
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 
+	// PreUpgradeBackup is the MySQLBackupInstance taken before the image
+	// change in progress; only it lets the servers roll. Empty when no
+	// image change is in progress.
+	// +optional
+	PreUpgradeBackup string `json:"preUpgradeBackup,omitempty"`
+
 	// Conditions: Ready, Initialized, Restored (fromBackup), StorageBound,
 	// VersionKnown (False for an unpinned image such as mysql:latest),
 	// LastBackupSucceeded, DeletionBlocked.

@@ -110,6 +110,11 @@ func (in *MySQLBackupInstanceStatus) DeepCopyInto(out *MySQLBackupInstanceStatus
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LagBytes != nil {
+		in, out := &in.LagBytes, &out.LagBytes
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

@@ -2,6 +2,7 @@ package v1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -231,6 +232,19 @@ type BackupSpec struct {
 	// Suspend stops scheduled backups; backups made by hand still run.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// MaxStandbyLag is how far (in bytes of WAL) a standby's replay may
+	// be behind the primary for a backup to read from it instead of the
+	// primary. The backup Job measures it before the dump starts; a
+	// standby further behind, or not streaming, is not used. Default 16Mi:
+	// one WAL segment, so a standby that keeps up (a second or two behind
+	// under load) qualifies and one that stopped replaying does not. 0:
+	// backups always read from the primary. The final backup before a
+	// deletion and the backup before an image change always read from the
+	// primary.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="backup.maxStandbyLag must be 0 or more (e.g. 16Mi)"
+	// +optional
+	MaxStandbyLag *resource.Quantity `json:"maxStandbyLag,omitempty"`
 }
 
 // Retention of a Database's backups. The newest completed backup is
@@ -412,6 +426,17 @@ type BackupStatus struct {
 	// ClaimName is the backup PersistentVolumeClaim, once it exists.
 	// +optional
 	ClaimName string `json:"claimName,omitempty"`
+	// MissedSchedules counts the schedule times for which no backup was
+	// made because the previous scheduled backup was still pending or
+	// running (the database down, say): at most one scheduled backup
+	// waits at a time, and it stands for every time missed meanwhile.
+	// +optional
+	MissedSchedules int64 `json:"missedSchedules,omitempty"`
+	// PreUpgradeBackup is the DatabaseBackup taken before the image
+	// change in progress (same major version); only it lets the servers
+	// roll. Empty when no image change is in progress.
+	// +optional
+	PreUpgradeBackup string `json:"preUpgradeBackup,omitempty"`
 }
 
 // Database is a database server (seed 004's SampleDB): a StatefulSet of a

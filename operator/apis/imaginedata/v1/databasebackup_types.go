@@ -64,9 +64,15 @@ type DatabaseBackupStatus struct {
 	// Version of the server it was taken from.
 	// +optional
 	Version string `json:"version,omitempty"`
-	// Source is the pod it was read from.
+	// Source is the pod it was read from: the primary, or a standby whose
+	// replay lag the backup Job measured within spec.backup.maxStandbyLag.
 	// +optional
 	Source string `json:"source,omitempty"`
+	// LagBytes is the standby's replay lag behind the primary, in bytes of
+	// WAL, that the backup Job measured before the dump started; absent
+	// when it read from the primary.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
 	// Conditions: Completed (False with the reason while pending, running
 	// or failed).
 	// +listType=map
@@ -88,6 +94,7 @@ type DatabaseBackupStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
 // +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`
 // +kubebuilder:printcolumn:name="File",type=string,JSONPath=`.status.file`,priority=1
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`,priority=1
 // +kubebuilder:printcolumn:name="SHA256",type=string,JSONPath=`.status.sha256`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DatabaseBackup struct {
