@@ -77,7 +77,7 @@ SQL
 
 log "dumping database $APP_DATABASE from $PGHOST:$PGPORT (PostgreSQL $version) to $partial"
 trap 'rm -f "$partial"' EXIT
-pg_dump --format=custom --no-password --file="$partial" --dbname="$APP_DATABASE"
+pg_dump --format=custom --no-password --file="$partial" --dbname="$(app_dbname)"
 # The data reaches the disk before the name that says it is complete.
 sync "$partial"
 size=$(stat -c %s "$partial")

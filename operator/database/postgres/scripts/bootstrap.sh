@@ -97,11 +97,6 @@ ensure_replication_role() {
 	log "replication role $REPLICATION_USER in place, with the password of its Secret"
 }
 
-# conninfo_value VALUE: VALUE quoted for a libpq connection string.
-conninfo_value() {
-	printf "'%s'" "$(printf '%s' "$1" | sed "s/[\\\\']/\\\\&/g")"
-}
-
 # write_primary_conninfo DIR: a standby's postgresql.auto.conf names the
 # primary, the replication role and its password (every other line is
 # kept). The file is made beside it with mode 0600 and renamed into place.
