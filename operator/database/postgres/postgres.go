@@ -227,6 +227,7 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 		{Name: "SOURCE_PORT", Value: fmt.Sprint(c.Port)},
 		{Name: "APP_DATABASE", Value: c.Database},
 		{Name: "BACKUP_FILE", Value: b.File},
+		engine.JobUIDEnv(),
 	}
 	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
 }

@@ -18,6 +18,13 @@
 # BACKUP_FILE is always complete. A killed Job leaves only a .partial file,
 # which the next backup removes.
 #
+# The file is bound to the Job that wrote it: BACKUP_FILE.owner, written
+# before the rename, holds BACKUP_JOB_UID. A BACKUP_FILE that exists when
+# the Job starts is reported only when its .owner names this Job (a retry
+# after the rename); otherwise the Job fails and leaves it alone. The
+# operator names files after the DatabaseBackup's UID, so another file of
+# that name is never this backup's.
+#
 # Writes {"serverVersion","file","size","sha256"} to the termination
 # message.
 #
@@ -25,7 +32,7 @@
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, PGUSER and
 # PGPASSWORD (the superuser), APP_DATABASE, BACKUP_DIR, BACKUP_FILE
-# (relative to BACKUP_DIR), TERMINATION_MESSAGE_PATH; SERVER_WAIT_SECONDS
+# (relative to BACKUP_DIR), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH; SERVER_WAIT_SECONDS
 # (default 600).
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +42,9 @@ export PGHOST="$SOURCE_HOST" PGPORT="$SOURCE_PORT" PGDATABASE=postgres PGCONNECT
 target=$BACKUP_DIR/$BACKUP_FILE
 dir=$(dirname "$target")
 partial=$target.partial
+# owner records the UID of the Job that completed target, written before
+# the rename that completes it.
+owner=$target.owner
 mkdir -p "$dir"
 
 # Dumps of earlier Jobs that were killed: one backup runs at a time per
@@ -43,6 +53,12 @@ for stale in "$dir"/*.partial; do
 	[ -e "$stale" ] || continue
 	log "removing $stale, left by a backup that did not finish"
 	rm -f "$stale"
+done
+# Records of files that are gone (deleted with their DatabaseBackup, or a
+# Job stopped between the record and the rename).
+for record in "$dir"/*.owner; do
+	[ -e "$record" ] || continue
+	[ -e "${record%.owner}" ] || rm -f "$record"
 done
 
 wait_for_server
@@ -56,13 +72,19 @@ report() {
 		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" >"$TERMINATION_MESSAGE_PATH"
 }
 
-# Only a complete dump bears the final name: an earlier attempt of this
-# Job that was stopped after the rename wrote it. It is kept, never
-# overwritten.
+# A file under this backup's name is this backup's result only when this
+# Job wrote it (an earlier attempt stopped after the rename): then it is
+# reported again, never rewritten. Anything else (another Job's file, a
+# file nothing recorded) is refused and left as it is: reporting it would
+# make an old dump look like a new backup.
 if [ -e "$target" ]; then
-	log "$target exists: an earlier attempt of this backup completed it"
-	report "$(stat -c %s "$target")" "$(sha256_of "$target")"
-	exit 0
+	written_by=$(cat "$owner" 2>/dev/null || true)
+	if [ -n "${BACKUP_JOB_UID:-}" ] && [ "$written_by" = "$BACKUP_JOB_UID" ]; then
+		log "$target exists: an earlier attempt of this Job ($BACKUP_JOB_UID) completed it"
+		report "$(stat -c %s "$target")" "$(sha256_of "$target")"
+		exit 0
+	fi
+	fail "$target exists, but this backup did not write it (${written_by:+written by Job $written_by, }this is Job ${BACKUP_JOB_UID:-of unknown UID}): refusing to report a file this backup did not write; it is left as it is"
 fi
 
 # A dump holds one database, not roles: say which roles it leaves out.
@@ -82,6 +104,8 @@ pg_dump --format=custom --no-password --file="$partial" --dbname="$(app_dbname)"
 sync "$partial"
 size=$(stat -c %s "$partial")
 sha256=$(sha256_of "$partial")
+printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
+sync "$owner"
 mv "$partial" "$target"
 trap - EXIT
 sync "$dir"
