@@ -98,7 +98,9 @@ func NewHostRunner(t testing.TB, c client.Client, ns, root string, opts HostOpti
 }
 
 // NodeSelector places a pod with the runner: no node matches it.
-func (r *HostRunner) NodeSelector() map[string]string { return map[string]string{hostRunnerLabel: r.ns} }
+func (r *HostRunner) NodeSelector() map[string]string {
+	return map[string]string{hostRunnerLabel: r.ns}
+}
 
 // Serve makes a host that a pod reaches at name (a Service's or a pod's
 // name: the first label of "name.namespace.svc...") reach addr
