@@ -36,6 +36,8 @@ type host struct {
 	// batch.kubernetes.io/controller-uid label): every call is a retry
 	// of one Job until a test changes it.
 	jobUID string
+	// standbyPort is where a Job's STANDBY_HOST listens.
+	standbyPort string
 }
 
 func newHost(t testing.TB) *host {
@@ -113,6 +115,9 @@ func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]stri
 		if _, ok := env[k]; ok {
 			env[k] = "127.0.0.1"
 		}
+	}
+	if _, ok := env["STANDBY_HOST"]; ok {
+		env["STANDBY_HOST"], env["STANDBY_PORT"] = "127.0.0.1", h.standbyPort
 	}
 	if _, ok := env["BACKUP_JOB_UID"]; ok {
 		env["BACKUP_JOB_UID"] = h.jobUID

@@ -14,7 +14,7 @@ import (
 
 func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := Engine{}.Scripts()
-	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, "lib.sh"}, keys(scripts))
+	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, ProbeScript, "lib.sh"}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("scripts/" + name)
 		require.NoError(t, err)
@@ -43,9 +43,9 @@ func TestConnectionURIQuotesWhatNeedsIt(t *testing.T) {
 }
 
 func TestServerArgsAreSortedSingleArguments(t *testing.T) {
-	assert.Equal(t, []string{"-c", "max_connections=50", "-c", "search_path=\"$user\", public", "-c", "wal_keep_size=512MB"},
+	assert.Equal(t, []string{"-c", "hot_standby_feedback=on", "-c", "max_connections=50", "-c", "search_path=\"$user\", public", "-c", "wal_keep_size=512MB"},
 		serverArgs(map[string]string{"search_path": `"$user", public`, "max_connections": "50"}))
-	assert.Equal(t, []string{"-c", "wal_keep_size=1GB"}, serverArgs(map[string]string{"wal_keep_size": "1GB"}))
+	assert.Equal(t, []string{"-c", "hot_standby_feedback=off", "-c", "wal_keep_size=1GB"}, serverArgs(map[string]string{"wal_keep_size": "1GB", "hot_standby_feedback": "off"}))
 }
 
 func TestPodsRunAsThePostgresUserOfTheImage(t *testing.T) {

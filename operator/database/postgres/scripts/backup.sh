@@ -2,8 +2,10 @@
 # deckhand: a backup Job of a PostgreSQL Database.
 #
 # Dumps APP_DATABASE with the server image's own pg_dump (custom format:
-# compressed, restored with pg_restore) from SOURCE_HOST (a ready standby,
-# else the primary), as the superuser.
+# compressed, restored with pg_restore) from SOURCE_HOST (the primary), or
+# from STANDBY_HOST when that standby streams and replays at most
+# MAX_LAG_BYTES behind the primary, measured before the dump starts; as
+# the superuser.
 #
 # What a dump holds: the database's schemas, tables, data, sequences (with
 # their values), functions, extensions' CREATE EXTENSION. What it does not
@@ -25,14 +27,16 @@
 # operator names files after the DatabaseBackup's UID, so another file of
 # that name is never this backup's.
 #
-# Writes {"serverVersion","file","size","sha256"} to the termination
-# message.
+# Writes {"serverVersion","file","size","sha256","source","lagBytes"} to
+# the termination message (source: the host dumped from; lagBytes: the
+# standby's measured lag, only when it was the source).
 #
 # Uses only what PostgreSQL 15 to 18 share.
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, PGUSER and
 # PGPASSWORD (the superuser), APP_DATABASE, BACKUP_DIR, BACKUP_FILE
-# (relative to BACKUP_DIR), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH; SERVER_WAIT_SECONDS
+# (relative to BACKUP_DIR), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH;
+# STANDBY_HOST, STANDBY_PORT and MAX_LAG_BYTES (optional); SERVER_WAIT_SECONDS
 # (default 600).
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -62,14 +66,51 @@ for record in "$dir"/*.owner; do
 done
 
 wait_for_server
+source=$SOURCE_HOST
+lag=
+
+# use_standby_if_close: with STANDBY_HOST, dump from the standby instead
+# when it is streaming from the primary and its replay position is at most
+# MAX_LAG_BYTES behind the primary's current WAL position, both read now,
+# before the dump starts (the primary's first: the lag can only be
+# overstated). Otherwise the dump reads the primary.
+use_standby_if_close() {
+	primary_lsn=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SELECT pg_current_wal_lsn()') || return 0
+	standby=$(PGHOST=$STANDBY_HOST PGPORT=$STANDBY_PORT psql -X -A -t -v ON_ERROR_STOP=1 \
+		-c "SELECT coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || ' ' || coalesce(pg_last_wal_replay_lsn()::text, 'none')" 2>&1) || {
+		log "standby $STANDBY_HOST does not answer ($standby): dumping from the primary"
+		return 0
+	}
+	status=${standby% *} standby_lsn=${standby#* }
+	if [ "$status" != streaming ]; then
+		log "standby $STANDBY_HOST is not streaming from the primary (WAL receiver: $status): dumping from the primary"
+		return 0
+	fi
+	case $standby_lsn in
+	*[!0-9A-F/]* | '') fail "standby $STANDBY_HOST reported replay position \"$standby_lsn\"" ;;
+	esac
+	bytes=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT greatest(pg_wal_lsn_diff('$primary_lsn', '$standby_lsn'), 0)::bigint")
+	if [ "$bytes" -gt "$MAX_LAG_BYTES" ]; then
+		log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from the primary"
+		return 0
+	fi
+	log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from it"
+	source=$STANDBY_HOST lag=$bytes
+	export PGHOST="$STANDBY_HOST" PGPORT="$STANDBY_PORT"
+}
+if [ -n "${STANDBY_HOST:-}" ]; then
+	case ${MAX_LAG_BYTES:-} in '' | *[!0-9]*) fail "MAX_LAG_BYTES \"${MAX_LAG_BYTES:-}\" is not a number of bytes" ;; esac
+	use_standby_if_close
+fi
 version=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SHOW server_version')
 
 # report SIZE SHA256: the Report of the complete file $target.
 report() {
 	size=$1 sha256=$2
 	log "$target: $size bytes, SHA-256 $sha256"
-	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s}\n' \
-		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" >"$TERMINATION_MESSAGE_PATH"
+	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s}\n' \
+		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" \
+		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" >"$TERMINATION_MESSAGE_PATH"
 }
 
 # A file under this backup's name is this backup's result only when this
