@@ -80,7 +80,7 @@ func (e *endToEnd) database(name string, policy dbv1.DeletionPolicy, fromBackup 
 	db := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: dbv1.DatabaseSpec{
-			Name: "app data", Port: 5432, StorageSize: "1Gi", Replicas: 1, Image: e.image,
+			Name: appDatabase, Port: 5432, StorageSize: "1Gi", Replicas: 1, Image: e.image,
 			DeletionPolicy: policy, FromBackup: fromBackup,
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
 		},
@@ -129,7 +129,7 @@ func (e *endToEnd) secret(name, key string) string {
 // sql runs SQL in the Database's app database as its superuser.
 func (e *endToEnd) sql(db, sql string) string {
 	e.t.Helper()
-	out, err := pgtest.PSQL(e.bin, e.servers[db], "postgres", e.secret(db+"-superuser", "password"), "app data", sql)
+	out, err := pgtest.PSQL(e.bin, e.servers[db], "postgres", e.secret(db+"-superuser", "password"), appDatabase, sql)
 	require.NoError(e.t, err, "%s\n%s", sql, out)
 	return out
 }
@@ -212,3 +212,8 @@ func TestTheOperatorAndItsScriptsBackUpRestoreAndSnapshotARealPostgreSQL(t *test
 	e.waitReady("after")
 	assert.Equal(t, "before the backup,before the delete", e.sql("after", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"))
 }
+
+// appDatabase is the Databases' spec.name: libpq would read it as a
+// connection string naming the postgres database if a script passed it
+// as one (issue 21, item 8), and it holds a space and a quote.
+const appDatabase = "dbname=postgres app's data"
