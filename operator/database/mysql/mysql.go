@@ -216,7 +216,7 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		Volumes: []corev1.Volume{{Name: "run", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},
 		}}},
-		SecurityContext: podSecurityContext(),
+		SecurityContext: podSecurityContext(c),
 	}
 }
 
@@ -253,7 +253,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			SecurityContext:          containerSecurityContext(),
 		},
-		SecurityContext: podSecurityContext(),
+		SecurityContext: podSecurityContext(c),
 	}
 }
 
@@ -317,7 +317,7 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 // jobPod is engine.JobPod with this engine's credentials and pod
 // security context.
 func jobPod(c engine.Cluster, name, script string, env []corev1.EnvVar, backupClaim string, extra *corev1.Volume) engine.Pod {
-	return engine.JobPod(c, name, script, env, rootEnv(c), backupClaim, extra, podSecurityContext())
+	return engine.JobPod(c, name, script, env, rootEnv(c), backupClaim, extra, podSecurityContext(c))
 }
 
 // ConnectionURI is a mysql:// URI (as Go's and JDBC's MySQL drivers read
@@ -369,12 +369,19 @@ func serverArgs(params map[string]string) []string {
 	return args
 }
 
-func podSecurityContext() *corev1.PodSecurityContext {
+// podSecurityContext runs every container as c.RunAsUser, the UID the
+// spec names; zero (a caller that does not set it yet) is the official
+// images' mysql user.
+func podSecurityContext(c engine.Cluster) *corev1.PodSecurityContext {
+	uid := c.RunAsUser
+	if uid == 0 {
+		uid = mysqlUID
+	}
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot:        ptr.To(true),
-		RunAsUser:           ptr.To(int64(mysqlUID)),
-		RunAsGroup:          ptr.To(int64(mysqlUID)),
-		FSGroup:             ptr.To(int64(mysqlUID)),
+		RunAsUser:           ptr.To(uid),
+		RunAsGroup:          ptr.To(uid),
+		FSGroup:             ptr.To(uid),
 		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}

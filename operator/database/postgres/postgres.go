@@ -167,7 +167,7 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Gi"))},
 		}}},
-		SecurityContext: podSecurityContext(c.Image),
+		SecurityContext: podSecurityContext(c),
 	}
 }
 
@@ -197,7 +197,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			SecurityContext:          containerSecurityContext(),
 		},
-		SecurityContext: podSecurityContext(c.Image),
+		SecurityContext: podSecurityContext(c),
 	}
 }
 
@@ -304,7 +304,7 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 // jobPod is engine.JobPod with this engine's credentials and pod
 // security context.
 func jobPod(c engine.Cluster, name, script string, env []corev1.EnvVar, backupClaim string, extra *corev1.Volume) engine.Pod {
-	return engine.JobPod(c, name, script, env, superuserEnv(c), backupClaim, extra, podSecurityContext(c.Image))
+	return engine.JobPod(c, name, script, env, superuserEnv(c), backupClaim, extra, podSecurityContext(c))
 }
 
 // ConnectionURI is a libpq URI.
@@ -383,10 +383,17 @@ func serverArgs(params map[string]string) []string {
 	return args
 }
 
-func podSecurityContext(image string) *corev1.PodSecurityContext {
-	uid := int64(debianUID)
-	if strings.Contains(image[strings.LastIndex(image, "/")+1:], "alpine") {
-		uid = alpineUID
+// podSecurityContext runs every container as c.RunAsUser, the UID the
+// Database's spec names. Zero (a caller that does not set it yet) falls
+// back to the official images' postgres user, guessed from the image
+// reference as before.
+func podSecurityContext(c engine.Cluster) *corev1.PodSecurityContext {
+	uid := c.RunAsUser
+	if uid == 0 {
+		uid = int64(debianUID)
+		if strings.Contains(c.Image[strings.LastIndex(c.Image, "/")+1:], "alpine") {
+			uid = alpineUID
+		}
 	}
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot:        ptr.To(true),
