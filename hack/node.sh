@@ -1,0 +1,464 @@
+#!/usr/bin/env bash
+# deckhand's real-node cluster: a control plane of its own (kwokctl's binary
+# runtime, without kwok's fake nodes) and one real node on this machine:
+# kubelet and containerd built from source (hack/tools.sh kubenode,
+# containerd), runc and the CNI plugins from Debian, pods on a bridge of
+# 198.18.0.0/15 addresses that route nowhere off the machine.
+#
+#   hack/node.sh up          create (or restart) the cluster and its node; last line: export KUBECONFIG=...
+#   hack/node.sh down        remove all of it: processes, mounts, network, iptables rules, cgroups, state
+#   hack/node.sh deps        install runc, the CNI plugins, busybox-static, iptables from Debian
+#   hack/node.sh kubeconfig  print its kubeconfig path
+#   hack/node.sh status      say what runs
+#
+# Addresses (docs/realnode.md): node 198.18.0.1/24 on bridge dh-node0, pods
+# 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
+# `deckhand` that the rest of the suite runs on.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$root/hack/tools.sh
+cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+name=${DECKHAND_NODE_CLUSTER:-deckhand-node}
+node=${DECKHAND_NODE_NAME:-dh-node}
+apiserver_port=${DECKHAND_NODE_APISERVER_PORT:-16443}
+
+bridge=dh-node0
+node_ip=198.18.0.1
+node_cidr=198.18.0.1/24
+pod_cidr=198.18.1.0/24
+pod_gateway=198.18.1.1
+service_cidr=198.19.0.0/16
+cluster_dns=198.19.0.10
+# Pods get a route to the project's range only: no default route, so
+# nothing in a pod can address anything off this machine.
+project_range=198.18.0.0/15
+
+export KWOK_WORKDIR=$cache/kwok
+kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
+pki=$KWOK_WORKDIR/clusters/$name/pki
+# Persistent state (images, kubelet's pods) and runtime state (sockets,
+# mounts of running containers) of the node, removed by `down`.
+state=$cache/node/$name
+run=/run/deckhand-node/$name
+sock=$run/containerd/containerd.sock
+guard_chain=DECKHAND-NODE-APISERVER
+
+use_tools() {
+  local kube etcd kwok
+  kube=$("$tools" dir kube) etcd=$("$tools" dir etcd) kwok=$("$tools" dir kwok)
+  kubenode=$("$tools" dir kubenode) containerd_dir=$("$tools" dir containerd)
+  export KWOK_KUBE_VERSION=v1.36.3
+  export KWOK_KUBE_BINARY_PREFIX=$kube KWOK_KUBECTL_BINARY=$kube/kubectl
+  export KWOK_ETCD_BINARY=$etcd/etcd KWOK_CONTROLLER_BINARY=$kwok/kwok
+  kwokctl=$kwok/kwokctl kubectl=$kube/kubectl
+  ctr=$containerd_dir/ctr
+}
+
+log() { echo ">> $*" >&2; }
+
+# timed runs a step and logs how long it took (docs/realnode.md's timings).
+timed() {
+  local what=$1 start=$SECONDS
+  shift
+  "$@"
+  log "$what: $((SECONDS - start)) s"
+}
+
+deps() {
+  local missing=() p
+  for p in runc containernetworking-plugins busybox-static iptables; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  log "installing from Debian: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+require_root() {
+  if [[ $(id -u) != 0 ]]; then
+    echo "hack/node.sh $1 needs root: it creates a bridge, network namespaces, mounts and cgroups" >&2
+    exit 1
+  fi
+}
+
+# --- network -----------------------------------------------------------------
+
+network_up() {
+  if ! ip link show "$bridge" >/dev/null 2>&1; then
+    ip link add "$bridge" type bridge
+  fi
+  ip addr replace "$node_cidr" dev "$bridge"
+  ip link set "$bridge" up
+  apiserver_guard_up
+}
+
+# The API server listens on every address (kube-apiserver takes one bind
+# address, kwokctl's clients use 127.0.0.1 and pods need the bridge's), so
+# this chain lets only loopback and the node's bridge reach its port.
+apiserver_guard_up() {
+  iptables -w -N "$guard_chain" 2>/dev/null || iptables -w -F "$guard_chain"
+  iptables -w -A "$guard_chain" -i lo -j RETURN
+  iptables -w -A "$guard_chain" -i "$bridge" -j RETURN
+  iptables -w -A "$guard_chain" -j DROP
+  iptables -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
+    iptables -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
+}
+
+apiserver_guard_down() {
+  command -v iptables >/dev/null || return 0
+  while iptables -w -D INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null; do :; done
+  iptables -w -F "$guard_chain" 2>/dev/null || true
+  iptables -w -X "$guard_chain" 2>/dev/null || true
+}
+
+# --- control plane -----------------------------------------------------------
+
+kwok_config() {
+  cat <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  # etcd, the controller manager and the scheduler: loopback only
+  bindAddress: 127.0.0.1
+  # the node is real: no kwok controller faking nodes and pods
+  disable:
+  - kwok-controller
+  kubeAuthorization: true
+  kubeAdmission: true
+  securePort: true
+  kubeApiserverPort: $apiserver_port
+  # pods reach the API server at the node's address and through the
+  # kubernetes Service's first address
+  kubeApiserverCertSANs:
+  - $node_ip
+  - ${service_cidr%.0/16}.1
+  - kubernetes.default.svc
+  - kubernetes.default.svc.cluster.local
+componentsPatches:
+- name: etcd
+  extraArgs:
+  - key: unsafe-no-fsync
+    value: "true"
+- name: kube-apiserver
+  extraArgs:
+  # later flags win: kwokctl binds 127.0.0.1; see apiserver_guard_up
+  - key: bind-address
+    value: 0.0.0.0
+  - key: advertise-address
+    value: $node_ip
+  - key: service-cluster-ip-range
+    value: $service_cidr
+  # exec, logs, port-forward: the API server authenticates to the kubelet
+  - key: kubelet-client-certificate
+    value: $pki/admin.crt
+  - key: kubelet-client-key
+    value: $pki/admin.key
+  - key: kubelet-preferred-address-types
+    value: InternalIP
+- name: kube-controller-manager
+  extraArgs:
+  - key: service-cluster-ip-range
+    value: $service_cidr
+EOF
+}
+
+control_plane_up() {
+  if [[ -f $kubeconfig ]]; then
+    log "starting cluster $name"
+    "$kwokctl" start cluster --name "$name" >&2
+  else
+    log "creating cluster $name (kwokctl binary runtime, no kwok controller, Kubernetes $KWOK_KUBE_VERSION)"
+    mkdir -p "$state"
+    kwok_config >"$state/kwok.yaml"
+    "$kwokctl" create cluster --name "$name" --runtime binary \
+      --config "$state/kwok.yaml" --kubeconfig "$kubeconfig" --wait 60s >&2
+  fi
+  wait_for "the API server" 120 api_ready
+}
+
+api_ready() { "$kubectl" --kubeconfig "$kubeconfig" get --raw /readyz >/dev/null 2>&1; }
+
+wait_for() { # what, seconds, command...
+  local what=$1 seconds=$2 i
+  shift 2
+  for ((i = 0; i < seconds * 2; i++)); do
+    if "$@"; then return 0; fi
+    sleep 0.5
+  done
+  echo "$what not ready within $seconds s; logs: $state/*.log, $KWOK_WORKDIR/clusters/$name/logs" >&2
+  return 1
+}
+
+# --- containerd --------------------------------------------------------------
+
+containerd_config() {
+  cat <<EOF
+version = 3
+root = "$state/containerd"
+state = "$run/containerd"
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$run/containerd/containerd.sock.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$state/opt"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "docker.io/$("$root/hack/node/images.sh" ref pause)"
+[plugins.'io.containerd.cri.v1.runtime']
+  # pods' network namespaces under $run, so down finds and removes them
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$state/cni/net.d"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+}
+
+# The pod network: Debian's bridge plugin on dh-node0 with host-local IPAM.
+# No ipMasq and only a route to the project's range: pods talk to the node,
+# each other and (with kube-proxy) Services, and to nothing else.
+cni_config() {
+  cat <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "deckhand-node",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$bridge",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$state/cni/ipam",
+        "ranges": [[{"subnet": "$pod_cidr", "gateway": "$pod_gateway"}]],
+        "routes": [{"dst": "$project_range"}]
+      }
+    }
+  ]
+}
+EOF
+}
+
+containerd_up() {
+  if containerd_ready; then return 0; fi
+  mkdir -p "$state/cni/net.d" "$run/containerd"
+  containerd_config >"$state/containerd.toml"
+  cni_config >"$state/cni/net.d/10-deckhand-node.conflist"
+  log "starting containerd ($state/containerd.log)"
+  start_daemon containerd "$containerd_dir/containerd" --config "$state/containerd.toml"
+  wait_for containerd 60 containerd_ready
+}
+
+containerd_ready() { [[ -S $sock ]] && "$ctr" -a "$sock" version >/dev/null 2>&1; }
+
+# start_daemon runs a node daemon detached from this script (no inherited
+# descriptors beyond 0-2, its own session), logging to $state/<name>.log,
+# its pid in $run/<name>.pid. The shims find containerd-shim-runc-v2 on PATH.
+start_daemon() {
+  local what=$1
+  shift
+  mkdir -p "$run"
+  (
+    local fd
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done
+    export PATH=$containerd_dir:$PATH
+    exec setsid "$@" </dev/null >>"$state/$what.log" 2>&1
+  ) &
+  echo $! >"$run/$what.pid"
+}
+
+images_up() {
+  "$root/hack/node/images.sh" build
+  local i
+  for i in pause busybox; do
+    "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
+  done
+}
+
+# --- kubelet -----------------------------------------------------------------
+
+# cgroup v1 with the cgroupfs driver: this machine's controllers (cpu,
+# memory, pids, ...) are mounted only as v1 hierarchies and there is no
+# systemd, so kubelet must be told v1 is acceptable (KEP-5573 made it fail
+# on v1 by default).
+kubelet_config() {
+  cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$sock
+address: $node_ip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $pki/ca.crt
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+clusterDNS:
+- $cluster_dns
+resolvConf: $state/resolv.conf
+podCIDR: $pod_cidr
+failSwapOn: false
+staticPodPath: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+EOF
+}
+
+kubelet_up() {
+  if kubelet_running; then return 0; fi
+  mkdir -p "$state/kubelet"
+  kubelet_config >"$state/kubelet.yaml"
+  # Pods with dnsPolicy Default get this: no upstream resolver, on purpose.
+  echo "# deckhand-node: no DNS beyond the cluster's" >"$state/resolv.conf"
+  log "starting kubelet ($state/kubelet.log)"
+  start_daemon kubelet "$kubenode/kubelet" --config "$state/kubelet.yaml" \
+    --kubeconfig "$kubeconfig" --hostname-override "$node" --node-ip "$node_ip" \
+    --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" --v 2
+  wait_for "node $node" 120 node_ready
+}
+
+kubelet_running() { pid_alive kubelet; }
+
+node_ready() {
+  [[ $("$kubectl" --kubeconfig "$kubeconfig" get node "$node" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+pid_alive() {
+  local pid
+  pid=$(cat "$run/$1.pid" 2>/dev/null) || return 1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
+
+# --- down --------------------------------------------------------------------
+
+# stop_daemon ends a daemon this script started, by the pid it recorded.
+stop_daemon() {
+  local what=$1 pid i
+  pid=$(cat "$run/$what.pid" 2>/dev/null) || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$run/$what.pid"
+}
+
+# stop_containers kills every container's processes and its shim, found
+# through the pid files containerd keeps under $run, so nothing started by
+# this node outlives it.
+stop_containers() {
+  local f pid
+  [[ -d $run/containerd ]] || return 0
+  while IFS= read -r f; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
+  done < <(find "$run/containerd" \( -name init.pid -o -name shim.pid \) 2>/dev/null)
+}
+
+# unmount_all unmounts whatever is mounted under the node's directories
+# (container root filesystems, pod volumes, network namespaces), deepest
+# first.
+unmount_all() {
+  local m dir
+  for dir in "$run" "$state"; do
+    while IFS= read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  done
+}
+
+# remove_cgroups removes the kubelet's kubepods hierarchy from every cgroup
+# v1 controller, deepest first (rmdir only removes empty cgroups).
+remove_cgroups() {
+  local d
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+    [[ -d $d ]] || continue
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
+down() {
+  use_tools
+  stop_daemon kubelet
+  stop_containers
+  stop_daemon containerd
+  unmount_all
+  remove_cgroups
+  ip link del "$bridge" 2>/dev/null || true
+  apiserver_guard_down
+  if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
+    "$kwokctl" delete cluster --name "$name" >&2 || true
+  fi
+  rm -rf "$state" "$run"
+  rmdir /run/deckhand-node 2>/dev/null || true
+  log "node cluster $name removed"
+}
+
+status() {
+  use_tools
+  local d
+  for d in containerd kubelet; do
+    if pid_alive "$d"; then echo "$d: running (pid $(cat "$run/$d.pid"))"; else echo "$d: not running"; fi
+  done
+  if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
+}
+
+up() {
+  require_root up
+  deps
+  "$tools" build etcd kube kwok kubenode containerd
+  use_tools
+  local start=$SECONDS
+  network_up
+  timed "control plane" control_plane_up
+  timed containerd containerd_up
+  timed images images_up
+  timed kubelet kubelet_up
+  log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
+  echo "export KUBECONFIG=$kubeconfig"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) require_root down; down ;;
+  deps) require_root deps; deps ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  status) status ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the real node's images from this machine's Debian packages and the
+# repository's sources, as OCI archives for `ctr images import`, cached
+# outside the repository keyed by name and version (no registry is
+# reachable here, so nothing is pulled).
+#
+#   hack/node/images.sh build [image...]  build what is missing (default: all)
+#   hack/node/images.sh archive <image>   print an image's archive path
+#   hack/node/images.sh ref <image>       print an image's reference
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+images=(pause busybox)
+
+version_of() {
+  case $1 in
+    # the sandbox: hack/node/pause, versioned by its source's hash
+    pause) echo "0.1-$(sha256sum "$root/hack/node/pause/main.go" | cut -c1-12)" ;;
+    # busybox: Debian's busybox-static package version
+    busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
+  esac
+}
+
+ref_of() { echo "deckhand-local/$1:$(version_of "$1")"; }
+archive_of() { echo "$cache/node-images/$1-$(version_of "$1").tar"; }
+
+# rootfs_pause: only the static sandbox binary.
+rootfs_pause() {
+  local dir=$1
+  mkdir -p "$dir"
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/pause" ./hack/node/pause)
+  set -- --entrypoint /pause --user 65535:65535
+  image_args=("$@")
+}
+
+# rootfs_busybox: Debian's static busybox with its applets linked in /bin.
+rootfs_busybox() {
+  local dir=$1 applet
+  mkdir -p "$dir"/{bin,etc,tmp,root}
+  chmod 1777 "$dir/tmp"
+  cp /bin/busybox "$dir/bin/busybox"
+  for applet in $("$dir/bin/busybox" --list); do
+    [[ -e $dir/bin/$applet ]] || ln -s busybox "$dir/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  image_args=(--cmd /bin/sh)
+}
+
+build_one() {
+  local name=$1 out work
+  out=$(archive_of "$name")
+  [[ -f $out ]] && return 0
+  case $name in
+    busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
+  esac
+  echo ">> building image $(ref_of "$name")" >&2
+  mkdir -p "$cache/node-images"
+  work=$(mktemp -d)
+  image_args=()
+  "rootfs_$name" "$work/rootfs"
+  (cd "$root" && go run ./hack/node/rootfsimage --rootfs "$work/rootfs" --name "$(ref_of "$name")" \
+    --out "$out.tmp" "${image_args[@]}")
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+case ${1:-build} in
+  build)
+    shift || true
+    [[ $# -gt 0 ]] || set -- "${images[@]}"
+    for i in "$@"; do build_one "$i"; done ;;
+  archive) archive_of "$2" ;;
+  ref) ref_of "$2" ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image>" >&2; exit 2 ;;
+esac
