@@ -11,7 +11,7 @@
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
 #
-# Addresses (docs/realnode.md): node 198.18.0.1/24 on bridge dh-node0, pods
+# Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
 # `deckhand` that the rest of the suite runs on.
 set -euo pipefail
@@ -24,10 +24,13 @@ node=${DECKHAND_NODE_NAME:-dh-node}
 apiserver_port=${DECKHAND_NODE_APISERVER_PORT:-16443}
 
 bridge=dh-node0
+# One subnet on the bridge, 198.18.0.0/23: the bridge plugin accepts only
+# one IPv4 address on its bridge, so the node's address is also the pods'
+# gateway, and host-local hands out the upper half, 198.18.1.0/24.
 node_ip=198.18.0.1
-node_cidr=198.18.0.1/24
+node_cidr=198.18.0.1/23
+pod_subnet=198.18.0.0/23
 pod_cidr=198.18.1.0/24
-pod_gateway=198.18.1.1
 service_cidr=198.19.0.0/16
 cluster_dns=198.19.0.10
 # Pods get a route to the project's range only: no default route, so
@@ -212,12 +215,19 @@ state = "$run/containerd"
 [plugins.'io.containerd.cri.v1.runtime']
   # pods' network namespaces under $run, so down finds and removes them
   netns_mounts_under_state_dir = true
+  # Root here lacks CAP_SYS_RESOURCE, so no process may lower its OOM score
+  # adjustment: runc failed the sandbox's -998 with "failed to update
+  # /proc/self/oom_score_adj: Permission denied". This clamps every
+  # container's adjustment to containerd's own (0) instead.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "$(command -v runc)"
+        # runc's container state, under $run like the rest, not /run/containerd
+        Root = "$run/runc"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
@@ -246,7 +256,8 @@ cni_config() {
       "ipam": {
         "type": "host-local",
         "dataDir": "$state/cni/ipam",
-        "ranges": [[{"subnet": "$pod_cidr", "gateway": "$pod_gateway"}]],
+        "ranges": [[{"subnet": "$pod_subnet", "gateway": "$node_ip",
+                     "rangeStart": "${pod_cidr%.0/24}.2", "rangeEnd": "${pod_cidr%.0/24}.254"}]],
         "routes": [{"dst": "$project_range"}]
       }
     }
@@ -365,6 +376,29 @@ pid_alive() {
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
 }
 
+# kube_chains_down removes the iptables chains the kubelet (and later
+# kube-proxy) create, KUBE-*, and the rules jumping to them, from every
+# table of both families. Only this node runs a kubelet on this machine.
+kube_chains_down() {
+  local cmd table rule chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle raw; do
+      "$cmd" -w -t "$table" -S >/dev/null 2>&1 || continue
+      while IFS= read -r rule; do
+        # shellcheck disable=SC2086 # a rule as iptables -S prints it
+        eval "$cmd -w -t $table ${rule/-A /-D }" 2>/dev/null || true
+      done < <("$cmd" -w -t "$table" -S | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-')
+      for chain in $("$cmd" -w -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $("$cmd" -w -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
 # --- down --------------------------------------------------------------------
 
 # stop_daemon ends a daemon this script started, by the pid it recorded.
@@ -389,6 +423,23 @@ stop_containers() {
     pid=$(cat "$f" 2>/dev/null) || continue
     [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
   done < <(find "$run/containerd" \( -name init.pid -o -name shim.pid \) 2>/dev/null)
+}
+
+# remove_shim_sockets removes the sockets containerd's shims leave in
+# containerd's fixed /run/containerd/s (named by the sha256 of
+# "<containerd address>/<namespace>/<id>") when they are killed, then the
+# directories containerd and ctr made there, if nothing else uses them.
+remove_shim_sockets() {
+  local task ns id h
+  for task in "$run"/containerd/io.containerd.runtime.v2.task/*/*; do
+    [[ -d $task ]] || continue
+    id=${task##*/} ns=${task%/*} ns=${ns##*/}
+    for h in "$sock/$ns/$id" "$sock/$ns/$id/debug"; do
+      rm -f "/run/containerd/s/$(printf %s "$h" | sha256sum | cut -d' ' -f1)"
+    done
+  done
+  rmdir /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc \
+    /run/containerd 2>/dev/null || true
 }
 
 # unmount_all unmounts whatever is mounted under the node's directories
@@ -418,10 +469,12 @@ down() {
   stop_daemon kubelet
   stop_containers
   stop_daemon containerd
+  remove_shim_sockets
   unmount_all
   remove_cgroups
   ip link del "$bridge" 2>/dev/null || true
   apiserver_guard_down
+  kube_chains_down
   if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
     "$kwokctl" delete cluster --name "$name" >&2 || true
   fi
