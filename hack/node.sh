@@ -10,6 +10,7 @@
 #   hack/node.sh deps        install runc, the CNI plugins, busybox-static, iptables from Debian
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
+#   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -413,16 +414,27 @@ stop_daemon() {
   rm -f "$run/$what.pid"
 }
 
-# stop_containers kills every container's processes and its shim, found
-# through the pid files containerd keeps under $run, so nothing started by
-# this node outlives it.
+# stop_containers kills every container's processes (runc's init.pid files
+# under $run) and the shims serving this node's containerd (containerd 2
+# records no shim pid: they are the processes started with its socket as
+# -address), so nothing started by this node outlives it.
 stop_containers() {
   local f pid
   [[ -d $run/containerd ]] || return 0
   while IFS= read -r f; do
     pid=$(cat "$f" 2>/dev/null) || continue
     [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
-  done < <(find "$run/containerd" \( -name init.pid -o -name shim.pid \) 2>/dev/null)
+  done < <(find "$run/containerd" -name init.pid 2>/dev/null)
+  for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+shim_pids() {
+  local p args
+  for p in /proc/[0-9]*; do
+    { args=$(tr '\0' '\n' <"$p/cmdline"); } 2>/dev/null || continue
+    [[ $args == "$containerd_dir/containerd-shim-runc-v2"$'\n'* ]] || continue
+    if grep -qxF -- "$sock" <<<"$args"; then echo "${p#/proc/}"; fi
+  done
 }
 
 # remove_shim_sockets removes the sockets containerd's shims leave in
@@ -483,6 +495,38 @@ down() {
   log "node cluster $name removed"
 }
 
+# leftovers lists anything of the node still on the machine after down:
+# processes, mounts, interfaces, iptables chains, cgroups, directories.
+# Empty output (exit 0) means down removed all of it.
+leftovers() {
+  use_tools
+  local out
+  out=$(list_leftovers)
+  [[ -z $out ]] && return 0
+  echo "$out"
+  return 1
+}
+
+list_leftovers() {
+  local d cmd table
+  for d in containerd kubelet; do
+    if pid_alive "$d"; then echo "process: $d (pid $(cat "$run/$d.pid"))"; fi
+  done
+  shim_pids | sed 's/^/shim: pid /'
+  awk -v r="$run" -v s="$state" 'index($5, r) == 1 || index($5, s) == 1 { print "mount: " $5 }' /proc/self/mountinfo
+  if ip link show "$bridge" >/dev/null 2>&1; then echo "interface: $bridge"; fi
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle raw; do
+      "$cmd" -w -t "$table" -S 2>/dev/null | awk -v c="$cmd -t $table" -v g="$guard_chain" \
+        '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 == g) { print "iptables: " c " " $2 }'
+    done
+  done
+  for d in /sys/fs/cgroup/*/kubepods "$run" "$state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
+    if [[ -e $d ]]; then echo "directory: $d"; fi
+  done
+}
+
 status() {
   use_tools
   local d
@@ -513,5 +557,6 @@ case ${1:-} in
   deps) require_root deps; deps ;;
   kubeconfig) echo "$kubeconfig" ;;
   status) status ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status" >&2; exit 2 ;;
+  leftovers) leftovers ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers" >&2; exit 2 ;;
 esac
