@@ -483,16 +483,39 @@ down() {
   stop_daemon containerd
   remove_shim_sockets
   unmount_all
-  remove_cgroups
+  [[ -n $(other_kubelet) ]] || remove_cgroups
   ip link del "$bridge" 2>/dev/null || true
   apiserver_guard_down
-  kube_chains_down
+  if [[ -n $(other_kubelet) ]]; then
+    log "another kubelet runs here ($(other_kubelet | head -1)): leaving KUBE-* iptables chains and kubepods cgroups alone"
+  else
+    kube_chains_down
+  fi
   if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
     "$kwokctl" delete cluster --name "$name" >&2 || true
   fi
   rm -rf "$state" "$run"
   rmdir /run/deckhand-node 2>/dev/null || true
   log "node cluster $name removed"
+}
+
+# node_present says whether anything this script creates exists here:
+# its directories, bridge, API-server guard chain or kwok cluster.
+node_present() {
+  [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
+  ip link show "$bridge" >/dev/null 2>&1 && return 0
+  command -v iptables >/dev/null && iptables -w -S "$guard_chain" >/dev/null 2>&1
+}
+
+# other_kubelet lists kubelets on this machine that are not this node's:
+# then the KUBE-* chains and kubepods cgroups are not only ours to remove.
+other_kubelet() {
+  local p exe
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == kubelet ]] || continue
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    [[ $exe == "$kubenode/kubelet" ]] || echo "${p#/proc/} $exe"
+  done
 }
 
 # leftovers lists anything of the node still on the machine after down:
@@ -553,7 +576,13 @@ up() {
 
 case ${1:-} in
   up) up ;;
-  down) require_root down; down ;;
+  down)
+    # make cluster-down calls this on every machine: with nothing of the
+    # node here it has nothing to do, and needs no root.
+    use_tools
+    node_present || exit 0
+    require_root down
+    down ;;
   deps) require_root deps; deps ;;
   kubeconfig) echo "$kubeconfig" ;;
   status) status ;;
