@@ -400,6 +400,44 @@ kube_chains_down() {
   done
 }
 
+# --- kube-proxy --------------------------------------------------------------
+
+# kube-proxy in iptables mode: Services' ClusterIPs (198.19.0.0/16) to pods.
+# Node ports only on the bridge's address; conntrack sysctls and the OOM
+# score left as they are (root here may not lower an OOM score).
+kube_proxy_config() {
+  cat <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $kubeconfig
+hostnameOverride: $node
+bindAddress: $node_ip
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+mode: iptables
+clusterCIDR: $pod_cidr
+nodePortAddresses:
+- $node_ip/32
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
+}
+
+kube_proxy_up() {
+  if pid_alive kube-proxy; then return 0; fi
+  kube_proxy_config >"$state/kube-proxy.yaml"
+  log "starting kube-proxy ($state/kube-proxy.log)"
+  start_daemon kube-proxy "$kubenode/kube-proxy" --config "$state/kube-proxy.yaml" --v 2
+  wait_for kube-proxy 60 kube_proxy_ready
+}
+
+kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
+
 # --- down --------------------------------------------------------------------
 
 # stop_daemon ends a daemon this script started, by the pid it recorded.
@@ -478,6 +516,7 @@ remove_cgroups() {
 
 down() {
   use_tools
+  stop_daemon kube-proxy
   stop_daemon kubelet
   stop_containers
   stop_daemon containerd
@@ -532,7 +571,7 @@ leftovers() {
 
 list_leftovers() {
   local d cmd table
-  for d in containerd kubelet; do
+  for d in containerd kubelet kube-proxy; do
     if pid_alive "$d"; then echo "process: $d (pid $(cat "$run/$d.pid"))"; fi
   done
   shim_pids | sed 's/^/shim: pid /'
@@ -553,7 +592,7 @@ list_leftovers() {
 status() {
   use_tools
   local d
-  for d in containerd kubelet; do
+  for d in containerd kubelet kube-proxy; do
     if pid_alive "$d"; then echo "$d: running (pid $(cat "$run/$d.pid"))"; else echo "$d: not running"; fi
   done
   if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
@@ -570,6 +609,7 @@ up() {
   timed containerd containerd_up
   timed images images_up
   timed kubelet kubelet_up
+  timed kube-proxy kube_proxy_up
   log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
   echo "export KUBECONFIG=$kubeconfig"
 }

@@ -17,7 +17,7 @@ tools=(etcd kube kwok helm controller-gen ct helm-docs)
 # Tools for the real node (make node-cluster) only: built on demand by
 # hack/node.sh, never by a plain `hack/tools.sh build` or `path`, so the
 # kwok suite's first build stays as it was.
-node_tools=(kubenode containerd)
+node_tools=(kubenode containerd coredns)
 
 # module path whose version keys the cache, per tool
 declare -A pinned=(
@@ -30,6 +30,7 @@ declare -A pinned=(
   [helm-docs]=github.com/norwoodj/helm-docs
   [kubenode]=k8s.io/kubernetes
   [containerd]=github.com/containerd/containerd/v2
+  [coredns]=github.com/coredns/coredns
 )
 # packages built per tool
 declare -A packages=(
@@ -42,13 +43,14 @@ declare -A packages=(
   [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs
   [kubenode]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
   [containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+  [coredns]=github.com/coredns/coredns
 )
 # Go build tags per tool: containerd without the snapshotters that need cgo
 # or kernel features this node does not use (overlayfs is the one it uses).
 declare -A tags=([containerd]="no_btrfs no_zfs no_devmapper")
 # Bump a tool's recipe when its build flags change, so caches rebuild it.
 declare -A recipe=([helm]=2)
-declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [kubenode]=8 [containerd]=4)
+declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
   awk -v m="${pinned[$1]}" '$1 == m || ($1 == "require" && $2 == m) { v = ($1 == m) ? $2 : $3 } END { print v }' \
