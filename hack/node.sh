@@ -301,7 +301,7 @@ start_daemon() {
 images_up() {
   "$root/hack/node/images.sh" build
   local i
-  for i in pause busybox; do
+  for i in pause busybox coredns; do
     "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
   done
 }
@@ -398,6 +398,14 @@ kube_chains_down() {
       done
     done
   done
+}
+
+# --- cluster DNS -------------------------------------------------------------
+
+dns_up() {
+  sed -e "s|IMAGE|$("$root/hack/node/images.sh" ref coredns)|" -e "s|DNS_IP|$cluster_dns|" \
+    "$root/hack/node/coredns.yaml" | "$kubectl" --kubeconfig "$kubeconfig" apply -f - >&2
+  "$kubectl" --kubeconfig "$kubeconfig" -n kube-system rollout status deployment/coredns --timeout 120s >&2
 }
 
 # --- kube-proxy --------------------------------------------------------------
@@ -601,7 +609,7 @@ status() {
 up() {
   require_root up
   deps
-  "$tools" build etcd kube kwok kubenode containerd
+  "$tools" build etcd kube kwok kubenode containerd coredns
   use_tools
   local start=$SECONDS
   network_up
@@ -610,6 +618,7 @@ up() {
   timed images images_up
   timed kubelet kubelet_up
   timed kube-proxy kube_proxy_up
+  timed "cluster DNS" dns_up
   log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
   echo "export KUBECONFIG=$kubeconfig"
 }

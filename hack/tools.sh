@@ -13,11 +13,10 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+# The real node's tools (kubenode, containerd, coredns, below) are not in
+# this list: hack/node.sh builds them on demand (`hack/tools.sh build
+# kubenode`), so a plain `build` or `path` stays as the kwok suite needs it.
 tools=(etcd kube kwok helm controller-gen ct helm-docs)
-# Tools for the real node (make node-cluster) only: built on demand by
-# hack/node.sh, never by a plain `hack/tools.sh build` or `path`, so the
-# kwok suite's first build stays as it was.
-node_tools=(kubenode containerd coredns)
 
 # module path whose version keys the cache, per tool
 declare -A pinned=(

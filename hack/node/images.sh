@@ -11,13 +11,15 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-images=(pause busybox)
+images=(pause busybox coredns)
 
 version_of() {
   case $1 in
     # the sandbox: hack/node/pause, versioned by its source's hash
     pause) echo "0.1-$(sha256sum "$root/hack/node/pause/main.go" | cut -c1-12)" ;;
     # busybox: Debian's busybox-static package version
+    # coredns: the version hack/tools.sh builds
+    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
   esac
 }
@@ -48,11 +50,22 @@ rootfs_busybox() {
   image_args=(--cmd /bin/sh)
 }
 
+# rootfs_coredns: CoreDNS's static binary (hack/tools.sh build coredns).
+rootfs_coredns() {
+  local dir=$1
+  "$root/hack/tools.sh" build coredns
+  mkdir -p "$dir"
+  cp "$("$root/hack/tools.sh" dir coredns)/coredns" "$dir/coredns"
+  image_args=(--entrypoint /coredns --user 65532:65532)
+}
+
 build_one() {
   local name=$1 out work
   out=$(archive_of "$name")
   [[ -f $out ]] && return 0
   case $name in
+    # coredns: the version hack/tools.sh builds
+    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
     busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
   esac
   echo ">> building image $(ref_of "$name")" >&2
