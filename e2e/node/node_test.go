@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -34,8 +35,11 @@ import (
 // KubeconfigEnv names the real-node cluster's kubeconfig.
 const KubeconfigEnv = "DECKHAND_NODE_KUBECONFIG"
 
-// podRange is where hack/node.sh's CNI configuration puts pods.
-var _, podRange, _ = net.ParseCIDR("198.18.1.0/24")
+// The ranges hack/node.sh gives pods (its CNI configuration) and Services.
+var (
+	_, podRange, _     = net.ParseCIDR("198.18.1.0/24")
+	_, serviceRange, _ = net.ParseCIDR("198.19.0.0/16")
+)
 
 func TestRealNodeRunsAPod(t *testing.T) {
 	cfg, cs := clientFor(t)
@@ -48,21 +52,8 @@ func TestRealNodeRunsAPod(t *testing.T) {
 
 	ns := namespace(ctx, t, cs)
 	token := rand.String(12)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:    "sh",
-				Image:   busyboxImage(t),
-				Env:     []corev1.EnvVar{{Name: "TOKEN", Value: token}},
-				Command: []string{"/bin/sh", "-c", `echo "started $TOKEN"; exec sleep 3600`},
-			}},
-			TerminationGracePeriodSeconds: new(int64),
-		},
-	}
-	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	require.NoError(t, err)
-	pod = runningPod(ctx, t, cs, ns, pod.Name)
+	pod := startPod(ctx, t, cs, ns, "hello", nil, `echo "started $TOKEN"; exec sleep 3600`,
+		corev1.EnvVar{Name: "TOKEN", Value: token})
 
 	assert.True(t, podRange.Contains(net.ParseIP(pod.Status.PodIP)), "pod IP %s outside %s", pod.Status.PodIP, podRange)
 	require.Len(t, pod.Status.ContainerStatuses, 1)
@@ -77,6 +68,82 @@ func TestRealNodeRunsAPod(t *testing.T) {
 	assert.Contains(t, out, "sleep 3600")
 	assert.Contains(t, out, "token="+token)
 	assert.Contains(t, out, "hello")
+}
+
+// A Service's ClusterIP (kube-proxy) and its name (CoreDNS) reach a pod
+// serving HTTP, from another pod and from the serving pod itself (hairpin);
+// names outside the cluster do not resolve.
+func TestRealNodeServicesByAddressAndName(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(ctx, t, cs)
+	body := "served-" + rand.String(8)
+	web := startPod(ctx, t, cs, ns, "web", map[string]string{"app": "web"},
+		`mkdir /tmp/www && echo "$BODY" >/tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`,
+		corev1.EnvVar{Name: "BODY", Value: body})
+	client := startPod(ctx, t, cs, ns, "client", nil, "exec sleep 3600")
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.True(t, serviceRange.Contains(net.ParseIP(svc.Spec.ClusterIP)), "ClusterIP %s outside %s", svc.Spec.ClusterIP, serviceRange)
+
+	// Debian's static busybox cannot resolve names in wget (glibc's NSS
+	// cannot be loaded into a static binary: it segfaults), so the name is
+	// checked with nslookup, which has its own resolver, and HTTP by address.
+	name := "web." + ns + ".svc.cluster.local"
+	for _, from := range []*corev1.Pod{client, web} {
+		got := eventually(ctx, t, cfg, cs, from, "timeout 5 wget -q -O- http://"+svc.Spec.ClusterIP+"/", body)
+		assert.Contains(t, got, body, "HTTP from %s to the ClusterIP", from.Name)
+		got = eventually(ctx, t, cfg, cs, from, "nslookup "+name, svc.Spec.ClusterIP)
+		assert.Contains(t, got, "Address: "+svc.Spec.ClusterIP, "%s resolving %s", from.Name, name)
+	}
+	got := eventually(ctx, t, cfg, cs, client, "nslookup web", svc.Spec.ClusterIP)
+	assert.Contains(t, got, svc.Spec.ClusterIP, "the short name through the pod's search path")
+	out, err := tryExec(ctx, cfg, cs, client, "/bin/sh", "-c", "nslookup example.com 2>&1; echo rc=$?")
+	require.NoError(t, err)
+	assert.Contains(t, out, "rc=1", "a name outside the cluster resolved:\n%s", out)
+}
+
+// eventually runs a shell command in the pod until its output holds want
+// (kube-proxy and CoreDNS pick up a new Service within a second or two).
+func eventually(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd, want string) string {
+	t.Helper()
+	var out string
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		o, err := tryExec(ctx, cfg, cs, pod, "/bin/sh", "-c", cmd+" 2>&1")
+		out = o
+		if err != nil {
+			out += err.Error()
+		}
+		return strings.Contains(o, want), nil
+	})
+	return out
+}
+
+// startPod runs a busybox pod with a shell command and waits for it to run.
+func startPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:    "sh",
+				Image:   busyboxImage(t),
+				Env:     env,
+				Command: []string{"/bin/sh", "-c", script},
+			}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, name)
 }
 
 func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
@@ -169,14 +236,23 @@ func waitForLogs(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns
 // server and the kubelet, as kubectl exec does.
 func execIn(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) string {
 	t.Helper()
+	out, err := tryExec(ctx, cfg, cs, pod, cmd...)
+	require.NoError(t, err, "exec %v", cmd)
+	return out
+}
+
+func tryExec(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) (string, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
 		Container: pod.Spec.Containers[0].Name, Command: cmd, Stdout: true, Stderr: true,
 	}, scheme.ParameterCodec)
 	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	var stdout, stderr bytes.Buffer
-	err = ws.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
-	require.NoError(t, err, "exec %v: stderr %s", cmd, stderr.String())
-	return stdout.String()
+	if err := ws.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("exec %v: %w (stderr %s)", cmd, err, stderr.String())
+	}
+	return stdout.String(), nil
 }
