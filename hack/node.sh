@@ -11,6 +11,7 @@
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
 #   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
+#   hack/node.sh operator    build the operator image, import it, install the chart with it
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -446,6 +447,28 @@ kube_proxy_up() {
 
 kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 
+# --- the operator --------------------------------------------------------------
+
+# operator_up builds the operator image for this machine's platform (make
+# image: an OCI layout, no Docker), imports it as deckhand-local/deckhand
+# (not the published ghcr.io name, so it cannot be mistaken for a release)
+# and installs the chart with it, as users do.
+operator_up() {
+  local version layout archive helm
+  version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
+  layout=$state/operator-image archive=$state/operator-image.tar
+  helm=$("$tools" dir helm)/helm
+  "$tools" build helm
+  log "building the operator image $version (make image, linux/amd64)"
+  make -C "$root" -s image PLATFORMS=linux/$(go env GOARCH) IMAGE_DIR="$layout" VERSION="$version" >&2
+  tar -C "$layout" -cf "$archive" .
+  "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
+  "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
+    --namespace deckhand-system --create-namespace \
+    --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
+    --wait --timeout 5m >&2
+}
+
 # --- down --------------------------------------------------------------------
 
 # stop_daemon ends a daemon this script started, by the pid it recorded.
@@ -636,5 +659,6 @@ case ${1:-} in
   kubeconfig) echo "$kubeconfig" ;;
   status) status ;;
   leftovers) leftovers ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers" >&2; exit 2 ;;
+  operator) require_root operator; use_tools; operator_up ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator" >&2; exit 2 ;;
 esac
