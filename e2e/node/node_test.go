@@ -146,9 +146,11 @@ func startPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, n
 	return runningPod(ctx, t, cs, ns, name)
 }
 
+func kubeconfigPath() string { return os.Getenv(KubeconfigEnv) }
+
 func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
 	t.Helper()
-	path := os.Getenv(KubeconfigEnv)
+	path := kubeconfigPath()
 	if path == "" {
 		t.Skipf("%s is unset: no real-node cluster (start one with make node-cluster)", KubeconfigEnv)
 	}
