@@ -463,8 +463,13 @@ operator_up() {
   make -C "$root" -s image PLATFORMS=linux/$(go env GOARCH) IMAGE_DIR="$layout" VERSION="$version" >&2
   tar -C "$layout" -cf "$archive" .
   "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
+  # the release namespace enforces the restricted Pod Security Standard
+  "$kubectl" --kubeconfig "$kubeconfig" create namespace deckhand-system --dry-run=client -o yaml |
+    "$kubectl" --kubeconfig "$kubeconfig" apply -f - >&2
+  "$kubectl" --kubeconfig "$kubeconfig" label namespace deckhand-system --overwrite \
+    pod-security.kubernetes.io/enforce=restricted >&2
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
-    --namespace deckhand-system --create-namespace \
+    --namespace deckhand-system \
     --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
     --wait --timeout 5m >&2
 }

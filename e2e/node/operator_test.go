@@ -19,7 +19,8 @@ import (
 
 const operatorNamespace = "deckhand-system"
 
-// The chart as users install it, on the real node: the operator's own
+// The chart as users install it, on the real node, in a namespace that
+// enforces the restricted Pod Security Standard: the operator's own
 // image (make image, imported by hack/node.sh operator, which this test
 // runs when the release is missing) runs as the chart's Deployment, passes
 // its probes, holds the leader Lease, and `helm test` succeeds.
@@ -29,11 +30,14 @@ func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
 	defer cancel()
 
 	deploy := operatorDeployment(ctx, t, cs)
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, operatorNamespace, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "restricted", ns.Labels["pod-security.kubernetes.io/enforce"], "the release namespace's Pod Security")
 	require.Len(t, deploy.Spec.Template.Spec.Containers, 1)
 	assert.True(t, strings.HasPrefix(deploy.Spec.Template.Spec.Containers[0].Image, "deckhand-local/deckhand:"),
 		"image %s", deploy.Spec.Template.Spec.Containers[0].Image)
 
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, deploy.Name, metav1.GetOptions{})
 		return err == nil && d.Status.AvailableReplicas == 1, nil
 	})
