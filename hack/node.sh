@@ -289,7 +289,7 @@ start_daemon() {
   mkdir -p "$run"
   (
     local fd
-    for fd in /proc/$BASHPID/fd/*; do
+    for fd in "/proc/$BASHPID/fd/"*; do
       fd=${fd##*/}
       if ((fd > 2)); then eval "exec $fd>&-"; fi
     done
@@ -460,7 +460,7 @@ operator_up() {
   helm=$("$tools" dir helm)/helm
   "$tools" build helm
   log "building the operator image $version (make image, linux/amd64)"
-  make -C "$root" -s image PLATFORMS=linux/$(go env GOARCH) IMAGE_DIR="$layout" VERSION="$version" >&2
+  make -C "$root" -s image PLATFORMS="linux/$(go env GOARCH)" IMAGE_DIR="$layout" VERSION="$version" >&2
   tar -C "$layout" -cf "$archive" .
   "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
   # the release namespace enforces the restricted Pod Security Standard
@@ -497,7 +497,7 @@ stop_containers() {
   [[ -d $run/containerd ]] || return 0
   while IFS= read -r f; do
     pid=$(cat "$f" 2>/dev/null) || continue
-    [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
+    if [[ $pid =~ ^[0-9]+$ ]]; then kill -9 "$pid" 2>/dev/null || true; fi
   done < <(find "$run/containerd" -name init.pid 2>/dev/null)
   for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null || true; done
 }
