@@ -154,6 +154,9 @@ componentsPatches:
     value: 0.0.0.0
   - key: advertise-address
     value: $node_ip
+  # the kubelet may change only its own Node and its pods, as in kubeadm clusters
+  - key: enable-admission-plugins
+    value: NodeRestriction
   - key: service-cluster-ip-range
     value: $service_cidr
   # exec, logs, port-forward: the API server authenticates to the kubelet
@@ -195,6 +198,33 @@ wait_for() { # what, seconds, command...
   done
   echo "$what not ready within $seconds s; logs: $state/*.log, $KWOK_WORKDIR/clusters/$name/logs" >&2
   return 1
+}
+
+# --- identities ----------------------------------------------------------------
+
+# client_kubeconfig writes a kubeconfig for one of the node's components,
+# with a client certificate from the cluster's CA for the given user and
+# group, so the API server authorizes it as a real cluster would: the
+# kubelet as system:node:<node> (the Node authorizer), kube-proxy as
+# system:kube-proxy (RBAC's system:node-proxier).
+client_kubeconfig() { # file, user, group
+  local out=$1 user=$2 group=$3 dir key crt server
+  dir=$state/pki key=$state/pki/$(basename "$out" .kubeconfig).key crt=${key%.key}.crt
+  mkdir -p "$dir"
+  if [[ ! -f $crt ]]; then
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$key" \
+      -subj "/O=$group/CN=$user" -out "${key%.key}.csr" 2>/dev/null
+    openssl x509 -req -in "${key%.key}.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 365 -out "$crt" 2>/dev/null
+    chmod 600 "$key"
+  fi
+  server=$("$kubectl" --kubeconfig "$kubeconfig" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  KUBECONFIG=$out "$kubectl" config set-cluster "$name" --server "$server" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+  KUBECONFIG=$out "$kubectl" config set-credentials "$user" --client-certificate "$crt" \
+    --client-key "$key" --embed-certs >/dev/null
+  KUBECONFIG=$out "$kubectl" config set-context default --cluster "$name" --user "$user" >/dev/null
+  KUBECONFIG=$out "$kubectl" config use-context default >/dev/null
 }
 
 # --- containerd --------------------------------------------------------------
@@ -358,9 +388,10 @@ kubelet_up() {
   kubelet_config >"$state/kubelet.yaml"
   # Pods with dnsPolicy Default get this: no upstream resolver, on purpose.
   echo "# deckhand-node: no DNS beyond the cluster's" >"$state/resolv.conf"
+  client_kubeconfig "$state/kubelet.kubeconfig" "system:node:$node" system:nodes
   log "starting kubelet ($state/kubelet.log)"
   start_daemon kubelet "$kubenode/kubelet" --config "$state/kubelet.yaml" \
-    --kubeconfig "$kubeconfig" --hostname-override "$node" --node-ip "$node_ip" \
+    --kubeconfig "$state/kubelet.kubeconfig" --hostname-override "$node" --node-ip "$node_ip" \
     --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" --v 2
   wait_for "node $node" 120 node_ready
 }
@@ -419,7 +450,7 @@ kube_proxy_config() {
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
-  kubeconfig: $kubeconfig
+  kubeconfig: $state/kube-proxy.kubeconfig
 hostnameOverride: $node
 bindAddress: $node_ip
 healthzBindAddress: 127.0.0.1:10256
@@ -439,6 +470,7 @@ EOF
 
 kube_proxy_up() {
   if pid_alive kube-proxy; then return 0; fi
+  client_kubeconfig "$state/kube-proxy.kubeconfig" system:kube-proxy deckhand:node-components
   kube_proxy_config >"$state/kube-proxy.yaml"
   log "starting kube-proxy ($state/kube-proxy.log)"
   start_daemon kube-proxy "$kubenode/kube-proxy" --config "$state/kube-proxy.yaml" --v 2
