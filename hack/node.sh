@@ -440,6 +440,20 @@ dns_up() {
   "$kubectl" --kubeconfig "$kubeconfig" -n kube-system rollout status deployment/coredns --timeout 120s >&2
 }
 
+# --- volumes -------------------------------------------------------------------
+
+# storage_up runs hack/provisioner (the kwok cluster's volume provisioner)
+# for this cluster, with its volumes under the node's state directory.
+storage_up() {
+  "$kubectl" --kubeconfig "$kubeconfig" apply -f "$root/hack/node/storage.yaml" >&2
+  pid_alive provisioner && return 0
+  mkdir -p "$state/volumes" "$state/bin"
+  (cd "$root" && go build -o "$state/bin/deckhand-provisioner" ./hack/provisioner)
+  start_daemon provisioner "$state/bin/deckhand-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes"
+  sleep 0.5
+  pid_alive provisioner || { tail -5 "$state/provisioner.log" >&2; return 1; }
+}
+
 # --- kube-proxy --------------------------------------------------------------
 
 # kube-proxy in iptables mode: Services' ClusterIPs (198.19.0.0/16) to pods.
@@ -584,6 +598,7 @@ remove_cgroups() {
 
 down() {
   use_tools
+  stop_daemon provisioner
   stop_daemon kube-proxy
   stop_daemon kubelet
   stop_containers
@@ -639,7 +654,7 @@ leftovers() {
 
 list_leftovers() {
   local d cmd table
-  for d in containerd kubelet kube-proxy; do
+  for d in containerd kubelet kube-proxy provisioner; do
     if pid_alive "$d"; then echo "process: $d (pid $(cat "$run/$d.pid"))"; fi
   done
   shim_pids | sed 's/^/shim: pid /'
@@ -660,7 +675,7 @@ list_leftovers() {
 status() {
   use_tools
   local d
-  for d in containerd kubelet kube-proxy; do
+  for d in containerd kubelet kube-proxy provisioner; do
     if pid_alive "$d"; then echo "$d: running (pid $(cat "$run/$d.pid"))"; else echo "$d: not running"; fi
   done
   if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
@@ -679,6 +694,7 @@ up() {
   timed kubelet kubelet_up
   timed kube-proxy kube_proxy_up
   timed "cluster DNS" dns_up
+  timed volumes storage_up
   log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
   echo "export KUBECONFIG=$kubeconfig"
 }

@@ -126,10 +126,20 @@ func eventually(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kuberne
 	return out
 }
 
+// clientset is the typed client the tests use.
+type clientset = *kubernetes.Clientset
+
 // startPod runs a busybox pod with a shell command and waits for it to run.
-func startPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+func startPod(ctx context.Context, t *testing.T, cs clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, busyboxPod(t, ns, name, labels, script, env...), metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, name)
+}
+
+// busyboxPod is a pod running a shell command in the node's busybox image.
+func busyboxPod(t *testing.T, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
@@ -141,9 +151,6 @@ func startPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, n
 			TerminationGracePeriodSeconds: new(int64),
 		},
 	}
-	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return runningPod(ctx, t, cs, ns, name)
 }
 
 func kubeconfigPath() string { return os.Getenv(KubeconfigEnv) }
