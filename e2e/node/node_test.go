@@ -169,10 +169,13 @@ func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
 }
 
 // busyboxImage is the busybox image hack/node.sh imports into the node.
-func busyboxImage(t *testing.T) string {
+func busyboxImage(t *testing.T) string { return imageRef(t, "busybox") }
+
+// imageRef is the reference of one of the images hack/node.sh imports.
+func imageRef(t *testing.T, name string) string {
 	t.Helper()
-	out, err := exec.Command("../../hack/node/images.sh", "ref", "busybox").Output()
-	require.NoError(t, err, "hack/node/images.sh ref busybox")
+	out, err := exec.Command("../../hack/node/images.sh", "ref", name).Output()
+	require.NoError(t, err, "hack/node/images.sh ref %s", name)
 	return strings.TrimSpace(string(out))
 }
 

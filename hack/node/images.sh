@@ -11,7 +11,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-images=(pause busybox coredns)
+images=(pause busybox coredns demo-flask)
 
 version_of() {
   case $1 in
@@ -20,6 +20,9 @@ version_of() {
     # busybox: Debian's busybox-static package version
     # coredns: the version hack/tools.sh builds
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
+    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
+    # version and the app's hash, so either change rebuilds it
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
   esac
 }
@@ -59,6 +62,28 @@ rootfs_coredns() {
   image_args=(--entrypoint /coredns --user 65532:65532)
 }
 
+# rootfs_demo_flask: seed 000's Flask app (demo/flask/app) on Debian's
+# python3-flask: every package of its dependency closure, downloaded from
+# this machine's apt sources and unpacked (no pip: no package index is
+# reachable). Runs as 10001 on port 8080, as demo/flask/Dockerfile does.
+rootfs_demo_flask() {
+  local dir=$1 debs pkgs deb
+  debs=$cache/node-images/debs
+  mkdir -p "$dir/app" "$dir/tmp" "$debs"
+  chmod 1777 "$dir/tmp"
+  pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances python3-flask | grep -E '^[a-z0-9]' | sort -u)
+  # shellcheck disable=SC2086 # one package a word
+  (cd "$debs" && apt-get download -qq $pkgs >&2)
+  for deb in $pkgs; do
+    local files=("$debs/${deb}_"*.deb)
+    dpkg-deb -x "${files[0]}" "$dir"
+  done
+  cp -r "$root/demo/flask/app/." "$dir/app/"
+  image_args=(--user 10001:10001 --workdir /app --env PYTHONDONTWRITEBYTECODE=1
+    --cmd python3 --cmd -m --cmd flask --cmd --app --cmd main --cmd run --cmd --host --cmd 0.0.0.0 --cmd --port --cmd 8080)
+}
+
 build_one() {
   local name=$1 out work
   out=$(archive_of "$name")
@@ -66,13 +91,16 @@ build_one() {
   case $name in
     # coredns: the version hack/tools.sh builds
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
+    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
+    # version and the app's hash, so either change rebuilds it
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
     busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
   esac
   echo ">> building image $(ref_of "$name")" >&2
   mkdir -p "$cache/node-images"
   work=$(mktemp -d)
   image_args=()
-  "rootfs_$name" "$work/rootfs"
+  "rootfs_${name//-/_}" "$work/rootfs"
   (cd "$root" && go run ./hack/node/rootfsimage --rootfs "$work/rootfs" --name "$(ref_of "$name")" \
     --out "$out.tmp" "${image_args[@]}")
   mv "$out.tmp" "$out"
