@@ -382,8 +382,29 @@ evictionHard:
 EOF
 }
 
+# The kernel settings the kubelet sets at start (protectKernelDefaults
+# false: overcommit, panic on oops, ...): saved before its first start and
+# restored by down, since they are the machine's, not the node's.
+kernel_tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+  kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+save_kernel_tunables() {
+  local k
+  [[ -f $state/kernel-tunables ]] && return 0
+  for k in "${kernel_tunables[@]}"; do echo "$k $(cat "/proc/sys/$k")"; done >"$state/kernel-tunables"
+}
+
+restore_kernel_tunables() {
+  local k v
+  [[ -f $state/kernel-tunables ]] || return 0
+  while read -r k v; do
+    echo "$v" >"/proc/sys/$k" 2>/dev/null || log "could not restore $k to $v"
+  done <"$state/kernel-tunables"
+}
+
 kubelet_up() {
   if kubelet_running; then return 0; fi
+  save_kernel_tunables
   mkdir -p "$state/kubelet"
   kubelet_config >"$state/kubelet.yaml"
   # Pods with dnsPolicy Default get this: no upstream resolver, on purpose.
@@ -606,6 +627,7 @@ down() {
   remove_shim_sockets
   unmount_all
   [[ -n $(other_kubelet) ]] || remove_cgroups
+  restore_kernel_tunables
   ip link del "$bridge" 2>/dev/null || true
   apiserver_guard_down
   if [[ -n $(other_kubelet) ]]; then
