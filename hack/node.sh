@@ -99,23 +99,30 @@ network_up() {
   apiserver_guard_up
 }
 
-# The API server listens on every address (kube-apiserver takes one bind
-# address, kwokctl's clients use 127.0.0.1 and pods need the bridge's), so
-# this chain lets only loopback and the node's bridge reach its port.
+# The API server listens on every address of both families (kube-apiserver
+# takes one bind address, kwokctl's clients use 127.0.0.1 and pods need the
+# bridge's; 0.0.0.0 gives a dual-stack socket), so this chain, in iptables
+# and ip6tables, lets only loopback and the node's bridge reach its port.
 apiserver_guard_up() {
-  iptables -w -N "$guard_chain" 2>/dev/null || iptables -w -F "$guard_chain"
-  iptables -w -A "$guard_chain" -i lo -j RETURN
-  iptables -w -A "$guard_chain" -i "$bridge" -j RETURN
-  iptables -w -A "$guard_chain" -j DROP
-  iptables -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
-    iptables -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
+  local cmd
+  for cmd in iptables ip6tables; do
+    "$cmd" -w -N "$guard_chain" 2>/dev/null || "$cmd" -w -F "$guard_chain"
+    "$cmd" -w -A "$guard_chain" -i lo -j RETURN
+    "$cmd" -w -A "$guard_chain" -i "$bridge" -j RETURN
+    "$cmd" -w -A "$guard_chain" -j DROP
+    "$cmd" -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
+      "$cmd" -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
+  done
 }
 
 apiserver_guard_down() {
-  command -v iptables >/dev/null || return 0
-  while iptables -w -D INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null; do :; done
-  iptables -w -F "$guard_chain" 2>/dev/null || true
-  iptables -w -X "$guard_chain" 2>/dev/null || true
+  local cmd
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    while "$cmd" -w -D INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null; do :; done
+    "$cmd" -w -F "$guard_chain" 2>/dev/null || true
+    "$cmd" -w -X "$guard_chain" 2>/dev/null || true
+  done
 }
 
 # --- control plane -----------------------------------------------------------
@@ -648,7 +655,7 @@ down() {
 node_present() {
   [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
   ip link show "$bridge" >/dev/null 2>&1 && return 0
-  command -v iptables >/dev/null && iptables -w -S "$guard_chain" >/dev/null 2>&1
+  command -v iptables >/dev/null && { iptables -w -S "$guard_chain" || ip6tables -w -S "$guard_chain"; } >/dev/null 2>&1
 }
 
 # other_kubelet lists kubelets on this machine that are not this node's:
