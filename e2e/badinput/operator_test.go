@@ -77,7 +77,10 @@ func (l *pathLog) list() []string { p, _ := l.paths.Load().([]string); return p 
 func startOperator(t *testing.T, ns string) *operatorUnderTest {
 	t.Helper()
 	o := &operatorUnderTest{ns: ns, outsidePaths: &pathLog{}}
-	base := testenv.ChartRBACConfig(t, ns, blogpost.Name, configmonitor.Name, tdset.Name, database.Name, jmxexporter.Name, mysqlcluster.Name)
+	// The JMX exporter's pods/exec is granted only where listed (the chart
+	// refuses it cluster-wide unless asked): here, in ns.
+	jmx := map[string]map[string]any{"jmxExporter": {"namespaces": []any{ns}}}
+	base := testenv.ChartRBACConfigWithValues(t, ns, jmx, blogpost.Name, configmonitor.Name, tdset.Name, database.Name, jmxexporter.Name, mysqlcluster.Name)
 	rc, outside := testenv.Counting(base, func(req *http.Request) bool {
 		other := inAnotherNamespace(req.URL.Path, ns)
 		if other {

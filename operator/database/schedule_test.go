@@ -1,11 +1,16 @@
 package database
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 func TestSchedulesAreParsedLikeACronJobs(t *testing.T) {
@@ -90,4 +95,33 @@ func TestRetentionOrdersBackupsFinishedInTheSameSecondByCreation(t *testing.T) {
 	for _, order := range [][]backupRecord{{older, newer, newest}, {newer, older, newest}, {newest, newer, older}} {
 		assert.Equal(t, []string{"z-scheduled"}, toPrune(order, 2, 0, now))
 	}
+}
+
+// A pass made the scheduled backup of a time, but its status write (the
+// time recorded as done) was lost to a conflict. The next pass, at the
+// same time, sees that backup unfinished: it stands for this very time,
+// so it is no missed one (before, it was counted, with a Warning).
+func TestTheBackupOfThisTimeIsNotAMissedOne(t *testing.T) {
+	created := time.Date(2026, 11, 25, 0, 30, 0, 0, time.UTC)
+	now := time.Date(2026, 11, 25, 4, 5, 0, 0, time.UTC)
+	db := DatabaseKind.Clusters.View(&dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: "ns", UID: "u1", CreationTimestamp: metav1.NewTime(created)},
+		Spec:       dbv1.DatabaseSpec{Backup: &dbv1.BackupSpec{Schedule: "@hourly"}},
+		Status: dbv1.DatabaseStatus{Backup: &dbv1.BackupStatus{
+			LastScheduleTime: &metav1.Time{Time: now.Add(-time.Hour).Truncate(time.Hour)},
+			MissedSchedules:  2,
+		}},
+	})
+	made := DatabaseKind.Backups.View(&dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{
+		Name: scheduledBackupName(db, now.Truncate(time.Hour)), Namespace: "ns", CreationTimestamp: metav1.NewTime(now),
+		Labels: map[string]string{LabelBackupReason: reasonScheduled},
+	}})
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Kind: DatabaseKind, Recorder: rec, Now: func() time.Time { return now }}
+
+	_, err := r.schedule(context.Background(), db, []*Backup{made})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), db.Status.Backup.MissedSchedules, "the time whose backup exists is not missed")
+	assert.Equal(t, now.Truncate(time.Hour), db.Status.Backup.LastScheduleTime.Time, "and it is recorded as done")
+	assert.Empty(t, rec.Events, "no BackupScheduleMissed")
 }

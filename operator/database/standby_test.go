@@ -52,12 +52,15 @@ func TestAStandbyThatIsNotReadyWhileThePrimaryIsLeavesTheDatabaseDegraded(t *tes
 	waitFor(t, c, db, "Ready", ready)
 
 	setServerReady(t, c, ns, "pair-2", false)
+	// The count comes from the StatefulSet's status, which the
+	// controller manager updates after the pod's: wait for both.
 	got := waitFor(t, c, db, "Degraded", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, dbv1.PhaseDegraded, d.Status.Phase, "conditions: %+v", d.Status.Conditions)
+		require.Contains(ct, condition(d, database.ConditionReady).Message,
+			"2/3 replicas ready; the primary pair-0 serves, but standby pair-2 started and is not ready")
 	})
 	cond := condition(got, database.ConditionReady)
 	assert.Equal(t, "StandbyNotReady", cond.Reason)
-	assert.Contains(t, cond.Message, "2/3 replicas ready; the primary pair-0 serves, but standby pair-2 started and is not ready")
 	assert.NotContains(t, cond.Message, "pair-1")
 	assertEvent(t, c, ns, "pair", corev1.EventTypeWarning, "StandbyNotReady")
 

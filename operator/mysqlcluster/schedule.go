@@ -119,10 +119,16 @@ func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupS
 	}
 	waiting := database.Unfinished(views(backups))
 	if isDue {
-		if waiting != "" {
+		switch {
+		case waiting == instanceName(sched, due):
+			// Made by a pass whose status write (LastScheduleTime) was
+			// lost: this time has its backup and is no missed one.
+		case waiting != "":
 			s.missSchedule(sched, waiting, due, times)
-		} else if err := s.createInstance(ctx, sched, due); err != nil {
-			return ctrl.Result{}, err
+		default:
+			if err := s.createInstance(ctx, sched, due); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		sched.Status.LastScheduleTime = &metav1.Time{Time: due}
 	}
