@@ -829,3 +829,72 @@ func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
 	assert.Equal(t, "postgres:15.14-bookworm", cur.Status.CurrentImage)
 	eventsOnce(t, c, ns, "seam", "BackingUp", "WritesFenced", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "FenceLifted", "RemovingOldData", "OldDataRemoved")
 }
+
+// A fence Job that fails fails the upgrade before anything else: no
+// backup, the servers never stop, and the unfence Job lets the app role
+// in again. A later attempt fences anew, and cancelling it (spec.image
+// back while the backup runs) lifts that fence with a new unfence Job.
+func TestAFailedFenceStopsTheUpgradeAndACancelLiftsTheFence(t *testing.T) {
+	c, ns := upgradeTest(t)
+	ctx := context.Background()
+
+	db := onOneNode(newDatabase(ns, "fenced", 1))
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	// No new pod may start: the fence Job's pod never runs.
+	quota := testenv.PodQuota(t, c, ns, 0)
+	setImage(t, c, db, "postgres:18.0", nil)
+	fence := jobNamed(t, c, ns, "fenced-fence")
+	cur := waitFor(t, c, db, "Fencing", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Fencing", condition(d, "WritesFenced").Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgrading).Message, "fences writes")
+	testenv.FailJob(t, c, fence)
+	cur = waitFor(t, c, db, "UpgradeFailed", upgradeStep(dbv1.UpgradeFailed))
+	failed := condition(cur, database.ConditionUpgradeFailed)
+	assert.Equal(t, "FenceJobFailed", failed.Reason)
+	assert.Contains(t, failed.Message, "nothing was touched")
+	var backups dbv1.DatabaseBackupList
+	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
+	assert.Empty(t, backups.Items, "no backup without the fence")
+	sts := get(t, c, ns, "fenced", &appsv1.StatefulSet{})
+	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the servers never stopped")
+	assert.Equal(t, "postgres:17.6", sts.Spec.Template.Spec.Containers[0].Image)
+
+	require.NoError(t, c.Delete(ctx, quota))
+	firstLift := jobNamed(t, c, ns, "fenced-unfence")
+	assert.Equal(t, "true", envOf(firstLift.Spec.Template.Spec.Containers[0])["LIFT"])
+	waitFor(t, c, db, "fence lifted", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, conditionOf(d, "WritesFenced"))
+	})
+
+	// A new attempt fences again, then is cancelled while its backup runs.
+	setImage(t, c, db, "postgres:17.6", nil)
+	waitFor(t, c, db, "UpgradeFailed cleared", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, d.Status.Upgrade)
+	})
+	setImage(t, c, db, "postgres:18.0", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	cur = waitFor(t, c, db, "WritesFenced", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "WritesFenced", condition(d, "WritesFenced").Reason)
+	})
+	assert.Equal(t, pre.Name, cur.Status.Upgrade.Backup)
+	setImage(t, c, db, "postgres:17.6", nil)
+	waitFor(t, c, db, "cancelled and lifted", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, d.Status.Upgrade)
+		require.Nil(ct, conditionOf(d, "WritesFenced"))
+	})
+	secondLift := jobNamed(t, c, ns, "fenced-unfence")
+	assert.NotEqual(t, firstLift.UID, secondLift.UID, "the second fence was lifted by a Job of its own")
+	eventsOnce(t, c, ns, "fenced", "UpgradeCancelled")
+	count := 0
+	for _, e := range listEvents(t, c, ns, "fenced") {
+		if e.Reason == "FenceLifted" {
+			count++
+		}
+	}
+	assert.Equal(t, 2, count, "each fence lifted once")
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "fenced"))
+}
