@@ -33,8 +33,13 @@ cluster: ## start (or restart) the local cluster; last line is its export KUBECO
 	@$(CLUSTER) up
 
 .PHONY: cluster-down
-cluster-down: ## delete the local cluster
+cluster-down: ## delete the local cluster, and the real-node cluster if one is up
 	@$(CLUSTER) down
+	@hack/node.sh down
+
+.PHONY: node-cluster
+node-cluster: ## start (or restart) the real-node cluster (needs root; docs/realnode.md); last line is its export KUBECONFIG=...
+	@hack/node.sh up
 
 .PHONY: env
 env: ## print exports for the pinned tools and the local cluster: eval "$$(make -s env)"

@@ -13,6 +13,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+# The real node's tools (kubenode, containerd, coredns, below) are not in
+# this list: hack/node.sh builds them on demand (`hack/tools.sh build
+# kubenode`), so a plain `build` or `path` stays as the kwok suite needs it.
 tools=(etcd kube kwok helm controller-gen ct helm-docs)
 
 # module path whose version keys the cache, per tool
@@ -24,6 +27,9 @@ declare -A pinned=(
   [controller-gen]=sigs.k8s.io/controller-tools
   [ct]=github.com/helm/chart-testing/v3
   [helm-docs]=github.com/norwoodj/helm-docs
+  [kubenode]=k8s.io/kubernetes
+  [containerd]=github.com/containerd/containerd/v2
+  [coredns]=github.com/coredns/coredns
 )
 # packages built per tool
 declare -A packages=(
@@ -34,10 +40,16 @@ declare -A packages=(
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen
   [ct]=github.com/helm/chart-testing/v3/ct
   [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs
+  [kubenode]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
+  [containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+  [coredns]=github.com/coredns/coredns
 )
+# Go build tags per tool: containerd without the snapshotters that need cgo
+# or kernel features this node does not use (overlayfs is the one it uses).
+declare -A tags=([containerd]="no_btrfs no_zfs no_devmapper")
 # Bump a tool's recipe when its build flags change, so caches rebuild it.
 declare -A recipe=([helm]=2)
-declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1)
+declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
   awk -v m="${pinned[$1]}" '$1 == m || ($1 == "require" && $2 == m) { v = ($1 == m) ? $2 : $3 } END { print v }' \
@@ -52,7 +64,7 @@ dir_of() {
 ldflags_of() {
   local v; v=$(version_of "$1")
   case $1 in
-    kube)
+    kube|kubenode)
       # Without these the servers report v0.0.0-master and kubectl cannot parse it.
       local minor=${v#v1.}; minor=${minor%%.*}
       local p
@@ -60,6 +72,9 @@ ldflags_of() {
         printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean ' "$p" "$v" "$p" "$p" "$minor" "$p"
       done ;;
     etcd) ;;
+    containerd)
+      # `containerd --version` and the CRI's RuntimeVersion report this.
+      printf -- '-X github.com/containerd/containerd/v2/version.Version=%s -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2' "$v" ;;
     helm)
       # Helm's default capabilities (helm template, lint) are its client-go's
       # Kubernetes version, stamped as upstream's Makefile does.
@@ -83,7 +98,7 @@ build_one() {
   # etcd's main package is the module root, whose path ends in /v3
   [[ $tool == etcd ]] && out=$tmp/etcd
   # shellcheck disable=SC2086
-  (cd "$root/hack/tools/$tool" && CGO_ENABLED=0 go build -trimpath \
+  (cd "$root/hack/tools/$tool" && CGO_ENABLED=0 go build -trimpath -tags "${tags[$tool]:-}" \
       -ldflags "-s -w $(ldflags_of "$tool")" -o "$out" ${packages[$tool]})
   touch "$tmp/.complete"
   rm -rf "$dir"

@@ -709,7 +709,9 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 	pod.Container.EnvFrom = nil
 	pod.Container.Args = nil
 	file := path.Join(mount, path.Clean("/"+b.Status.File))
-	pod.Container.Command = []string{"rm", "-f", "--", file}
+	// The backup script writes <file>.owner (the Job that wrote the file)
+	// beside it; both go.
+	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner"}
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})

@@ -601,6 +601,7 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	assert.Contains(t, string(app.Data["uri"]), ":"+password+"@changing-rw."+ns+".svc:6543/")
 	svc := get(t, c, ns, "changing-rw", &corev1.Service{})
 	assert.Equal(t, int32(6543), svc.Spec.Ports[0].Port)
+	assertScriptsSayReplicas(t, c, ns, "changing-scripts", "2")
 
 	// Back to one replica: the PodDisruptionBudget goes, the volume stays.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -617,4 +618,17 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 		require.Equal(ct, "1/1", d.Status.Ready)
 	})
 	get(t, c, ns, "data-changing-1", &corev1.PersistentVolumeClaim{})
+	assertScriptsSayReplicas(t, c, ns, "changing-scripts", "1")
+}
+
+// assertScriptsSayReplicas waits until the scripts ConfigMap holds the
+// Database's replicas, which the primary's probe reads to drop the
+// replication slots of removed standbys.
+func assertScriptsSayReplicas(t *testing.T, c client.Client, ns, name, replicas string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var cm corev1.ConfigMap
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cm))
+		require.Equal(ct, replicas, cm.Data["replicas"])
+	}, wait, 100*time.Millisecond)
 }

@@ -356,7 +356,9 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 		require.Len(ct, jobs.Items, 1)
 		deleteJob = jobs.Items[0]
 	}, wait, 100*time.Millisecond, "the file-deleting Job")
-	assert.Equal(t, []string{"rm", "-f", "--", "/deckhand/backup/" + catchUp.Name + "-" + string(catchUp.UID) + ".dump"}, deleteJob.Spec.Template.Spec.Containers[0].Command)
+	file := "/deckhand/backup/" + catchUp.Name + "-" + string(catchUp.UID) + ".dump"
+	assert.Equal(t, []string{"rm", "-f", "--", file, file + ".owner"}, deleteJob.Spec.Template.Spec.Containers[0].Command,
+		"the file and the record of the Job that wrote it go together")
 	assert.Equal(t, "postgres:17.6", deleteJob.Spec.Template.Spec.Containers[0].Image, "the image that wrote it")
 	assert.Empty(t, deleteJob.Spec.Template.Spec.Containers[0].Env, "no Secrets: the Database may be gone")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -257,11 +258,20 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	}
 }
 
+// ScriptsReplicasKey is the scripts ConfigMap's key holding the number of
+// replicas: the primary's probe drops the replication slots of standbys
+// beyond it. A mounted ConfigMap changes without a restart (an environment
+// variable would restart the primary at every scale), and scriptsHash
+// leaves it out, so scaling rolls nothing.
+const ScriptsReplicasKey = "replicas"
+
 func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
+	data := eng.Scripts()
+	data[ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),
-		Data:       eng.Scripts(),
+		Data:       data,
 	}
 }
 

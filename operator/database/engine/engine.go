@@ -312,3 +312,19 @@ func RestrictedContainer() *corev1.SecurityContext {
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
+
+// JobUIDLabel is the label the Job controller puts on each pod of a Job:
+// the Job's UID, the same for every retry of one Job and different for
+// every new Job (also one made again under the same name).
+const JobUIDLabel = "batch.kubernetes.io/controller-uid"
+
+// JobUIDEnv is BACKUP_JOB_UID, the UID of the Job a backup pod belongs
+// to (from JobUIDLabel through the downward API; empty outside a Job). A
+// backup script writes it beside the file it completes and, when the file
+// is already there, reports it only if this Job wrote it: a retry of the
+// same Job reports its own file, anything else is refused.
+func JobUIDEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: "BACKUP_JOB_UID", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + JobUIDLabel + "']"},
+	}}
+}

@@ -266,6 +266,7 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 		{Name: "SOURCE_HOST", Value: b.Host},
 		{Name: "SOURCE_PORT", Value: fmt.Sprint(c.Port)},
 		{Name: "BACKUP_FILE", Value: b.File},
+		engine.JobUIDEnv(),
 	}
 	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
 }

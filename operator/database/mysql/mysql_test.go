@@ -145,3 +145,19 @@ func TestOldDataIsRemovedOnlyWhenAsked(t *testing.T) {
 	}
 	t.Fatal("no REMOVE_OLD_DATA with RemoveOldData")
 }
+
+// TestEveryPodRunsAsTheClustersRunAsUser: the UID comes from
+// engine.Cluster.RunAsUser (the spec); unset, the official images' 999.
+func TestEveryPodRunsAsTheClustersRunAsUser(t *testing.T) {
+	c := engine.Cluster{Name: "db", Image: "mariadb:10.11", Port: 3306, RunAsUser: 1001}
+	for name, pod := range map[string]engine.Pod{
+		"server": Engine{}.ServerPod(c),
+		"init":   Engine{}.InitPod(c),
+		"backup": Engine{}.BackupPod(c, engine.Backup{File: "f", Host: "h", ClaimName: "b"}),
+	} {
+		assert.Equal(t, int64(1001), *pod.SecurityContext.RunAsUser, name)
+		assert.Equal(t, int64(1001), *pod.SecurityContext.FSGroup, name)
+	}
+	c.RunAsUser = 0
+	assert.Equal(t, int64(999), *Engine{}.ServerPod(c).SecurityContext.RunAsUser)
+}

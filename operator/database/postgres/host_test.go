@@ -32,6 +32,12 @@ type host struct {
 	secrets map[string]map[string]string
 	// ports are the servers' ports, by data volume.
 	ports map[string]string
+	// jobUID is the UID of the Job whose pods job runs (the pod's
+	// batch.kubernetes.io/controller-uid label): every call is a retry
+	// of one Job until a test changes it.
+	jobUID string
+	// standbyPort is where a Job's STANDBY_HOST listens.
+	standbyPort string
 }
 
 func newHost(t testing.TB) *host {
@@ -48,7 +54,8 @@ func newHost(t testing.TB) *host {
 			ReplicationSecret: "name-of-database-replication",
 			PrimaryHost:       "name-of-database-rw.ns.svc",
 		},
-		ports: map[string]string{},
+		ports:  map[string]string{},
+		jobUID: "job-uid-1",
 		secrets: map[string]map[string]string{
 			"name-of-database-superuser":   {"username": postgres.Superuser, "password": randomPassword(t)},
 			"name-of-database-app":         {"password": randomPassword(t)},
@@ -108,6 +115,12 @@ func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]stri
 		if _, ok := env[k]; ok {
 			env[k] = "127.0.0.1"
 		}
+	}
+	if _, ok := env["STANDBY_HOST"]; ok {
+		env["STANDBY_HOST"], env["STANDBY_PORT"] = "127.0.0.1", h.standbyPort
+	}
+	if _, ok := env["BACKUP_JOB_UID"]; ok {
+		env["BACKUP_JOB_UID"] = h.jobUID
 	}
 	if _, ok := env["TERMINATION_MESSAGE_PATH"]; ok {
 		env["TERMINATION_MESSAGE_PATH"] = filepath.Join(h.root, "tmp", podName+"-termination-log")

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,4 +35,43 @@ func TestInitCreatesDatabasesNamedWithSQLAndShell(t *testing.T) {
 		assert.Equal(t, name+"|"+name, who)
 	}
 	assert.Equal(t, "1", h.sql(server.Port, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'postgres'"))
+}
+
+// TestBackupAndRestoreReadTheDatabaseNamedNotAConnectionString backs up
+// and restores databases whose names libpq would read as a connection
+// string if a script passed them as one (pg_dump --dbname, psql -d): an
+// "=" makes a name conninfo, a "postgresql://" prefix makes it a URI. The
+// dump holds exactly that database's table and the restore writes into
+// exactly that database, on another server; the postgres database is
+// never touched. None of the names sends a connection anywhere but the
+// test's own servers (a host is a Unix socket directory, or none).
+func TestBackupAndRestoreReadTheDatabaseNamedNotAConnectionString(t *testing.T) {
+	h := newHost(t)
+	source := h.primary("data-source")
+	target := h.primary("data-target")
+	for i, name := range []string{
+		`dbname=postgres`,
+		`dbname=postgres host=/nonexistent-deckhand`,
+		`postgresql:///postgres`,
+		`postgres://?dbname=postgres`,
+		`name with spaces`,
+		`it's "quoted" \ too`,
+		`dbname='postgres'`,
+	} {
+		h.cluster.Database, h.cluster.AppUser = name, fmt.Sprintf("app%d", i)
+		h.init(source.Port)
+		table := fmt.Sprintf("rows_of_%d", i)
+		h.sql(source.Port, name, "CREATE TABLE "+table+" (v text); INSERT INTO "+table+" VALUES ('written to "+strings.ReplaceAll(name, "'", "''")+"')")
+
+		report, out, err := h.backup(source.Port, "backup", fmt.Sprintf("names/%d.dump", i))
+		require.NoError(t, err, "%s: %s", name, out)
+		restored, out, err := h.restore(target.Port, "backup", report.File, report.SHA256)
+		require.NoError(t, err, "%s: %s", name, out)
+		assert.NotEmpty(t, restored.ServerVersion)
+		h.init(target.Port)
+		assert.Equal(t, "written to "+name, h.sql(target.Port, name, "SELECT v FROM "+table), name)
+	}
+	for _, port := range []string{source.Port, target.Port} {
+		assert.Equal(t, "0", h.sql(port, "postgres", "SELECT count(*) FROM pg_class WHERE relname LIKE 'rows_of_%'"), "a table reached the postgres database")
+	}
 }

@@ -50,6 +50,7 @@ const (
 	RestoreScript   = "restore.sh"
 	UpgradeScript   = "upgrade.sh"
 	FenceScript     = "fence.sh"
+	ProbeScript     = "probe.sh"
 	// backupMount is where backup, restore and upgrade Jobs mount
 	// engine.BackupVolume.
 	backupMount = engine.BackupMount
@@ -110,13 +111,15 @@ func (Engine) Scripts() map[string]string {
 // postgres in the foreground. With c.RemoveOldData it first removes
 // the data directories a major upgrade kept (pgdata.old-*).
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
-	probe := func(period, failures int32) *corev1.Probe {
+	// probe.sh asks the server, not just the port: "ready" also requires
+	// a standby to be streaming from the primary; "live" also passes
+	// while a standby's first clone makes progress.
+	probe := func(mode string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-				// pg_isready asks the server, not just the port.
-				Command: []string{"pg_isready", "-q", "-h", "127.0.0.1", "-p", fmt.Sprint(c.Port)},
+				Command: []string{"sh", path.Join(scriptsDir, ProbeScript), mode},
 			}},
-			PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: failures,
+			PeriodSeconds: period, TimeoutSeconds: 10, FailureThreshold: failures,
 		}
 	}
 	env := []corev1.EnvVar{
@@ -150,10 +153,11 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 			{Name: "shm", MountPath: "/dev/shm"},
 		},
 		// A clone of a large primary takes as long as it takes: the
-		// startup probe allows an hour before liveness applies.
-		StartupProbe:    probe(10, 360),
-		ReadinessProbe:  probe(5, 3),
-		LivenessProbe:   probe(10, 6),
+		// startup and liveness probes pass while it makes progress (and
+		// the startup probe allows an hour for a start that shows none).
+		StartupProbe:    probe("live", 10, 360),
+		ReadinessProbe:  probe("ready", 5, 3),
+		LivenessProbe:   probe("live", 10, 6),
 		SecurityContext: containerSecurityContext(),
 	}
 	if c.Resources != nil {
@@ -220,15 +224,26 @@ func (Engine) MajorVersion(version string) (string, bool) {
 
 // BackupPod runs backup.sh.
 //
-// Environment: SOURCE_HOST, SOURCE_PORT, PGUSER and PGPASSWORD (the
-// superuser), APP_DATABASE, BACKUP_DIR (the backup volume's mount),
-// BACKUP_FILE (relative to BACKUP_DIR), TERMINATION_MESSAGE_PATH.
+// Environment: SOURCE_HOST, SOURCE_PORT (b.Host), PGUSER and PGPASSWORD
+// (the superuser), APP_DATABASE, BACKUP_DIR (the backup volume's mount),
+// BACKUP_FILE (relative to BACKUP_DIR), BACKUP_JOB_UID,
+// TERMINATION_MESSAGE_PATH; with b.Standby, STANDBY_HOST, STANDBY_PORT and
+// MAX_LAG_BYTES: the script dumps from the standby only when it streams
+// and its replay lag, measured before the dump, is at most MAX_LAG_BYTES.
 func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 	env := []corev1.EnvVar{
 		{Name: "SOURCE_HOST", Value: b.Host},
 		{Name: "SOURCE_PORT", Value: fmt.Sprint(c.Port)},
 		{Name: "APP_DATABASE", Value: c.Database},
 		{Name: "BACKUP_FILE", Value: b.File},
+		engine.JobUIDEnv(),
+	}
+	if b.Standby != "" {
+		env = append(env,
+			corev1.EnvVar{Name: "STANDBY_HOST", Value: b.Standby},
+			corev1.EnvVar{Name: "STANDBY_PORT", Value: fmt.Sprint(c.Port)},
+			corev1.EnvVar{Name: "MAX_LAG_BYTES", Value: fmt.Sprint(b.MaxLagBytes)},
+		)
 	}
 	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
 }
@@ -351,6 +366,19 @@ func secretKey(secret, key string) *corev1.EnvVarSource {
 	}}
 }
 
+// serverDefaults are the settings deckhand gives every server unless the
+// parameters set them (bootstrap.sh adds max_slot_wal_keep_size, which
+// depends on the volume).
+var serverDefaults = map[string]string{
+	// Standbys stream through slots (bootstrap.sh); wal_keep_size is a
+	// floor for a standby whose slot is not made yet.
+	"wal_keep_size": "512MB",
+	// A standby tells the primary which rows its queries still read, so a
+	// long dump on a standby is not cancelled by a recovery conflict. The
+	// cost: the primary's vacuum keeps those rows meanwhile.
+	"hot_standby_feedback": "on",
+}
+
 // serverArgs passes the parameters as -c name=value, sorted so the pod
 // template (and so the rollout) depends only on their content. Each is one
 // argument: no shell ever splits or expands it.
@@ -359,17 +387,17 @@ func serverArgs(params map[string]string) []string {
 	for k := range params {
 		names = append(names, k)
 	}
-	if _, ok := params["wal_keep_size"]; !ok {
-		names = append(names, "wal_keep_size")
+	for k := range serverDefaults {
+		if _, ok := params[k]; !ok {
+			names = append(names, k)
+		}
 	}
 	slices.Sort(names)
 	args := make([]string, 0, 2*len(names))
 	for _, k := range names {
 		v, ok := params[k]
 		if !ok {
-			// Without replication slots, a standby that falls behind needs
-			// the primary to keep some WAL.
-			v = "512MB"
+			v = serverDefaults[k]
 		}
 		args = append(args, "-c", k+"="+v)
 	}

@@ -15,7 +15,7 @@ import (
 
 func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := Engine{}.Scripts()
-	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, FenceScript, "lib.sh"}, keys(scripts))
+	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, FenceScript, ProbeScript, "lib.sh"}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("scripts/" + name)
 		require.NoError(t, err)
@@ -44,9 +44,9 @@ func TestConnectionURIQuotesWhatNeedsIt(t *testing.T) {
 }
 
 func TestServerArgsAreSortedSingleArguments(t *testing.T) {
-	assert.Equal(t, []string{"-c", "max_connections=50", "-c", "search_path=\"$user\", public", "-c", "wal_keep_size=512MB"},
+	assert.Equal(t, []string{"-c", "hot_standby_feedback=on", "-c", "max_connections=50", "-c", "search_path=\"$user\", public", "-c", "wal_keep_size=512MB"},
 		serverArgs(map[string]string{"search_path": `"$user", public`, "max_connections": "50"}))
-	assert.Equal(t, []string{"-c", "wal_keep_size=1GB"}, serverArgs(map[string]string{"wal_keep_size": "1GB"}))
+	assert.Equal(t, []string{"-c", "hot_standby_feedback=off", "-c", "wal_keep_size=1GB"}, serverArgs(map[string]string{"wal_keep_size": "1GB", "hot_standby_feedback": "off"}))
 }
 
 func TestPodsRunAsTheClustersUserNotOneGuessedFromTheImage(t *testing.T) {
@@ -190,4 +190,28 @@ func TestServerPodAsksForRemovalOfOldDataOnlyWhenTold(t *testing.T) {
 	c := jobCluster
 	c.RemoveOldData = true
 	assert.Equal(t, "true", envOf(Engine{}.ServerPod(c).Container)["REMOVE_OLD_DATA"])
+}
+
+// TestEveryPodRunsAsTheClustersRunAsUser: the UID comes from
+// engine.Cluster.RunAsUser (the spec), not from the image reference: a
+// digest-only reference or another image's user (26, 1001) is honoured.
+func TestEveryPodRunsAsTheClustersRunAsUser(t *testing.T) {
+	for _, uid := range []int64{26, 1001} {
+		c := engine.Cluster{Name: "db", Image: "registry.example/pg@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Port: 5432, RunAsUser: uid}
+		for name, pod := range map[string]engine.Pod{
+			"server":  Engine{}.ServerPod(c),
+			"init":    Engine{}.InitPod(c),
+			"backup":  Engine{}.BackupPod(c, engine.Backup{File: "f", Host: "h", ClaimName: "b"}),
+			"restore": Engine{}.RestorePod(c, engine.Restore{File: "f", SHA256: "s", ClaimName: "b"}),
+			"upgrade": Engine{}.UpgradePod(c, engine.Upgrade{File: "f", ClaimName: "b", DataClaimName: "d"}),
+		} {
+			sc := pod.SecurityContext
+			assert.Equal(t, uid, *sc.RunAsUser, name)
+			assert.Equal(t, uid, *sc.RunAsGroup, name)
+			assert.Equal(t, uid, *sc.FSGroup, name)
+		}
+	}
+	// Unset (a caller that does not pass it yet): the official images'.
+	assert.Equal(t, int64(999), *Engine{}.ServerPod(engine.Cluster{Image: "postgres:17.6"}).SecurityContext.RunAsUser)
+	assert.Equal(t, int64(70), *Engine{}.ServerPod(engine.Cluster{Image: "postgres:17.6-alpine"}).SecurityContext.RunAsUser)
 }

@@ -270,6 +270,55 @@ func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
 	assert.Equal(t, info.ModTime(), info2.ModTime())
 }
 
+// TestABackupNeverReportsAFileItDidNotWrite: a file already under the
+// backup's name that another Job wrote (a DatabaseBackup deleted while
+// running, one that failed, one whose finalizer was removed by hand, then
+// made again under the same name) or that nothing recorded is refused,
+// not reported as this backup's result, and left as it is. A retry of the
+// Job that wrote it still reports it.
+func TestABackupNeverReportsAFileItDidNotWrite(t *testing.T) {
+	h := newHost(t)
+	server := h.primary("data")
+	h.init(server.Port)
+	out, err := h.appSQL(server.Port, "CREATE TABLE t (v text); INSERT INTO t VALUES ('old')")
+	require.NoError(t, err, out)
+	dir := h.volume("backup")
+	file := filepath.Join(dir, "db", "same-name.dump")
+
+	h.jobUID = "first-job"
+	first, out, err := h.backup(server.Port, "backup", "db/same-name.dump")
+	require.NoError(t, err, out)
+	require.Equal(t, fileSHA256(t, file), first.SHA256)
+
+	// A new Job for a backup of the same name, after new writes.
+	_, err = h.appSQL(server.Port, "UPDATE t SET v = 'new'")
+	require.NoError(t, err)
+	h.jobUID = "second-job"
+	report, out, err := h.backup(server.Port, "backup", "db/same-name.dump")
+	require.Error(t, err, "a file another Job wrote was reported as this backup: %+v\n%s", report, out)
+	assert.Contains(t, out, "this backup did not write it")
+	assert.Equal(t, first.SHA256, fileSHA256(t, file), "the file is left as it was")
+
+	// A retry of the first Job reports its own file.
+	h.jobUID = "first-job"
+	again, out, err := h.backup(server.Port, "backup", "db/same-name.dump")
+	require.NoError(t, err, out)
+	assert.Equal(t, first, again)
+
+	// A file nothing recorded (copied there by hand, or by an older
+	// deckhand) is refused too.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "db", "by-hand.dump"), []byte("not a dump"), 0o644))
+	_, out, err = h.backup(server.Port, "backup", "db/by-hand.dump")
+	require.Error(t, err, out)
+	assert.Contains(t, out, "this backup did not write it")
+
+	// Without the Job's UID (a pod outside a Job) an existing file is
+	// always refused.
+	h.jobUID = ""
+	_, out, err = h.backup(server.Port, "backup", "db/same-name.dump")
+	require.Error(t, err, out)
+}
+
 // backedUpForUpgrade is where the upgrade tests start: data-0's server
 // holds the app's rows, its pre-upgrade dump is on the backup volume, and it
 // is stopped. It returns the data volume, the rows, and the dump's report.

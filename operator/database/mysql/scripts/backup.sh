@@ -11,20 +11,49 @@
 # a file named FILE is always a complete dump, and a killed Job leaves at
 # most a .partial file.
 #
+# The file is bound to the Job that wrote it: FILE.owner, written before
+# the rename, holds BACKUP_JOB_UID. A FILE that exists when the Job starts
+# is reported only when its .owner names this Job (a retry after the
+# rename); otherwise the Job fails and leaves the file alone.
+#
 # Writes {"file", "size", "sha256", "serverVersion"} to the termination
 # message.
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, MYSQL_PWD
 # (root's password), BACKUP_DIR (the backup volume), BACKUP_FILE (relative
-# to it), TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+# to it), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
 
 final=$BACKUP_DIR/$BACKUP_FILE
 partial=$final.partial
+owner=$final.owner
 mkdir -p "$(dirname "$final")"
 rm -f "$partial"
+# Records of files that are gone (deleted with their backup, or a Job
+# stopped between the record and the rename).
+for record in "$(dirname "$final")"/*.owner; do
+	[ -e "$record" ] || continue
+	[ -e "${record%.owner}" ] || rm -f "$record"
+done
+# A file under this backup's name is this backup's result only when this
+# Job wrote it (an earlier attempt stopped after the rename): it is
+# reported again, never rewritten. Anything else is refused and left as it
+# is: overwriting or reporting it would make another backup's file, or an
+# old dump, look like this backup.
+if [ -e "$final" ]; then
+	written_by=$(cat "$owner" 2>/dev/null || true)
+	if [ -n "${BACKUP_JOB_UID:-}" ] && [ "$written_by" = "$BACKUP_JOB_UID" ]; then
+		log "$final exists: an earlier attempt of this Job ($BACKUP_JOB_UID) completed it"
+		wait_for "$SOURCE_HOST" "$SOURCE_PORT"
+		version=$(query "$SOURCE_HOST" "$SOURCE_PORT" 'SELECT VERSION()')
+		report file="$BACKUP_FILE" size="$(wc -c <"$final" | tr -d ' ')" sha256="$(sha256sum "$final" | cut -d ' ' -f 1)" serverVersion="$version"
+		exit 0
+	fi
+	log "$final exists, but this backup did not write it (${written_by:+written by Job $written_by, }this is Job ${BACKUP_JOB_UID:-of unknown UID}): refusing to report a file this backup did not write; it is left as it is"
+	exit 1
+fi
 trap 'rm -f "$partial"' EXIT INT TERM
 
 wait_for "$SOURCE_HOST" "$SOURCE_PORT"
@@ -45,7 +74,7 @@ log "dumping $# database(s) from $SOURCE_HOST:$SOURCE_PORT ($version)"
 if [ $# -gt 0 ]; then
 	"$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
 		--routines --events --triggers --hex-blob $gtid \
-		--result-file="$partial" --databases "$@"
+		--result-file="$partial" --databases -- "$@"
 	if ! tail -n 1 "$partial" | grep -q '^-- Dump completed'; then
 		log "the dump tool exited without finishing the dump"
 		exit 1
@@ -57,6 +86,8 @@ fi
 sync "$partial"
 sum=$(sha256sum "$partial" | cut -d ' ' -f 1)
 size=$(wc -c <"$partial" | tr -d ' ')
+printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
+sync "$owner"
 mv "$partial" "$final"
 sync "$(dirname "$final")"
 trap - EXIT INT TERM

@@ -45,7 +45,8 @@ clone_primary() {
 		done <<-LIST
 		$dbs
 		LIST
-		if [ $# -gt 0 ]; then set -- --databases "$@"; fi
+		# After "--", a name is never read as an option ("--no-data").
+		if [ $# -gt 0 ]; then set -- --databases -- "$@"; fi
 	else
 		set -- --all-databases
 	fi

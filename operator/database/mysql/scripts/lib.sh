@@ -243,9 +243,12 @@ report() {
 	printf '%s}\n' "$_out" >"$TERMINATION_MESSAGE_PATH"
 }
 
-# databases_of HOST PORT: the user databases there, one a line.
+# databases_of HOST PORT: the user databases there, one a line, as they
+# are named (--raw: batch mode would print a backslash or a tab escaped,
+# and the dump tool would be given another name). A name holding a line
+# break is read as two names, which the dump tool refuses (loudly).
 databases_of() {
-	user_databases_sql | "$CLIENT" -h "$1" -P "$2" -uroot -N -B
+	user_databases_sql | "$CLIENT" -h "$1" -P "$2" -uroot -N -B --raw
 }
 
 # query HOST PORT SQL: one value.

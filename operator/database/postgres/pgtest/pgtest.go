@@ -123,6 +123,10 @@ func ContainerEnv(t testing.TB, container corev1.Container, pod string, secret f
 			env[e.Name] = secret(e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env[e.Name] = pod
+		case e.ValueFrom.FieldRef != nil && strings.HasPrefix(e.ValueFrom.FieldRef.FieldPath, "metadata.labels["):
+			// The kubelet gives a label the pod lacks as "": a test that
+			// needs one sets it afterwards.
+			env[e.Name] = ""
 		default:
 			t.Fatalf("env %s: a source the test does not resolve", e.Name)
 		}
@@ -240,11 +244,14 @@ func (s *Server) Stop(t testing.TB) {
 	}
 }
 
-// PSQL runs SQL as a client of the server on port of 127.0.0.1.
+// PSQL runs SQL as a client of the server on port of 127.0.0.1. The
+// database's name goes through PGDATABASE, which libpq never reads as a
+// connection string (psql -d would, for a name holding "=" or starting
+// with "postgresql://").
 func PSQL(bin, port, user, password, dbname, sql string) (string, error) {
 	cmd := exec.Command(filepath.Join(bin, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-		"-h", "127.0.0.1", "-p", port, "-U", user, "-d", dbname, "-c", sql)
-	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=5"}
+		"-h", "127.0.0.1", "-p", port, "-U", user, "-c", sql)
+	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=5", "PGDATABASE=" + dbname}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }

@@ -2,8 +2,10 @@
 # deckhand: a backup Job of a PostgreSQL Database.
 #
 # Dumps APP_DATABASE with the server image's own pg_dump (custom format:
-# compressed, restored with pg_restore) from SOURCE_HOST (a ready standby,
-# else the primary), as the superuser.
+# compressed, restored with pg_restore) from SOURCE_HOST (the primary), or
+# from STANDBY_HOST when that standby streams and replays at most
+# MAX_LAG_BYTES behind the primary, measured before the dump starts; as
+# the superuser.
 #
 # What a dump holds: the database's schemas, tables, data, sequences (with
 # their values), functions, extensions' CREATE EXTENSION. What it does not
@@ -18,14 +20,23 @@
 # BACKUP_FILE is always complete. A killed Job leaves only a .partial file,
 # which the next backup removes.
 #
-# Writes {"serverVersion","file","size","sha256"} to the termination
-# message.
+# The file is bound to the Job that wrote it: BACKUP_FILE.owner, written
+# before the rename, holds BACKUP_JOB_UID. A BACKUP_FILE that exists when
+# the Job starts is reported only when its .owner names this Job (a retry
+# after the rename); otherwise the Job fails and leaves it alone. The
+# operator names files after the DatabaseBackup's UID, so another file of
+# that name is never this backup's.
+#
+# Writes {"serverVersion","file","size","sha256","source","lagBytes"} to
+# the termination message (source: the host dumped from; lagBytes: the
+# standby's measured lag, only when it was the source).
 #
 # Uses only what PostgreSQL 15 to 18 share.
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, PGUSER and
 # PGPASSWORD (the superuser), APP_DATABASE, BACKUP_DIR, BACKUP_FILE
-# (relative to BACKUP_DIR), TERMINATION_MESSAGE_PATH; SERVER_WAIT_SECONDS
+# (relative to BACKUP_DIR), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH;
+# STANDBY_HOST, STANDBY_PORT and MAX_LAG_BYTES (optional); SERVER_WAIT_SECONDS
 # (default 600).
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +46,9 @@ export PGHOST="$SOURCE_HOST" PGPORT="$SOURCE_PORT" PGDATABASE=postgres PGCONNECT
 target=$BACKUP_DIR/$BACKUP_FILE
 dir=$(dirname "$target")
 partial=$target.partial
+# owner records the UID of the Job that completed target, written before
+# the rename that completes it.
+owner=$target.owner
 mkdir -p "$dir"
 
 # Dumps of earlier Jobs that were killed: one backup runs at a time per
@@ -44,25 +58,74 @@ for stale in "$dir"/*.partial; do
 	log "removing $stale, left by a backup that did not finish"
 	rm -f "$stale"
 done
+# Records of files that are gone (deleted with their DatabaseBackup, or a
+# Job stopped between the record and the rename).
+for record in "$dir"/*.owner; do
+	[ -e "$record" ] || continue
+	[ -e "${record%.owner}" ] || rm -f "$record"
+done
 
 wait_for_server
+source=$SOURCE_HOST
+lag=
+
+# use_standby_if_close: with STANDBY_HOST, dump from the standby instead
+# when it is streaming from the primary and its replay position is at most
+# MAX_LAG_BYTES behind the primary's current WAL position, both read now,
+# before the dump starts (the primary's first: the lag can only be
+# overstated). Otherwise the dump reads the primary.
+use_standby_if_close() {
+	primary_lsn=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SELECT pg_current_wal_lsn()') || return 0
+	standby=$(PGHOST=$STANDBY_HOST PGPORT=$STANDBY_PORT psql -X -A -t -v ON_ERROR_STOP=1 \
+		-c "SELECT coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || ' ' || coalesce(pg_last_wal_replay_lsn()::text, 'none')" 2>&1) || {
+		log "standby $STANDBY_HOST does not answer ($standby): dumping from the primary"
+		return 0
+	}
+	status=${standby% *} standby_lsn=${standby#* }
+	if [ "$status" != streaming ]; then
+		log "standby $STANDBY_HOST is not streaming from the primary (WAL receiver: $status): dumping from the primary"
+		return 0
+	fi
+	case $standby_lsn in
+	*[!0-9A-F/]* | '') fail "standby $STANDBY_HOST reported replay position \"$standby_lsn\"" ;;
+	esac
+	bytes=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT greatest(pg_wal_lsn_diff('$primary_lsn', '$standby_lsn'), 0)::bigint")
+	if [ "$bytes" -gt "$MAX_LAG_BYTES" ]; then
+		log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from the primary"
+		return 0
+	fi
+	log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from it"
+	source=$STANDBY_HOST lag=$bytes
+	export PGHOST="$STANDBY_HOST" PGPORT="$STANDBY_PORT"
+}
+if [ -n "${STANDBY_HOST:-}" ]; then
+	case ${MAX_LAG_BYTES:-} in '' | *[!0-9]*) fail "MAX_LAG_BYTES \"${MAX_LAG_BYTES:-}\" is not a number of bytes" ;; esac
+	use_standby_if_close
+fi
 version=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SHOW server_version')
 
 # report SIZE SHA256: the Report of the complete file $target.
 report() {
 	size=$1 sha256=$2
 	log "$target: $size bytes, SHA-256 $sha256"
-	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s}\n' \
-		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" >"$TERMINATION_MESSAGE_PATH"
+	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s}\n' \
+		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" \
+		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" >"$TERMINATION_MESSAGE_PATH"
 }
 
-# Only a complete dump bears the final name: an earlier attempt of this
-# Job that was stopped after the rename wrote it. It is kept, never
-# overwritten.
+# A file under this backup's name is this backup's result only when this
+# Job wrote it (an earlier attempt stopped after the rename): then it is
+# reported again, never rewritten. Anything else (another Job's file, a
+# file nothing recorded) is refused and left as it is: reporting it would
+# make an old dump look like a new backup.
 if [ -e "$target" ]; then
-	log "$target exists: an earlier attempt of this backup completed it"
-	report "$(stat -c %s "$target")" "$(sha256_of "$target")"
-	exit 0
+	written_by=$(cat "$owner" 2>/dev/null || true)
+	if [ -n "${BACKUP_JOB_UID:-}" ] && [ "$written_by" = "$BACKUP_JOB_UID" ]; then
+		log "$target exists: an earlier attempt of this Job ($BACKUP_JOB_UID) completed it"
+		report "$(stat -c %s "$target")" "$(sha256_of "$target")"
+		exit 0
+	fi
+	fail "$target exists, but this backup did not write it (${written_by:+written by Job $written_by, }this is Job ${BACKUP_JOB_UID:-of unknown UID}): refusing to report a file this backup did not write; it is left as it is"
 fi
 
 # A dump holds one database, not roles: say which roles it leaves out.
@@ -77,11 +140,13 @@ SQL
 
 log "dumping database $APP_DATABASE from $PGHOST:$PGPORT (PostgreSQL $version) to $partial"
 trap 'rm -f "$partial"' EXIT
-pg_dump --format=custom --no-password --file="$partial" --dbname="$APP_DATABASE"
+pg_dump --format=custom --no-password --file="$partial" --dbname="$(app_dbname)"
 # The data reaches the disk before the name that says it is complete.
 sync "$partial"
 size=$(stat -c %s "$partial")
 sha256=$(sha256_of "$partial")
+printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
+sync "$owner"
 mv "$partial" "$target"
 trap - EXIT
 sync "$dir"

@@ -32,7 +32,7 @@
 # PGPASSWORD (the superuser: initdb gives it its password),
 # REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
 # PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
-# REMOVE_OLD_DATA (optional).
+# REMOVE_OLD_DATA, CLONE_MAX_RATE (optional).
 set -eu
 . "$(dirname "$0")/lib.sh"
 
@@ -49,18 +49,61 @@ case $REPLICATION_PASSWORD in
 "*) fail "REPLICATION_PASSWORD (the replication Secret's password) holds a line break: remove it from the Secret" ;;
 esac
 
-# clone_primary DIR: a standby streaming from the primary, cloned as the
-# replication role.
-clone_primary() {
+# primary_sql SQL: runs SQL on the primary as the replication role (an
+# ordinary connection: the role may read pg_replication_slots and manage
+# its slots). Prints the result.
+primary_sql() {
+	PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD PGCONNECT_TIMEOUT=5 \
+		psql -X -A -t -v ON_ERROR_STOP=1 -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -d postgres --no-password -c "$1"
+}
+
+# slot_state: the primary's wal_status of this standby's slot ("" when it
+# has none); fails when the primary cannot be asked.
+slot_state() {
+	primary_sql "SELECT coalesce(wal_status, 'unknown') FROM pg_catalog.pg_replication_slots WHERE slot_name = '$slot'"
+}
+
+# ensure_slot: this standby's physical replication slot exists on the
+# primary, holding WAL from now on (so the standby never needs WAL the
+# primary removed, up to max_slot_wal_keep_size).
+ensure_slot() {
+	primary_sql "SELECT pg_catalog.pg_create_physical_replication_slot('$slot', true) WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = '$slot')" >/dev/null
+	log "replication slot $slot on the primary"
+}
+
+# drop_slot: removes this standby's slot on the primary (a lost one is
+# of no use: it can never hold WAL again).
+drop_slot() {
+	primary_sql "SELECT pg_catalog.pg_drop_replication_slot('$slot') FROM pg_catalog.pg_replication_slots WHERE slot_name = '$slot'" >/dev/null
+}
+
+wait_for_primary() {
 	until pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT"; do
 		log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
 		sleep 2
 	done
+}
+
+# clone_primary DIR: a standby streaming from the primary through its
+# slot, cloned as the replication role. pg_basebackup's progress goes to
+# DIR.progress, which the startup and liveness probes read (probe.sh
+# live): a clone that progresses is never restarted.
+clone_primary() {
+	wait_for_primary
+	ensure_slot
+	rm -f "$1.progress" "$1.probe"
 	# -R writes standby.signal and primary_conninfo; -X stream copies the
-	# WAL written meanwhile, so the copy is consistent.
-	PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
+	# WAL written meanwhile, so the copy is consistent. CLONE_MAX_RATE
+	# (optional) limits the transfer rate, as pg_basebackup --max-rate.
+	if ! PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
 		pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -D "$1" -R -X stream \
-		--checkpoint=fast --no-password >&2
+		--slot="$slot" --checkpoint=fast --no-password --progress --verbose \
+		${CLONE_MAX_RATE:+--max-rate="$CLONE_MAX_RATE"} 2>"$1.progress"; then
+		tr '\r' '\n' <"$1.progress" | tail -n 20 >&2
+		fail "pg_basebackup could not clone the primary (above)"
+	fi
+	tr '\r' '\n' <"$1.progress" | tail -n 3 >&2
+	rm -f "$1.progress" "$1.probe"
 }
 
 # sql_literal VALUE: VALUE as an SQL string literal (standard conforming:
@@ -97,11 +140,6 @@ ensure_replication_role() {
 	log "replication role $REPLICATION_USER in place, with the password of its Secret"
 }
 
-# conninfo_value VALUE: VALUE quoted for a libpq connection string.
-conninfo_value() {
-	printf "'%s'" "$(printf '%s' "$1" | sed "s/[\\\\']/\\\\&/g")"
-}
-
 # write_primary_conninfo DIR: a standby's postgresql.auto.conf names the
 # primary, the replication role and its password (every other line is
 # kept). The file is made beside it with mode 0600 and renamed into place.
@@ -114,9 +152,10 @@ write_primary_conninfo() {
 	rm -f "$conf".deckhand-*
 	new=$(umask 077 && mktemp "$conf.deckhand-XXXXXX")
 	{
-		[ ! -f "$conf" ] || grep -v -E '^[[:space:]]*primary_conninfo[[:space:]]*=' "$conf" || true
+		[ ! -f "$conf" ] || grep -v -E '^[[:space:]]*primary_(conninfo|slot_name)[[:space:]]*=' "$conf" || true
 		# A configuration file's string: quotes and backslashes doubled.
 		printf "primary_conninfo = '%s'\n" "$(printf '%s' "$conninfo" | sed "s/[\\']/&&/g")"
+		printf "primary_slot_name = '%s'\n" "$slot"
 	} >"$new"
 	chmod 600 "$new"
 	mv "$new" "$conf"
@@ -125,9 +164,13 @@ write_primary_conninfo() {
 }
 
 ordinal=${POD_NAME##*-}
+case $ordinal in '' | *[!0-9]*) fail "POD_NAME \"$POD_NAME\" does not end in -<ordinal>" ;; esac
 if [ -d "$PGDATA" ]; then
 	check_data_owner "$PGDATA"
 fi
+# Each standby streams through a physical replication slot of its own on
+# the primary, named after its ordinal.
+slot=deckhand_standby_$ordinal
 server_major=$(postgres -V | sed 's/^postgres (PostgreSQL) //; s/[^0-9].*//')
 data_major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null || true)
 if [ "$ordinal" != 0 ] && [ -n "$data_major" ] && [ "$data_major" != "$server_major" ]; then
@@ -142,6 +185,19 @@ if [ "${REMOVE_OLD_DATA:-false}" = true ]; then
 		log "REMOVE_OLD_DATA=true: removing the old data directory $dir"
 		rm -rf "$dir"
 	done
+fi
+# A standby whose slot the primary reports lost (it removed WAL the
+# standby still needed, beyond max_slot_wal_keep_size) can never catch up:
+# its data directory is moved aside as pgdata.lost-<UTC time> (kept, never
+# deleted: remove it by hand once the new clone serves) and the primary is
+# cloned again through a new slot.
+if [ "$ordinal" != 0 ] && [ -s "$PGDATA/PG_VERSION" ]; then
+	if state=$(slot_state 2>/dev/null) && [ "$state" = lost ]; then
+		aside=$PGDATA.lost-$(date -u +%Y%m%d%H%M%S)
+		log "the primary reports replication slot $slot lost: this standby cannot catch up; moving $PGDATA to $aside and cloning the primary again"
+		drop_slot
+		mv "$PGDATA" "$aside"
+	fi
 fi
 if [ -s "$PGDATA/PG_VERSION" ]; then
 	log "$PGDATA holds a PostgreSQL $(cat "$PGDATA/PG_VERSION") data directory: starting it as it is"
@@ -169,8 +225,26 @@ if [ "$ordinal" = 0 ]; then
 	ensure_replication_role "$PGDATA"
 	ensure_replication_hba "$PGDATA"
 else
+	# A standby cloned before deckhand used slots gets one; a primary that
+	# does not answer yet gets none now (the standby streams without it
+	# until its next start).
+	if pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -t 10; then
+		ensure_slot || log "could not make replication slot $slot on the primary (above)"
+	fi
 	write_primary_conninfo "$PGDATA"
 fi
+
+# max_slot_wal_keep_size: unless the parameters set it, a quarter of the
+# data volume (measured now): slots may hold that much WAL for a standby
+# that is behind; beyond it the primary lets the slot go (lost) rather
+# than fill its volume.
+case " $* " in
+*" max_slot_wal_keep_size="*) ;;
+*)
+	volume_kb=$(df -P -k "$(dirname "$PGDATA")" | awk 'NR == 2 { print $2 }')
+	set -- "$@" -c "max_slot_wal_keep_size=$((volume_kb / 4 / 1024))MB"
+	;;
+esac
 
 # The server needs neither password: keep them out of its environment (and
 # so of every process it starts).

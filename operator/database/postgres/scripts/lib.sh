@@ -28,6 +28,22 @@ wait_for_server() {
 	done
 }
 
+# conninfo_value VALUE: VALUE quoted for a libpq connection string
+# (single quotes, with quotes and backslashes backslash-escaped).
+conninfo_value() {
+	printf "'%s'" "$(printf '%s' "$1" | sed "s/[\\\\']/\\\\&/g")"
+}
+
+# app_dbname: a connection string that names APP_DATABASE and nothing else.
+# libpq reads a dbname argument (pg_dump --dbname, psql -d) that holds "="
+# or starts with "postgresql://" as a connection string of its own: a
+# database named "dbname=postgres host=elsewhere" would connect elsewhere.
+# Quoted as the value of dbname= (the manual's advice), a name is only a
+# name.
+app_dbname() {
+	printf 'dbname=%s' "$(conninfo_value "$APP_DATABASE")"
+}
+
 # json_string VALUE: VALUE as a JSON string (quotes and backslashes
 # escaped; the values here hold no control characters).
 json_string() {
@@ -154,7 +170,7 @@ restore_app_database() {
 		log "database $APP_DATABASE was already restored from this backup: nothing to do"
 		return 0
 	fi
-	objects=$(psql -X -A -t -v ON_ERROR_STOP=1 -d "$APP_DATABASE" <<-'SQL'
+	objects=$(psql -X -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" <<-'SQL'
 	SELECT (SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	         WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_(toast|temp)')
 	     + (SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
@@ -185,7 +201,7 @@ restore_app_database() {
 		printf 'RESET ROLE;\n'
 		printf 'SELECT format(%s, current_database(), :%s) \\gexec\n' "'COMMENT ON DATABASE %I IS %L'" "'marker'"
 		printf 'COMMIT;\n'
-	} | if ! psql -X -q -v ON_ERROR_STOP=1 -v marker="$marker" -d "$APP_DATABASE" >/dev/null; then
+	} | if ! psql -X -q -v ON_ERROR_STOP=1 -v marker="$marker" -d "$(app_dbname)" >/dev/null; then
 		: >"$status/psql"
 	fi
 	# psql first: when it stops, pg_restore fails writing to the pipe.

@@ -1,0 +1,96 @@
+package node
+
+import (
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Seed 000's lab on the real node: the chart's demo (the Flask app from
+// Debian's python3-flask, its ConfigMap and ConfigMonitor) answers through
+// its Service with the chart's message; after helm upgrade changes the
+// message, the new one is served, by new containers, after one rollout.
+func TestRealNodeServesSeed000Demo(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	operatorDeployment(ctx, t, cs)
+
+	image := imageRef(t, "demo-flask")
+	first, second := "Welcome to Kubernetes! "+rand.String(6), "Welcome to Operators! "+rand.String(6)
+	helmUpgrade(ctx, t, "--set", "demo.enabled=true",
+		"--set", "demo.flask.image.repository="+image[:strings.LastIndex(image, ":")],
+		"--set", "demo.flask.image.tag="+image[strings.LastIndex(image, ":")+1:],
+		"--set", "demo.flask.image.pullPolicy=Never",
+		"--set-string", "demo.flask.message="+first)
+	t.Cleanup(func() { helmUpgrade(context.Background(), t, "--set", "demo.enabled=false") })
+
+	svc, err := cs.CoreV1().Services(operatorNamespace).Get(ctx, "frontend", metav1.GetOptions{})
+	require.NoError(t, err)
+	client := startPod(ctx, t, cs, namespace(ctx, t, cs), "client", nil, "exec sleep 3600")
+	fetch := "timeout 5 wget -q -O- http://" + svc.Spec.ClusterIP + "/"
+	assert.Contains(t, eventually(ctx, t, cfg, cs, client, fetch, first), first)
+
+	before := frontendState(ctx, t, cs)
+	helmUpgrade(ctx, t, "--set-string", "demo.flask.message="+second)
+	assert.Contains(t, eventually(ctx, t, cfg, cs, client, fetch, second), second)
+
+	after := frontendState(ctx, t, cs)
+	assert.Equal(t, before.revision+1, after.revision, "one rollout of the Flask app")
+	for _, p := range after.pods {
+		assert.NotContains(t, before.pods, p, "the new message is served by new containers")
+	}
+}
+
+type frontend struct {
+	revision int
+	pods     []string
+}
+
+// frontendState is the Flask Deployment's revision and its running pods,
+// once the rollout in progress (if any) has finished.
+func frontendState(ctx context.Context, t *testing.T, cs clientset) frontend {
+	t.Helper()
+	var f frontend
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "frontend", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		f.revision, _ = strconv.Atoi(d.Annotations["deployment.kubernetes.io/revision"])
+		pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector),
+		})
+		if err != nil {
+			return false, nil
+		}
+		f.pods = nil
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				f.pods = append(f.pods, p.Name)
+			}
+		}
+		done := d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == *d.Spec.Replicas &&
+			d.Status.AvailableReplicas == *d.Spec.Replicas && len(f.pods) == int(*d.Spec.Replicas)
+		return done, nil
+	})
+	require.NoError(t, err, "the Flask Deployment did not settle")
+	return f
+}
+
+func helmUpgrade(ctx context.Context, t *testing.T, args ...string) {
+	t.Helper()
+	cmd := append([]string{"--kubeconfig", kubeconfigPath(), "-n", operatorNamespace, "upgrade", "deckhand",
+		"../../charts/deckhand", "--reuse-values", "--wait", "--timeout", "3m"}, args...)
+	out, err := exec.CommandContext(ctx, helmBinary(t), cmd...).CombinedOutput()
+	require.NoError(t, err, "helm upgrade %v:\n%s", args, out)
+}

@@ -1,0 +1,270 @@
+// Package node checks the real-node cluster (hack/node.sh, make
+// node-cluster): a kubelet and containerd on this machine that run real
+// containers, unlike the kwok cluster every other test uses.
+//
+// The tests run only when DECKHAND_NODE_KUBECONFIG names that cluster's
+// kubeconfig (hack/node.sh kubeconfig); make test does not start the node
+// yet, so it does not run them.
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+)
+
+// KubeconfigEnv names the real-node cluster's kubeconfig.
+const KubeconfigEnv = "DECKHAND_NODE_KUBECONFIG"
+
+// The ranges hack/node.sh gives pods (its CNI configuration) and Services.
+var (
+	_, podRange, _     = net.ParseCIDR("198.18.1.0/24")
+	_, serviceRange, _ = net.ParseCIDR("198.19.0.0/16")
+)
+
+func TestRealNodeRunsAPod(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	node := readyNode(ctx, t, cs)
+	assert.True(t, strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://"),
+		"runtime %q", node.Status.NodeInfo.ContainerRuntimeVersion)
+
+	ns := namespace(ctx, t, cs)
+	token := rand.String(12)
+	pod := startPod(ctx, t, cs, ns, "hello", nil, `echo "started $TOKEN"; exec sleep 3600`,
+		corev1.EnvVar{Name: "TOKEN", Value: token})
+
+	assert.True(t, podRange.Contains(net.ParseIP(pod.Status.PodIP)), "pod IP %s outside %s", pod.Status.PodIP, podRange)
+	require.Len(t, pod.Status.ContainerStatuses, 1)
+	assert.True(t, strings.HasPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+
+	logs := waitForLogs(ctx, t, cs, ns, pod.Name, "started "+token)
+	assert.Contains(t, logs, "started "+token)
+
+	// exec: the container's PID 1 is the command the pod asked for, and the
+	// environment is the pod's.
+	out := execIn(ctx, t, cfg, cs, pod, "/bin/sh", "-c", `tr '\0' ' ' </proc/1/cmdline; echo; echo "token=$TOKEN"; hostname`)
+	assert.Contains(t, out, "sleep 3600")
+	assert.Contains(t, out, "token="+token)
+	assert.Contains(t, out, "hello")
+}
+
+// A Service's ClusterIP (kube-proxy) and its name (CoreDNS) reach a pod
+// serving HTTP, from another pod and from the serving pod itself (hairpin);
+// names outside the cluster do not resolve.
+func TestRealNodeServicesByAddressAndName(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(ctx, t, cs)
+	body := "served-" + rand.String(8)
+	web := startPod(ctx, t, cs, ns, "web", map[string]string{"app": "web"},
+		`mkdir /tmp/www && echo "$BODY" >/tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`,
+		corev1.EnvVar{Name: "BODY", Value: body})
+	client := startPod(ctx, t, cs, ns, "client", nil, "exec sleep 3600")
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.True(t, serviceRange.Contains(net.ParseIP(svc.Spec.ClusterIP)), "ClusterIP %s outside %s", svc.Spec.ClusterIP, serviceRange)
+
+	// Debian's static busybox cannot resolve names in wget (glibc's NSS
+	// cannot be loaded into a static binary: it segfaults), so the name is
+	// checked with nslookup, which has its own resolver, and HTTP by address.
+	name := "web." + ns + ".svc.cluster.local"
+	for _, from := range []*corev1.Pod{client, web} {
+		got := eventually(ctx, t, cfg, cs, from, "timeout 5 wget -q -O- http://"+svc.Spec.ClusterIP+"/", body)
+		assert.Contains(t, got, body, "HTTP from %s to the ClusterIP", from.Name)
+		got = eventually(ctx, t, cfg, cs, from, "nslookup "+name, svc.Spec.ClusterIP)
+		assert.Contains(t, got, "Address: "+svc.Spec.ClusterIP, "%s resolving %s", from.Name, name)
+	}
+	got := eventually(ctx, t, cfg, cs, client, "nslookup web", svc.Spec.ClusterIP)
+	assert.Contains(t, got, svc.Spec.ClusterIP, "the short name through the pod's search path")
+	out, err := tryExec(ctx, cfg, cs, client, "/bin/sh", "-c", "nslookup example.com 2>&1; echo rc=$?")
+	require.NoError(t, err)
+	assert.Contains(t, out, "rc=1", "a name outside the cluster resolved:\n%s", out)
+}
+
+// eventually runs a shell command in the pod until its output holds want
+// (kube-proxy and CoreDNS pick up a new Service within a second or two).
+func eventually(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd, want string) string {
+	t.Helper()
+	var out string
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		o, err := tryExec(ctx, cfg, cs, pod, "/bin/sh", "-c", cmd+" 2>&1")
+		out = o
+		if err != nil {
+			out += err.Error()
+		}
+		return strings.Contains(o, want), nil
+	})
+	return out
+}
+
+// clientset is the typed client the tests use.
+type clientset = *kubernetes.Clientset
+
+// startPod runs a busybox pod with a shell command and waits for it to run.
+func startPod(ctx context.Context, t *testing.T, cs clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+	t.Helper()
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, busyboxPod(t, ns, name, labels, script, env...), metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, name)
+}
+
+// busyboxPod is a pod running a shell command in the node's busybox image.
+func busyboxPod(t *testing.T, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:    "sh",
+				Image:   busyboxImage(t),
+				Env:     env,
+				Command: []string{"/bin/sh", "-c", script},
+			}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+}
+
+func kubeconfigPath() string { return os.Getenv(KubeconfigEnv) }
+
+func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
+	t.Helper()
+	path := kubeconfigPath()
+	if path == "" {
+		t.Skipf("%s is unset: no real-node cluster (start one with make node-cluster)", KubeconfigEnv)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	require.NoError(t, err, "kubeconfig %s", path)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cfg, cs
+}
+
+// busyboxImage is the busybox image hack/node.sh imports into the node.
+func busyboxImage(t *testing.T) string { return imageRef(t, "busybox") }
+
+// imageRef is the reference of one of the images hack/node.sh imports.
+func imageRef(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("../../hack/node/images.sh", "ref", name).Output()
+	require.NoError(t, err, "hack/node/images.sh ref %s", name)
+	return strings.TrimSpace(string(out))
+}
+
+func readyNode(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) corev1.Node {
+	t.Helper()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return n
+			}
+		}
+	}
+	require.FailNow(t, "no Ready node", "nodes: %d", len(nodes.Items))
+	return corev1.Node{}
+}
+
+func namespace(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) string {
+	t.Helper()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	return ns.Name
+}
+
+// runningPod waits for the pod to run, and fails with its events if it
+// does not, since they say why (image, sandbox, CNI).
+func runningPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	if err != nil {
+		events, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		var msgs []string
+		for _, e := range events.Items {
+			msgs = append(msgs, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
+		}
+		require.FailNow(t, "pod not Running", "phase %s: %v\nevents:\n%s", pod.Status.Phase, err, strings.Join(msgs, "\n"))
+	}
+	return pod
+}
+
+func waitForLogs(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name, want string) string {
+	t.Helper()
+	var logs string
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		logs = string(b)
+		return strings.Contains(logs, want), nil
+	})
+	return logs
+}
+
+// execIn runs a command in the pod's first container through the API
+// server and the kubelet, as kubectl exec does.
+func execIn(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) string {
+	t.Helper()
+	out, err := tryExec(ctx, cfg, cs, pod, cmd...)
+	require.NoError(t, err, "exec %v", cmd)
+	return out
+}
+
+func tryExec(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) (string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
+		Container: pod.Spec.Containers[0].Name, Command: cmd, Stdout: true, Stderr: true,
+	}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	if err := ws.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("exec %v: %w (stderr %s)", cmd, err, stderr.String())
+	}
+	return stdout.String(), nil
+}

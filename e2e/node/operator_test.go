@@ -1,0 +1,97 @@
+package node
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+)
+
+const operatorNamespace = "deckhand-system"
+
+// The chart as users install it, on the real node, in a namespace that
+// enforces the restricted Pod Security Standard: the operator's own
+// image (make image, imported by hack/node.sh operator, which this test
+// runs when the release is missing) runs as the chart's Deployment, passes
+// its probes, holds the leader Lease, and `helm test` succeeds.
+func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
+	_, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	deploy := operatorDeployment(ctx, t, cs)
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, operatorNamespace, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "restricted", ns.Labels["pod-security.kubernetes.io/enforce"], "the release namespace's Pod Security")
+	require.Len(t, deploy.Spec.Template.Spec.Containers, 1)
+	assert.True(t, strings.HasPrefix(deploy.Spec.Template.Spec.Containers[0].Image, "deckhand-local/deckhand:"),
+		"image %s", deploy.Spec.Template.Spec.Containers[0].Image)
+
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, deploy.Name, metav1.GetOptions{})
+		return err == nil && d.Status.AvailableReplicas == 1, nil
+	})
+	require.NoError(t, err, "the operator Deployment never became Available (probes passing)")
+
+	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: metav1.FormatLabelSelector(deploy.Spec.Selector),
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, pods.Items)
+	pod := pods.Items[0]
+	assert.True(t, strings.HasPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://"), "a real container")
+	assert.True(t, podRange.Contains(net.ParseIP(pod.Status.PodIP)), "pod IP %s", pod.Status.PodIP)
+
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		leases, err := cs.CoordinationV1().Leases(operatorNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, l := range leases.Items {
+			if l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, pod.Name+"_") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	assert.NoError(t, err, "pod %s never held a leader Lease", pod.Name)
+
+	out, err := exec.CommandContext(ctx, helmBinary(t), "--kubeconfig", kubeconfigPath(), "-n", operatorNamespace,
+		"test", "deckhand", "--timeout", "3m").CombinedOutput()
+	require.NoError(t, err, "helm test:\n%s", out)
+	assert.Contains(t, string(out), "Phase:          Succeeded")
+}
+
+// operatorDeployment is the chart's operator Deployment, installed first
+// (hack/node.sh operator: image build, import, helm upgrade --install) if
+// the release is not there.
+func operatorDeployment(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) *appsv1.Deployment {
+	t.Helper()
+	d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "deckhand", metav1.GetOptions{})
+	if err == nil {
+		return d
+	}
+	require.True(t, apierrors.IsNotFound(err), "get the operator Deployment: %v", err)
+	out, err := exec.CommandContext(ctx, "../../hack/node.sh", "operator").CombinedOutput()
+	require.NoError(t, err, "hack/node.sh operator:\n%s", out)
+	d, err = cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "deckhand", metav1.GetOptions{})
+	require.NoError(t, err)
+	return d
+}
+
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("../../hack/tools.sh", "dir", "helm").Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out)) + "/helm"
+}

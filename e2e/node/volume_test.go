@@ -1,0 +1,55 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+)
+
+// A claim of the default StorageClass gets a volume that a real container
+// writes, and that a second pod, after the first is deleted, reads back.
+func TestRealNodeVolumeOutlivesItsPod(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(ctx, t, cs)
+	_, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse("1Mi"),
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	token := rand.String(12)
+	writer := startPodWithClaim(ctx, t, cs, ns, "writer", "data", `echo "$TOKEN" >/data/token && exec sleep 3600`,
+		corev1.EnvVar{Name: "TOKEN", Value: token})
+	assert.Contains(t, eventually(ctx, t, cfg, cs, writer, "cat /data/token", token), token)
+	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, writer.Name, metav1.DeleteOptions{}))
+
+	reader := startPodWithClaim(ctx, t, cs, ns, "reader", "data", "exec sleep 3600")
+	assert.Contains(t, execIn(ctx, t, cfg, cs, reader, "cat", "/data/token"), token)
+}
+
+// startPodWithClaim is startPod with the claim mounted at /data.
+func startPodWithClaim(ctx context.Context, t *testing.T, cs clientset, ns, name, claim, script string, env ...corev1.EnvVar) *corev1.Pod {
+	t.Helper()
+	pod := busyboxPod(t, ns, name, nil, script, env...)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+	}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, name)
+}

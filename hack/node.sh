@@ -1,0 +1,746 @@
+#!/usr/bin/env bash
+# deckhand's real-node cluster: a control plane of its own (kwokctl's binary
+# runtime, without kwok's fake nodes) and one real node on this machine:
+# kubelet and containerd built from source (hack/tools.sh kubenode,
+# containerd), runc and the CNI plugins from Debian, pods on a bridge of
+# 198.18.0.0/15 addresses that route nowhere off the machine.
+#
+#   hack/node.sh up          create (or restart) the cluster and its node; last line: export KUBECONFIG=...
+#   hack/node.sh down        remove all of it: processes, mounts, network, iptables rules, cgroups, state
+#   hack/node.sh deps        install runc, the CNI plugins, busybox-static, iptables from Debian
+#   hack/node.sh kubeconfig  print its kubeconfig path
+#   hack/node.sh status      say what runs
+#   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
+#   hack/node.sh operator    build the operator image, import it, install the chart with it
+#
+# Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
+# 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
+# `deckhand` that the rest of the suite runs on.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$root/hack/tools.sh
+cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+name=${DECKHAND_NODE_CLUSTER:-deckhand-node}
+node=${DECKHAND_NODE_NAME:-dh-node}
+apiserver_port=${DECKHAND_NODE_APISERVER_PORT:-16443}
+
+bridge=dh-node0
+# One subnet on the bridge, 198.18.0.0/23: the bridge plugin accepts only
+# one IPv4 address on its bridge, so the node's address is also the pods'
+# gateway, and host-local hands out the upper half, 198.18.1.0/24.
+node_ip=198.18.0.1
+node_cidr=198.18.0.1/23
+pod_subnet=198.18.0.0/23
+pod_cidr=198.18.1.0/24
+service_cidr=198.19.0.0/16
+cluster_dns=198.19.0.10
+# Pods get a route to the project's range only: no default route, so
+# nothing in a pod can address anything off this machine.
+project_range=198.18.0.0/15
+
+export KWOK_WORKDIR=$cache/kwok
+kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
+pki=$KWOK_WORKDIR/clusters/$name/pki
+# Persistent state (images, kubelet's pods) and runtime state (sockets,
+# mounts of running containers) of the node, removed by `down`.
+state=$cache/node/$name
+run=/run/deckhand-node/$name
+sock=$run/containerd/containerd.sock
+guard_chain=DECKHAND-NODE-APISERVER
+
+use_tools() {
+  local kube etcd kwok
+  kube=$("$tools" dir kube) etcd=$("$tools" dir etcd) kwok=$("$tools" dir kwok)
+  kubenode=$("$tools" dir kubenode) containerd_dir=$("$tools" dir containerd)
+  export KWOK_KUBE_VERSION=v1.36.3
+  export KWOK_KUBE_BINARY_PREFIX=$kube KWOK_KUBECTL_BINARY=$kube/kubectl
+  export KWOK_ETCD_BINARY=$etcd/etcd KWOK_CONTROLLER_BINARY=$kwok/kwok
+  kwokctl=$kwok/kwokctl kubectl=$kube/kubectl
+  ctr=$containerd_dir/ctr
+}
+
+log() { echo ">> $*" >&2; }
+
+# timed runs a step and logs how long it took (docs/realnode.md's timings).
+timed() {
+  local what=$1 start=$SECONDS
+  shift
+  "$@"
+  log "$what: $((SECONDS - start)) s"
+}
+
+deps() {
+  local missing=() p
+  for p in runc containernetworking-plugins busybox-static iptables; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  log "installing from Debian: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+require_root() {
+  if [[ $(id -u) != 0 ]]; then
+    echo "hack/node.sh $1 needs root: it creates a bridge, network namespaces, mounts and cgroups" >&2
+    exit 1
+  fi
+}
+
+# --- network -----------------------------------------------------------------
+
+network_up() {
+  if ! ip link show "$bridge" >/dev/null 2>&1; then
+    ip link add "$bridge" type bridge
+  fi
+  ip addr replace "$node_cidr" dev "$bridge"
+  ip link set "$bridge" up
+  apiserver_guard_up
+}
+
+# The API server listens on every address of both families (kube-apiserver
+# takes one bind address, kwokctl's clients use 127.0.0.1 and pods need the
+# bridge's; 0.0.0.0 gives a dual-stack socket), so this chain, in iptables
+# and ip6tables, lets only loopback and the node's bridge reach its port.
+apiserver_guard_up() {
+  local cmd
+  for cmd in iptables ip6tables; do
+    "$cmd" -w -N "$guard_chain" 2>/dev/null || "$cmd" -w -F "$guard_chain"
+    "$cmd" -w -A "$guard_chain" -i lo -j RETURN
+    "$cmd" -w -A "$guard_chain" -i "$bridge" -j RETURN
+    "$cmd" -w -A "$guard_chain" -j DROP
+    "$cmd" -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
+      "$cmd" -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
+  done
+}
+
+apiserver_guard_down() {
+  local cmd
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    while "$cmd" -w -D INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null; do :; done
+    "$cmd" -w -F "$guard_chain" 2>/dev/null || true
+    "$cmd" -w -X "$guard_chain" 2>/dev/null || true
+  done
+}
+
+# --- control plane -----------------------------------------------------------
+
+kwok_config() {
+  cat <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  # etcd, the controller manager and the scheduler: loopback only
+  bindAddress: 127.0.0.1
+  # the node is real: no kwok controller faking nodes and pods
+  disable:
+  - kwok-controller
+  kubeAuthorization: true
+  kubeAdmission: true
+  securePort: true
+  kubeApiserverPort: $apiserver_port
+  # pods reach the API server at the node's address and through the
+  # kubernetes Service's first address
+  kubeApiserverCertSANs:
+  - $node_ip
+  - ${service_cidr%.0/16}.1
+  - kubernetes.default.svc
+  - kubernetes.default.svc.cluster.local
+componentsPatches:
+- name: etcd
+  extraArgs:
+  - key: unsafe-no-fsync
+    value: "true"
+- name: kube-apiserver
+  extraArgs:
+  # later flags win: kwokctl binds 127.0.0.1; see apiserver_guard_up
+  - key: bind-address
+    value: 0.0.0.0
+  - key: advertise-address
+    value: $node_ip
+  # the kubelet may change only its own Node and its pods, as in kubeadm clusters
+  - key: enable-admission-plugins
+    value: NodeRestriction
+  - key: service-cluster-ip-range
+    value: $service_cidr
+  # exec, logs, port-forward: the API server authenticates to the kubelet
+  - key: kubelet-client-certificate
+    value: $pki/admin.crt
+  - key: kubelet-client-key
+    value: $pki/admin.key
+  - key: kubelet-preferred-address-types
+    value: InternalIP
+- name: kube-controller-manager
+  extraArgs:
+  - key: service-cluster-ip-range
+    value: $service_cidr
+EOF
+}
+
+control_plane_up() {
+  if [[ -f $kubeconfig ]]; then
+    log "starting cluster $name"
+    "$kwokctl" start cluster --name "$name" >&2
+  else
+    log "creating cluster $name (kwokctl binary runtime, no kwok controller, Kubernetes $KWOK_KUBE_VERSION)"
+    mkdir -p "$state"
+    kwok_config >"$state/kwok.yaml"
+    "$kwokctl" create cluster --name "$name" --runtime binary \
+      --config "$state/kwok.yaml" --kubeconfig "$kubeconfig" --wait 60s >&2
+  fi
+  wait_for "the API server" 120 api_ready
+}
+
+api_ready() { "$kubectl" --kubeconfig "$kubeconfig" get --raw /readyz >/dev/null 2>&1; }
+
+wait_for() { # what, seconds, command...
+  local what=$1 seconds=$2 i
+  shift 2
+  for ((i = 0; i < seconds * 2; i++)); do
+    if "$@"; then return 0; fi
+    sleep 0.5
+  done
+  echo "$what not ready within $seconds s; logs: $state/*.log, $KWOK_WORKDIR/clusters/$name/logs" >&2
+  return 1
+}
+
+# --- identities ----------------------------------------------------------------
+
+# client_kubeconfig writes a kubeconfig for one of the node's components,
+# with a client certificate from the cluster's CA for the given user and
+# group, so the API server authorizes it as a real cluster would: the
+# kubelet as system:node:<node> (the Node authorizer), kube-proxy as
+# system:kube-proxy (RBAC's system:node-proxier).
+client_kubeconfig() { # file, user, group
+  local out=$1 user=$2 group=$3 dir key crt server
+  dir=$state/pki key=$state/pki/$(basename "$out" .kubeconfig).key crt=${key%.key}.crt
+  mkdir -p "$dir"
+  if [[ ! -f $crt ]]; then
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$key" \
+      -subj "/O=$group/CN=$user" -out "${key%.key}.csr" 2>/dev/null
+    openssl x509 -req -in "${key%.key}.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 365 -out "$crt" 2>/dev/null
+    chmod 600 "$key"
+  fi
+  server=$("$kubectl" --kubeconfig "$kubeconfig" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  KUBECONFIG=$out "$kubectl" config set-cluster "$name" --server "$server" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+  KUBECONFIG=$out "$kubectl" config set-credentials "$user" --client-certificate "$crt" \
+    --client-key "$key" --embed-certs >/dev/null
+  KUBECONFIG=$out "$kubectl" config set-context default --cluster "$name" --user "$user" >/dev/null
+  KUBECONFIG=$out "$kubectl" config use-context default >/dev/null
+}
+
+# --- containerd --------------------------------------------------------------
+
+containerd_config() {
+  cat <<EOF
+version = 3
+root = "$state/containerd"
+state = "$run/containerd"
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$run/containerd/containerd.sock.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$state/opt"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "docker.io/$("$root/hack/node/images.sh" ref pause)"
+[plugins.'io.containerd.cri.v1.runtime']
+  # pods' network namespaces under $run, so down finds and removes them
+  netns_mounts_under_state_dir = true
+  # Root here lacks CAP_SYS_RESOURCE, so no process may lower its OOM score
+  # adjustment: runc failed the sandbox's -998 with "failed to update
+  # /proc/self/oom_score_adj: Permission denied". This clamps every
+  # container's adjustment to containerd's own (0) instead.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        # runc's container state, under $run like the rest, not /run/containerd
+        Root = "$run/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$state/cni/net.d"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+}
+
+# The pod network: Debian's bridge plugin on dh-node0 with host-local IPAM.
+# No ipMasq and only a route to the project's range: pods talk to the node,
+# each other and (with kube-proxy) Services, and to nothing else.
+cni_config() {
+  cat <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "deckhand-node",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$bridge",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$state/cni/ipam",
+        "ranges": [[{"subnet": "$pod_subnet", "gateway": "$node_ip",
+                     "rangeStart": "${pod_cidr%.0/24}.2", "rangeEnd": "${pod_cidr%.0/24}.254"}]],
+        "routes": [{"dst": "$project_range"}]
+      }
+    }
+  ]
+}
+EOF
+}
+
+containerd_up() {
+  if containerd_ready; then return 0; fi
+  mkdir -p "$state/cni/net.d" "$run/containerd"
+  containerd_config >"$state/containerd.toml"
+  cni_config >"$state/cni/net.d/10-deckhand-node.conflist"
+  log "starting containerd ($state/containerd.log)"
+  start_daemon containerd "$containerd_dir/containerd" --config "$state/containerd.toml"
+  wait_for containerd 60 containerd_ready
+}
+
+containerd_ready() { [[ -S $sock ]] && "$ctr" -a "$sock" version >/dev/null 2>&1; }
+
+# start_daemon runs a node daemon detached from this script (no inherited
+# descriptors beyond 0-2, its own session), logging to $state/<name>.log,
+# its pid in $run/<name>.pid. The shims find containerd-shim-runc-v2 on PATH.
+start_daemon() {
+  local what=$1
+  shift
+  mkdir -p "$run"
+  (
+    local fd
+    for fd in "/proc/$BASHPID/fd/"*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done
+    export PATH=$containerd_dir:$PATH
+    exec setsid "$@" </dev/null >>"$state/$what.log" 2>&1
+  ) &
+  echo $! >"$run/$what.pid"
+}
+
+images_up() {
+  "$root/hack/node/images.sh" build
+  local i
+  for i in pause busybox coredns demo-flask; do
+    "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
+  done
+}
+
+# --- kubelet -----------------------------------------------------------------
+
+# cgroup v1 with the cgroupfs driver: this machine's controllers (cpu,
+# memory, pids, ...) are mounted only as v1 hierarchies and there is no
+# systemd, so kubelet must be told v1 is acceptable (KEP-5573 made it fail
+# on v1 by default).
+kubelet_config() {
+  cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$sock
+address: $node_ip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $pki/ca.crt
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+clusterDNS:
+- $cluster_dns
+resolvConf: $state/resolv.conf
+podCIDR: $pod_cidr
+failSwapOn: false
+staticPodPath: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+EOF
+}
+
+# The kernel settings the kubelet sets at start (protectKernelDefaults
+# false: overcommit, panic on oops, ...): saved before its first start and
+# restored by down, since they are the machine's, not the node's.
+kernel_tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+  kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+save_kernel_tunables() {
+  local k
+  [[ -f $state/kernel-tunables ]] && return 0
+  for k in "${kernel_tunables[@]}"; do echo "$k $(cat "/proc/sys/$k")"; done >"$state/kernel-tunables"
+}
+
+restore_kernel_tunables() {
+  local k v
+  [[ -f $state/kernel-tunables ]] || return 0
+  while read -r k v; do
+    echo "$v" >"/proc/sys/$k" 2>/dev/null || log "could not restore $k to $v"
+  done <"$state/kernel-tunables"
+}
+
+kubelet_up() {
+  if kubelet_running; then return 0; fi
+  save_kernel_tunables
+  mkdir -p "$state/kubelet"
+  kubelet_config >"$state/kubelet.yaml"
+  # Pods with dnsPolicy Default get this: no upstream resolver, on purpose.
+  echo "# deckhand-node: no DNS beyond the cluster's" >"$state/resolv.conf"
+  client_kubeconfig "$state/kubelet.kubeconfig" "system:node:$node" system:nodes
+  log "starting kubelet ($state/kubelet.log)"
+  start_daemon kubelet "$kubenode/kubelet" --config "$state/kubelet.yaml" \
+    --kubeconfig "$state/kubelet.kubeconfig" --hostname-override "$node" --node-ip "$node_ip" \
+    --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" --v 2
+  wait_for "node $node" 120 node_ready
+}
+
+kubelet_running() { pid_alive kubelet; }
+
+node_ready() {
+  [[ $("$kubectl" --kubeconfig "$kubeconfig" get node "$node" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+pid_alive() {
+  local pid
+  pid=$(cat "$run/$1.pid" 2>/dev/null) || return 1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
+
+# kube_chains_down removes the iptables chains the kubelet (and later
+# kube-proxy) create, KUBE-*, and the rules jumping to them, from every
+# table of both families. Only this node runs a kubelet on this machine.
+kube_chains_down() {
+  local cmd table rule chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle raw; do
+      "$cmd" -w -t "$table" -S >/dev/null 2>&1 || continue
+      while IFS= read -r rule; do
+        # shellcheck disable=SC2086 # a rule as iptables -S prints it
+        eval "$cmd -w -t $table ${rule/-A /-D }" 2>/dev/null || true
+      done < <("$cmd" -w -t "$table" -S | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-')
+      for chain in $("$cmd" -w -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $("$cmd" -w -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
+# --- cluster DNS -------------------------------------------------------------
+
+dns_up() {
+  sed -e "s|IMAGE|$("$root/hack/node/images.sh" ref coredns)|" -e "s|DNS_IP|$cluster_dns|" \
+    "$root/hack/node/coredns.yaml" | "$kubectl" --kubeconfig "$kubeconfig" apply -f - >&2
+  "$kubectl" --kubeconfig "$kubeconfig" -n kube-system rollout status deployment/coredns --timeout 120s >&2
+}
+
+# --- volumes -------------------------------------------------------------------
+
+# storage_up runs hack/provisioner (the kwok cluster's volume provisioner)
+# for this cluster, with its volumes under the node's state directory.
+storage_up() {
+  "$kubectl" --kubeconfig "$kubeconfig" apply -f "$root/hack/node/storage.yaml" >&2
+  pid_alive provisioner && return 0
+  mkdir -p "$state/volumes" "$state/bin"
+  (cd "$root" && go build -o "$state/bin/deckhand-provisioner" ./hack/provisioner)
+  start_daemon provisioner "$state/bin/deckhand-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes"
+  sleep 0.5
+  pid_alive provisioner || { tail -5 "$state/provisioner.log" >&2; return 1; }
+}
+
+# --- kube-proxy --------------------------------------------------------------
+
+# kube-proxy in iptables mode: Services' ClusterIPs (198.19.0.0/16) to pods.
+# Node ports only on the bridge's address; conntrack sysctls and the OOM
+# score left as they are (root here may not lower an OOM score).
+kube_proxy_config() {
+  cat <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $state/kube-proxy.kubeconfig
+hostnameOverride: $node
+bindAddress: $node_ip
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+mode: iptables
+clusterCIDR: $pod_cidr
+nodePortAddresses:
+- $node_ip/32
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
+}
+
+kube_proxy_up() {
+  if pid_alive kube-proxy; then return 0; fi
+  client_kubeconfig "$state/kube-proxy.kubeconfig" system:kube-proxy deckhand:node-components
+  kube_proxy_config >"$state/kube-proxy.yaml"
+  log "starting kube-proxy ($state/kube-proxy.log)"
+  start_daemon kube-proxy "$kubenode/kube-proxy" --config "$state/kube-proxy.yaml" --v 2
+  wait_for kube-proxy 60 kube_proxy_ready
+}
+
+kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
+
+# --- the operator --------------------------------------------------------------
+
+# operator_up builds the operator image for this machine's platform (make
+# image: an OCI layout, no Docker), imports it as deckhand-local/deckhand
+# (not the published ghcr.io name, so it cannot be mistaken for a release)
+# and installs the chart with it, as users do.
+operator_up() {
+  local version layout archive helm
+  version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
+  layout=$state/operator-image archive=$state/operator-image.tar
+  helm=$("$tools" dir helm)/helm
+  "$tools" build helm
+  log "building the operator image $version (make image, linux/amd64)"
+  make -C "$root" -s image PLATFORMS="linux/$(go env GOARCH)" IMAGE_DIR="$layout" VERSION="$version" >&2
+  tar -C "$layout" -cf "$archive" .
+  "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
+  # the release namespace enforces the restricted Pod Security Standard
+  "$kubectl" --kubeconfig "$kubeconfig" create namespace deckhand-system --dry-run=client -o yaml |
+    "$kubectl" --kubeconfig "$kubeconfig" apply -f - >&2
+  "$kubectl" --kubeconfig "$kubeconfig" label namespace deckhand-system --overwrite \
+    pod-security.kubernetes.io/enforce=restricted >&2
+  "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
+    --namespace deckhand-system \
+    --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
+    --wait --timeout 5m >&2
+}
+
+# --- down --------------------------------------------------------------------
+
+# stop_daemon ends a daemon this script started, by the pid it recorded.
+stop_daemon() {
+  local what=$1 pid i
+  pid=$(cat "$run/$what.pid" 2>/dev/null) || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$run/$what.pid"
+}
+
+# stop_containers kills every container's processes (runc's init.pid files
+# under $run) and the shims serving this node's containerd (containerd 2
+# records no shim pid: they are the processes started with its socket as
+# -address), so nothing started by this node outlives it.
+stop_containers() {
+  local f pid
+  [[ -d $run/containerd ]] || return 0
+  while IFS= read -r f; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    if [[ $pid =~ ^[0-9]+$ ]]; then kill -9 "$pid" 2>/dev/null || true; fi
+  done < <(find "$run/containerd" -name init.pid 2>/dev/null)
+  for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+shim_pids() {
+  local p args
+  for p in /proc/[0-9]*; do
+    { args=$(tr '\0' '\n' <"$p/cmdline"); } 2>/dev/null || continue
+    [[ $args == "$containerd_dir/containerd-shim-runc-v2"$'\n'* ]] || continue
+    if grep -qxF -- "$sock" <<<"$args"; then echo "${p#/proc/}"; fi
+  done
+}
+
+# remove_shim_sockets removes the sockets containerd's shims leave in
+# containerd's fixed /run/containerd/s (named by the sha256 of
+# "<containerd address>/<namespace>/<id>") when they are killed, then the
+# directories containerd and ctr made there, if nothing else uses them.
+remove_shim_sockets() {
+  local task ns id h
+  for task in "$run"/containerd/io.containerd.runtime.v2.task/*/*; do
+    [[ -d $task ]] || continue
+    id=${task##*/} ns=${task%/*} ns=${ns##*/}
+    for h in "$sock/$ns/$id" "$sock/$ns/$id/debug"; do
+      rm -f "/run/containerd/s/$(printf %s "$h" | sha256sum | cut -d' ' -f1)"
+    done
+  done
+  rmdir /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc \
+    /run/containerd 2>/dev/null || true
+}
+
+# unmount_all unmounts whatever is mounted under the node's directories
+# (container root filesystems, pod volumes, network namespaces), deepest
+# first.
+unmount_all() {
+  local m dir
+  for dir in "$run" "$state"; do
+    while IFS= read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  done
+}
+
+# remove_cgroups removes the kubelet's kubepods hierarchy from every cgroup
+# v1 controller, deepest first (rmdir only removes empty cgroups).
+remove_cgroups() {
+  local d
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+    [[ -d $d ]] || continue
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
+down() {
+  use_tools
+  stop_daemon provisioner
+  stop_daemon kube-proxy
+  stop_daemon kubelet
+  stop_containers
+  stop_daemon containerd
+  remove_shim_sockets
+  unmount_all
+  [[ -n $(other_kubelet) ]] || remove_cgroups
+  restore_kernel_tunables
+  ip link del "$bridge" 2>/dev/null || true
+  apiserver_guard_down
+  if [[ -n $(other_kubelet) ]]; then
+    log "another kubelet runs here ($(other_kubelet | head -1)): leaving KUBE-* iptables chains and kubepods cgroups alone"
+  else
+    kube_chains_down
+  fi
+  if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
+    "$kwokctl" delete cluster --name "$name" >&2 || true
+  fi
+  rm -rf "$state" "$run"
+  rmdir /run/deckhand-node 2>/dev/null || true
+  log "node cluster $name removed"
+}
+
+# node_present says whether anything this script creates exists here:
+# its directories, bridge, API-server guard chain or kwok cluster.
+node_present() {
+  [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
+  ip link show "$bridge" >/dev/null 2>&1 && return 0
+  command -v iptables >/dev/null && { iptables -w -S "$guard_chain" || ip6tables -w -S "$guard_chain"; } >/dev/null 2>&1
+}
+
+# other_kubelet lists kubelets on this machine that are not this node's:
+# then the KUBE-* chains and kubepods cgroups are not only ours to remove.
+other_kubelet() {
+  local p exe
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == kubelet ]] || continue
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    [[ $exe == "$kubenode/kubelet" ]] || echo "${p#/proc/} $exe"
+  done
+}
+
+# leftovers lists anything of the node still on the machine after down:
+# processes, mounts, interfaces, iptables chains, cgroups, directories.
+# Empty output (exit 0) means down removed all of it.
+leftovers() {
+  use_tools
+  local out
+  out=$(list_leftovers)
+  [[ -z $out ]] && return 0
+  echo "$out"
+  return 1
+}
+
+list_leftovers() {
+  local d cmd table
+  for d in containerd kubelet kube-proxy provisioner; do
+    if pid_alive "$d"; then echo "process: $d (pid $(cat "$run/$d.pid"))"; fi
+  done
+  shim_pids | sed 's/^/shim: pid /'
+  awk -v r="$run" -v s="$state" 'index($5, r) == 1 || index($5, s) == 1 { print "mount: " $5 }' /proc/self/mountinfo
+  if ip link show "$bridge" >/dev/null 2>&1; then echo "interface: $bridge"; fi
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle raw; do
+      "$cmd" -w -t "$table" -S 2>/dev/null | awk -v c="$cmd -t $table" -v g="$guard_chain" \
+        '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 == g) { print "iptables: " c " " $2 }'
+    done
+  done
+  for d in /sys/fs/cgroup/*/kubepods "$run" "$state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
+    if [[ -e $d ]]; then echo "directory: $d"; fi
+  done
+}
+
+status() {
+  use_tools
+  local d
+  for d in containerd kubelet kube-proxy provisioner; do
+    if pid_alive "$d"; then echo "$d: running (pid $(cat "$run/$d.pid"))"; else echo "$d: not running"; fi
+  done
+  if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
+}
+
+up() {
+  require_root up
+  deps
+  "$tools" build etcd kube kwok kubenode containerd coredns
+  use_tools
+  local start=$SECONDS
+  network_up
+  timed "control plane" control_plane_up
+  timed containerd containerd_up
+  timed images images_up
+  timed kubelet kubelet_up
+  timed kube-proxy kube_proxy_up
+  timed "cluster DNS" dns_up
+  timed volumes storage_up
+  log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
+  echo "export KUBECONFIG=$kubeconfig"
+}
+
+case ${1:-} in
+  up) up ;;
+  down)
+    # make cluster-down calls this on every machine: with nothing of the
+    # node here it has nothing to do, and needs no root.
+    use_tools
+    node_present || exit 0
+    require_root down
+    down ;;
+  deps) require_root deps; deps ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  status) status ;;
+  leftovers) leftovers ;;
+  operator) require_root operator; use_tools; operator_up ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator" >&2; exit 2 ;;
+esac

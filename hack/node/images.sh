@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds the real node's images from this machine's Debian packages and the
+# repository's sources, as OCI archives for `ctr images import`, cached
+# outside the repository keyed by name and version (no registry is
+# reachable here, so nothing is pulled).
+#
+#   hack/node/images.sh build [image...]  build what is missing (default: all)
+#   hack/node/images.sh archive <image>   print an image's archive path
+#   hack/node/images.sh ref <image>       print an image's reference
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+images=(pause busybox coredns demo-flask)
+
+version_of() {
+  case $1 in
+    # the sandbox: hack/node/pause, versioned by its source's hash
+    pause) echo "0.1-$(sha256sum "$root/hack/node/pause/main.go" | cut -c1-12)" ;;
+    # busybox: Debian's busybox-static package version
+    # coredns: the version hack/tools.sh builds
+    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
+    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
+    # version and the app's hash, so either change rebuilds it
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
+    busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
+  esac
+}
+
+ref_of() { echo "deckhand-local/$1:$(version_of "$1")"; }
+archive_of() { echo "$cache/node-images/$1-$(version_of "$1").tar"; }
+
+# rootfs_pause: only the static sandbox binary.
+rootfs_pause() {
+  local dir=$1
+  mkdir -p "$dir"
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/pause" ./hack/node/pause)
+  set -- --entrypoint /pause --user 65535:65535
+  image_args=("$@")
+}
+
+# rootfs_busybox: Debian's static busybox with its applets linked in /bin.
+rootfs_busybox() {
+  local dir=$1 applet
+  mkdir -p "$dir"/{bin,etc,tmp,root}
+  chmod 1777 "$dir/tmp"
+  cp /bin/busybox "$dir/bin/busybox"
+  for applet in $("$dir/bin/busybox" --list); do
+    [[ -e $dir/bin/$applet ]] || ln -s busybox "$dir/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  image_args=(--cmd /bin/sh)
+}
+
+# rootfs_coredns: CoreDNS's static binary (hack/tools.sh build coredns).
+rootfs_coredns() {
+  local dir=$1
+  "$root/hack/tools.sh" build coredns
+  mkdir -p "$dir"
+  cp "$("$root/hack/tools.sh" dir coredns)/coredns" "$dir/coredns"
+  image_args=(--entrypoint /coredns --user 65532:65532)
+}
+
+# rootfs_demo_flask: seed 000's Flask app (demo/flask/app) on Debian's
+# python3-flask: every package of its dependency closure, downloaded from
+# this machine's apt sources and unpacked (no pip: no package index is
+# reachable). Runs as 10001 on port 8080, as demo/flask/Dockerfile does.
+rootfs_demo_flask() {
+  local dir=$1 debs pkgs deb
+  debs=$cache/node-images/debs
+  mkdir -p "$dir/app" "$dir/tmp" "$debs"
+  chmod 1777 "$dir/tmp"
+  pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances python3-flask | grep -E '^[a-z0-9]' | sort -u)
+  # shellcheck disable=SC2086 # one package a word
+  (cd "$debs" && apt-get download -qq $pkgs >&2)
+  for deb in $pkgs; do
+    local files=("$debs/${deb}_"*.deb)
+    dpkg-deb -x "${files[0]}" "$dir"
+  done
+  cp -r "$root/demo/flask/app/." "$dir/app/"
+  image_args=(--user 10001:10001 --workdir /app --env PYTHONDONTWRITEBYTECODE=1
+    --cmd python3 --cmd -m --cmd flask --cmd --app --cmd main --cmd run --cmd --host --cmd 0.0.0.0 --cmd --port --cmd 8080)
+}
+
+build_one() {
+  local name=$1 out work
+  out=$(archive_of "$name")
+  [[ -f $out ]] && return 0
+  case $name in
+    # coredns: the version hack/tools.sh builds
+    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
+    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
+    # version and the app's hash, so either change rebuilds it
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
+    busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
+  esac
+  echo ">> building image $(ref_of "$name")" >&2
+  mkdir -p "$cache/node-images"
+  work=$(mktemp -d)
+  image_args=()
+  "rootfs_${name//-/_}" "$work/rootfs"
+  (cd "$root" && go run ./hack/node/rootfsimage --rootfs "$work/rootfs" --name "$(ref_of "$name")" \
+    --out "$out.tmp" "${image_args[@]}")
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+case ${1:-build} in
+  build)
+    shift || true
+    [[ $# -gt 0 ]] || set -- "${images[@]}"
+    for i in "$@"; do build_one "$i"; done ;;
+  archive) archive_of "$2" ;;
+  ref) ref_of "$2" ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image>" >&2; exit 2 ;;
+esac

@@ -1,0 +1,112 @@
+#!/bin/sh
+# deckhand: the probes of a PostgreSQL server container (ServerPod); the
+# kubelet runs them with the container's environment.
+#
+# probe.sh ready: the readiness probe. The server answers (pg_isready) and,
+# when it is a standby (in recovery), its WAL receiver is streaming from
+# the primary (pg_stat_wal_receiver.status = 'streaming'): a standby that
+# answers but has stopped following the primary (its WAL was removed, its
+# slot lost, the primary unreachable) is not ready, so it is not a backup
+# source or a read-only endpoint, and the Database reports it.
+#
+# probe.sh live: the startup and liveness probes. The server answers, or a
+# standby's first clone (pg_basebackup, which cannot resume) is still
+# making progress: the bytes it reports copied grew within the last
+# CLONE_STALL_SECONDS (default 600). A clone that progresses is never
+# restarted, however long it takes; one that stalls is. A standby whose
+# slot the primary reports lost fails it: its restart clones it again
+# (bootstrap.sh).
+#
+# Also (ready, on the primary): with a file "replicas" beside this script
+# (the operator writes the Database's replicas there), drops the inactive
+# replication slots of standbys that no longer exist (deckhand_standby_<n>
+# with n >= replicas), so a removed standby does not hold the primary's
+# WAL.
+#
+# Environment: PGPORT, PGUSER and PGPASSWORD (the superuser), PGDATA,
+# POD_NAME, PRIMARY_HOST, PRIMARY_PORT, REPLICATION_USER and
+# REPLICATION_PASSWORD.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+export PGHOST=127.0.0.1 PGDATABASE=postgres PGCONNECT_TIMEOUT=4
+
+mode=${1:-ready}
+staging=$PGDATA.deckhand-new
+progress=$staging.progress
+mark=$staging.probe
+
+# clone_progressing: a clone is under way and its copied bytes grew within
+# CLONE_STALL_SECONDS. pg_basebackup --progress writes "<done>/<total> kB"
+# to the progress file at least once a second; the probe remembers the
+# last value it saw and when it changed.
+clone_progressing() {
+	[ -d "$staging" ] && [ -f "$progress" ] || return 1
+	done_kb=$(tail -c 512 "$progress" | tr '\r' '\n' | sed -n 's#^ *\([0-9][0-9]*\)/[0-9]* kB.*#\1#p' | tail -n 1)
+	done_kb=${done_kb:-0}
+	now=$(date +%s)
+	seen_kb=
+	seen_at=
+	[ ! -f "$mark" ] || read -r seen_kb seen_at <"$mark" || true
+	if [ "$done_kb" != "${seen_kb:-}" ] || [ -z "${seen_at:-}" ]; then
+		printf '%s %s\n' "$done_kb" "$now" >"$mark"
+		return 0
+	fi
+	[ $((now - seen_at)) -lt "${CLONE_STALL_SECONDS:-600}" ]
+}
+
+# slot_lost: this server is a standby that is not streaming, and the
+# primary answers that its replication slot is lost: it can never catch
+# up. Its restart makes bootstrap.sh move its data aside and clone again.
+slot_lost() {
+	receiver=$(psql -X -A -t -c "SELECT pg_is_in_recovery() AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')" 2>/dev/null) || return 1
+	[ "$receiver" = t ] || return 1
+	lost=$(PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD PGHOST=$PRIMARY_HOST PGPORT=$PRIMARY_PORT \
+		psql -X -A -t -c "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = 'deckhand_standby_${POD_NAME##*-}'" 2>/dev/null) || return 1
+	[ "$lost" = lost ]
+}
+
+case $mode in
+live)
+	if pg_isready -q -p "$PGPORT"; then
+		if slot_lost; then
+			echo "the primary reports this standby's replication slot lost: restarting to clone it again" >&2
+			exit 1
+		fi
+		exit 0
+	fi
+	clone_progressing && exit 0
+	exit 1
+	;;
+ready)
+	pg_isready -q -p "$PGPORT" || exit 1
+	state=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT status FROM pg_stat_wal_receiver), 'no WAL receiver') ELSE 'primary' END" 2>&1) || {
+		echo "cannot ask the server: $state" >&2
+		exit 1
+	}
+	case $state in
+	primary)
+		replicas_file=$(dirname "$0")/replicas
+		if [ -f "$replicas_file" ]; then
+			replicas=$(cat "$replicas_file")
+			case $replicas in '' | *[!0-9]*) exit 0 ;; esac
+			psql -X -q -A -t -v ON_ERROR_STOP=1 -v replicas="$replicas" >/dev/null 2>&1 <<-'SQL' || true
+			SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+			 WHERE slot_name ~ '^deckhand_standby_[0-9]+$' AND NOT active
+			   AND substring(slot_name from '[0-9]+$')::int >= :replicas
+			SQL
+		fi
+		exit 0
+		;;
+	streaming) exit 0 ;;
+	*)
+		echo "standby is not streaming from the primary (WAL receiver: $state)" >&2
+		exit 1
+		;;
+	esac
+	;;
+*)
+	echo "usage: probe.sh ready|live" >&2
+	exit 2
+	;;
+esac
