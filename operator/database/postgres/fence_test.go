@@ -26,9 +26,18 @@ type appSession struct {
 
 func (h *host) openAppSession(t *testing.T, port string) *appSession {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(h.bin, "psql"), "-X", "-A", "-t", "-q",
-		"-h", "127.0.0.1", "-p", port, "-U", h.cluster.AppUser, "-d", h.cluster.Database)
-	cmd.Env = []string{"PGPASSWORD=" + h.appPassword(), "PGCONNECT_TIMEOUT=5"}
+	return openSession(t, h.bin, port, h.cluster.AppUser, h.appPassword(), h.cluster.Database)
+}
+
+// openSession connects as user to the server on port of 127.0.0.1 and
+// keeps the session open.
+func openSession(t *testing.T, bin, port, user, password, dbname string) *appSession {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "psql"), "-X", "-A", "-t", "-q",
+		"-h", "127.0.0.1", "-p", port, "-U", user)
+	// The name through the environment: -d would parse one holding "=" as
+	// connection settings.
+	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=5", "PGDATABASE=" + dbname}
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -43,6 +52,24 @@ func (h *host) openAppSession(t *testing.T, port string) *appSession {
 	// The session is open once it has answered.
 	assert.Equal(t, "open", s.query(t, "SELECT 'open';"))
 	return s
+}
+
+// rest is everything the session says until its psql exits (at most 10 s).
+func (s *appSession) rest(t *testing.T) string {
+	t.Helper()
+	done := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(s.out)
+		_ = s.cmd.Wait()
+		done <- string(b)
+	}()
+	select {
+	case out := <-done:
+		return out
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's psql did not end")
+		return ""
+	}
 }
 
 // query sends one statement and reads one line of its answer.
@@ -82,15 +109,7 @@ func TestFenceEndsAppSessionsAndRefusesAppLoginsUntilLifted(t *testing.T) {
 
 	// The open session is gone: its psql sees the server close it.
 	_, _ = io.WriteString(session.in, "INSERT INTO t VALUES (3);\n")
-	rest, _ := io.ReadAll(session.out)
-	assert.Contains(t, string(rest), "terminat", "the open session was ended by the fence")
-	done := make(chan error, 1)
-	go func() { done <- session.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the app session's psql did not end")
-	}
+	assert.Contains(t, session.rest(t), "terminat", "the open session was ended by the fence")
 
 	// A new login is refused; the superuser still works and sees no write
 	// after the fence.
