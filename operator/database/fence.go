@@ -60,8 +60,9 @@ func (r *Reconciler) fenceWrites(ctx context.Context, db *Cluster, eng engine.En
 	if !ok || writesFenced(db) {
 		return true, nil
 	}
-	// An unfence Job of an earlier attempt must not run after this fence.
-	if idle, err := r.jobIdle(ctx, db, unfenceJobName(db)); err != nil || !idle {
+	// An unfence Job of an earlier fence must neither run after this one
+	// nor be taken for its lift: it goes first.
+	if gone, err := r.jobGone(ctx, db, unfenceJobName(db)); err != nil || !gone {
 		return false, err
 	}
 	u := db.Status.Upgrade
@@ -188,6 +189,16 @@ func (r *Reconciler) jobIdle(ctx context.Context, db *Cluster, name string) (boo
 	}
 	if jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed) {
 		return true, nil
+	}
+	return false, r.deleteJob(ctx, &job)
+}
+
+// jobGone: no Job of that name is left; one that is, is deleted.
+func (r *Reconciler) jobGone(ctx context.Context, db *Cluster, name string) (bool, error) {
+	var job batchv1.Job
+	exists, err := r.lookup(ctx, db, "Job", name, &job, false)
+	if err != nil || !exists {
+		return err == nil, err
 	}
 	return false, r.deleteJob(ctx, &job)
 }

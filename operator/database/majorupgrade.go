@@ -119,6 +119,11 @@ func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, 
 		Backup: fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt),
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	if fenceOwed(db) {
+		// An earlier attempt's fence, whose lift may have run part-way (its
+		// Job is stopped before this fence): this attempt fences anew.
+		r.setCondition(db, ConditionWritesFenced, true, reasonFencing, fmt.Sprintf("a new upgrade attempt (%s) fences writes again", db.Status.Upgrade.Attempt))
+	}
 	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: Job %s fences writes (role %s cannot log in until the upgraded data serves, or a rollback), then DatabaseBackup %s; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it; the old data directory is kept until the Database is annotated %s=true",
 		eng.Name(), fromV, toV, fenceJobName(db), appUser(db), db.Status.Upgrade.Backup, upgradeJobName(db), wanted, db.Kind.Keys.RemoveOldData)
 }
