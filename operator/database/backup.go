@@ -292,7 +292,7 @@ func (r *BackupReconciler) cannotStart(db *Cluster, b *Backup) string {
 	if !initializedOrRestored(db) {
 		return fmt.Sprintf("Database %s is not initialised yet", db.Name)
 	}
-	if u := db.Status.Upgrade; upgradeRunning(u) && u.Step != dbv1.UpgradeBackingUp {
+	if u := db.Status.Upgrade; upgradeRunning(u) && u.Step != dbv1.UpgradeBackingUp && u.Step != dbv1.UpgradeOldDataKept {
 		return fmt.Sprintf("Database %s is being upgraded to %s (step %s); backups wait until it is done", db.Name, u.ToImage, u.Step)
 	}
 	return ""

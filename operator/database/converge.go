@@ -48,6 +48,9 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 			return err
 		}
 	}
+	if err := r.liftFence(ctx, db, eng); err != nil {
+		return err
+	}
 	if err := r.ensurePDB(ctx, db, l); err != nil {
 		return err
 	}

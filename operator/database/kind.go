@@ -113,10 +113,11 @@ type Keys struct {
 	// backup.
 	FinalizerDeletionPolicy string
 	FinalizerBackupFile     string
-	// SkipFinalBackup and AllowUnknownVersion are annotations a user sets
-	// on a cluster.
+	// SkipFinalBackup, AllowUnknownVersion and RemoveOldData are
+	// annotations a user sets on a cluster.
 	SkipFinalBackup     string
 	AllowUnknownVersion string
+	RemoveOldData       string
 	// ClusterUID on the Secrets and backups the operator makes is the UID
 	// of the cluster it made them for (names are reused; UIDs are not);
 	// KeptFrom on the Secrets and volumes a Retain deletion kept is the UID
@@ -147,6 +148,7 @@ func KeysFor(prefix, cluster string) Keys {
 		FinalizerBackupFile:     prefix + "/backup-file",
 		SkipFinalBackup:         prefix + "/skip-final-backup",
 		AllowUnknownVersion:     prefix + "/allow-unknown-version",
+		RemoveOldData:           prefix + "/remove-old-data",
 		ClusterUID:              prefix + "/" + cluster + "-uid",
 		KeptFrom:                prefix + "/kept-from",
 		UpgradeAttempt:          prefix + "/upgrade-attempt",

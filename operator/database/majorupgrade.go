@@ -23,21 +23,26 @@ import (
 // A major-version upgrade, step by step (status.upgrade.step records where
 // it is, so a reconcile that runs twice does each step once):
 //
-//	BackingUp          a DatabaseBackup with the old image, servers running
+//	BackingUp          the fence Job locks the app user out and ends its
+//	                   sessions (fence.go), then a DatabaseBackup with the
+//	                   old image, servers running
 //	ScalingDown        the StatefulSet at zero, until no server pod is left
 //	RunningUpgradeJob  the engine's upgrade Job, NEW image, on the primary's
 //	                   volume: new data directory from the dump, swapped in,
 //	                   the old one kept
 //	StartingNewVersion the StatefulSet back, new image; standbys re-clone
 //	                   (the engine moves their old-version data aside)
-//	RemovingOldData    the new primary was ready: currentVersion moves and
-//	                   the servers restart with Cluster.RemoveOldData
+//	OldDataKept        the new primary was ready: currentVersion moves,
+//	                   the fence is gone with the old directory, which is
+//	                   kept until the user annotates AnnotationRemoveOldData
+//	RemovingOldData    the servers restart with Cluster.RemoveOldData
 //	Completed
 //
 // A failed upgrade Job, or a new primary not ready within upgradeTimeout,
 // goes RollingBack (StatefulSet at zero) → RestoringOldData (the engine's
 // rollback Job, OLD image, puts the old directory back) → Failed (the old
-// image runs again, condition UpgradeFailed).
+// image runs again, condition UpgradeFailed, the unfence Job lets the app
+// user in again). A failed fence Job goes to Failed at once.
 
 const (
 	// LabelUpgradeAttempt on upgrade and rollback Jobs: the attempt they
@@ -49,6 +54,11 @@ const (
 	componentRollback = "rollback"
 
 	defaultUpgradeTimeout = 15 * time.Minute
+
+	// AnnotationRemoveOldData: "true" on a Database lets the servers
+	// remove the data directory a finished major upgrade kept. Until then
+	// it stays (a way back by hand), and the upgrade waits in OldDataKept.
+	AnnotationRemoveOldData = "stable.imaginedata.co/remove-old-data"
 )
 
 func upgradeJobName(db *Cluster) string  { return db.Name + "-upgrade" }
@@ -109,8 +119,13 @@ func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, 
 		Backup: fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt),
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
-	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: DatabaseBackup %s first; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it. Writes made after the backup starts are not carried over (the old data directory keeps them until the upgrade completes): stop writing first",
-		eng.Name(), fromV, toV, db.Status.Upgrade.Backup, upgradeJobName(db), wanted)
+	if fenceOwed(db) {
+		// An earlier attempt's fence, whose lift may have run part-way (its
+		// Job is stopped before this fence): this attempt fences anew.
+		r.setCondition(db, ConditionWritesFenced, true, reasonFencing, fmt.Sprintf("a new upgrade attempt (%s) fences writes again", db.Status.Upgrade.Attempt))
+	}
+	r.toStep(db, dbv1.UpgradeBackingUp, "%s %s to %s is a major upgrade: Job %s fences writes (role %s cannot log in until the upgraded data serves, or a rollback), then DatabaseBackup %s; then the servers stop, Job %s restores it into a new data directory with %s, and the servers start on it; the old data directory is kept until the Database is annotated %s=true",
+		eng.Name(), fromV, toV, fenceJobName(db), appUser(db), db.Status.Upgrade.Backup, upgradeJobName(db), wanted, db.Kind.Keys.RemoveOldData)
 }
 
 // toStep moves the upgrade to step, announcing it once.
@@ -125,16 +140,25 @@ func (r *Reconciler) toStep(db *Cluster, step dbv1.UpgradeStep, msg string, args
 	}
 	r.Recorder.Eventf(db.Object, nil, eventType, stepEventReason(step), "Upgrade", "%s", text)
 	if upgradeRunning(u) {
-		r.setCondition(db, ConditionUpgrading, true, string(step), text)
+		r.setUpgrading(db, string(step), text)
 	} else {
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
 	}
 }
 
+// setUpgrading sets the Upgrading condition; while writes are fenced it
+// says so.
+func (r *Reconciler) setUpgrading(db *Cluster, reason, msg string) {
+	if writesFenced(db) {
+		msg += fmt.Sprintf(" (writes fenced: role %s cannot log in)", appUser(db))
+	}
+	r.setCondition(db, ConditionUpgrading, true, reason, msg)
+}
+
 // stepEventReason is the reason of the Event a step starts with.
 func stepEventReason(step dbv1.UpgradeStep) string {
 	switch step {
-	case dbv1.UpgradeRemovingOldData:
+	case dbv1.UpgradeOldDataKept:
 		return "Upgraded"
 	case dbv1.UpgradeCompleted:
 		return "OldDataRemoved"
@@ -162,7 +186,9 @@ func (r *Reconciler) majorUpgrade(ctx context.Context, db *Cluster, eng engine.E
 	case dbv1.UpgradeRunningJob:
 		return r.upgradeJob(ctx, db, eng)
 	case dbv1.UpgradeStartingNewVersion:
-		return r.upgradeStart(ctx, db, eng)
+		return r.upgradeStart(ctx, db, eng, l)
+	case dbv1.UpgradeOldDataKept:
+		return r.keepOldData(db, eng, l), nil
 	case dbv1.UpgradeRemovingOldData:
 		return r.upgradeRemoveOldData(db, eng, l), nil
 	case dbv1.UpgradeRollingBack:
@@ -201,12 +227,16 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 	}
 	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
 	if apierrors.IsNotFound(err) {
+		// No write after the dump starts: the fence first.
+		if fenced, err := r.fenceWrites(ctx, db, eng); err != nil || !fenced {
+			return running, err
+		}
 		attempt := map[string]string{db.Kind.Keys.UpgradeAttempt: u.Attempt}
 		if _, err := r.createBackup(ctx, db, u.Backup, reasonPreUpgrade, attempt, nil); err != nil {
 			return running, err
 		}
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
-		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s runs before the servers stop for the upgrade to %s", u.Backup, u.ToImage))
+		r.setUpgrading(db, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s runs before the servers stop for the upgrade to %s", u.Backup, u.ToImage))
 		return running, nil
 	}
 	if err != nil {
@@ -229,7 +259,7 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 		if busy, err := r.backupJobRunning(ctx, db); err != nil || busy {
 			// Another backup reads from the servers: stopping them would
 			// fail it. Its end reconciles again.
-			r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s completed; the servers stop for the upgrade to %s once backup Job %s has finished", b.Name, u.ToImage, backupJobName(db.Name)))
+			r.setUpgrading(db, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s completed; the servers stop for the upgrade to %s once backup Job %s has finished", b.Name, u.ToImage, backupJobName(db.Name)))
 			return running, err
 		}
 		r.toStep(db, dbv1.UpgradeScalingDown, "DatabaseBackup %s completed (%s): the servers stop for the upgrade from %s to %s", b.Name, b.Status.File, u.FromVersion, u.ToVersion)
@@ -244,7 +274,7 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 		return running, nil
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
-	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
+	r.setUpgrading(db, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
 	return running, nil
 }
 
@@ -252,21 +282,7 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 // never started (unschedulable) is deleted, and waited for, so it cannot
 // start while the rollback Job works on the same volume.
 func (r *Reconciler) upgradeJobIdle(ctx context.Context, db *Cluster) (bool, error) {
-	var job batchv1.Job
-	exists, err := r.lookup(ctx, db, "Job", upgradeJobName(db), &job, false)
-	if err != nil || !exists {
-		return err == nil, err
-	}
-	if jobFinished(&job, batchv1.JobComplete) || jobFinished(&job, batchv1.JobFailed) {
-		return true, nil
-	}
-	if job.DeletionTimestamp.IsZero() {
-		if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("deleting upgrade Job %s before the rollback: %w", job.Name, err)
-		}
-		r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
-	}
-	return false, nil
+	return r.jobIdle(ctx, db, upgradeJobName(db))
 }
 
 // backupJobRunning: a backup Job of the Database is still at work.
@@ -412,7 +428,7 @@ func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Eng
 		}
 		msg += fmt.Sprintf("; %s; if it still cannot start after %s (upgradeTimeout) the upgrade is rolled back", why, upgradeTimeoutOf(db))
 	}
-	r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRunningJob), msg)
+	r.setUpgrading(db, string(dbv1.UpgradeRunningJob), msg)
 	return stopped(u.FromImage), nil
 }
 
@@ -467,13 +483,8 @@ func (r *Reconciler) attemptJob(ctx context.Context, db *Cluster, name string, b
 		return &job, nil
 	}
 	if exists {
-		if job.DeletionTimestamp.IsZero() {
-			if err := r.Client.Delete(ctx, &job, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
-				return nil, fmt.Errorf("deleting Job %s of an earlier upgrade: %w", name, err)
-			}
-			r.Kind.metrics.objectWrites.WithLabelValues("Job", "deleted").Inc()
-		}
-		return nil, nil
+		// Of an earlier attempt.
+		return nil, r.deleteJob(ctx, &job)
 	}
 	desired, err := build()
 	if err != nil {
@@ -515,7 +526,7 @@ func upgradeJob(db *Cluster, eng engine.Engine, b *Backup, rollback bool) *batch
 	return lifecycleJob(name, db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
-func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.Engine) (serverPlan, error) {
+func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	u := db.Status.Upgrade
 	starting := serverPlan{Image: u.ToImage, Replicas: replicasOf(db)}
 	pods, err := r.serverPods(ctx, db)
@@ -525,8 +536,10 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.E
 	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
 		db.Status.CurrentImage, db.Status.CurrentVersion = u.ToImage, u.ToVersion
 		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
-		r.toStep(db, dbv1.UpgradeRemovingOldData, "%s %s is ready on the upgraded data: the servers restart once more to remove the old data directory (%s)", eng.Name(), u.ToVersion, u.FromVersion)
-		return steadyPlan(db, u.ToImage), nil
+		r.fenceLiftedByUpgrade(db)
+		r.toStep(db, dbv1.UpgradeOldDataKept, "%s %s is ready on the upgraded data; the old data directory (%s) is kept on PersistentVolumeClaim %s until the %s is annotated %s=true (then the servers restart once more to remove it)",
+			eng.Name(), u.ToVersion, u.FromVersion, claimName(db, 0), r.Kind.clusterKind(), db.Kind.Keys.RemoveOldData)
+		return r.keepOldData(db, eng, l), nil
 	}
 	deadline := u.StepStartTime.Add(upgradeTimeoutOf(db))
 	if r.now().Before(deadline) {
@@ -558,6 +571,22 @@ func upgradeRecheck(db *Cluster, now time.Time) time.Duration {
 		return time.Minute
 	}
 	return 0
+}
+
+// keepOldData: the servers run the new version beside the kept old data
+// directory until the user asks for its removal.
+func (r *Reconciler) keepOldData(db *Cluster, eng engine.Engine, l *live) serverPlan {
+	u := db.Status.Upgrade
+	if db.Annotations[db.Kind.Keys.RemoveOldData] == "true" {
+		r.toStep(db, dbv1.UpgradeRemovingOldData, "annotation %s=true: the servers restart once more to remove the old data directory (%s)", db.Kind.Keys.RemoveOldData, u.FromVersion)
+		return r.upgradeRemoveOldData(db, eng, l)
+	}
+	if wanted := imageOf(db, eng); wanted != u.ToImage {
+		r.setUpgrading(db, string(u.Step), fmt.Sprintf(
+			"spec.image %s waits: the old data directory (%s) of the upgrade to %s is still kept; annotate the %s %s=true to remove it first",
+			wanted, u.FromVersion, u.ToImage, r.Kind.clusterKind(), db.Kind.Keys.RemoveOldData))
+	}
+	return steadyPlan(db, u.ToImage)
 }
 
 func (r *Reconciler) upgradeRemoveOldData(db *Cluster, eng engine.Engine, l *live) serverPlan {
@@ -617,7 +646,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *Cluster, eng engine.En
 			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)
 		}
 		r.setCondition(db, ConditionUpgradeFailed, true, "RollbackFailed", msg)
-		r.setCondition(db, ConditionUpgrading, true, string(dbv1.UpgradeRestoringOldData), msg)
+		r.setUpgrading(db, string(dbv1.UpgradeRestoringOldData), msg)
 	}
 	return stopped(u.FromImage), nil
 }

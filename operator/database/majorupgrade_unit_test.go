@@ -33,6 +33,8 @@ func TestOldDataRemovalStaysOnAfterAnUpgradeOnly(t *testing.T) {
 	for step, on := range map[dbv1.UpgradeStep]bool{
 		dbv1.UpgradeRemovingOldData: true, dbv1.UpgradeCompleted: true,
 		dbv1.UpgradeStartingNewVersion: false, dbv1.UpgradeFailed: false, dbv1.UpgradeBackingUp: false,
+		// Kept until the user annotates remove-old-data=true.
+		dbv1.UpgradeOldDataKept: false,
 	} {
 		db.Status.Upgrade = &dbv1.UpgradeStatus{Step: step}
 		assert.Equal(t, on, steadyPlan(db, "i").RemoveOldData, "step %s", step)

@@ -81,7 +81,13 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 			// back before spec.image is looked at again.
 			return r.majorUpgrade(ctx, db, eng, l)
 		}
-		// Nothing was touched yet: a new spec.image replaces the upgrade.
+		// Nothing was touched yet (but writes may be fenced, which the
+		// unfence Job lifts): a new spec.image replaces the upgrade. Only
+		// on the newest status: an older cached one would cancel (and
+		// announce it) twice.
+		if err := r.requireFresh(ctx, db); err != nil {
+			return serverPlan{Keep: true}, err
+		}
 		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, u.ToImage, u.Backup)
 		db.Status.Upgrade = nil
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)

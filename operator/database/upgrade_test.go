@@ -27,7 +27,9 @@ import (
 
 // upgradeWatch polls a Database's objects while a major upgrade runs and
 // checks, at every look, that no step came before the one it must follow:
-// the servers stop only after the pre-upgrade backup completed, the
+// the pre-upgrade backup exists only after the fence Job completed (no
+// write after the dump starts), the servers stop only after the
+// pre-upgrade backup completed, the
 // upgrade Job exists only while no server runs, the new image only after
 // the Job completed; and that there is never more than one upgrade Job.
 type upgradeWatch struct {
@@ -54,8 +56,9 @@ func watchUpgrade(t *testing.T, c client.Client, ns, name, newImage string) *upg
 		var backups dbv1.DatabaseBackupList
 		var sts appsv1.StatefulSet
 		var pods corev1.PodList
-		var jobs batchv1.JobList
-		if c.List(ctx, &backups, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "pre-upgrade"}) != nil ||
+		var jobs, fences batchv1.JobList
+		if c.List(ctx, &fences, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "fence"}) != nil ||
+			c.List(ctx, &backups, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "pre-upgrade"}) != nil ||
 			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sts) != nil ||
 			c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "server"}) != nil ||
 			c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "upgrade"}) != nil {
@@ -63,6 +66,16 @@ func watchUpgrade(t *testing.T, c client.Client, ns, name, newImage string) *upg
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		fenced := false
+		for _, j := range fences.Items {
+			fenced = fenced || !jobDone(&j).IsZero()
+		}
+		if len(backups.Items) > 0 && !fenced {
+			w.violations = append(w.violations, "the pre-upgrade backup exists before the fence Job completed")
+		}
+		if fenced {
+			w.mark("writes fenced")
+		}
 		backupDone := false
 		for _, b := range backups.Items {
 			if b.Status.Phase == dbv1.BackupCompleted {
@@ -275,6 +288,17 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	sts := get(t, c, ns, "major", &appsv1.StatefulSet{})
 	assert.Equal(t, int32(2), *sts.Spec.Replicas, "the servers run until the backup completed")
 
+	fence := jobNamed(t, c, ns, "major-fence")
+	assert.Equal(t, "postgres:17.6", fence.Spec.Template.Spec.Containers[0].Image, "the fence runs with the image that runs")
+	assert.Equal(t, "false", envOf(fence.Spec.Template.Spec.Containers[0])["LIFT"])
+	assert.Equal(t, db.Spec.Name, envOf(fence.Spec.Template.Spec.Containers[0])["APP_USER"])
+	cur = waitFor(t, c, db, "WritesFenced", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "WritesFenced", condition(d, "WritesFenced").Reason)
+	})
+	assert.Contains(t, condition(cur, "WritesFenced").Message, "cannot log in")
+	assert.Contains(t, condition(cur, database.ConditionUpgrading).Message, "writes fenced")
+	assertEvent(t, c, ns, "major", corev1.EventTypeNormal, "WritesFenced")
+
 	reportBackup(t, c, ns, "major", pre.Name, 4242)
 	var upgradeJob batchv1.Job
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -296,8 +320,23 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	assert.Equal(t, map[string]bool{"data-major-0": true, "major-backup": true}, claims, "the primary's volume and the backup volume")
 	assert.True(t, metav1.IsControlledBy(&upgradeJob, cur), "owned by the Database")
 
-	// kwok completes the Job; the servers come back on the new version, and
-	// once the primary is ready, restart to remove the old directory.
+	// kwok completes the Job; the servers come back on the new version,
+	// the fence is gone with the old directory, which is kept.
+	cur = waitFor(t, c, db, "upgraded, old data kept", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeStep(dbv1.UpgradeStep("OldDataKept"))(ct, d)
+		ready(ct, d)
+	})
+	assert.Equal(t, "18.0", cur.Status.CurrentVersion)
+	assert.Nil(t, conditionOf(cur, "WritesFenced"), "the upgraded data's app role logs in")
+	assert.Contains(t, condition(cur, database.ConditionUpgrading).Message, "stable.imaginedata.co/remove-old-data=true")
+	time.Sleep(2 * time.Second)
+	sts = get(t, c, ns, "major", &appsv1.StatefulSet{})
+	assert.NotContains(t, envOf(sts.Spec.Template.Spec.Containers[0]), "REMOVE_OLD_DATA", "the old directory is kept until the user says so")
+	cur = get(t, c, ns, "major", &dbv1.Database{})
+	assert.Equal(t, dbv1.UpgradeStep("OldDataKept"), cur.Status.Upgrade.Step)
+
+	// The user's signal: the servers restart once more to remove it.
+	annotate(t, c, db, "stable.imaginedata.co/remove-old-data", "true")
 	cur = waitFor(t, c, db, "upgrade completed", func(ct *assert.CollectT, d *dbv1.Database) {
 		upgradeStep(dbv1.UpgradeCompleted)(ct, d)
 		ready(ct, d)
@@ -314,14 +353,17 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 
 	seen, violations := watch.result()
 	assert.Empty(t, violations)
-	assert.Equal(t, []string{"backup completed", "scaled down", "no server", "upgrade Job", "upgrade Job completed", "new image"}, seen)
-	eventsOnce(t, c, ns, "major", "BackingUp", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "OldDataRemoved")
+	assert.Equal(t, []string{"writes fenced", "backup completed", "scaled down", "no server", "upgrade Job", "upgrade Job completed", "new image"}, seen)
+	eventsOnce(t, c, ns, "major", "BackingUp", "WritesFenced", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "FenceLifted", "RemovingOldData", "OldDataRemoved")
 	assert.Equal(t, 1.0, upgradesResult(t, ns, "major", "succeeded"))
 
 	// More reconciles do nothing again: one Job, the same one.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
-		db.Annotations = map[string]string{"touch": "1"}
+		if db.Annotations == nil {
+			db.Annotations = map[string]string{}
+		}
+		db.Annotations["touch"] = "1"
 		return c.Update(ctx, db)
 	}))
 	time.Sleep(2 * time.Second)
@@ -346,6 +388,22 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	assert.Len(t, backups.Items, 1, "no backup for a refused change")
 }
 
+// annotate sets one annotation on the Database, as a user would.
+func annotate(t *testing.T, c client.Client, db *dbv1.Database, key, value string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &dbv1.Database{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), cur); err != nil {
+			return err
+		}
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[key] = value
+		return c.Update(context.Background(), cur)
+	}))
+}
+
 func conditionOf(d *dbv1.Database, kind string) *metav1.Condition {
 	for i := range d.Status.Conditions {
 		if d.Status.Conditions[i].Type == kind {
@@ -365,6 +423,8 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	ctx := context.Background()
 
 	db := onOneNode(newDatabase(ns, "fails", 1))
+	// The old data directory goes as soon as the new version is ready.
+	db.Annotations = map[string]string{database.AnnotationRemoveOldData: "true"}
 	db.Spec.Image = "postgres:17.6"
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
@@ -407,6 +467,18 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	assertEvent(t, c, ns, "fails", corev1.EventTypeWarning, "UpgradeFailed")
 	assert.Equal(t, primaryClaim, claimUID(t, c, ns, "data-fails-0"))
 	assert.Equal(t, 1.0, upgradesResult(t, ns, "fails", "rolled_back"))
+
+	// The old directory, fenced before its dump, serves again: the unfence
+	// Job (old image) lets the app role log in.
+	unfence := jobNamed(t, c, ns, "fails-unfence")
+	assert.Equal(t, "postgres:17.6", unfence.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "true", envOf(unfence.Spec.Template.Spec.Containers[0])["LIFT"])
+	assert.True(t, unfence.CreationTimestamp.After(jobNamed(t, c, ns, "fails-fence").CreationTimestamp.Time) ||
+		unfence.CreationTimestamp.Equal(&jobNamed(t, c, ns, "fails-fence").CreationTimestamp))
+	waitFor(t, c, db, "fence lifted", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, conditionOf(d, "WritesFenced"))
+	})
+	assertEvent(t, c, ns, "fails", corev1.EventTypeNormal, "FenceLifted")
 
 	// It stays so: no new attempt on its own.
 	time.Sleep(2 * time.Second)
@@ -589,6 +661,8 @@ func TestAnUpgradeNeverUsesTheBackupOfAFormerDatabaseOfTheSameName(t *testing.T)
 
 	create := func() *dbv1.Database {
 		db := onOneNode(newDatabase(ns, "reborn", 1))
+		// The old data directory goes as soon as the new version is ready.
+		db.Annotations = map[string]string{database.AnnotationRemoveOldData: "true"}
 		db.Spec.Image = "postgres:17.6"
 		db.Spec.DeletionPolicy = dbv1.DeletionDelete
 		require.NoError(t, c.Create(ctx, db))
@@ -733,6 +807,8 @@ func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
 	ctx := context.Background()
 
 	db := onOneNode(newDatabase(ns, "seam", 1))
+	// The old data directory goes as soon as the new version is ready.
+	db.Annotations = map[string]string{database.AnnotationRemoveOldData: "true"}
 	db.Spec.Image = "postgres:15.14"
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
@@ -751,5 +827,74 @@ func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
 	assert.Equal(t, "15.14", env["FROM_VERSION"])
 	assert.Equal(t, "15.14", env["TO_VERSION"])
 	assert.Equal(t, "postgres:15.14-bookworm", cur.Status.CurrentImage)
-	eventsOnce(t, c, ns, "seam", "BackingUp", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "OldDataRemoved")
+	eventsOnce(t, c, ns, "seam", "BackingUp", "WritesFenced", "ScalingDown", "RunningUpgradeJob", "StartingNewVersion", "Upgraded", "FenceLifted", "RemovingOldData", "OldDataRemoved")
+}
+
+// A fence Job that fails fails the upgrade before anything else: no
+// backup, the servers never stop, and the unfence Job lets the app role
+// in again. A later attempt fences anew, and cancelling it (spec.image
+// back while the backup runs) lifts that fence with a new unfence Job.
+func TestAFailedFenceStopsTheUpgradeAndACancelLiftsTheFence(t *testing.T) {
+	c, ns := upgradeTest(t)
+	ctx := context.Background()
+
+	db := onOneNode(newDatabase(ns, "fenced", 1))
+	db.Spec.Image = "postgres:17.6"
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	// No new pod may start: the fence Job's pod never runs.
+	quota := testenv.PodQuota(t, c, ns, 0)
+	setImage(t, c, db, "postgres:18.0", nil)
+	fence := jobNamed(t, c, ns, "fenced-fence")
+	cur := waitFor(t, c, db, "Fencing", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "Fencing", condition(d, "WritesFenced").Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionUpgrading).Message, "fences writes")
+	testenv.FailJob(t, c, fence)
+	cur = waitFor(t, c, db, "UpgradeFailed", upgradeStep(dbv1.UpgradeFailed))
+	failed := condition(cur, database.ConditionUpgradeFailed)
+	assert.Equal(t, "FenceJobFailed", failed.Reason)
+	assert.Contains(t, failed.Message, "nothing was touched")
+	var backups dbv1.DatabaseBackupList
+	require.NoError(t, c.List(ctx, &backups, client.InNamespace(ns)))
+	assert.Empty(t, backups.Items, "no backup without the fence")
+	sts := get(t, c, ns, "fenced", &appsv1.StatefulSet{})
+	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the servers never stopped")
+	assert.Equal(t, "postgres:17.6", sts.Spec.Template.Spec.Containers[0].Image)
+
+	require.NoError(t, c.Delete(ctx, quota))
+	firstLift := jobNamed(t, c, ns, "fenced-unfence")
+	assert.Equal(t, "true", envOf(firstLift.Spec.Template.Spec.Containers[0])["LIFT"])
+	waitFor(t, c, db, "fence lifted", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, conditionOf(d, "WritesFenced"))
+	})
+
+	// A new attempt fences again, then is cancelled while its backup runs.
+	setImage(t, c, db, "postgres:17.6", nil)
+	waitFor(t, c, db, "UpgradeFailed cleared", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, d.Status.Upgrade)
+	})
+	setImage(t, c, db, "postgres:18.0", nil)
+	pre := preUpgradeBackup(t, c, ns)
+	cur = waitFor(t, c, db, "WritesFenced", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Equal(ct, "WritesFenced", condition(d, "WritesFenced").Reason)
+	})
+	assert.Equal(t, pre.Name, cur.Status.Upgrade.Backup)
+	setImage(t, c, db, "postgres:17.6", nil)
+	waitFor(t, c, db, "cancelled and lifted", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Nil(ct, d.Status.Upgrade)
+		require.Nil(ct, conditionOf(d, "WritesFenced"))
+	})
+	secondLift := jobNamed(t, c, ns, "fenced-unfence")
+	assert.NotEqual(t, firstLift.UID, secondLift.UID, "the second fence was lifted by a Job of its own")
+	eventsOnce(t, c, ns, "fenced", "UpgradeCancelled")
+	count := 0
+	for _, e := range listEvents(t, c, ns, "fenced") {
+		if e.Reason == "FenceLifted" {
+			count++
+		}
+	}
+	assert.Equal(t, 2, count, "each fence lifted once")
+	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "fenced"))
 }

@@ -130,6 +130,18 @@ type Engine interface {
 	UpgradePod(c Cluster, u Upgrade) Pod
 }
 
+// Fencer is an engine whose writes can be fenced before a major upgrade's
+// dump. The major-upgrade path needs it; an engine without it has no
+// automated major upgrades.
+type Fencer interface {
+	// FencePod runs a fence Job against the primary (PrimaryHost, up):
+	// the app user can no longer log in and every session of it is ended,
+	// so no client writes after the dump starts; the superuser still
+	// works. With lift it lets the app user log in again. Both are
+	// idempotent. Its Report carries ServerVersion and SessionsEnded.
+	FencePod(c Cluster, lift bool) Pod
+}
+
 // Backup is one dump for BackupPod.
 type Backup struct {
 	// File is the dump's path relative to BackupVolume's root. It names
@@ -191,6 +203,9 @@ type Report struct {
 	// standby source (nil when it read from the primary).
 	Source   string `json:"source,omitempty"`
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// SessionsEnded is how many sessions of the app user a fence Job
+	// ended.
+	SessionsEnded int `json:"sessionsEnded,omitempty"`
 }
 
 // ParseReport decodes a termination message; an empty one is an empty

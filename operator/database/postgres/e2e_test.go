@@ -43,16 +43,19 @@ type endToEnd struct {
 	image   string
 	runner  *testenv.HostRunner
 	servers map[string]string
+	procs   map[string]*pgtest.Server
 }
 
-func newEndToEnd(t *testing.T) *endToEnd {
+// newEndToEnd starts the operator with opts (the first, if given) for a
+// namespace of its own.
+func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
 	bin := pgtest.Bin(t)
 	u := pgtest.Unprivileged(t)
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	root := u.TempDir(t)
-	e := &endToEnd{t: t, c: c, ns: ns, u: u, bin: bin, root: root, servers: map[string]string{}}
+	e := &endToEnd{t: t, c: c, ns: ns, u: u, bin: bin, root: root, servers: map[string]string{}, procs: map[string]*pgtest.Server{}}
 	// The image's tag says the host server's version, so the operator sees
 	// no upgrade to make.
 	out, err := exec.Command(filepath.Join(bin, "postgres"), "-V").Output()
@@ -65,7 +68,12 @@ func newEndToEnd(t *testing.T) *endToEnd {
 		Path:    bin + ":/usr/bin:/bin",
 	})
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
-		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
+		o := database.Options{}
+		if len(opts) > 0 {
+			o = opts[0]
+		}
+		o.WatchNamespaces = []string{ns}
+		return database.Setup(m, o)
 	}, ns)
 	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 	return e
@@ -91,7 +99,10 @@ func (e *endToEnd) database(name string, policy dbv1.DeletionPolicy, fromBackup 
 }
 
 // startPrimary runs the Database's ordinal 0 on the host, from its
-// StatefulSet and Secrets, and serves it as <db>-rw and <db>-0.
+// StatefulSet (as it is now) and Secrets, on its data claim's directory
+// (where the runner mounts data-<db>-0 for a Job), and serves it as
+// <db>-rw and <db>-0. Run again, it starts the server again on the same
+// port.
 func (e *endToEnd) startPrimary(db string) {
 	t := e.t
 	t.Helper()
@@ -105,12 +116,15 @@ func (e *endToEnd) startPrimary(db string) {
 	scripts := e.u.WriteScripts(t, e.u.Dir(t, e.root, "servers", db), cm.Data)
 	server := sts.Spec.Template.Spec.Containers[0]
 	env := pgtest.ContainerEnv(t, server, db+"-0", e.secret)
-	port := pgtest.FreePort(t)
-	env["PGDATA"] = filepath.Join(e.u.Dir(t, e.root, "servers", db, "data"), "pgdata")
+	port, ok := e.servers[db]
+	if !ok {
+		port = pgtest.FreePort(t)
+	}
+	env["PGDATA"] = filepath.Join(e.runner.ClaimDir("data-"+db+"-0"), "pgdata")
 	env["PATH"] = e.bin + ":/usr/bin:/bin"
 	env["PGPORT"], env["PRIMARY_PORT"], env["PRIMARY_HOST"] = port, port, "127.0.0.1"
 	env["LISTEN_ADDRESSES"] = "127.0.0.1"
-	e.u.StartServer(t, e.bin, env, pgtest.HostCommand(t, server, scripts))
+	e.procs[db] = e.u.StartServer(t, e.bin, env, pgtest.HostCommand(t, server, scripts))
 	e.servers[db] = port
 	e.runner.Serve(db+"-rw", "127.0.0.1:"+port)
 	e.runner.Serve(db+"-0", "127.0.0.1:"+port)

@@ -49,6 +49,7 @@ const (
 	BackupScript    = "backup.sh"
 	RestoreScript   = "restore.sh"
 	UpgradeScript   = "upgrade.sh"
+	FenceScript     = "fence.sh"
 	ProbeScript     = "probe.sh"
 	// backupMount is where backup, restore and upgrade Jobs mount
 	// engine.BackupVolume.
@@ -68,7 +69,10 @@ var scriptFiles embed.FS
 // Engine is PostgreSQL.
 type Engine struct{}
 
-var _ engine.Engine = Engine{}
+var (
+	_ engine.Engine = Engine{}
+	_ engine.Fencer = Engine{}
+)
 
 // Name is spec.engine's value.
 func (Engine) Name() string { return "PostgreSQL" }
@@ -297,6 +301,25 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 	pod := jobPod(c, name, UpgradeScript, env, u.ClaimName, &data)
 	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: engine.DataVolume, MountPath: dataMount})
 	return pod
+}
+
+// FencePod runs fence.sh against the primary: the app role NOLOGIN and
+// its sessions ended, or with lift, LOGIN again.
+//
+// Environment: PRIMARY_HOST, PRIMARY_PORT, PGUSER and PGPASSWORD (the
+// superuser), APP_USER, LIFT, TERMINATION_MESSAGE_PATH.
+func (e Engine) FencePod(c engine.Cluster, lift bool) engine.Pod {
+	name := "fence"
+	if lift {
+		name = "unfence"
+	}
+	env := []corev1.EnvVar{
+		{Name: "PRIMARY_HOST", Value: c.PrimaryHost},
+		{Name: "PRIMARY_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_USER", Value: c.AppUser},
+		{Name: "LIFT", Value: strconv.FormatBool(lift)},
+	}
+	return jobPod(c, name, FenceScript, env, "", nil)
 }
 
 // jobPod is engine.JobPod with this engine's credentials and pod

@@ -3,6 +3,7 @@ package postgres
 import (
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 
 func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := Engine{}.Scripts()
-	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, ProbeScript, "lib.sh"}, keys(scripts))
+	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, FenceScript, ProbeScript, "lib.sh"}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("scripts/" + name)
 		require.NoError(t, err)
@@ -215,4 +216,16 @@ func TestEveryPodRunsAsTheClustersRunAsUser(t *testing.T) {
 	// images' user, whatever the image's name says.
 	assert.Equal(t, int64(999), *Engine{}.ServerPod(engine.Cluster{Image: "postgres:17.6"}).SecurityContext.RunAsUser)
 	assert.Equal(t, int64(999), *Engine{}.ServerPod(engine.Cluster{Image: "postgres:17.6-alpine"}).SecurityContext.RunAsUser)
+}
+
+func TestFencePodReachesThePrimaryAsTheSuperuserWithNoVolumeButItsScripts(t *testing.T) {
+	for _, lift := range []bool{false, true} {
+		p := Engine{}.FencePod(jobCluster, lift)
+		assertRestrictedJob(t, p, FenceScript)
+		env := envOf(p.Container)
+		assert.Equal(t, jobCluster.PrimaryHost, env["PRIMARY_HOST"])
+		assert.Equal(t, jobCluster.AppUser, env["APP_USER"])
+		assert.Equal(t, strconv.FormatBool(lift), env["LIFT"])
+		assert.Empty(t, p.Volumes, "no backup or data volume: it only talks to the primary")
+	}
 }

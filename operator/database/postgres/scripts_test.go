@@ -330,6 +330,10 @@ func (h *host) backedUpForUpgrade(t *testing.T) (data, rows string, dump engine.
 	out, err := h.appSQL(server.Port, appData)
 	require.NoError(t, err, out)
 	rows = h.sql(server.Port, h.cluster.Database, appState)
+	// As the operator does: writes fenced (the app role NOLOGIN) before
+	// the dump.
+	_, out, err = h.fence(server.Port, false)
+	require.NoError(t, err, out)
 	dump, out, err = h.backup(server.Port, "backup", "pre-upgrade.dump")
 	require.NoError(t, err, out)
 	server.Stop(t)
@@ -369,7 +373,8 @@ func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
 	assert.NoDirExists(t, pgdata+".deckhand-upgraded")
 
 	// The server starts on the new directory: rows, sequences, and the app
-	// Secret's password (a backup holds no roles: the Job made it).
+	// Secret's password (a backup holds no roles: the Job made it), and the
+	// app role logs in although the old directory's was fenced.
 	server := h.primary("data-0")
 	assert.Equal(t, want, h.sql(server.Port, h.cluster.Database, appState))
 	out, err = h.appSQL(server.Port, "SELECT current_user")

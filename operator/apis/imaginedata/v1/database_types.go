@@ -365,7 +365,7 @@ type DatabaseStatus struct {
 }
 
 // UpgradeStep is where a major-version upgrade is.
-// +kubebuilder:validation:Enum=BackingUp;ScalingDown;RunningUpgradeJob;StartingNewVersion;RemovingOldData;Completed;RollingBack;RestoringOldData;Failed
+// +kubebuilder:validation:Enum=BackingUp;ScalingDown;RunningUpgradeJob;StartingNewVersion;OldDataKept;RemovingOldData;Completed;RollingBack;RestoringOldData;Failed
 type UpgradeStep string
 
 // Upgrade steps, in order; a failure goes from RunningUpgradeJob or
@@ -375,11 +375,15 @@ const (
 	UpgradeScalingDown        UpgradeStep = "ScalingDown"
 	UpgradeRunningJob         UpgradeStep = "RunningUpgradeJob"
 	UpgradeStartingNewVersion UpgradeStep = "StartingNewVersion"
-	UpgradeRemovingOldData    UpgradeStep = "RemovingOldData"
-	UpgradeCompleted          UpgradeStep = "Completed"
-	UpgradeRollingBack        UpgradeStep = "RollingBack"
-	UpgradeRestoringOldData   UpgradeStep = "RestoringOldData"
-	UpgradeFailed             UpgradeStep = "Failed"
+	// UpgradeOldDataKept: the new version serves; the old data directory
+	// is kept until the user annotates the Database
+	// stable.imaginedata.co/remove-old-data=true.
+	UpgradeOldDataKept      UpgradeStep = "OldDataKept"
+	UpgradeRemovingOldData  UpgradeStep = "RemovingOldData"
+	UpgradeCompleted        UpgradeStep = "Completed"
+	UpgradeRollingBack      UpgradeStep = "RollingBack"
+	UpgradeRestoringOldData UpgradeStep = "RestoringOldData"
+	UpgradeFailed           UpgradeStep = "Failed"
 )
 
 // UpgradeStatus records one major-version upgrade.

@@ -148,6 +148,13 @@ wait_for_server
 
 PRIMARY_HOST=127.0.0.1 PRIMARY_PORT=$PGPORT TERMINATION_MESSAGE_PATH=/dev/null sh "$here/init.sh"
 restore_app_database "$file" "$BACKUP_SHA256"
+# The old directory's app role was fenced (NOLOGIN, fence.sh) before the
+# dump; whatever the dump or an earlier run carried, the new directory's
+# role logs in.
+psql -X -q -v ON_ERROR_STOP=1 <<-'SQL'
+\getenv approle APP_USER
+SELECT format('ALTER ROLE %I LOGIN', :'approle') \gexec
+SQL
 
 pg_ctl -D "$staging" -m fast -w -t 600 stop >&2
 trap - EXIT
