@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
@@ -97,6 +98,7 @@ func crClient(t *testing.T, cfg *rest.Config) client.Client {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, dbv1.AddToScheme(scheme))
+	require.NoError(t, mcv1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c

@@ -11,7 +11,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-images=(pause busybox coredns demo-flask postgres)
+images=(pause busybox coredns demo-flask postgres mariadb)
 
 version_of() {
   case $1 in
@@ -28,6 +28,9 @@ version_of() {
     # (15.20-0+deb12u1 -> 15.20), as the official image's tags, so the
     # engine reads the major version from the tag
     postgres) apt-cache policy postgresql-15 | awk '/Candidate:/ {print $2}' | sed 's/-.*//' ;;
+    # mariadb: MariaDB's version from Debian's mariadb-server
+    # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
+    mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
   esac
 }
 
@@ -143,6 +146,34 @@ PASSWD
   chmod 3777 "$dir/var/run/postgresql"
   image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     --env PGDATA=/var/lib/postgresql/data --env LANG=C.UTF-8 --cmd postgres)
+}
+
+# rootfs_mariadb: MariaDB from Debian's mariadb-server and mariadb-client
+# and their closure, laid out as the official mariadb image where the
+# MySQL engine relies on it: the mysql user with UID/GID 999, mariadbd,
+# mariadb, mariadb-dump, mariadb-admin and mariadb-install-db on PATH, the
+# data in /var/lib/mysql, the socket directory /var/run/mysqld, sh. No
+# entrypoint: the engine runs its own scripts.
+rootfs_mariadb() {
+  local dir=$1
+  debian_closure "$dir" mariadb-server mariadb-client dash coreutils grep sed mawk findutils gzip hostname \
+    -- locales locales-all
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
+  mkdir -p "$dir/tmp" "$dir/var/lib/mysql" "$dir/var/run/mysqld" "$dir/etc"
+  chmod 1777 "$dir/tmp"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+mysql:x:999:999:MySQL Server:/nonexistent:/bin/false
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\nmysql:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+  # as the official image: the data and socket directories are mysql's
+  # (the socket's 0777, so another UID can use it too)
+  chown -R 999:999 "$dir/var/lib/mysql" "$dir/var/run/mysqld"
+  chmod 0777 "$dir/var/run/mysqld"
+  image_args=(--user 999:999 --env LANG=C.UTF-8 --cmd mariadbd)
 }
 
 build_one() {
