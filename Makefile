@@ -84,6 +84,10 @@ test-deps: ## install what the tests need (Debian packages, tools)
 fuzz: ## every Go fuzz target for FUZZTIME each (default 5s)
 	@hack/fuzz.sh
 
+.PHONY: test-fast
+test-fast: ## make test without the real-node group (DECKHAND_NODE=0: no root, no node cluster; e2e/node skips)
+	@DECKHAND_NODE=0 $(MAKE) -s test
+
 .PHONY: test
 # Each package gets 25 minutes (-timeout 25m): the fault campaign (its own
 # cluster, a 1,000-workload storm) takes 6-10 minutes on 2 busy cores, go

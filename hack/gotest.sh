@@ -16,30 +16,85 @@
 # t.Parallel (Database, MySQLCluster) wait on Jobs and the API server far
 # more than they use CPU; go test's default runs two at a time on 2 cores.
 #
-# GO_TEST_FLAGS is passed to both go test runs.
+# The real-node group (e2e/node, docs/realnode.md) runs after the raced
+# group, alongside the fuzz targets and the fault campaign: it starts the
+# node cluster (hack/node.sh up), runs go test ./e2e/node/ against it and
+# removes it (hack/node.sh down) when gotest.sh exits, failed or not. Its
+# tests mostly wait on a kubelet and containers, so on 2 cores it costs
+# little next to the campaign. DECKHAND_NODE=0 leaves it out (and e2e/node
+# then skips, saying why): the fast part alone, no root needed for it.
+#
+# GO_TEST_FLAGS is passed to every go test run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=$(go list -m)
 slowest=(operator/database operator/mysqlcluster operator/database/postgres operator/jmxexporter
   operator/database/mysql hack/image operator/configmonitor)
 mapfile -t raced < <({ printf "$module/%s\n" "${slowest[@]}"; go list ./... | grep -v "^$module/e2e\(/\|$\)"; } | awk '!seen[$0]++')
+node=${DECKHAND_NODE:-1}
+mapfile -t e2e_pkgs < <(go list ./e2e/...)
+if [[ $node != 0 ]]; then
+  mapfile -t e2e_pkgs < <(printf '%s\n' "${e2e_pkgs[@]}" | grep -v "^$module/e2e/node$")
+fi
 log=$(mktemp -d)
-trap 'rm -rf "$log"' EXIT
+node_started=
+# node_down removes the real-node cluster if this run started it.
+node_down() {
+  [[ -n $node_started ]] || return 0
+  node_started=
+  local t=$SECONDS
+  if ! hack/node.sh down >"$log/node-down" 2>&1; then
+    echo "hack/node.sh down failed:"
+    cat "$log/node-down"
+    return 1
+  fi
+  echo "real-node cluster removed in $((SECONDS - t)) s"
+}
+# The node cluster goes whatever happened: a failed or interrupted run
+# must not leave a kubelet, containers or iptables rules behind.
+trap 'node_down || true; rm -rf "$log"' EXIT
 start=$(date +%s)
 common=(-count=1 -timeout 25m -parallel 6 ${GO_TEST_FLAGS:-})
+
+# node_group starts the real-node cluster and runs e2e/node against it.
+# Its output goes to $log/node, shown when it ends, so it does not
+# interleave with the other groups' lines.
+node_group() {
+  local t=$SECONDS
+  if ! hack/node.sh up >"$log/node-up" 2>&1; then
+    echo "hack/node.sh up failed; its last lines:"
+    tail -40 "$log/node-up"
+    return 1
+  fi
+  echo "real-node cluster up in $((SECONDS - t)) s"
+  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" "./e2e/node/"
+}
+
 # The e2e group starts first: the fault campaign in it is the longest package.
-(go test "${common[@]}" ./e2e/faults ./e2e/... 2>&1 | tee "$log/e2e") & e2e=$!
+(go test "${common[@]}" ./e2e/faults "${e2e_pkgs[@]}" 2>&1 | tee "$log/e2e") & e2e=$!
 (go test -race "${common[@]}" "${raced[@]}" 2>&1 | tee "$log/raced") & raced_pid=$!
 status=0
 wait "$raced_pid" || status=$?
+node_pid=
+if [[ $node != 0 ]]; then
+  node_started=1
+  (node_group >"$log/node" 2>&1) & node_pid=$!
+fi
 # FUZZ=1 (make test): the fuzz targets run once the raced group is done.
 # By then only the fault campaign is left, waiting on its cluster more than
 # computing: one fuzz worker uses the core it leaves idle.
 if [[ ${FUZZ:-} == 1 ]]; then
   FUZZ_WORKERS=1 hack/fuzz.sh || status=$?
 fi
+if [[ -n $node_pid ]]; then
+  node_status=0
+  wait "$node_pid" || node_status=$?
+  cat "$log/node"
+  [[ $node_status -eq 0 ]] || status=$node_status
+  node_down || status=$?
+fi
 wait "$e2e" || status=$?
 echo
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
-awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "$log/raced" "$log/e2e" | sort -k2 -g -r
+awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "$log/raced" "$log/e2e" $([[ -f $log/node ]] && echo "$log/node") | sort -k2 -g -r
 exit $status

@@ -251,6 +251,11 @@ state = "$run/containerd"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "docker.io/$("$root/hack/node/images.sh" ref pause)"
+  # Every registry is this machine's closed port (registry_hosts): a pod
+  # whose image was not imported fails to pull without a DNS lookup or a
+  # connection off the machine.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$state/certs.d"
 [plugins.'io.containerd.cri.v1.runtime']
   # pods' network namespaces under $run, so down finds and removes them
   netns_mounts_under_state_dir = true
@@ -309,10 +314,26 @@ containerd_up() {
   if containerd_ready; then return 0; fi
   mkdir -p "$state/cni/net.d" "$run/containerd"
   containerd_config >"$state/containerd.toml"
+  registry_hosts
   cni_config >"$state/cni/net.d/10-deckhand-node.conflist"
   log "starting containerd ($state/containerd.log)"
   start_daemon containerd "$containerd_dir/containerd" --config "$state/containerd.toml"
   wait_for containerd 60 containerd_ready
+}
+
+# registry_hosts points every registry (containerd's _default host
+# namespace: docker.io and any other) at 127.0.0.1:1, where nothing
+# listens. Without it, a pod whose image was never imported made containerd
+# look up registry-1.docker.io through the machine's resolver ("dial tcp:
+# lookup registry-1.docker.io on 10.255.255.53:53: no such host"), traffic
+# off the machine; now the pull fails at once with "connection refused".
+registry_hosts() {
+  mkdir -p "$state/certs.d/_default"
+  cat >"$state/certs.d/_default/hosts.toml" <<EOF
+server = "http://127.0.0.1:1"
+[host."http://127.0.0.1:1"]
+  capabilities = ["pull", "resolve"]
+EOF
 }
 
 containerd_ready() { [[ -S $sock ]] && "$ctr" -a "$sock" version >/dev/null 2>&1; }
@@ -339,7 +360,7 @@ start_daemon() {
 images_up() {
   "$root/hack/node/images.sh" build
   local i
-  for i in pause busybox coredns demo-flask; do
+  for i in pause busybox coredns demo-flask postgres mariadb; do
     "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
   done
 }

@@ -16,6 +16,15 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/
 command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
 # The JMX exporter's tests compile and run a real JVM (java, javac, jar).
 command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
+# The real node (e2e/node, hack/node.sh): runc, the CNI plugins, busybox
+# for its test image, iptables for kube-proxy. DECKHAND_NODE=0 (the fast
+# part of make test alone) needs none of it.
+node=${DECKHAND_NODE:-1}
+if [[ $node != 0 ]]; then
+  for p in runc containernetworking-plugins busybox-static iptables; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+  done
+fi
 if [[ ${#need[@]} -gt 0 ]]; then
   echo ">> installing Debian packages: ${need[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then
@@ -26,3 +35,9 @@ if [[ ${#need[@]} -gt 0 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
 fi
 "$root/hack/tools.sh" build
+# The node's own tools, built from source on a fresh machine (cold, on 2
+# busy cores: kubenode ~2.5 min, containerd ~2 min, coredns ~6 min;
+# docs/performance.md), cached like the others.
+if [[ $node != 0 ]]; then
+  "$root/hack/tools.sh" build kubenode containerd coredns
+fi

@@ -268,3 +268,32 @@ func tryExec(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, po
 	}
 	return stdout.String(), nil
 }
+
+// An image that was never imported is not fetched from anywhere: every
+// registry is 127.0.0.1:1 (hack/node.sh registry_hosts), so the pull fails
+// there, at once, with no DNS lookup or connection off the machine. Before,
+// containerd asked the machine's resolver for registry-1.docker.io.
+func TestRealNodePullsNoImageFromOffTheMachine(t *testing.T) {
+	_, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := namespace(ctx, t, cs)
+	pod := busyboxPod(t, ns, "missing", nil, "true")
+	pod.Spec.Containers[0].Image = "deckhand-local/never-imported:" + rand.String(6)
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var message string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		events, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=missing,reason=Failed"})
+		if err != nil || len(events.Items) == 0 {
+			return false, nil
+		}
+		message = events.Items[0].Message
+		return true, nil
+	})
+	require.NoError(t, err, "no pull failure reported")
+	assert.Contains(t, message, "127.0.0.1:1", "the pull went to the closed local port")
+	assert.NotContains(t, message, "docker.io/v2", "a registry off the machine was asked")
+	assert.NotContains(t, message, "lookup", "a name was looked up")
+}

@@ -11,7 +11,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-images=(pause busybox coredns demo-flask)
+images=(pause busybox coredns demo-flask postgres mariadb)
 
 version_of() {
   case $1 in
@@ -24,6 +24,13 @@ version_of() {
     # version and the app's hash, so either change rebuilds it
     demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
+    # postgres: PostgreSQL's own version from Debian's postgresql-15
+    # (15.20-0+deb12u1 -> 15.20), as the official image's tags, so the
+    # engine reads the major version from the tag
+    postgres) apt-cache policy postgresql-15 | awk '/Candidate:/ {print $2}' | sed 's/-.*//' ;;
+    # mariadb: MariaDB's version from Debian's mariadb-server
+    # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
+    mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
   esac
 }
 
@@ -82,6 +89,91 @@ rootfs_demo_flask() {
   cp -r "$root/demo/flask/app/." "$dir/app/"
   image_args=(--user 10001:10001 --workdir /app --env PYTHONDONTWRITEBYTECODE=1
     --cmd python3 --cmd -m --cmd flask --cmd --app --cmd main --cmd run --cmd --host --cmd 0.0.0.0 --cmd --port --cmd 8080)
+}
+
+# debian_closure downloads the packages named and their dependency closure
+# (apt-cache depends --recurse) from this machine's apt sources into the
+# cache and unpacks them into a root filesystem, as dpkg would without
+# running maintainer scripts. Extra arguments after -- are packages left
+# out of the closure.
+debian_closure() {
+  local dir=$1 debs pkgs deb skip=() files
+  shift
+  local want=()
+  while [[ $# -gt 0 && $1 != -- ]]; do want+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && { shift; skip=("$@"); }
+  debs=$cache/node-images/debs
+  mkdir -p "$dir" "$debs"
+  pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "${want[@]}" | grep -E '^[a-z0-9]' | sort -u |
+    grep -vxF -f <(printf '%s\n' "${skip[@]}" ""))
+  # shellcheck disable=SC2086 # one package a word
+  (cd "$debs" && apt-get download -qq $pkgs >&2)
+  for deb in $pkgs; do
+    files=("$debs/${deb}_"*.deb)
+    dpkg-deb -x "${files[0]}" "$dir"
+  done
+}
+
+# rootfs_postgres: PostgreSQL 15 from Debian's postgresql-15 and its
+# dependency closure, laid out as the official postgres image (Debian
+# flavour) which the Database engine's scripts rely on: the server user
+# postgres with UID/GID 999, the server's binaries on PATH
+# (/usr/lib/postgresql/15/bin), PGDATA /var/lib/postgresql/data, sh and
+# the few tools the scripts call (coreutils, grep, sed, awk). No
+# entrypoint: the engine runs its own scripts. Locales are left out: the
+# engine's initdb uses --locale=C.
+rootfs_postgres() {
+  local dir=$1
+  debian_closure "$dir" postgresql-15 postgresql-client-15 dash coreutils grep sed mawk findutils gzip \
+    -- locales locales-all
+  # /bin/sh and awk: what update-alternatives and dash's postinst would link
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
+  mkdir -p "$dir/tmp" "$dir/var/lib/postgresql/data" "$dir/var/run/postgresql" "$dir/etc"
+  chmod 1777 "$dir/tmp"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\npostgres:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+  # as the official image's Dockerfile: PGDATA and the socket directory
+  # are the server user's, 1777 and 3777, so another UID can use them too
+  chown -R 999:999 "$dir/var/lib/postgresql" "$dir/var/run/postgresql"
+  chmod 1777 "$dir/var/lib/postgresql/data"
+  chmod 3777 "$dir/var/run/postgresql"
+  image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    --env PGDATA=/var/lib/postgresql/data --env LANG=C.UTF-8 --cmd postgres)
+}
+
+# rootfs_mariadb: MariaDB from Debian's mariadb-server and mariadb-client
+# and their closure, laid out as the official mariadb image where the
+# MySQL engine relies on it: the mysql user with UID/GID 999, mariadbd,
+# mariadb, mariadb-dump, mariadb-admin and mariadb-install-db on PATH, the
+# data in /var/lib/mysql, the socket directory /var/run/mysqld, sh. No
+# entrypoint: the engine runs its own scripts.
+rootfs_mariadb() {
+  local dir=$1
+  debian_closure "$dir" mariadb-server mariadb-client dash coreutils grep sed mawk findutils gzip hostname \
+    -- locales locales-all
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
+  mkdir -p "$dir/tmp" "$dir/var/lib/mysql" "$dir/var/run/mysqld" "$dir/etc"
+  chmod 1777 "$dir/tmp"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+mysql:x:999:999:MySQL Server:/nonexistent:/bin/false
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\nmysql:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+  # as the official image: the data and socket directories are mysql's
+  # (the socket's 0777, so another UID can use it too)
+  chown -R 999:999 "$dir/var/lib/mysql" "$dir/var/run/mysqld"
+  chmod 0777 "$dir/var/run/mysqld"
+  image_args=(--user 999:999 --env LANG=C.UTF-8 --cmd mariadbd)
 }
 
 build_one() {

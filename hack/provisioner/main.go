@@ -108,7 +108,7 @@ func (p *provisioner) reconcileClaim(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, nil
 	}
 	pv := p.volumeFor(&pvc, &class, node)
-	if err := os.MkdirAll(pv.Spec.HostPath.Path, 0o755); err != nil {
+	if err := makeVolumeDir(pv.Spec.HostPath.Path); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := p.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -116,6 +116,18 @@ func (p *provisioner) reconcileClaim(ctx context.Context, req ctrl.Request) (ctr
 	}
 	ctrl.LoggerFrom(ctx).Info("provisioned", "volume", pv.Name, "node", node)
 	return ctrl.Result{}, nil
+}
+
+// makeVolumeDir makes a volume's directory writable by every user, as
+// kind's local-path provisioner does (mkdir -m 0777): a hostPath volume
+// ignores the pod's fsGroup, and servers such as PostgreSQL (UID 999) run
+// as users of their own, which make their data directory inside with the
+// mode they need. Chmod after MkdirAll: the umask would clear bits.
+func makeVolumeDir(path string) error {
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o777)
 }
 
 func (p *provisioner) volumeFor(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, node string) *corev1.PersistentVolume {

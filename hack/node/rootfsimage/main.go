@@ -106,8 +106,20 @@ func imageOf(o options) (v1.Image, error) {
 	cfg.Config.Cmd = o.cmd
 	cfg.Config.User = o.user
 	cfg.Config.WorkingDir = o.workdir
-	cfg.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, o.env...)
+	cfg.Config.Env = withDefaultPath(o.env)
 	return mutate.ConfigFile(img, cfg)
+}
+
+// withDefaultPath is the image's environment: the variables given, and
+// the usual PATH unless one of them is a PATH (the postgres image puts
+// the server's directory first).
+func withDefaultPath(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return env
+		}
+	}
+	return append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 }
 
 // materialize keeps the compressed layer in memory, so it no longer needs

@@ -1,0 +1,215 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+)
+
+// A Database on the real node, run by the chart's operator from its image
+// with the Database controller on, with the PostgreSQL 15 image built from
+// Debian's packages (hack/node/images.sh postgres): a primary and a
+// streaming standby; a client pod connects with the app Secret's uri and
+// writes rows, and reads them through <name>-ro from the standby; a
+// DatabaseBackup completes; deleting the Database takes its final backup
+// (deletionPolicy Snapshot, the default); the Database made again from
+// that backup (fromBackup) has the rows.
+func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	operatorDeployment(ctx, t, cs)
+	helmUpgrade(ctx, t, "--set", "controllers.database.enabled=true")
+	c := crClient(t, cfg)
+	ns := namespace(ctx, t, cs)
+	image := imageRef(t, "postgres")
+
+	const name = "shop"
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       dbv1.DatabaseSpec{Name: "orders", StorageSize: "64Mi", Image: image, Replicas: 2},
+	}
+	require.NoError(t, c.Create(ctx, db))
+	waitDatabaseReady(ctx, t, c, ns, name)
+
+	client := startPostgresClient(ctx, t, cs, ns, name, "psql")
+	token := rand.String(10)
+	out := psql(ctx, t, cfg, cs, client, "rw",
+		"CREATE TABLE notes (v text); INSERT INTO notes VALUES ('one "+token+"'), ('two "+token+"'); SELECT count(*) FROM notes")
+	assert.Equal(t, "2", out, "rows written through the app Secret's uri")
+
+	// <name>-ro is the standby: read-only, and it has the rows once
+	// streaming replication has brought them.
+	assert.Equal(t, "t", psql(ctx, t, cfg, cs, client, "ro", "SELECT pg_is_in_recovery()"), "<name>-ro answers from a standby")
+	got := eventuallyPsql(ctx, t, cfg, cs, client, "ro", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", "one "+token+",two "+token)
+	assert.Equal(t, "one "+token+",two "+token, got, "rows read through <name>-ro")
+
+	require.NoError(t, c.Create(ctx, &dbv1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns},
+		Spec:       dbv1.DatabaseBackupSpec{Database: name},
+	}))
+	first := waitBackupCompleted(ctx, t, c, ns, "first")
+	assert.True(t, strings.HasPrefix(first.Status.Version, "15."), "backup of PostgreSQL %q", first.Status.Version)
+	assert.NotEmpty(t, first.Status.SHA256)
+
+	psql(ctx, t, cfg, cs, client, "rw", "INSERT INTO notes VALUES ('three "+token+"')")
+	require.NoError(t, c.Delete(ctx, db))
+	final := waitFinalBackup(ctx, t, c, ns, name)
+	waitGone(ctx, t, c, ns, name)
+
+	again := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       dbv1.DatabaseSpec{Name: "orders", StorageSize: "64Mi", Image: image, Replicas: 2, FromBackup: final},
+	}
+	require.NoError(t, c.Create(ctx, again))
+	waitDatabaseReady(ctx, t, c, ns, name)
+	// The Database made again has new Secrets (new passwords): a new
+	// client pod mounts them (the first one's volume would show the new
+	// uri only after the kubelet's next sync of it, a minute or more).
+	client = startPostgresClient(ctx, t, cs, ns, name, "psql-again")
+	assert.Equal(t, "one "+token+",three "+token+",two "+token,
+		psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"),
+		"the rows of the final backup, restored")
+}
+
+// crClient is a controller-runtime client for the Database kinds.
+func crClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	// controller-runtime prints a stack trace at the first client made
+	// without a logger; the client logs nothing the test needs.
+	ctrllog.SetLogger(logr.Discard())
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, dbv1.AddToScheme(scheme))
+	require.NoError(t, mcv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return c
+}
+
+// startPostgresClient runs the postgres image itself as a client pod,
+// with the app Secret mounted at /app (the uri is read from there, so it
+// is never in a command line or a test's output).
+func startPostgresClient(ctx context.Context, t *testing.T, cs clientset, ns, db, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:         "psql",
+				Image:        imageRef(t, "postgres"),
+				Command:      []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "app", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: db + "-app"},
+			}}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, pod.Name)
+}
+
+// psqlCommand runs sql through the app Secret's uri (mounted at /app),
+// against <name>-rw or, with service "ro", <name>-ro.
+func psqlCommand(service, sql string) []string {
+	return []string{"sh", "-c", `uri=$(cat /app/uri); [ "$1" = ro ] && uri=$(echo "$uri" | sed 's/-rw\./-ro./'); ` +
+		`exec psql "$uri" -X -A -t -q -v ON_ERROR_STOP=1 -c "$2"`, "psql", service, sql}
+}
+
+func psql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql string) string {
+	t.Helper()
+	out, err := tryExec(ctx, cfg, cs, pod, psqlCommand(service, sql)...)
+	require.NoError(t, err, "psql (%s) %q:\n%s", service, sql, out)
+	return strings.TrimSpace(out)
+}
+
+// eventuallyPsql runs sql until it prints want (a standby replays the
+// primary's writes within moments).
+func eventuallyPsql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql, want string) string {
+	t.Helper()
+	var out string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		o, err := tryExec(ctx, cfg, cs, pod, psqlCommand(service, sql)...)
+		out = strings.TrimSpace(o)
+		return err == nil && out == want, nil
+	})
+	return out
+}
+
+func waitDatabaseReady(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	var db dbv1.Database
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &db); err != nil {
+			return false, nil
+		}
+		return db.Status.Phase == dbv1.PhaseReady && db.Status.ReadyReplicas == db.Spec.Replicas, nil
+	})
+	require.NoError(t, err, "Database %s not Ready: phase %q, ready %s, conditions %+v", name, db.Status.Phase, db.Status.Ready, db.Status.Conditions)
+}
+
+func waitBackupCompleted(ctx context.Context, t *testing.T, c client.Client, ns, name string) dbv1.DatabaseBackup {
+	t.Helper()
+	var b dbv1.DatabaseBackup
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b); err != nil {
+			return false, nil
+		}
+		return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed, nil
+	})
+	require.NoError(t, err, "DatabaseBackup %s did not end: %+v", name, b.Status)
+	require.Equal(t, dbv1.BackupCompleted, b.Status.Phase, "DatabaseBackup %s: %+v", name, b.Status)
+	return b
+}
+
+// waitFinalBackup waits for the final backup a Snapshot deletion makes
+// (<name>-final-<uid>) to complete, and returns its name.
+func waitFinalBackup(ctx context.Context, t *testing.T, c client.Client, ns, db string) string {
+	t.Helper()
+	var final string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var backups dbv1.DatabaseBackupList
+		if err := c.List(ctx, &backups, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		for _, b := range backups.Items {
+			if strings.HasPrefix(b.Name, db+"-final-") {
+				final = b.Name
+			}
+		}
+		return final != "", nil
+	})
+	require.NoError(t, err, "no final backup of %s", db)
+	waitBackupCompleted(ctx, t, c, ns, final)
+	return final
+}
+
+func waitGone(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	var db dbv1.Database
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &db)
+		return err != nil, nil
+	})
+	require.NoError(t, err, "Database %s still there: %+v", name, db.Status.Conditions)
+}

@@ -1,0 +1,186 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+)
+
+// A MySQLCluster on the real node with the MariaDB image built from
+// Debian's packages (hack/node/images.sh mariadb), run by the chart's
+// operator with controllers.mysqlCluster.enabled: the PostgreSQL round
+// trip again. A client pod (the mariadb image, with the mariadb client)
+// writes rows as root with the cluster's Secret, reads them through
+// <name>-ro from the replica; a MySQLBackupInstance completes; deleting
+// the cluster completes its final backup (Snapshot, the default); the
+// cluster made again from it has the rows.
+func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	operatorDeployment(ctx, t, cs)
+	helmUpgrade(ctx, t, "--set", "controllers.mysqlCluster.enabled=true")
+	c := crClient(t, cfg)
+	ns := namespace(ctx, t, cs)
+	image := imageRef(t, "mariadb")
+
+	const name = "shop"
+	// The root password: a Secret of the user's, which the operator never
+	// touches, so it outlives the cluster and serves its re-creation.
+	_, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-root", Namespace: ns},
+		StringData: map[string]string{"password": rand.String(20)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mc := &mcv1.MySQLCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       mcv1.MySQLClusterSpec{Secret: "shop-root", Storage: "256Mi", Image: image, Replicas: 2},
+	}
+	require.NoError(t, c.Create(ctx, mc))
+	waitClusterReady(ctx, t, c, ns, name)
+
+	sqlPod := startMariaDBClient(ctx, t, cs, ns, "mariadb", "shop-root")
+	token := rand.String(10)
+	assert.Equal(t, "2", sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw",
+		"CREATE DATABASE orders; CREATE TABLE orders.notes (v varchar(64)); INSERT INTO orders.notes VALUES ('one "+token+"'), ('two "+token+"'); SELECT count(*) FROM orders.notes"))
+
+	// <name>-ro is the replica: read-only, with the rows once replicated.
+	assert.Equal(t, "1", sqlAs(ctx, t, cfg, cs, sqlPod, name+"-ro", "SELECT @@read_only"), "<name>-ro answers from a read-only replica")
+	want := "one " + token + ",two " + token
+	got := eventuallySQL(ctx, t, cfg, cs, sqlPod, name+"-ro", "SELECT group_concat(v ORDER BY v) FROM orders.notes", want)
+	assert.Equal(t, want, got, "rows read through <name>-ro")
+
+	require.NoError(t, c.Create(ctx, &mcv1.MySQLBackupInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns},
+		Spec:       mcv1.MySQLBackupInstanceSpec{Cluster: name},
+	}))
+	first := waitInstanceCompleted(ctx, t, c, ns, "first")
+	assert.True(t, strings.HasPrefix(first.Status.Version, "10.11."), "backup of MariaDB %q", first.Status.Version)
+
+	sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw", "INSERT INTO orders.notes VALUES ('three "+token+"')")
+	require.NoError(t, c.Delete(ctx, mc))
+	final := waitFinalInstance(ctx, t, c, ns, name)
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &mcv1.MySQLCluster{}) != nil, nil
+	})
+	require.NoError(t, err, "MySQLCluster %s still there", name)
+
+	again := &mcv1.MySQLCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       mcv1.MySQLClusterSpec{Secret: "shop-root", Storage: "256Mi", Image: image, Replicas: 2, FromBackup: final},
+	}
+	require.NoError(t, c.Create(ctx, again))
+	waitClusterReady(ctx, t, c, ns, name)
+	assert.Equal(t, "one "+token+",three "+token+",two "+token,
+		sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw", "SELECT group_concat(v ORDER BY v) FROM orders.notes"),
+		"the rows of the final backup, restored")
+}
+
+// startMariaDBClient runs the mariadb image as a client pod with the root
+// Secret mounted at /secret (the password is read from there, never put
+// on a command line).
+func startMariaDBClient(ctx context.Context, t *testing.T, cs clientset, ns, name, secret string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:         "client",
+				Image:        imageRef(t, "mariadb"),
+				Command:      []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "secret", MountPath: "/secret", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "secret", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: secret},
+			}}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runningPod(ctx, t, cs, ns, pod.Name)
+}
+
+// sqlCommand runs sql as root at host (a Service name); MYSQL_PWD keeps
+// the password off the command line.
+func sqlCommand(host, sql string) []string {
+	return []string{"sh", "-c", `MYSQL_PWD=$(cat /secret/password) exec mariadb -h "$1" -u root -N -B -e "$2"`, "sql", host, sql}
+}
+
+func sqlAs(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql string) string {
+	t.Helper()
+	out, err := tryExec(ctx, cfg, cs, pod, sqlCommand(host, sql)...)
+	require.NoError(t, err, "mariadb (%s) %q:\n%s", host, sql, out)
+	return strings.TrimSpace(out)
+}
+
+func eventuallySQL(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql, want string) string {
+	t.Helper()
+	var out string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		o, err := tryExec(ctx, cfg, cs, pod, sqlCommand(host, sql)...)
+		out = strings.TrimSpace(o)
+		return err == nil && out == want, nil
+	})
+	return out
+}
+
+func waitClusterReady(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	var mc mcv1.MySQLCluster
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &mc); err != nil {
+			return false, nil
+		}
+		return mc.Status.Phase == mcv1.PhaseReady && mc.Status.ReadyReplicas == mc.Spec.Replicas, nil
+	})
+	require.NoError(t, err, "MySQLCluster %s not Ready: phase %q, conditions %+v", name, mc.Status.Phase, mc.Status.Conditions)
+}
+
+func waitInstanceCompleted(ctx context.Context, t *testing.T, c client.Client, ns, name string) mcv1.MySQLBackupInstance {
+	t.Helper()
+	var b mcv1.MySQLBackupInstance
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b); err != nil {
+			return false, nil
+		}
+		return b.Status.Phase == mcv1.BackupCompleted || b.Status.Phase == mcv1.BackupFailed, nil
+	})
+	require.NoError(t, err, "MySQLBackupInstance %s did not end: %+v", name, b.Status)
+	require.Equal(t, mcv1.BackupCompleted, b.Status.Phase, "MySQLBackupInstance %s: %+v", name, b.Status)
+	return b
+}
+
+// waitFinalInstance waits for the final backup of a Snapshot deletion
+// (<name>-final-<uid>) to complete, and returns its name.
+func waitFinalInstance(ctx context.Context, t *testing.T, c client.Client, ns, cluster string) string {
+	t.Helper()
+	var final string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list mcv1.MySQLBackupInstanceList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		for _, b := range list.Items {
+			if strings.HasPrefix(b.Name, cluster+"-final-") {
+				final = b.Name
+			}
+		}
+		return final != "", nil
+	})
+	require.NoError(t, err, "no final backup of %s", cluster)
+	waitInstanceCompleted(ctx, t, c, ns, final)
+	return final
+}
