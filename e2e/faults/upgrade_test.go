@@ -48,10 +48,15 @@ func operatorKilledMidUpgrade(t *testing.T) {
 		return c.Update(ctx, db)
 	}))
 
-	// Killed while the backup runs: the same DatabaseBackup and Job.
+	// Killed while the backup runs: the same DatabaseBackup and Job. The
+	// backup is asked for once the fence Job (which kwok completes) has
+	// fenced the app's writes.
 	waitDatabase(t, c, db, "backing up", upgradeAt(dbv1.UpgradeBackingUp))
-	backup := preUpgradeBackups(t, c, ns)
-	require.Len(t, backup, 1)
+	var backup []dbv1.DatabaseBackup
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		backup = preUpgradeBackups(t, c, ns)
+		require.Len(ct, backup, 1)
+	}, time.Minute, 200*time.Millisecond, "the pre-upgrade backup after the fence")
 	job := backupJob(t, c, ns, db.Name)
 	op = restartAfterKill(t, op, rendered, ns)
 	assert.Equal(t, job.UID, backupJob(t, c, ns, db.Name).UID, "the restarted operator replaced the pre-upgrade backup's Job")
@@ -88,6 +93,16 @@ func operatorKilledMidUpgrade(t *testing.T) {
 	waitDatabase(t, c, db, "still starting 18.0", upgradeAt(dbv1.UpgradeStartingNewVersion))
 	require.NoError(t, c.Delete(ctx, quota))
 
+	// 18.0 serves; the old data directory is kept until the user says so.
+	waitDatabase(t, c, db, "upgraded, old data kept", func(ct *assert.CollectT, d *dbv1.Database) {
+		upgradeAt(dbv1.UpgradeOldDataKept)(ct, d)
+		require.Equal(ct, dbv1.PhaseReady, d.Status.Phase)
+	})
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
+		metav1.SetMetaDataAnnotation(&db.ObjectMeta, database.AnnotationRemoveOldData, "true")
+		return c.Update(ctx, db)
+	}))
 	cur := waitDatabase(t, c, db, "upgraded and Ready", func(ct *assert.CollectT, d *dbv1.Database) {
 		upgradeAt(dbv1.UpgradeCompleted)(ct, d)
 		require.Equal(ct, dbv1.PhaseReady, d.Status.Phase)
