@@ -95,6 +95,8 @@ if [[ -n $node_pid ]]; then
 fi
 wait "$e2e" || status=$?
 echo
+logs=("$log/raced" "$log/e2e")
+[[ -f $log/node ]] && logs+=("$log/node")
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
-awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "$log/raced" "$log/e2e" $([[ -f $log/node ]] && echo "$log/node") | sort -k2 -g -r
+awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "${logs[@]}" | sort -k2 -g -r
 exit $status
