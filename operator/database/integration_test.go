@@ -41,6 +41,20 @@ const wait = 60 * time.Second
 
 // startOperator runs the Database controller for one namespace, as a
 // ServiceAccount with the chart's RBAC for it.
+// readyDatabase starts an operator for a new namespace, creates a
+// Database of replicas there and waits until it is Ready.
+func readyDatabase(t *testing.T, name string, replicas int32) (client.Client, string, *dbv1.Database) {
+	t.Helper()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	db := newDatabase(ns, name, replicas)
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+	return c, ns, db
+}
+
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
 	startOperatorAt(t, ns, nil)
@@ -558,15 +572,8 @@ func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
 
 func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
+	c, ns, db := readyDatabase(t, "changing", 1)
 	ctx := context.Background()
-
-	db := newDatabase(ns, "changing", 1)
-	require.NoError(t, c.Create(ctx, db))
-	waitFor(t, c, db, "Ready", ready)
 	app := get(t, c, ns, "changing-app", &corev1.Secret{})
 	password := string(app.Data["password"])
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing"}, &policyv1.PodDisruptionBudget{})

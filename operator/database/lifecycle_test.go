@@ -207,15 +207,8 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 
 func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
+	c, ns, db := readyDatabase(t, "flaky", 1)
 	ctx := context.Background()
-
-	db := newDatabase(ns, "flaky", 1)
-	require.NoError(t, c.Create(ctx, db))
-	waitFor(t, c, db, "Ready", ready)
 	completedBackup(t, c, ns, "flaky", "good")
 
 	testenv.PodQuota(t, c, ns, 1)
@@ -250,15 +243,8 @@ func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
 // it did not ask for fails it.
 func TestABackupMadeAgainUnderTheSameNameNeverTakesTheOldFile(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
+	c, ns, _ := readyDatabase(t, "again", 1)
 	ctx := context.Background()
-
-	db := newDatabase(ns, "again", 1)
-	require.NoError(t, c.Create(ctx, db))
-	waitFor(t, c, db, "Ready", ready)
 
 	require.NoError(t, c.Create(ctx, newBackup(ns, "try", "again")))
 	firstJob := backupJobOf(t, c, ns, "again", "try")
@@ -456,15 +442,8 @@ func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
 
 func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
+	c, ns, db := readyDatabase(t, "precious", 2)
 	ctx := context.Background()
-
-	db := newDatabase(ns, "precious", 2)
-	require.NoError(t, c.Create(ctx, db))
-	waitFor(t, c, db, "Ready", ready)
 	completedBackup(t, c, ns, "precious", "earlier")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
 	assert.Contains(t, db.Finalizers, database.FinalizerDeletionPolicy)

@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -109,19 +108,7 @@ func TestTheServersUserComesFromTheSpecAndAWrongOneIsReported(t *testing.T) {
 	assert.Equal(t, map[string]string{"dataDirectory": env["PGDATA"], "dataOwner": uid, "runAsUser": "999"}, report)
 
 	// The kubelet puts it in the pod's status (kwok runs no script).
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var pod corev1.Pod
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "owner-0"}, &pod))
-		cs := &pod.Status.ContainerStatuses[0]
-		cs.Ready, cs.RestartCount = false, cs.RestartCount+1
-		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: string(message)}}
-		for i := range pod.Status.Conditions {
-			if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
-				pod.Status.Conditions[i].Status = corev1.ConditionFalse
-			}
-		}
-		return c.Status().Update(ctx, &pod)
-	}))
+	testenv.ContainerExited(t, c, ns, "owner-0", string(message))
 	db = waitFor(t, c, db, "the owner mismatch reported", func(ct *assert.CollectT, d *dbv1.Database) {
 		cond := condition(d, database.ConditionReady)
 		require.Equal(ct, "DataDirectoryOwnerMismatch", cond.Reason, "%+v", cond)

@@ -27,11 +27,7 @@ func setServerReady(t *testing.T, c client.Client, ns, name string, ready bool) 
 		require.NotEmpty(t, pod.Status.ContainerStatuses, "pod %s has not started", name)
 		cs := &pod.Status.ContainerStatuses[0]
 		cs.Ready, cs.Started = ready, ptr.To(true)
-		for i := range pod.Status.Conditions {
-			if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
-				pod.Status.Conditions[i].Status = status
-			}
-		}
+		testenv.SetPodReadyConditions(&pod, status)
 		return c.Status().Update(context.Background(), &pod)
 	}))
 }
@@ -41,15 +37,7 @@ func setServerReady(t *testing.T, c client.Client, ns, name string, ready bool) 
 // pod's name, and a Warning; once it is ready again, so is the Database.
 func TestAStandbyThatIsNotReadyWhileThePrimaryIsLeavesTheDatabaseDegraded(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	startOperator(t, ns)
-	ctx := context.Background()
-
-	db := newDatabase(ns, "pair", 3)
-	require.NoError(t, c.Create(ctx, db))
-	waitFor(t, c, db, "Ready", ready)
+	c, ns, db := readyDatabase(t, "pair", 3)
 
 	setServerReady(t, c, ns, "pair-2", false)
 	// The count comes from the StatefulSet's status, which the

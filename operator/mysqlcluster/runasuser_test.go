@@ -88,19 +88,7 @@ func TestAWrongServerUserIsReportedWithTheFix(t *testing.T) {
 	assert.Equal(t, map[string]string{"dataDirectory": env["DATA_DIR"], "dataOwner": uid, "runAsUser": "999"}, report)
 
 	// The kubelet puts it in the pod's status (kwok runs no script).
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var pod corev1.Pod
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "owner-0"}, &pod))
-		cs := &pod.Status.ContainerStatuses[0]
-		cs.Ready, cs.RestartCount = false, cs.RestartCount+1
-		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: string(message)}}
-		for i := range pod.Status.Conditions {
-			if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
-				pod.Status.Conditions[i].Status = corev1.ConditionFalse
-			}
-		}
-		return c.Status().Update(ctx, &pod)
-	}))
+	testenv.ContainerExited(t, c, ns, "owner-0", string(message))
 	got := waitFor(t, c, ns, "owner", "the owner mismatch reported", func(ct *assert.CollectT, m *grtlv1.MySQLCluster) {
 		require.Equal(ct, "DataDirectoryOwnerMismatch", condition(m.Status.Conditions, database.ConditionReady).Reason)
 		require.Equal(ct, grtlv1.PhaseDegraded, m.Status.Phase)

@@ -1,0 +1,39 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ContainerExited writes into a kwok pod's status what a kubelet records
+// when its first container exits with message as its termination message
+// and is restarted: not ready, one restart more, the last termination. kwok
+// runs no container, so a test that ran the container's script on the host
+// puts its outcome here.
+func ContainerExited(t testing.TB, c client.Client, ns, name, message string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pod corev1.Pod
+		require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &pod))
+		cs := &pod.Status.ContainerStatuses[0]
+		cs.Ready, cs.RestartCount = false, cs.RestartCount+1
+		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message}}
+		SetPodReadyConditions(&pod, corev1.ConditionFalse)
+		return c.Status().Update(context.Background(), &pod)
+	}))
+}
+
+// SetPodReadyConditions sets the pod's Ready and ContainersReady
+// conditions, as the kubelet does after a readiness probe.
+func SetPodReadyConditions(pod *corev1.Pod, status corev1.ConditionStatus) {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
+			pod.Status.Conditions[i].Status = status
+		}
+	}
+}
