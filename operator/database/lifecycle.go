@@ -434,14 +434,10 @@ func (r *Reconciler) schedule(ctx context.Context, db *Cluster, backups []*Backu
 	}
 	waiting := Unfinished(scheduledOf(db, backups))
 	if due, ok := lastDue(sched, loc, last, now); ok {
-		switch {
-		case waiting == scheduledBackupName(db, due):
-			// Made by a pass whose status write (LastScheduleTime) was
-			// lost, a conflict from a stale read: this time has its
-			// backup and is no missed one.
-		case waiting != "":
+		switch ActionForDue(waiting, scheduledBackupName(db, due)) {
+		case DueMissed:
 			r.missSchedule(db, waiting, due, timesDue(sched, loc, last, now))
-		default:
+		case DueCreate:
 			if err := r.createScheduledBackup(ctx, db, due); err != nil {
 				return 0, err
 			}

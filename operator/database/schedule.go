@@ -64,6 +64,34 @@ func timesDue(s cron.Schedule, loc *time.Location, last, now time.Time) int64 {
 	return n
 }
 
+// DueAction is what a due schedule time asks for.
+type DueAction int
+
+const (
+	// DueCreate: make the time's backup.
+	DueCreate DueAction = iota
+	// DueMissed: another scheduled backup is unfinished and stands for
+	// this time too; count the time as missed.
+	DueMissed
+	// DueMade: the unfinished backup is this time's own, made by a pass
+	// whose status write (the time recorded as done) was lost; only
+	// record the time.
+	DueMade
+)
+
+// ActionForDue decides a due time from the unfinished scheduled backup
+// (waiting, "" when none) and the name the time's own backup has.
+func ActionForDue(waiting, own string) DueAction {
+	switch waiting {
+	case "":
+		return DueCreate
+	case own:
+		return DueMade
+	default:
+		return DueMissed
+	}
+}
+
 // Unfinished names the first of backups that has neither completed nor
 // failed and is not being deleted ("" when none). A schedule makes no
 // new backup while one of its own is unfinished: that one stands for

@@ -119,13 +119,10 @@ func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupS
 	}
 	waiting := database.Unfinished(views(backups))
 	if isDue {
-		switch {
-		case waiting == instanceName(sched, due):
-			// Made by a pass whose status write (LastScheduleTime) was
-			// lost: this time has its backup and is no missed one.
-		case waiting != "":
+		switch database.ActionForDue(waiting, instanceName(sched, due)) {
+		case database.DueMissed:
 			s.missSchedule(sched, waiting, due, times)
-		default:
+		case database.DueCreate:
 			if err := s.createInstance(ctx, sched, due); err != nil {
 				return ctrl.Result{}, err
 			}
