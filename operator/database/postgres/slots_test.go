@@ -89,7 +89,13 @@ func TestAStandbyStreamsThroughItsSlotAndIsReadyOnlyWhileStreaming(t *testing.T)
 	waitForRow(t, h, standby.Port, "2")
 	kept, _ := filepath.Glob(filepath.Join(h.volume("data-1"), "pgdata.lost-*", "PG_VERSION"))
 	assert.Len(t, kept, 1, "the lost standby's data directory is kept aside")
-	assert.Equal(t, "deckhand_standby_1 reserved", h.sql(primary.Port, "postgres", "SELECT slot_name || ' ' || wal_status FROM pg_replication_slots"))
+	// Right after the clone the new slot may read "unreserved": with a
+	// limit below one segment, a restart_lsn one segment behind the insert
+	// position is beyond it until the standby's next feedback (every
+	// wal_receiver_status_interval) moves the slot forward.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, "deckhand_standby_1 true reserved", h.sql(primary.Port, "postgres", "SELECT slot_name || ' ' || active || ' ' || wal_status FROM pg_replication_slots"))
+	}, 30*time.Second, 200*time.Millisecond, "the re-cloned standby streams through a fresh slot")
 
 	// Scaled to one replica: the primary drops the gone standby's slot.
 	standby.Stop(t)
