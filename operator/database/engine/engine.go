@@ -142,6 +142,87 @@ type Fencer interface {
 	FencePod(c Cluster, lift bool) Pod
 }
 
+// Verifier is an engine whose backups can be proven by restoring them
+// (issue 23). A verification Job restores a dump into a scratch server of
+// its own, inside the Job's pod, listening on 127.0.0.1 only, and checks
+// it.
+type Verifier interface {
+	// VerifyPod runs a verification Job with the Cluster's image: it
+	// mounts BackupVolume (read-only) and a volume named ScratchVolume
+	// (the operator supplies its source, sized from the dump), then runs
+	// the checks in the order of the Check* names below, stopping at the
+	// first failure. A check that fails is a verification that ran: the
+	// Job exits 0 and its Report's Verification says which check failed
+	// and why. A Job that fails (non-zero exit) could not verify at all.
+	VerifyPod(c Cluster, v Verify) Pod
+}
+
+// ScratchVolume is the volume a verification Job restores into.
+const ScratchVolume = "scratch"
+
+// The checks of a verification, in the order they run.
+const (
+	// CheckChecksum: the file's SHA-256 equals Verify.SHA256.
+	CheckChecksum = "checksum"
+	// CheckRestore: the engine's own restore tool loads the whole dump
+	// into the scratch server without an error.
+	CheckRestore = "restore"
+	// CheckRowCounts: each table's row count in the scratch server equals
+	// the count the backup Job recorded inside the dump's own snapshot
+	// (the file File+CountsSuffix beside the dump).
+	CheckRowCounts = "rowCounts"
+	// CheckUser: Verify.UserCheck, run as the app's role (never a
+	// superuser) in the restored database, returns true. Skipped (not
+	// listed) when UserCheck is empty.
+	CheckUser = "userCheck"
+)
+
+// CountsSuffix names the row counts a backup Job writes beside its dump:
+// one line per table, "<schema>.<table>\t<rows>", sorted, counted inside
+// the same snapshot the dump reads. Written and fsynced before the dump
+// is renamed to its final name, so a dump always has its counts.
+const CountsSuffix = ".counts"
+
+// Verify is one verification for VerifyPod.
+type Verify struct {
+	// File and SHA256 as recorded in the DatabaseBackup's status;
+	// ClaimName is the backup PersistentVolumeClaim holding File and
+	// File+CountsSuffix.
+	File      string
+	SHA256    string
+	ClaimName string
+	// UserCheck is an optional SQL query that must return true.
+	UserCheck string
+}
+
+// Verification is what a verification Job found.
+type Verification struct {
+	// Checks ran in order; the last one is the one that failed, if any.
+	Checks []Check `json:"checks"`
+	// Tables and Rows are what the restored database holds.
+	Tables int   `json:"tables,omitempty"`
+	Rows   int64 `json:"rows,omitempty"`
+}
+
+// Check is one check of a verification.
+type Check struct {
+	Name   string `json:"name"`
+	Passed bool   `json:"passed"`
+	// Message says why a check failed (the tool's own error, or which
+	// table's count differed: "public.orders: 1200 recorded, 1199 restored").
+	Message string `json:"message,omitempty"`
+}
+
+// Failed is the first check that failed, or nil when all passed.
+func (v Verification) Failed() *Check {
+	for i := range v.Checks {
+		if !v.Checks[i].Passed {
+			return &v.Checks[i]
+		}
+	}
+	return nil
+}
+
 // Backup is one dump for BackupPod.
 type Backup struct {
 	// File is the dump's path relative to BackupVolume's root. It names
@@ -206,6 +287,12 @@ type Report struct {
 	// SessionsEnded is how many sessions of the app user a fence Job
 	// ended.
 	SessionsEnded int `json:"sessionsEnded,omitempty"`
+	// Tables and Rows are what a backup Job counted inside the dump's
+	// snapshot (also written to File+CountsSuffix).
+	Tables int   `json:"tables,omitempty"`
+	Rows   int64 `json:"rows,omitempty"`
+	// Verification is what a verification Job found.
+	Verification *Verification `json:"verification,omitempty"`
 }
 
 // ParseReport decodes a termination message; an empty one is an empty
