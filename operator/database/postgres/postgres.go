@@ -71,7 +71,7 @@ var scriptFiles embed.FS
 type Engine struct{}
 
 var (
-	_ engine.Engine = Engine{}
+	_ engine.Engine   = Engine{}
 	_ engine.Fencer   = Engine{}
 	_ engine.Verifier = Engine{}
 )
