@@ -502,10 +502,12 @@ func conditionMessage(conds []metav1.Condition, kind string) string {
 }
 
 // observeVerifications sets the cluster's newest verified backup (held
-// against retention by holdsWanted), its metric, and BackupVerified: False
+// against retention by holdsWanted), its metrics, and BackupVerified: False
 // with an Event when that backup is older than verify.maxAge, or when
-// none is verified and the oldest completed backup is that old.
-func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
+// none is verified and the oldest completed backup is that old. It returns
+// when that will next change by time alone (0: never), so the condition
+// and its Event come on time without any other change.
+func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) time.Duration {
 	s := verifySettingsOf(db)
 	var newest, oldestCompleted *Backup
 	for _, b := range backups {
@@ -515,11 +517,7 @@ func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
 		if oldestCompleted == nil || finishedAfter(oldestCompleted, b) {
 			oldestCompleted = b
 		}
-		v := b.Status.Verification
-		if v == nil || v.Outcome != dbv1.VerificationVerified {
-			continue
-		}
-		if newest == nil || finishedAfter(b, newest) {
+		if v := b.Status.Verification; v != nil && v.Outcome == dbv1.VerificationVerified && (newest == nil || finishedAfter(b, newest)) {
 			newest = b
 		}
 	}
@@ -533,26 +531,38 @@ func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
 	} else if db.Status.Backup != nil {
 		db.Status.Backup.LastVerifiedBackup, db.Status.Backup.LastVerifiedBackupTime = "", nil
 	}
-	if s.Mode == dbv1.VerifyOff && newest == nil {
-		meta := findCondition(db.Status.Conditions, ConditionBackupVerified)
-		if meta != nil {
-			r.setCondition(db, ConditionBackupVerified, true, "VerificationOff", "backup.verify.mode is Off")
-		}
-		return
-	}
+	stale := r.Kind.metrics.verifiedStale.WithLabelValues(db.Namespace, db.Name)
 	now := r.now()
 	switch {
+	case s.Mode == dbv1.VerifyOff && newest == nil:
+		// Nothing is verified unless asked: no bound to keep.
+		if findCondition(db.Status.Conditions, ConditionBackupVerified) != nil {
+			r.setCondition(db, ConditionBackupVerified, true, "VerificationOff", "backup.verify.mode is Off and no backup has been verified")
+		}
+		stale.Set(0)
+		return 0
 	case newest != nil && now.Sub(newest.Status.CompletionTime.Time) > s.MaxAge:
 		msg := fmt.Sprintf("the newest verified backup, %s %s, completed at %s, is older than backup.verify.maxAge (%s)", r.Kind.backupKind(), newest.Name, newest.Status.CompletionTime.UTC().Format(time.RFC3339), s.MaxAge)
 		r.warn(db, ConditionBackupVerified, "VerifiedBackupTooOld", msg)
 		r.setCondition(db, ConditionBackupVerified, false, "VerifiedBackupTooOld", msg)
+		stale.Set(1)
+		return 0
 	case newest != nil:
 		r.setCondition(db, ConditionBackupVerified, true, "Verified", fmt.Sprintf("the newest verified backup is %s %s, completed at %s", r.Kind.backupKind(), newest.Name, newest.Status.CompletionTime.UTC().Format(time.RFC3339)))
+		stale.Set(0)
+		return newest.Status.CompletionTime.Add(s.MaxAge).Sub(now) + time.Second
 	case oldestCompleted != nil && now.Sub(oldestCompleted.Status.CompletionTime.Time) > s.MaxAge:
 		msg := fmt.Sprintf("no backup has been verified, and the oldest completed one, %s %s, is older than backup.verify.maxAge (%s)", r.Kind.backupKind(), oldestCompleted.Name, s.MaxAge)
 		r.warn(db, ConditionBackupVerified, "NoVerifiedBackup", msg)
 		r.setCondition(db, ConditionBackupVerified, false, "NoVerifiedBackup", msg)
+		stale.Set(1)
+		return 0
+	case oldestCompleted != nil:
+		stale.Set(0)
+		return oldestCompleted.Status.CompletionTime.Add(s.MaxAge).Sub(now) + time.Second
 	}
+	stale.Set(0)
+	return 0
 }
 
 // stopVerification deletes a verification Job of b that still runs (b is
