@@ -30,7 +30,8 @@ import (
 // Job is deleted once that is recorded, whatever the outcome.
 const (
 	// AnnotationVerify on a DatabaseBackup asks for one verification now
-	// (value "now"); the operator removes it once the result is recorded.
+	// (value "now"); the operator removes it once the request is recorded
+	// in status.verification (requestTime, no outcome yet).
 	AnnotationVerify = "stable.imaginedata.co/verify"
 	// ConditionVerified is a backup's condition: True when its newest
 	// verification passed.
@@ -146,10 +147,20 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	jobExists := err == nil
 	ours := jobExists && metav1.IsControlledBy(&job, b)
 	v := b.Status.Verification
+	if v != nil && v.Outcome == "" {
+		// The request is in the status (read back): the annotation that
+		// asked for it has done its work.
+		if err := r.removeVerifyAnnotation(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	switch {
 	case ours && v != nil && v.Outcome != "":
-		// Recorded and read back: the request is answered and the Job goes.
-		return reconcile.Result{}, r.releaseVerification(ctx, b, &job)
+		// Recorded and read back: the Job goes.
+		if job.DeletionTimestamp.IsZero() {
+			return reconcile.Result{}, r.deleteJob(ctx, &job)
+		}
+		return reconcile.Result{}, nil
 	case ours:
 		return r.observeVerifyJob(ctx, b, db, &job, settings)
 	case verificationRunning(b):
@@ -166,6 +177,9 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	verifier, ok := r.Kind.Engines[engineOf(db)].(engine.Verifier)
 	if !ok {
 		if _, asked := b.Annotations[r.Kind.Keys.Verify]; asked {
+			if err := r.removeVerifyAnnotation(ctx, b); err != nil {
+				return reconcile.Result{}, err
+			}
 			r.verified(b, db, dbv1.VerificationError, nil, "EngineCannotVerify", fmt.Sprintf("the %s engine of %s %s cannot verify backups yet", engineOf(db), r.Kind.clusterKind(), db.Name))
 		}
 		return reconcile.Result{}, nil
@@ -465,26 +479,34 @@ func (r *BackupReconciler) verified(b *Backup, db *Cluster, outcome dbv1.Verific
 	}
 }
 
-// releaseVerification answers the request (the annotation removed) and
-// deletes the Job, in that order: a request is never answered twice, and
-// the Job, which holds the result until it is recorded, goes last.
-func (r *BackupReconciler) releaseVerification(ctx context.Context, b *Backup, job *batchv1.Job) error {
-	if _, asked := b.Annotations[r.Kind.Keys.Verify]; asked {
-		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{r.Kind.Keys.Verify: nil}}})
-		if err != nil {
-			return err
-		}
-		obj := r.Kind.Backups.New()
-		obj.SetNamespace(b.Namespace)
-		obj.SetName(b.Name)
-		if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("removing %s from %s %s: %w", r.Kind.Keys.Verify, r.Kind.backupKind(), b.Name, err)
-		}
-	}
-	if !job.DeletionTimestamp.IsZero() {
+// removeVerifyAnnotation takes the verify annotation off b, once the
+// request it made is recorded in the status (or answered at once).
+func (r *BackupReconciler) removeVerifyAnnotation(ctx context.Context, b *Backup) error {
+	if _, asked := b.Annotations[r.Kind.Keys.Verify]; !asked {
 		return nil
 	}
-	return r.deleteJob(ctx, job)
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{r.Kind.Keys.Verify: nil}}})
+	if err != nil {
+		return err
+	}
+	obj := r.Kind.Backups.New()
+	obj.SetNamespace(b.Namespace)
+	obj.SetName(b.Name)
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing %s from %s %s: %w", r.Kind.Keys.Verify, r.Kind.backupKind(), b.Name, err)
+	}
+	// The status this pass writes is based on the version before this
+	// patch, which changed nothing else: the status patch's optimistic
+	// lock takes the new version.
+	delete(b.Annotations, r.Kind.Keys.Verify)
+	b.Object.SetResourceVersion(obj.GetResourceVersion())
+	annotations := b.Object.GetAnnotations()
+	delete(annotations, r.Kind.Keys.Verify)
+	b.Object.SetAnnotations(annotations)
+	return nil
 }
 
 // verifyPending sets the Verified condition False while a verification
