@@ -198,13 +198,9 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	desired := verifyJob(db, verifier, b, settings)
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("creating verification Job %s: %w", desired.Name, err)
+	if created, err := r.createSlotJob(ctx, desired, "verification"); err != nil || !created {
+		return reconcile.Result{RequeueAfter: pendingRecheck}, err
 	}
-	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	now := metav1.NewTime(r.now())
 	v.StartTime = &now
 	msg := fmt.Sprintf("Job %s restores %s into a scratch server and checks it", desired.Name, b.Status.File)
@@ -379,12 +375,7 @@ func (r *BackupReconciler) observeVerifyJob(ctx context.Context, b *Backup, db *
 		r.verified(b, db, outcome, report.Verification, reason, msg)
 		return reconcile.Result{}, nil
 	case jobFinished(job, batchv1.JobFailed):
-		c := jobCondition(job, batchv1.JobFailed)
-		msg := fmt.Sprintf("verification Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
-		if failMsg != "" {
-			msg += "; its pod said: " + truncate(failMsg, 400)
-		}
-		r.verified(b, db, dbv1.VerificationError, nil, "JobFailed", msg)
+		r.verified(b, db, dbv1.VerificationError, nil, "JobFailed", failedJobMessage("verification", job, failMsg))
 		return reconcile.Result{}, nil
 	}
 	started, err := jobPodStarted(ctx, r.Owned, job)
