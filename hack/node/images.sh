@@ -11,7 +11,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
-images=(pause busybox coredns demo-flask postgres mariadb)
+images=(pause busybox coredns demo-flask postgres mariadb jdk-app)
 
 version_of() {
   case $1 in
@@ -31,6 +31,9 @@ version_of() {
     # mariadb: MariaDB's version from Debian's mariadb-server
     # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
     mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
+    # jdk-app: the JDK's version from Debian's openjdk-17-jre-headless
+    # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
+    jdk-app) echo "$(apt-cache policy openjdk-17-jre-headless | awk '/Candidate:/ {print $2}' | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
   esac
 }
 
@@ -174,6 +177,38 @@ PASSWD
   chown -R 999:999 "$dir/var/lib/mysql" "$dir/var/run/mysqld"
   chmod 0777 "$dir/var/run/mysqld"
   image_args=(--user 999:999 --env LANG=C.UTF-8 --cmd mariadbd)
+}
+
+# rootfs_jdk_app: a JDK 17 application (hack/node/jdk-app/App.java, a small
+# HTTP server on 8080, compiled here with the host's javac for release 17)
+# on Debian's openjdk-17-jre-headless and its closure (fonts and X11 left
+# out: the JVM runs headless), with sh and coreutils, which the JMX
+# exporter controller's exec needs (sh, head, ls, uname). Runs as
+# 10001:10001 with the default capabilities, like most application images;
+# /tmp is writable for HotSpot's attach socket and hsperfdata.
+rootfs_jdk_app() {
+  local dir=$1 java_home
+  debian_closure "$dir" openjdk-17-jre-headless dash coreutils \
+    -- fonts-croscore fonts-dejavu-core fonts-freefont-otf fonts-freefont-ttf fonts-liberation \
+    fonts-liberation2 fonts-texgyre fonts-urw-base35 ttf-bitstream-vera xfonts-encodings xfonts-utils \
+    x11-common cdebconf libdebian-installer4 libnewt0.52 libslang2 libtextwrap1
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  # /usr/bin/java: what update-alternatives would link
+  java_home=$(cd "$dir" && echo usr/lib/jvm/java-17-openjdk-*)
+  [[ -x $dir/$java_home/bin/java ]] || { echo "no java in $dir/$java_home" >&2; return 1; }
+  ln -sf "/$java_home/bin/java" "$dir/usr/bin/java"
+  mkdir -p "$dir/tmp" "$dir/app" "$dir/etc" "$dir/home/app"
+  chmod 1777 "$dir/tmp"
+  javac --release 17 -d "$dir/app" "$root/hack/node/jdk-app/App.java"
+  chown 10001:10001 "$dir/home/app"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+app:x:10001:10001:Java application:/home/app:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\napp:x:10001:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  image_args=(--user 10001:10001 --workdir /app --env "JAVA_HOME=/$java_home" --env LANG=C.UTF-8
+    --cmd java --cmd -Xmx64m --cmd -XX:+UseSerialGC --cmd -XX:TieredStopAtLevel=1 --cmd -cp --cmd /app --cmd App)
 }
 
 build_one() {
