@@ -7,6 +7,7 @@
 #   hack/node/images.sh build [image...]  build what is missing (default: all)
 #   hack/node/images.sh archive <image>   print an image's archive path
 #   hack/node/images.sh ref <image>       print an image's reference
+#   hack/node/images.sh agent-jar         build the JMX stand-in agent jar, print its path
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -234,6 +235,29 @@ build_one() {
   rm -rf "$work"
 }
 
+# agent_jar builds the JMX exporter's test stand-in agent
+# (operator/jmxexporter/jvm/jvmtest/java/StandInAgent*.java, which behaves
+# as upstream 1.0.1 where the operator relies on it) into a jar, cached by
+# its sources' hash, and prints its path. hack/node.sh operator puts it in
+# the node's operator image: upstream's jar is on Maven Central, which this
+# machine cannot reach.
+agent_jar() {
+  local src=$root/operator/jmxexporter/jvm/jvmtest/java hash out work
+  hash=$(cat "$src"/StandInAgent*.java | sha256sum | cut -c1-12)
+  out=$cache/node-images/stand-in-agent-$hash.jar
+  if [[ ! -f $out ]]; then
+    mkdir -p "$cache/node-images"
+    work=$(mktemp -d)
+    javac --release 17 -d "$work/classes" "$src"/StandInAgent*.java
+    # the manifest jvmtest writes: the agent class for -javaagent and attach
+    printf 'Agent-Class: StandInAgent\nPremain-Class: StandInAgent\n' >"$work/MANIFEST.MF"
+    (cd "$work/classes" && jar cfm "$work/agent.jar" "$work/MANIFEST.MF" StandInAgent*.class)
+    mv "$work/agent.jar" "$out"
+    rm -rf "$work"
+  fi
+  echo "$out"
+}
+
 case ${1:-build} in
   build)
     shift || true
@@ -241,5 +265,6 @@ case ${1:-build} in
     for i in "$@"; do build_one "$i"; done ;;
   archive) archive_of "$2" ;;
   ref) ref_of "$2" ;;
-  *) echo "usage: $0 build [image...] | archive <image> | ref <image>" >&2; exit 2 ;;
+  agent-jar) agent_jar ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | agent-jar" >&2; exit 2 ;;
 esac
