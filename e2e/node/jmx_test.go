@@ -47,14 +47,32 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 
 	app := startJDKApp(ctx, t, cs, ns, "app", "jdk")
 	first := app.Status.ContainerStatuses[0].ContainerID
+	// An image whose entrypoint starts as root and drops to the app's
+	// user (as gosu or su-exec do): the exec runs as root with a
+	// container's default capabilities (no CAP_SYS_PTRACE), the JVM as
+	// 10001, so the helper switches to the JVM's uid and gid to attach.
+	root := int64(0)
+	dropped := startJDKPod(ctx, t, cs, ns, "app-root-exec", "jdk", &corev1.SecurityContext{RunAsUser: &root},
+		"setpriv", "--reuid=10001", "--regid=10001", "--clear-groups",
+		"java", "-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", "/app", "App")
 	from := startPod(ctx, t, cs, ns, "client", nil, "exec sleep 3600")
 	createExporter(ctx, t, c, ns, "jdk", "jdk")
 
+	waitAttached(ctx, t, c, cs, ns, "jdk", "app-root-exec", dropped.Status.ContainerStatuses[0].ContainerID)
 	ex := waitAttached(ctx, t, c, cs, ns, "jdk", "app", first)
-	assert.Equal(t, int32(1), ex.Status.SelectedPods)
-	assert.Equal(t, "1/1", ex.Status.Attached)
+	assert.Equal(t, int32(2), ex.Status.SelectedPods)
+	assert.Equal(t, "2/2", ex.Status.Attached)
 	assert.True(t, meta.IsStatusConditionTrue(ex.Status.Conditions, "Ready"), "Ready: %+v", ex.Status.Conditions)
-	assert.Equal(t, int32(1), ex.Status.MetricsEndpoints[0].PID, "the JVM is the container's PID 1")
+	for _, e := range ex.Status.MetricsEndpoints {
+		assert.Equal(t, int32(1), e.PID, "%s: the JVM is the container's PID 1", e.Pod)
+	}
+	out, err := tryExec(ctx, cfg, cs, dropped, "/bin/sh", "-c", "id -u; cat /proc/self/status /proc/1/status")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(out, "0\n"), "the exec runs as root: %s", out)
+	assert.Contains(t, out, "Uid:\t10001\t10001\t10001\t10001", "the JVM runs as 10001")
+	assert.Contains(t, out, "CapEff:\t00000000a80425fb", "the exec has a container's default capabilities, no CAP_SYS_PTRACE")
+	metricsAnswer(ctx, t, cfg, cs, from, getPod(ctx, t, cs, ns, "app-root-exec"))
+	jvmLivesOn(ctx, t, cfg, cs, from, ns, "app-root-exec", dropped.Status.ContainerStatuses[0].ContainerID, 0)
 
 	app = getPod(ctx, t, cs, ns, "app")
 	assert.Equal(t, "true", app.Annotations["prometheus.io/scrape"])
@@ -91,12 +109,16 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 	ns := jmxNamespace(ctx, t, cs)
 	c := jmxClient(t, cfg)
 
-	xrsArgs := []string{"java", "-Xrs", "-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", "/app", "App"}
-	open := startJDKApp(ctx, t, cs, ns, "xrs-open", "xrs", xrsArgs...)
-	gone := startJDKApp(ctx, t, cs, ns, "xrs-nosocket", "xrs", xrsArgs...)
-	// HotSpot's socket of the JVM (PID 1 in its container), as a /tmp
-	// cleaner would remove it; the JVM does not open it again.
-	out, err := tryExec(ctx, cfg, cs, gone, "/bin/sh", "-c", "rm /tmp/.java_pid1 && echo removed")
+	// The JVM runs under a shell, as in many images' entrypoints: as the
+	// container's PID 1 it would survive SIGQUIT anyway, since the kernel
+	// delivers no signal to a PID namespace's init from inside it unless
+	// init handles that signal (docs/realnode.md).
+	xrs := []string{"/bin/sh", "-c", `java -Xrs -Xmx64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp /app App; echo "java exited: $?"`}
+	open := startJDKApp(ctx, t, cs, ns, "xrs-open", "xrs", xrs...)
+	gone := startJDKApp(ctx, t, cs, ns, "xrs-nosocket", "xrs", xrs...)
+	// HotSpot's socket of the JVM, as a /tmp cleaner would remove it; the
+	// JVM does not open it again.
+	out, err := tryExec(ctx, cfg, cs, gone, "/bin/sh", "-c", "rm /tmp/.java_pid* && echo removed")
 	require.NoError(t, err)
 	require.Contains(t, out, "removed")
 	from := startPod(ctx, t, cs, ns, "client", nil, "exec sleep 3600")
@@ -158,11 +180,17 @@ func jmxClient(t *testing.T, cfg *rest.Config) client.Client {
 }
 
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and
-// the default capabilities), with other arguments when given, and waits
-// until its HTTP port answers from inside (the JVM is up).
-func startJDKApp(ctx context.Context, t *testing.T, cs clientset, ns, name, app string, args ...string) *corev1.Pod {
+// the default capabilities), with another command when given, and waits
+// until the JVM has started.
+func startJDKApp(ctx context.Context, t *testing.T, cs clientset, ns, name, app string, command ...string) *corev1.Pod {
 	t.Helper()
 	nonRoot := true
+	return startJDKPod(ctx, t, cs, ns, name, app, &corev1.SecurityContext{RunAsNonRoot: &nonRoot}, command...)
+}
+
+// startJDKPod is startJDKApp with the container's security context given.
+func startJDKPod(ctx context.Context, t *testing.T, cs clientset, ns, name, app string, sc *corev1.SecurityContext, command ...string) *corev1.Pod {
+	t.Helper()
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
@@ -170,8 +198,8 @@ func startJDKApp(ctx context.Context, t *testing.T, cs clientset, ns, name, app 
 				Name:            "app",
 				Image:           imageRef(t, "jdk-app"),
 				ImagePullPolicy: corev1.PullNever,
-				Args:            args,
-				SecurityContext: &corev1.SecurityContext{RunAsNonRoot: &nonRoot},
+				Command:         command,
+				SecurityContext: sc,
 			}},
 			TerminationGracePeriodSeconds: new(int64),
 		},
@@ -241,8 +269,8 @@ func metricsAnswer(ctx context.Context, t *testing.T, cfg *rest.Config, cs clien
 }
 
 // jvmLivesOn checks that the pod's container is still the instance
-// containerID, restarted restarts times, and that its JVM, still PID 1,
-// answers on the app's port from another pod.
+// containerID, restarted restarts times, and that its JVM answers on the
+// app's port from another pod.
 func jvmLivesOn(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, from *corev1.Pod, ns, name, containerID string, restarts int32) {
 	t.Helper()
 	p := getPod(ctx, t, cs, ns, name)
@@ -250,8 +278,8 @@ func jvmLivesOn(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientse
 	assert.Equal(t, containerID, st.ContainerID, "%s: the same container", name)
 	assert.Equal(t, restarts, st.RestartCount, "%s: restart count", name)
 	assert.NotNil(t, st.State.Running, "%s: running", name)
-	got := eventually(ctx, t, cfg, cs, from, fmt.Sprintf("timeout 10 wget -q -O- http://%s:8080/", p.Status.PodIP), "jdk-app pid 1 ")
-	assert.Contains(t, got, "jdk-app pid 1 ", "%s: the application answers", name)
+	got := eventually(ctx, t, cfg, cs, from, fmt.Sprintf("timeout 10 wget -q -O- http://%s:8080/", p.Status.PodIP), "jdk-app pid ")
+	assert.Contains(t, got, "jdk-app pid ", "%s: the application answers", name)
 }
 
 // waitRestarted waits for the pod's container to run again as another

@@ -184,12 +184,13 @@ PASSWD
 # HTTP server on 8080, compiled here with the host's javac for release 17)
 # on Debian's openjdk-17-jre-headless and its closure (fonts and X11 left
 # out: the JVM runs headless), with sh and coreutils, which the JMX
-# exporter controller's exec needs (sh, head, ls, uname). Runs as
+# exporter controller's exec needs (sh, head, ls, uname), and util-linux
+# (setpriv, for an entrypoint that drops from root to the app's user). Runs as
 # 10001:10001 with the default capabilities, like most application images;
 # /tmp is writable for HotSpot's attach socket and hsperfdata.
 rootfs_jdk_app() {
   local dir=$1 java_home
-  debian_closure "$dir" openjdk-17-jre-headless dash coreutils \
+  debian_closure "$dir" openjdk-17-jre-headless dash coreutils util-linux \
     -- fonts-croscore fonts-dejavu-core fonts-freefont-otf fonts-freefont-ttf fonts-liberation \
     fonts-liberation2 fonts-texgyre fonts-urw-base35 ttf-bitstream-vera xfonts-encodings xfonts-utils \
     x11-common cdebconf libdebian-installer4 libnewt0.52 libslang2 libtextwrap1
