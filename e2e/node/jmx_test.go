@@ -127,11 +127,19 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 	waitAttached(ctx, t, c, cs, ns, "xrs", "xrs-open", open.Status.ContainerStatuses[0].ContainerID)
 	metricsAnswer(ctx, t, cfg, cs, from, getPod(ctx, t, cs, ns, "xrs-open"))
 
+	// Until the operator reports it, or the JVM is gone (signalled).
 	var state map[string]any
+	var restarts int32
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		state = podJMXState(t, getPod(ctx, t, cs, ns, "xrs-nosocket"))
-		return state["reason"] == "SignalNotHandled", nil
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "xrs-nosocket", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		state, restarts = podJMXState(t, p), p.Status.ContainerStatuses[0].RestartCount
+		return state["reason"] == "SignalNotHandled" || restarts > 0, nil
 	})
+	require.Zero(t, restarts, "the -Xrs JVM was killed: its container restarted; the JVM's last words:\n%s",
+		previousLog(ctx, cs, ns, "xrs-nosocket"))
 	require.NoError(t, err, "no SignalNotHandled for the -Xrs JVM without its socket; state %v\n%s", state, operatorLog(ctx, cs))
 	assert.NotEqual(t, "Attached", state["result"])
 	var ex jmxv1.PrometheusJmxExporter
@@ -329,6 +337,15 @@ func podEvents(ctx context.Context, t *testing.T, cs clientset, ns, name string)
 		lines = append(lines, e.Reason+": "+e.Message)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// previousLog is the log of the pod's previous container (a restarted one).
+func previousLog(ctx context.Context, cs clientset, ns, name string) string {
+	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Previous: true}).DoRaw(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // operatorLog is the tail of the operator's log, for failure messages.

@@ -14,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"log"
@@ -56,7 +57,7 @@ func main() {
 		log.Fatal(err)
 	}
 	abs, _ := filepath.Abs(*out)
-	fmt.Printf("image deckhand:%s (%s) %s as an OCI layout in %s\n", *version, *platforms, digest, abs)
+	fmt.Printf("image deckhand:%s (%s) %s as an OCI layout in %s\n", cmp.Or(*tag, *version), *platforms, digest, abs)
 	if *agentJar != "" {
 		fmt.Printf("note: %s holds %s, not the upstream JMX exporter agent\n", AgentJarPath, *agentJar)
 		return
