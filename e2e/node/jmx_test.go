@@ -9,18 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	jmxv1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
 )
@@ -43,7 +39,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ns := jmxNamespace(ctx, t, cs)
-	c := jmxClient(t, cfg)
+	c := crClient(t, cfg)
 
 	app := startJDKApp(ctx, t, cs, ns, "app", "jdk")
 	first := app.Status.ContainerStatuses[0].ContainerID
@@ -107,7 +103,7 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ns := jmxNamespace(ctx, t, cs)
-	c := jmxClient(t, cfg)
+	c := crClient(t, cfg)
 
 	// The JVM runs under a shell, as in many images' entrypoints: as the
 	// container's PID 1 it would survive SIGQUIT anyway, since the kernel
@@ -173,18 +169,6 @@ func jmxNamespace(ctx context.Context, t *testing.T, cs clientset) string {
 			"--set", "controllers.jmxExporter.namespaces=null")
 	})
 	return ns
-}
-
-// jmxClient is a controller-runtime client for PrometheusJmxExporters.
-func jmxClient(t *testing.T, cfg *rest.Config) client.Client {
-	t.Helper()
-	ctrllog.SetLogger(logr.Discard())
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, jmxv1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	require.NoError(t, err)
-	return c
 }
 
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and
