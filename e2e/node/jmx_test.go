@@ -198,9 +198,21 @@ func startJDKPod(ctx context.Context, t *testing.T, cs clientset, ns, name, app 
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	runningPod(ctx, t, cs, ns, name)
-	logs := waitForLogs(ctx, t, cs, ns, name, "app started")
-	require.Contains(t, logs, "app started", "the JVM in %s did not start", name)
+	waitJVMStarted(ctx, t, cs, ns, name)
 	return getPod(ctx, t, cs, ns, name)
+}
+
+// waitJVMStarted waits for the app's first line, generously: a JVM may
+// take many seconds to start on a loaded machine.
+func waitJVMStarted(ctx context.Context, t *testing.T, cs clientset, ns, name string) {
+	t.Helper()
+	var logs string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		logs = string(b)
+		return err == nil && strings.Contains(logs, "app started"), nil
+	})
+	require.NoError(t, err, "the JVM in %s did not start: %s", name, logs)
 }
 
 // createExporter makes a PrometheusJmxExporter selecting app=<app>, with a
@@ -289,7 +301,7 @@ func waitRestarted(ctx context.Context, t *testing.T, cs clientset, ns, name, be
 		return st.State.Running != nil && st.ContainerID != before && st.RestartCount == 1, nil
 	})
 	require.NoError(t, err, "the killed JVM's container did not restart; events:\n%s", podEvents(ctx, t, cs, ns, name))
-	waitForLogs(ctx, t, cs, ns, name, "app started")
+	waitJVMStarted(ctx, t, cs, ns, name)
 	return id
 }
 
