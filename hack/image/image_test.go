@@ -132,7 +132,7 @@ func imageIsWhatTheChartRuns(t *testing.T, files map[string][]byte, cfg map[stri
 	// Every binary is static and built for its architecture.
 	for p, machine := range map[string]elf.Machine{
 		"/deckhand": map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
-		"/usr/local/lib/deckhand/deckhand-instance": map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
+		"/usr/local/lib/deckhand/deckhand-instance":               map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-amd64": elf.EM_X86_64,
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-arm64": elf.EM_AARCH64,
 	} {

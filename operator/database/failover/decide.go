@@ -137,7 +137,9 @@ func ChooseStandby(current string, instances []Observation, maxLag uint64) (Choi
 			eligible = append(eligible, o)
 		}
 	}
-	sort.SliceStable(eligible, func(i, j int) bool { return better(eligible[i].Status, eligible[j].Status, eligible[i].Pod, eligible[j].Pod) })
+	sort.SliceStable(eligible, func(i, j int) bool {
+		return better(eligible[i].Status, eligible[j].Status, eligible[i].Pod, eligible[j].Pod)
+	})
 	chosen := eligible[0]
 	st := chosen.Status
 	reason := fmt.Sprintf("the most advanced healthy standby (replayed to %s)", st.ReplayLSN)

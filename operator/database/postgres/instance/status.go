@@ -76,10 +76,10 @@ FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r`
 func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Status {
 	st := Status{Pod: pod, Role: RoleUnknown, Time: now}
 	var (
-		rec                        bool
-		current, receive, replay   sql.NullString
-		timeline                   sql.NullInt64
-		receiver, primaryConninfo  string
+		rec                       bool
+		current, receive, replay  sql.NullString
+		timeline                  sql.NullInt64
+		receiver, primaryConninfo string
 	)
 	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo)
 	if err != nil {

@@ -37,10 +37,10 @@ func TestLSNReadsComparesAndWritesAsPostgreSQLDoes(t *testing.T) {
 func TestConninfoHostReadsOnlyTheHost(t *testing.T) {
 	for conninfo, want := range map[string]string{
 		"user=deckhand_replication password='s3cr\\'et host' host=db-rw.ns.svc port=5432": "db-rw.ns.svc",
-		"host='db-rw.ns.svc' port='5432' password='p'":                                   "db-rw.ns.svc",
-		"host = 10.0.0.1 port=5432":                                                        "10.0.0.1",
-		"port=5432":                                                                        "",
-		"":                                                                                 "",
+		"host='db-rw.ns.svc' port='5432' password='p'":                                    "db-rw.ns.svc",
+		"host = 10.0.0.1 port=5432":                                                       "10.0.0.1",
+		"port=5432":                                                                       "",
+		"":                                                                                "",
 	} {
 		assert.Equal(t, want, instance.ConninfoHost(conninfo), conninfo)
 	}
