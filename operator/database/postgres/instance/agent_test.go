@@ -133,6 +133,28 @@ func TestAgentServesRenewedCredentialsWithoutARestart(t *testing.T) {
 	require.Error(t, err, "the old CA is no longer trusted")
 }
 
+// A CA is replaced without a moment in which the operator is refused:
+// while the pods' ca.crt holds both CAs, the old operator certificate and
+// the new one are both accepted; then the old CA is dropped.
+func TestCARotationThroughABundle(t *testing.T) {
+	old, renewed := issue(t), issue(t)
+	tlsDir := t.TempDir()
+	mount(t, tlsDir, old)
+	addr := serveAgent(t, tlsDir, t.TempDir())
+	ctx := context.Background()
+
+	bundle := append(append([]byte{}, old.CA.CertPEM...), renewed.CA.CertPEM...)
+	require.NoError(t, os.WriteFile(filepath.Join(tlsDir, instance.CACertKey), bundle, 0o600))
+	for name, creds := range map[string]*instance.Credentials{"old": old, "new": renewed} {
+		op := creds.OperatorSecretData()
+		// The operator trusts both CAs for the agents' certificates too.
+		c, err := instance.ClientTLSConfig(bundle, op[instance.ClientCertKey], op[instance.ClientKeyKey])
+		require.NoError(t, err)
+		_, err = clientOf(c, addr).Status(ctx, hosts(pod0)[0])
+		require.NoError(t, err, "the %s operator certificate during the rotation", name)
+	}
+}
+
 func TestAgentRefusesToStartWithoutItsCertificate(t *testing.T) {
 	_, err := instance.ServerTLSConfig(t.TempDir(), pod0)
 	require.Error(t, err)
