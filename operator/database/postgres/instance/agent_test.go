@@ -41,11 +41,14 @@ func mount(t *testing.T, dir string, creds *instance.Credentials) {
 	}
 }
 
-// serveAgent serves db-0's agent on 127.0.0.1 with the pods' Secret in
-// tlsDir; its server's socket directory is socketDir (nothing listens
-// there unless the test makes it). It returns the agent's address.
-func serveAgent(t *testing.T, tlsDir, socketDir string) string {
+// serveAgent serves db-0's agent on 127.0.0.1 with creds' pods' Secret
+// mounted; its server's socket directory is socketDir (nothing listens
+// there unless the test makes it). It returns the agent's address and
+// the Secret's directory.
+func serveAgent(t *testing.T, creds *instance.Credentials, socketDir string) (addr, tlsDir string) {
 	t.Helper()
+	tlsDir = t.TempDir()
+	mount(t, tlsDir, creds)
 	agent, err := instance.New(instance.Config{Pod: pod0, SocketDir: socketDir, Port: 5432, DataDir: filepath.Join(t.TempDir(), "pgdata")})
 	require.NoError(t, err)
 	tlsConfig, err := instance.ServerTLSConfig(tlsDir, pod0)
@@ -60,7 +63,7 @@ func serveAgent(t *testing.T, tlsDir, socketDir string) string {
 		assert.NoError(t, <-done)
 		agent.Close()
 	})
-	return l.Addr().String()
+	return l.Addr().String(), tlsDir
 }
 
 // clientOf asks every pod name at addr with tlsConfig.
@@ -82,9 +85,7 @@ func operatorTLS(t *testing.T, creds *instance.Credentials) *tls.Config {
 // operator believes only that Database's agent for that pod's name.
 func TestChannelAcceptsOnlyItsDatabasesOperatorAndAgents(t *testing.T) {
 	creds := issue(t)
-	tlsDir := t.TempDir()
-	mount(t, tlsDir, creds)
-	addr := serveAgent(t, tlsDir, t.TempDir())
+	addr, _ := serveAgent(t, creds, t.TempDir())
 	ctx := context.Background()
 
 	st, err := clientOf(operatorTLS(t, creds), addr).Status(ctx, hosts(pod0)[0])
@@ -118,9 +119,7 @@ func TestChannelAcceptsOnlyItsDatabasesOperatorAndAgents(t *testing.T) {
 // without restarting the agent: the pods' Secret is read at each.
 func TestAgentServesRenewedCredentialsWithoutARestart(t *testing.T) {
 	old := issue(t)
-	tlsDir := t.TempDir()
-	mount(t, tlsDir, old)
-	addr := serveAgent(t, tlsDir, t.TempDir())
+	addr, tlsDir := serveAgent(t, old, t.TempDir())
 	ctx := context.Background()
 	_, err := clientOf(operatorTLS(t, old), addr).Status(ctx, hosts(pod0)[0])
 	require.NoError(t, err)
@@ -138,9 +137,7 @@ func TestAgentServesRenewedCredentialsWithoutARestart(t *testing.T) {
 // the new one are both accepted; then the old CA is dropped.
 func TestCARotationThroughABundle(t *testing.T) {
 	old, renewed := issue(t), issue(t)
-	tlsDir := t.TempDir()
-	mount(t, tlsDir, old)
-	addr := serveAgent(t, tlsDir, t.TempDir())
+	addr, tlsDir := serveAgent(t, old, t.TempDir())
 	ctx := context.Background()
 
 	bundle := append(append([]byte{}, old.CA.CertPEM...), renewed.CA.CertPEM...)
@@ -169,8 +166,6 @@ func TestAgentRefusesToStartWithoutItsCertificate(t *testing.T) {
 // answers within its bound, server down, role unknown.
 func TestStatusAnswersWhenTheServerHangs(t *testing.T) {
 	creds := issue(t)
-	tlsDir := t.TempDir()
-	mount(t, tlsDir, creds)
 	socketDir, err := os.MkdirTemp("", "pgsock-") // short: a socket path is at most 107 bytes
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(socketDir) })
@@ -186,7 +181,7 @@ func TestStatusAnswersWhenTheServerHangs(t *testing.T) {
 			defer c.Close() // held open, never answered
 		}
 	}()
-	addr := serveAgent(t, tlsDir, socketDir)
+	addr, _ := serveAgent(t, creds, socketDir)
 
 	st, err := clientOf(operatorTLS(t, creds), addr).Status(context.Background(), hosts(pod0)[0])
 	require.NoError(t, err, "an answer, not the client's timeout")
@@ -198,9 +193,7 @@ func TestStatusAnswersWhenTheServerHangs(t *testing.T) {
 // With no server at all (its socket absent) the status says why.
 func TestStatusOfAStoppedServer(t *testing.T) {
 	creds := issue(t)
-	tlsDir := t.TempDir()
-	mount(t, tlsDir, creds)
-	addr := serveAgent(t, tlsDir, t.TempDir())
+	addr, _ := serveAgent(t, creds, t.TempDir())
 	st, err := clientOf(operatorTLS(t, creds), addr).Status(context.Background(), hosts(pod0)[0])
 	require.NoError(t, err)
 	assert.False(t, st.ServerUp)
