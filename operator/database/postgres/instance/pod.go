@@ -24,7 +24,9 @@ const (
 	binVolume        = "deckhand-instance-bin"
 	tlsVolume        = "deckhand-instance-tls"
 	socketVolume     = "deckhand-socket"
-	binDir           = "/deckhand/bin"
+	// binDir is not under /deckhand: that is the operator image's
+	// entrypoint, a file (the init container's mount failed on it).
+	binDir = "/opt/deckhand-instance"
 	// TLSMountPath is where the agent reads the pods' Secret.
 	TLSMountPath = "/etc/deckhand/instance-tls"
 	// SocketDir is the server's unix socket directory (the official

@@ -37,14 +37,14 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 	require.Len(t, spec.InitContainers, 1)
 	install := spec.InitContainers[0]
 	assert.Equal(t, "deckhand:1.2.3", install.Image)
-	assert.Equal(t, []string{instance.AgentImagePath, "install", "/deckhand/bin/deckhand-instance"}, install.Command)
+	assert.Equal(t, []string{instance.AgentImagePath, "install", "/opt/deckhand-instance/deckhand-instance"}, install.Command)
 
 	require.Len(t, spec.Containers, 2)
 	agent := spec.Containers[1]
 	assert.Equal(t, "postgres:17.6", agent.Image, "the server's image: its pg_ctl")
-	assert.Equal(t, "/deckhand/bin/deckhand-instance", agent.Command[0])
+	assert.Equal(t, "/opt/deckhand-instance/deckhand-instance", agent.Command[0])
 	assert.Equal(t, map[string]string{
-		"deckhand-instance-bin": "/deckhand/bin", "deckhand-instance-tls": instance.TLSMountPath,
+		"deckhand-instance-bin": "/opt/deckhand-instance", "deckhand-instance-tls": instance.TLSMountPath,
 		engine.DataVolume: mountsOf(server)[engine.DataVolume], "deckhand-socket": instance.SocketDir,
 	}, mountsOf(agent), "no scripts, no password")
 	var env []string
