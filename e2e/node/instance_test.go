@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
@@ -54,12 +55,18 @@ exec postgres -D "$PGDATA" -c listen_addresses=''`
 // namespace) cleanly, the server's container restarts and, the marker on
 // its volume, does not serve; the agent is not restarted with it; lifting
 // the fence brings the server back; a primary is not promoted; a client
-// without the operator's certificate is refused.
+// without the operator's certificate is refused. The namespace enforces
+// the restricted Pod Security Standard.
 func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
 	_, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	ns := namespace(ctx, t, cs)
+	// The pod passes the restricted Pod Security Standard, as the
+	// Database's pods do (one process namespace is allowed there).
+	_, err := cs.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
 	const pod, headless = "db-0", "db-headless"
 
 	creds, err := instance.IssueCredentials(ns, "db", []instance.Instance{{Pod: pod, Hosts: instance.PodHosts(pod, headless, ns)}}, time.Now())
