@@ -28,7 +28,7 @@ import (
 
 // agentBinary builds cmd/deckhand-instance once per test into a
 // directory the servers' user can read.
-func agentBinary(t *testing.T, h *host) string {
+func agentBinary(t testing.TB, h *host) string {
 	t.Helper()
 	out := filepath.Join(h.u.Dir(t, h.root, "agent"), "deckhand-instance")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance")
@@ -47,7 +47,7 @@ type channel struct {
 	binary string
 }
 
-func newChannel(t *testing.T, h *host, pods ...string) *channel {
+func newChannel(t testing.TB, h *host, pods ...string) *channel {
 	t.Helper()
 	var insts []instance.Instance
 	for _, pod := range pods {
@@ -88,7 +88,7 @@ func (c *channel) dial(ctx context.Context, network, addr string) (net.Conn, err
 // startAgent runs the agent of ordinal's pod (server on dataVolume, its
 // port h.ports[dataVolume]) as the servers' user; it returns the pod's
 // host name for the client. The agent is stopped at the end of the test.
-func (c *channel) startAgent(t *testing.T, h *host, ordinal int, dataVolume string) string {
+func (c *channel) startAgent(t testing.TB, h *host, ordinal int, dataVolume string) string {
 	t.Helper()
 	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	env := h.serverEnv(postgres.Engine{}.ServerPod(h.cluster), ordinal, dataVolume, "")
