@@ -90,10 +90,17 @@ func (c *channel) dial(ctx context.Context, network, addr string) (net.Conn, err
 // host name for the client. The agent is stopped at the end of the test.
 func (c *channel) startAgent(t testing.TB, h *host, ordinal int, dataVolume string) string {
 	t.Helper()
-	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	env := h.serverEnv(postgres.Engine{}.ServerPod(h.cluster), ordinal, dataVolume, "")
+	return c.startAgentFor(t, h, ordinal, env["PGDATA"], env["PGPORT"])
+}
+
+// startAgentFor runs ordinal's agent for the data directory pgdata and
+// the server on port.
+func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string) string {
+	t.Helper()
+	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
-	cmd := h.u.Command(map[string]string{"PATH": env["PATH"], "POD_NAME": pod, "PGDATA": env["PGDATA"], "PGPORT": env["PGPORT"]},
+	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
 		[]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen})
 	log := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
@@ -182,6 +189,17 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	require.ErrorIs(t, err, instance.ErrAlreadyPrimary)
 	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (3)")
 	require.NoError(t, err, "the refused promotion changed nothing: %s", out)
+
+	// An agent that cannot reach the postmaster (here: another data
+	// directory; in a pod: no shared process namespace) must not report a
+	// fence while the server still answers.
+	blind := newChannel(t, h, h.cluster.Name+"-0")
+	blindHost := blind.startAgentFor(t, h, 0, filepath.Join(h.volume("elsewhere"), "pgdata"), primary.Port)
+	_, err = blind.client.Fence(ctx, blindHost)
+	require.Error(t, err, "the server still answers: not fenced")
+	assert.Contains(t, err.Error(), "still answers")
+	out, err = h.appSQL(primary.Port, "SELECT 1")
+	require.NoError(t, err, "the primary was not touched: %s", out)
 
 	// Fence the primary while an application session is open in it.
 	session := h.openAppSession(t, primary.Port)

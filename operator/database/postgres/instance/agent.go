@@ -268,8 +268,17 @@ func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 		res.CleanShutdown = a.stop(r.Context())
 	}
 	res.Status = a.Status(r.Context())
-	if a.postmasterRunning() {
+	switch {
+	case a.postmasterRunning():
 		res.Done, res.Error = "", "the server did not stop"
+	case res.Status.ServerUp:
+		// The agent saw no postmaster, yet the server answers on its
+		// socket: the agent cannot stop it (no shared process namespace,
+		// another data directory). Never report such a server fenced.
+		res.Done, res.Error = "", "the server still answers on its socket but the agent sees no postmaster in "+a.cfg.DataDir+": it cannot stop it (is the process namespace shared, and is PGDATA the server's?)"
+	}
+	if res.Error != "" {
+		a.cfg.Log.Error("fence failed", "pod", a.cfg.Pod, "error", res.Error)
 		writeJSON(w, http.StatusInternalServerError, res)
 		return
 	}
