@@ -84,10 +84,10 @@ func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		Containers: []corev1.Container{{
-			Name:    "postgres",
-			Image:   imageRef(t, "postgres"),
-			Command: []string{"sh", "-c", standInEntrypoint},
-			Env:     []corev1.EnvVar{{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"}, {Name: "PGPORT", Value: "5432"}},
+			Name:         "postgres",
+			Image:        imageRef(t, "postgres"),
+			Command:      []string{"sh", "-c", standInEntrypoint},
+			Env:          []corev1.EnvVar{{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"}, {Name: "PGPORT", Value: "5432"}},
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}},
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
