@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -135,7 +136,8 @@ func lsn(t *testing.T, h *host, port, expr string) instance.LSN {
 // does; the fence ends the primary's open session (its INSERT fails) and
 // leaves the server stopped, and its status still answers (server down,
 // role unknown, fenced); the promotion makes the standby a primary that
-// takes writes, on the next timeline; promoting a primary is refused.
+// takes writes, on the next timeline; promoting a primary is refused; a
+// client without this Database's operator certificate is refused.
 func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	h := newHost(t)
 	primary := h.primary("data-0")
@@ -183,6 +185,26 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	assert.Zero(t, st.CurrentLSN, "a standby writes no WAL of its own")
 	assert.True(t, before <= st.ReplayLSN && st.ReplayLSN <= after, "replay %s between %s and %s", st.ReplayLSN, before, after)
 	assert.GreaterOrEqual(t, st.ReceiveLSN, st.ReplayLSN)
+
+	// Only the operator of this Database is answered: no client
+	// certificate, or another Database's, is refused by the agent binary.
+	other, err := instance.IssueCredentials(h.cluster.Namespace, "other", nil, time.Now())
+	require.NoError(t, err)
+	otherOp := other.OperatorSecretData()
+	otherTLS, err := instance.ClientTLSConfig(otherOp[instance.CACertKey], otherOp[instance.ClientCertKey], otherOp[instance.ClientKeyKey])
+	require.NoError(t, err)
+	ours := ch.creds.OperatorSecretData()
+	withoutCert, err := instance.ClientTLSConfig(ours[instance.CACertKey], otherOp[instance.ClientCertKey], otherOp[instance.ClientKeyKey])
+	require.NoError(t, err)
+	withoutCert.Certificates = nil
+	otherCA := otherTLS.Clone()
+	otherCA.RootCAs = withoutCert.RootCAs // trusts our agents, presents another CA's certificate
+	for name, cfg := range map[string]*tls.Config{"no client certificate": withoutCert, "another CA's certificate": otherCA} {
+		_, err := instance.NewClient(cfg, instance.DefaultPort, instance.WithDialContext(ch.dial)).Status(ctx, primaryHost)
+		require.Error(t, err, name)
+	}
+	_, err = instance.NewClient(otherTLS, instance.DefaultPort, instance.WithDialContext(ch.dial)).Status(ctx, primaryHost)
+	require.Error(t, err, "an operator that trusts another CA does not believe this agent")
 
 	// Promoting the primary is refused, and changes nothing.
 	_, err = ch.client.Promote(ctx, primaryHost)
