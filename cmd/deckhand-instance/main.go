@@ -101,8 +101,8 @@ func serve(args []string) error {
 		}
 		return err
 	}
-	if *pod == "" {
-		return errors.New("--pod (or POD_NAME) is required")
+	if *pod == "" || *dataDir == "" {
+		return errors.New("--pod and --pgdata (or POD_NAME and PGDATA) are required")
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	tlsConfig, err := instance.ServerTLSConfig(*tlsDir, *pod)
