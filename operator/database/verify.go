@@ -521,6 +521,10 @@ func conditionMessage(conds []metav1.Condition, kind string) string {
 // when that will next change by time alone (0: never), so the condition
 // and its Event come on time without any other change.
 func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) time.Duration {
+	if _, ok := r.Kind.Engines[engineOf(db)].(engine.Verifier); !ok {
+		// Nothing verifies this engine's backups: no bound to hold them to.
+		return 0
+	}
 	s := verifySettingsOf(db)
 	var newest, oldestCompleted *Backup
 	for _, b := range backups {
