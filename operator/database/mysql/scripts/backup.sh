@@ -16,8 +16,14 @@
 # is reported only when its .owner names this Job (a retry after the
 # rename); otherwise the Job fails and leaves the file alone.
 #
-# Writes {"file", "size", "sha256", "serverVersion"} to the termination
-# message.
+# Beside the dump, FILE.counts (engine.CountsSuffix) holds each table's
+# row count, "<database>.<table>\t<rows>", sorted: counted from the dump's
+# own stream as it is written (count_rows in lib.sh), so they are exactly
+# the rows the dump's snapshot held. Written, fsynced and renamed into
+# place before the dump is: a FILE always has its counts.
+#
+# Writes {"file", "size", "sha256", "serverVersion", "tables", "rows"} to
+# the termination message.
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, MYSQL_PWD
 # (root's password), BACKUP_DIR (the backup volume), BACKUP_FILE (relative
@@ -29,13 +35,16 @@ pick_commands
 final=$BACKUP_DIR/$BACKUP_FILE
 partial=$final.partial
 owner=$final.owner
+counts=$final.counts
+counts_partial=$counts.partial
+failed=$final.failed
 mkdir -p "$(dirname "$final")"
-rm -f "$partial"
-# Records of files that are gone (deleted with their backup, or a Job
-# stopped between the record and the rename).
-for record in "$(dirname "$final")"/*.owner; do
+rm -f "$partial" "$counts_partial" "$failed"
+# Records and counts of files that are gone (deleted with their backup, or
+# a Job stopped between them and the dump's rename).
+for record in "$(dirname "$final")"/*.owner "$(dirname "$final")"/*.counts; do
 	[ -e "$record" ] || continue
-	[ -e "${record%.owner}" ] || rm -f "$record"
+	[ -e "${record%.*}" ] || rm -f "$record"
 done
 # A file under this backup's name is this backup's result only when this
 # Job wrote it (an earlier attempt stopped after the rename): it is
@@ -48,13 +57,18 @@ if [ -e "$final" ]; then
 		log "$final exists: an earlier attempt of this Job ($BACKUP_JOB_UID) completed it"
 		wait_for "$SOURCE_HOST" "$SOURCE_PORT"
 		version=$(query "$SOURCE_HOST" "$SOURCE_PORT" 'SELECT VERSION()')
-		report file="$BACKUP_FILE" size="$(wc -c <"$final" | tr -d ' ')" sha256="$(sha256sum "$final" | cut -d ' ' -f 1)" serverVersion="$version"
+		set --
+		if [ -f "$counts" ]; then
+			summary=$(counts_summary "$counts")
+			set -- tables="${summary% *}" rows="${summary#* }"
+		fi
+		report file="$BACKUP_FILE" size="$(wc -c <"$final" | tr -d ' ')" sha256="$(sha256sum "$final" | cut -d ' ' -f 1)" serverVersion="$version" "$@"
 		exit 0
 	fi
 	log "$final exists, but this backup did not write it (${written_by:+written by Job $written_by, }this is Job ${BACKUP_JOB_UID:-of unknown UID}): refusing to report a file this backup did not write; it is left as it is"
 	exit 1
 fi
-trap 'rm -f "$partial"' EXIT INT TERM
+trap 'rm -f "$partial" "$counts_partial" "$counts_partial.unsorted" "$failed"' EXIT INT TERM
 
 wait_for "$SOURCE_HOST" "$SOURCE_PORT"
 version=$(query "$SOURCE_HOST" "$SOURCE_PORT" 'SELECT VERSION()')
@@ -72,24 +86,38 @@ if [ "$(flavor "$version")" = mysql ]; then
 fi
 log "dumping $# database(s) from $SOURCE_HOST:$SOURCE_PORT ($version)"
 if [ $# -gt 0 ]; then
-	"$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
+	# The dump is written and counted in one pass; a failure of the dump
+	# tool or of the write is recorded in $failed (a pipeline's status is
+	# its last command's).
+	{ "$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
 		--routines --events --triggers --hex-blob $gtid \
-		--result-file="$partial" --databases -- "$@"
+		--databases -- "$@" || echo "the dump tool failed ($?)" >>"$failed"; } |
+		{ tee "$partial" || echo "writing $partial failed" >>"$failed"; } |
+		count_rows >"$counts_partial.unsorted"
+	if [ -s "$failed" ]; then
+		log "$(cat "$failed")"
+		exit 1
+	fi
 	if ! tail -n 1 "$partial" | grep -q '^-- Dump completed'; then
 		log "the dump tool exited without finishing the dump"
 		exit 1
 	fi
+	LC_ALL=C sort -o "$counts_partial" "$counts_partial.unsorted"
+	rm -f "$counts_partial.unsorted"
 else
 	printf -- '-- deckhand: %s held no databases\n-- Dump completed on %s\n' \
 		"$SOURCE_HOST" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$partial"
+	: >"$counts_partial"
 fi
-sync "$partial"
+summary=$(counts_summary "$counts_partial")
+sync "$partial" "$counts_partial"
+mv "$counts_partial" "$counts"
 sum=$(sha256sum "$partial" | cut -d ' ' -f 1)
 size=$(wc -c <"$partial" | tr -d ' ')
 printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
-sync "$owner"
+sync "$owner" "$(dirname "$final")"
 mv "$partial" "$final"
 sync "$(dirname "$final")"
 trap - EXIT INT TERM
-report file="$BACKUP_FILE" size="$size" sha256="$sum" serverVersion="$version"
-log "wrote $BACKUP_FILE: $size bytes, sha256 $sum"
+report file="$BACKUP_FILE" size="$size" sha256="$sum" serverVersion="$version" tables="${summary% *}" rows="${summary#* }"
+log "wrote $BACKUP_FILE: $size bytes, sha256 $sum; ${summary% *} table(s), ${summary#* } row(s)"
