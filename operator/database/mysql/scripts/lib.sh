@@ -400,3 +400,12 @@ counts_differences() {
 		for (t in got) if (!(t in want)) print t ": not in the recorded counts, " got[t] " restored"
 	}' "$1" "$2" | LC_ALL=C sort
 }
+
+# client_error: the client's error lines on stdin (its "ERROR ..." lines,
+# not the statement it echoes between dashes), at most the last three; all
+# of its last three lines when none reads ERROR.
+client_error() {
+	_all=$(cat)
+	_errors=$(printf '%s\n' "$_all" | grep '^ERROR' | tail -n 3 || true)
+	printf '%s' "${_errors:-$(printf '%s\n' "$_all" | tail -n 3)}"
+}
