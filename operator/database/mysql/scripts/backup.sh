@@ -6,8 +6,9 @@
 # the image's own dump tool, in one transaction (--single-transaction: a
 # consistent snapshot of InnoDB tables without locking writers), from the
 # source server (a ready replica when there is one). The dump is written
-# under a temporary name (FILE.partial), checked to be complete (the dump
-# tool's last line), fsynced, checksummed and only then renamed to FILE:
+# under a temporary name (FILE.partial), checksummed as it is written,
+# checked to be complete (the dump tool's last line), fsynced and only
+# then renamed to FILE:
 # a file named FILE is always a complete dump, and a killed Job leaves at
 # most a .partial file.
 #
@@ -68,7 +69,8 @@ if [ -e "$final" ]; then
 	log "$final exists, but this backup did not write it (${written_by:+written by Job $written_by, }this is Job ${BACKUP_JOB_UID:-of unknown UID}): refusing to report a file this backup did not write; it is left as it is"
 	exit 1
 fi
-trap 'rm -f "$partial" "$counts_partial" "$counts_partial.unsorted" "$failed"' EXIT INT TERM
+stream=$(mktemp -d)
+trap 'rm -rf "$partial" "$counts_partial" "$counts_partial.unsorted" "$failed" "$stream"' EXIT INT TERM
 
 wait_for "$SOURCE_HOST" "$SOURCE_PORT"
 version=$(query "$SOURCE_HOST" "$SOURCE_PORT" 'SELECT VERSION()')
@@ -86,14 +88,19 @@ if [ "$(flavor "$version")" = mysql ]; then
 fi
 log "dumping $# database(s) from $SOURCE_HOST:$SOURCE_PORT ($version)"
 if [ $# -gt 0 ]; then
-	# The dump is written and counted in one pass; a failure of the dump
-	# tool or of the write is recorded in $failed (a pipeline's status is
-	# its last command's).
+	# The dump is written, checksummed and counted in one pass (the
+	# checksum through a FIFO in a directory of the Job's own); a failure
+	# of the dump tool or of the write is recorded in $failed (a
+	# pipeline's status is its last command's).
+	mkfifo "$stream/sum"
+	sha256sum <"$stream/sum" >"$stream/sha256" &
+	summing=$!
 	{ "$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
 		--routines --events --triggers --hex-blob $gtid \
 		--databases -- "$@" || echo "the dump tool failed ($?)" >>"$failed"; } |
-		{ tee "$partial" || echo "writing $partial failed" >>"$failed"; } |
+		{ tee "$partial" "$stream/sum" || echo "writing $partial failed" >>"$failed"; } |
 		count_rows >"$counts_partial.unsorted"
+	wait "$summing" || echo "the checksum failed" >>"$failed"
 	if [ -s "$failed" ]; then
 		log "$(cat "$failed")"
 		exit 1
@@ -108,16 +115,18 @@ else
 	printf -- '-- deckhand: %s held no databases\n-- Dump completed on %s\n' \
 		"$SOURCE_HOST" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$partial"
 	: >"$counts_partial"
+	sha256sum <"$partial" >"$stream/sha256"
 fi
 summary=$(counts_summary "$counts_partial")
 sync "$partial" "$counts_partial"
 mv "$counts_partial" "$counts"
-sum=$(sha256sum "$partial" | cut -d ' ' -f 1)
+sum=$(cut -d ' ' -f 1 "$stream/sha256")
 size=$(wc -c <"$partial" | tr -d ' ')
 printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
 sync "$owner" "$(dirname "$final")"
 mv "$partial" "$final"
 sync "$(dirname "$final")"
 trap - EXIT INT TERM
+rm -rf "$stream"
 report file="$BACKUP_FILE" size="$size" sha256="$sum" serverVersion="$version" tables="${summary% *}" rows="${summary#* }"
 log "wrote $BACKUP_FILE: $size bytes, sha256 $sum; ${summary% *} table(s), ${summary#* } row(s)"

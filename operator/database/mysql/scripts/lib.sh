@@ -323,13 +323,23 @@ count_rows() {
 		qend = 0
 		return name
 	}
-	# tuples(v): counts the tuples in v, a part of an INSERT statement, into
-	# rows[table]; the statement goes on while v does not end it.
+	# tuples(v): counts the tuples in v, a line of an INSERT statement
+	# after its "VALUES", into rows[table]; the statement goes on while v
+	# does not end it (its last character is outside any value: a line
+	# break never is inside one). Tuples are separated by "),(" or "),"
+	# and a line break: a line without "),(" holds one tuple when it
+	# starts one; only a line with "),(" (one statement a line, or a value
+	# that holds it) needs its values removed before counting.
 	function tuples(v) {
+		sub(/[ \t\r]+$/, "", v)
+		inserting = substr(v, length(v), 1) != ";"
+		if (!index(v, "),(")) {
+			rows[table] += substr(v, 1, 1) == "("
+			return
+		}
 		gsub(/\\./, "", v)
 		gsub(/\047[^\047]*\047/, "", v)
 		rows[table] += gsub(/\(/, "", v)
-		inserting = v !~ /;[ \t\r]*$/
 	}
 	inserting { tuples($0); next }
 	/^DELIMITER ;;$/ { code = 1; next }
@@ -354,6 +364,7 @@ count_rows() {
 			}
 			v = substr(v, p + 1)
 		}
+		sub(/^ *VALUES */, "", v)
 		tuples(v)
 	}
 	END { for (t in rows) printf "%s\t%d\n", t, rows[t] }
