@@ -103,7 +103,12 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
-		return r.deleteFile(ctx, r.Kind.Backups.View(obj))
+		b := r.Kind.Backups.View(obj)
+		// A verification reading the file ends first.
+		if err := r.stopVerification(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+		return r.deleteFile(ctx, b)
 	}
 	if controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerBackupFile) {
 		if err := r.Client.Update(ctx, obj); err != nil {
@@ -149,7 +154,10 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	var job batchv1.Job
 	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Cluster)}
 	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
-		return reconcile.Result{}, r.releaseJob(ctx, b, jobKey)
+		if err := r.releaseJob(ctx, b, jobKey); err != nil || b.Status.Phase == dbv1.BackupFailed {
+			return reconcile.Result{}, err
+		}
+		return r.verification(ctx, b)
 	}
 	err := r.Owned.Get(ctx, jobKey, &job)
 	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
@@ -453,7 +461,10 @@ func backupJob(db *Cluster, eng engine.Engine, b *Backup, image string, spec eng
 	c.Image = image
 	pod := eng.BackupPod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup})
-	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	job := lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	// A verification may read the same ReadWriteOnce volume meanwhile.
+	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, spec.ClaimName)
+	return job
 }
 
 func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
@@ -565,6 +576,7 @@ func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report
 		b.Status.Source = sourcePod(db, report.Source)
 	}
 	b.Status.LagBytes = report.LagBytes
+	b.Status.Tables, b.Status.Rows = int32(report.Tables), report.Rows
 	if v := report.Version(); v != "" {
 		b.Status.Version = v
 	} else if eng, ok := r.Kind.Engines[b.Status.Engine]; ok {
@@ -710,12 +722,14 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 	pod.Container.Args = nil
 	file := path.Join(mount, path.Clean("/"+b.Status.File))
 	// The backup script writes <file>.owner (the Job that wrote the file)
-	// beside it; both go.
-	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner"}
+	// and <file>.counts (its row counts) beside it; all go.
+	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner", file + engine.CountsSuffix}
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
-	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
+	job := lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, "")
+	sameNodeAsBackupVolumeUsers(r.Kind, &job.Spec.Template, b.Status.ClaimName)
+	return job, nil
 }
 
 func namespaceTerminating(ctx context.Context, c client.Reader, name string) (bool, error) {

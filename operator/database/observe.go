@@ -398,4 +398,5 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.ready.DeleteLabelValues(namespace, name)
 	k.metrics.lastBackupSuccess.DeleteLabelValues(namespace, name)
 	k.metrics.nextScheduledBackup.DeleteLabelValues(namespace, name)
+	k.metrics.lastVerifiedBackup.DeleteLabelValues(namespace, name)
 }
