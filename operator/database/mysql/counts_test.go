@@ -140,4 +140,3 @@ func TestBackupCountsTheRowsItsDumpHolds(t *testing.T) {
 	assert.Equal(t, counts, h.tableCounts(restored.Port, "other-root"), "recorded counts = restored counts")
 	t.Logf("shop.busy: %d rows in the dump", counts["shop.busy"])
 }
-
