@@ -26,19 +26,7 @@ func BenchmarkBackup1GB(b *testing.B) {
 	h := newHost(b)
 	source := h.primary("data-source")
 	h.init(source.Port)
-	// Rows of about 150 bytes of text that compresses as a real table's
-	// does (hex digests, repeated words), with an index.
-	h.sql(source.Port, h.cluster.Database, `
-CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL, kind text NOT NULL, payload text NOT NULL);
-INSERT INTO events (at, kind, payload)
-SELECT now() - g * interval '1 second', (ARRAY['order', 'refund', 'login', 'logout'])[1 + g % 4],
-       md5(g::text) || ' ' || md5((g * 7)::text) || ' customer ' || (g % 10007) || ' note ' || repeat('x', g % 40)
-  FROM generate_series(1, 6500000) g;
-ALTER TABLE events OWNER TO "name-of-database";
-ANALYZE events;
-`)
-	size := h.sql(source.Port, h.cluster.Database, "SELECT pg_database_size(current_database())")
-	b.Logf("database size: %s bytes", size)
+	size := h.fill1GB(source.Port)
 	dir := h.volume("backup")
 	for i := 0; b.Loop(); i++ {
 		file := "bench-" + strconv.Itoa(i) + ".dump"
