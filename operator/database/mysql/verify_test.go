@@ -146,9 +146,10 @@ func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
 	assert.Equal(t, engine.CheckRowCounts, f.Name)
 	assert.Contains(t, f.Message, "no row counts were recorded")
 
-	// User checks that fail: false, and what root could read but the app
-	// user may not.
+	// User checks that fail: false, what root could read but the app
+	// user may not, and a write (the check reads only).
 	for query, want := range map[string]string{
+		"DELETE FROM orders; SELECT 1":        "READ ONLY transaction",
 		"SELECT COUNT(*) = 0 FROM orders":     `the query returned "0", not true (1)`,
 		"SELECT COUNT(*) > 0 FROM mysql.user": "ERROR 1142 (42000) at line 1: SELECT command denied to user 'app'user'",
 	} {

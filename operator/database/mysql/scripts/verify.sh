@@ -15,7 +15,7 @@
 #              dump's own stream by the backup Job; a table on one side
 #              only is a difference too;
 #   userCheck  (only with USER_CHECK) the query, run as APP_USER in
-#              APP_DATABASE, returns true (1). APP_USER is made here with
+#              APP_DATABASE in read-only transactions, returns true (1). APP_USER is made here with
 #              the grants the init Job gives it (all privileges on its
 #              database, nothing else); without one (a MySQLCluster names
 #              none) the query runs as deckhand_verify, which may only
@@ -167,7 +167,7 @@ if [ -n "${USER_CHECK:-}" ]; then
 	} | scratch_client
 	set -- -h 127.0.0.1 -P "$VERIFY_PORT" -u "$user" -N -B
 	[ -z "${APP_DATABASE:-}" ] || set -- "$@" -D "$APP_DATABASE"
-	if ! answer=$(printf '%s\n' "$USER_CHECK" | MYSQL_PWD=$userpw "$CLIENT" "$@" 2>"$work/check.log"); then
+	if ! answer=$(printf 'SET SESSION TRANSACTION READ ONLY; %s\n' "$USER_CHECK" | MYSQL_PWD=$userpw "$CLIENT" "$@" 2>"$work/check.log"); then
 		check userCheck false "the query failed: $(client_error <"$work/check.log")"
 		finish
 	fi
