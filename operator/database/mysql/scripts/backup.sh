@@ -33,6 +33,8 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
 
+# The fastest awk the image has counts the rows (MariaDB's images: mawk).
+AWK=$(command -v mawk || command -v awk)
 final=$BACKUP_DIR/$BACKUP_FILE
 partial=$final.partial
 owner=$final.owner
