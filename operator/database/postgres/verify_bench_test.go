@@ -76,6 +76,7 @@ func BenchmarkVerification1GB(b *testing.B) {
 		verify := time.Since(start)
 		require.NotNil(b, verified.Verification, out)
 		require.Nil(b, verified.Verification.Failed(), "%+v", *verified.Verification)
+		b.Logf("verify.sh's log (where its time went):\n%s", out)
 
 		start = time.Now()
 		fresh := h.primary("data-bare-" + strconv.Itoa(i))
