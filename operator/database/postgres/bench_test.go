@@ -35,14 +35,7 @@ func BenchmarkBackup1GB(b *testing.B) {
 		require.NoError(b, err, out)
 		backup := time.Since(start)
 
-		bare := filepath.Join(dir, "bare-"+file)
-		start = time.Now()
-		cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_dump"),
-			"-h", "127.0.0.1", "-p", source.Port, "-U", postgres.Superuser, "-Fc", "-f", bare, "-d", h.cluster.Database})
-		out2, err := cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareDump := time.Since(start)
-		require.NoError(b, os.Remove(bare))
+		bareDump := h.barePgDump(source.Port, filepath.Join(dir, "bare-"+file))
 
 		target := h.primary("data-target-" + strconv.Itoa(i))
 		start = time.Now()
@@ -51,15 +44,7 @@ func BenchmarkBackup1GB(b *testing.B) {
 		restore := time.Since(start)
 		target.Stop(b)
 
-		bareTarget := h.primary("data-bare-" + strconv.Itoa(i))
-		h.sql(bareTarget.Port, "postgres", `CREATE DATABASE bare`)
-		start = time.Now()
-		cmd = h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_restore"),
-			"-h", "127.0.0.1", "-p", bareTarget.Port, "-U", postgres.Superuser, "-d", "bare", "--no-owner", filepath.Join(dir, file)})
-		out2, err = cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareRestore := time.Since(start)
-		bareTarget.Stop(b)
+		bareRestore, _ := h.barePgRestore("data-bare-"+strconv.Itoa(i), filepath.Join(dir, file))
 
 		b.ReportMetric(backup.Seconds(), "backup-s")
 		b.ReportMetric(bareDump.Seconds(), "bare-pg_dump-s")
@@ -69,6 +54,39 @@ func BenchmarkBackup1GB(b *testing.B) {
 		b.Logf("database %s bytes, dump %d bytes: backup.sh %.1fs (bare pg_dump %.1fs), restore.sh %.1fs (bare pg_restore %.1fs)",
 			size, report.Size, backup.Seconds(), bareDump.Seconds(), restore.Seconds(), bareRestore.Seconds())
 	}
+}
+
+// barePgDump times a bare pg_dump -Fc of the app database on port into
+// file, which it removes.
+func (h *host) barePgDump(port, file string) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_dump"),
+		"-h", "127.0.0.1", "-p", port, "-U", postgres.Superuser, "-Fc", "-f", file, "-d", h.cluster.Database})
+	out, err := cmd.CombinedOutput()
+	require.NoError(h.t, err, string(out))
+	took := time.Since(start)
+	require.NoError(h.t, os.Remove(file))
+	return took
+}
+
+// barePgRestore times a bare pg_restore of file into a fresh cluster on
+// dataVolume (a new database of it), and returns too how long making that
+// cluster took (before the clock of the restore starts).
+func (h *host) barePgRestore(dataVolume, file string) (restore, fresh time.Duration) {
+	h.t.Helper()
+	start := time.Now()
+	target := h.primary(dataVolume)
+	h.sql(target.Port, "postgres", `CREATE DATABASE bare`)
+	fresh = time.Since(start)
+	start = time.Now()
+	cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_restore"),
+		"-h", "127.0.0.1", "-p", target.Port, "-U", postgres.Superuser, "-d", "bare", "--no-owner", file})
+	out, err := cmd.CombinedOutput()
+	require.NoError(h.t, err, string(out))
+	restore = time.Since(start)
+	target.Stop(h.t)
+	return restore, fresh
 }
 
 // BenchmarkPrimaryStart times a primary's start on an existing data

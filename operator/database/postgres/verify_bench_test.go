@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 )
 
 // fill1GB makes the app database about 1 GB: rows of about 150 bytes of
@@ -61,14 +59,7 @@ func BenchmarkVerification1GB(b *testing.B) {
 		require.NoError(b, err, out)
 		backup := time.Since(start)
 
-		bare := filepath.Join(dir, "bare-"+file)
-		start = time.Now()
-		cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_dump"),
-			"-h", "127.0.0.1", "-p", source.Port, "-U", postgres.Superuser, "-Fc", "-f", bare, "-d", h.cluster.Database})
-		out2, err := cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareDump := time.Since(start)
-		require.NoError(b, os.Remove(bare))
+		bareDump := h.barePgDump(source.Port, filepath.Join(dir, "bare-"+file))
 
 		start = time.Now()
 		verified, out, err := h.verify("backup", file, report.SHA256, "")
@@ -78,17 +69,7 @@ func BenchmarkVerification1GB(b *testing.B) {
 		require.Nil(b, verified.Verification.Failed(), "%+v", *verified.Verification)
 		b.Logf("verify.sh's log (where its time went):\n%s", out)
 
-		start = time.Now()
-		fresh := h.primary("data-bare-" + strconv.Itoa(i))
-		h.sql(fresh.Port, "postgres", `CREATE DATABASE bare`)
-		freshCluster := time.Since(start)
-		start = time.Now()
-		cmd = h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_restore"),
-			"-h", "127.0.0.1", "-p", fresh.Port, "-U", postgres.Superuser, "-d", "bare", "--no-owner", filepath.Join(dir, file)})
-		out2, err = cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareRestore := time.Since(start)
-		fresh.Stop(b)
+		bareRestore, freshCluster := h.barePgRestore("data-bare-"+strconv.Itoa(i), filepath.Join(dir, file))
 
 		dumpMB := float64(report.Size) / 1e6
 		dbMB, _ := strconv.ParseFloat(size, 64)
