@@ -89,7 +89,9 @@ func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
 	require.NoError(t, err, out)
 	h.sql(primary.Port, "CREATE TABLE `name-of_database`.orders (id INT PRIMARY KEY, item VARCHAR(50));"+
 		"INSERT INTO `name-of_database`.orders SELECT seq, CONCAT('item ', seq) FROM `name-of_database`.seq_1_to_1200;"+
-		"CREATE DATABASE other; CREATE TABLE other.t (v INT); INSERT INTO other.t VALUES (1)")
+		"CREATE DATABASE other; CREATE TABLE other.t (v INT); INSERT INTO other.t VALUES (1);"+
+		// Neither a sequence nor a view holds rows of a table of its own.
+		"CREATE SEQUENCE other.s; CREATE VIEW other.v AS SELECT v FROM other.t")
 	backupDir := mysqltest.Dir(t, h.u, h.root, "backup")
 	rep, out, err := h.job(e.BackupPod(h.cluster, engine.Backup{File: "c/good.sql", Host: "x", ClaimName: "b"}),
 		map[string]string{"SOURCE_HOST": "127.0.0.1", "SOURCE_PORT": primary.Port, "BACKUP_DIR": backupDir})
