@@ -249,14 +249,10 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	desired := backupJob(db, eng, b, image, engine.Backup{
 		File: backupFile(b), Host: src.Host, Standby: src.StandbyHost, MaxLagBytes: src.MaxLagBytes, ClaimName: claim,
 	})
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Another backup took the slot first.
-			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("creating backup Job %s: %w", desired.Name, err)
+	if created, err := r.createSlotJob(ctx, desired, "backup"); err != nil || !created {
+		// Not created: another backup took the slot first.
+		return reconcile.Result{RequeueAfter: pendingRecheck}, err
 	}
-	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	now := metav1.NewTime(r.now())
 	b.Status.Phase = dbv1.BackupRunning
 	b.Status.StartTime = &now
@@ -543,17 +539,30 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 		r.complete(b, db, report)
 		return reconcile.Result{}, nil
 	case jobFinished(job, batchv1.JobFailed):
-		c := jobCondition(job, batchv1.JobFailed)
-		msg := fmt.Sprintf("backup Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
-		if failMsg != "" {
-			msg += "; its pod said: " + truncate(failMsg, 400)
-		}
-		r.fail(b, db, "JobFailed", msg)
+		r.fail(b, db, "JobFailed", failedJobMessage("backup", job, failMsg))
 		return reconcile.Result{}, nil
 	default:
 		b.Status.Phase = dbv1.BackupRunning
 		return reconcile.Result{}, nil
 	}
+}
+
+// createSlotJob creates a Job whose name is a cluster's one slot (its
+// backup Job, its verification Job); false when another took it first.
+func (r *BackupReconciler) createSlotJob(ctx context.Context, job *batchv1.Job, what string) (bool, error) {
+	if err := r.Client.Create(ctx, job, client.FieldOwner(r.Kind.FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("creating %s Job %s: %w", what, job.Name, err)
+	}
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
+	return true, nil
+}
+
+// failedJobMessage says which Job failed and why.
+func failedJobMessage(what string, job *batchv1.Job, podSaid string) string {
+	return fmt.Sprintf("%s Job %s failed (%s)", what, job.Name, failureOf(job, podSaid))
 }
 
 func (r *BackupReconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {

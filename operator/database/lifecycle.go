@@ -317,7 +317,7 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Durat
 		return 0, err
 	}
 	r.observeBackups(db, backups)
-	r.observeVerifications(db, backups)
+	verifyRecheck := r.observeVerifications(db, backups)
 	if db.Status.Backup == nil {
 		db.Status.Backup = &dbv1.BackupStatus{}
 	}
@@ -330,7 +330,11 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Durat
 	if err := r.prune(ctx, db, backups); err != nil {
 		return 0, err
 	}
-	return r.schedule(ctx, db, backups)
+	next, err := r.schedule(ctx, db, backups)
+	if verifyRecheck > 0 && (next == 0 || verifyRecheck < next) {
+		next = verifyRecheck
+	}
+	return next, err
 }
 
 // observeBackups sets LastBackupSucceeded from the newest finished backup.

@@ -22,6 +22,7 @@ type metrics struct {
 	nextScheduledBackup *prometheus.GaugeVec
 	verifications       *prometheus.CounterVec
 	lastVerifiedBackup  *prometheus.GaugeVec
+	verifiedStale       *prometheus.GaugeVec
 	// names of the above, for MetricNames.
 	names []string
 }
@@ -71,6 +72,10 @@ func newMetrics(name, kind, label string) *metrics {
 			Name: named("last_verified_backup_timestamp_seconds"),
 			Help: "When the newest verified backup of each " + kind + " completed (Unix time): time() minus it is the age of the newest backup known to restore.",
 		}, []string{"namespace", label}),
+		verifiedStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: named("backup_verified_stale"),
+			Help: "1 when the " + kind + "'s BackupVerified condition is False: its newest verified backup is older than backup.verify.maxAge, or none is verified and its oldest completed backup is that old; else 0.",
+		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("ready"),
 			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
@@ -87,6 +92,7 @@ func newMetrics(name, kind, label string) *metrics {
 	m.nextScheduledBackup = register(m.nextScheduledBackup)
 	m.verifications = register(m.verifications)
 	m.lastVerifiedBackup = register(m.lastVerifiedBackup)
+	m.verifiedStale = register(m.verifiedStale)
 	return m
 }
 

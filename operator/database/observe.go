@@ -399,4 +399,5 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.lastBackupSuccess.DeleteLabelValues(namespace, name)
 	k.metrics.nextScheduledBackup.DeleteLabelValues(namespace, name)
 	k.metrics.lastVerifiedBackup.DeleteLabelValues(namespace, name)
+	k.metrics.verifiedStale.DeleteLabelValues(namespace, name)
 }

@@ -30,7 +30,8 @@ import (
 // Job is deleted once that is recorded, whatever the outcome.
 const (
 	// AnnotationVerify on a DatabaseBackup asks for one verification now
-	// (value "now"); the operator removes it once the result is recorded.
+	// (value "now"); the operator removes it once the request is recorded
+	// in status.verification (requestTime, no outcome yet).
 	AnnotationVerify = "stable.imaginedata.co/verify"
 	// ConditionVerified is a backup's condition: True when its newest
 	// verification passed.
@@ -146,10 +147,20 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	jobExists := err == nil
 	ours := jobExists && metav1.IsControlledBy(&job, b)
 	v := b.Status.Verification
+	if v != nil && v.Outcome == "" {
+		// The request is in the status (read back): the annotation that
+		// asked for it has done its work.
+		if err := r.removeVerifyAnnotation(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	switch {
 	case ours && v != nil && v.Outcome != "":
-		// Recorded and read back: the request is answered and the Job goes.
-		return reconcile.Result{}, r.releaseVerification(ctx, b, &job)
+		// Recorded and read back: the Job goes.
+		if job.DeletionTimestamp.IsZero() {
+			return reconcile.Result{}, r.deleteJob(ctx, &job)
+		}
+		return reconcile.Result{}, nil
 	case ours:
 		return r.observeVerifyJob(ctx, b, db, &job, settings)
 	case verificationRunning(b):
@@ -166,6 +177,9 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	verifier, ok := r.Kind.Engines[engineOf(db)].(engine.Verifier)
 	if !ok {
 		if _, asked := b.Annotations[r.Kind.Keys.Verify]; asked {
+			if err := r.removeVerifyAnnotation(ctx, b); err != nil {
+				return reconcile.Result{}, err
+			}
 			r.verified(b, db, dbv1.VerificationError, nil, "EngineCannotVerify", fmt.Sprintf("the %s engine of %s %s cannot verify backups yet", engineOf(db), r.Kind.clusterKind(), db.Name))
 		}
 		return reconcile.Result{}, nil
@@ -184,13 +198,9 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	desired := verifyJob(db, verifier, b, settings)
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("creating verification Job %s: %w", desired.Name, err)
+	if created, err := r.createSlotJob(ctx, desired, "verification"); err != nil || !created {
+		return reconcile.Result{RequeueAfter: pendingRecheck}, err
 	}
-	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	now := metav1.NewTime(r.now())
 	v.StartTime = &now
 	msg := fmt.Sprintf("Job %s restores %s into a scratch server and checks it", desired.Name, b.Status.File)
@@ -365,12 +375,7 @@ func (r *BackupReconciler) observeVerifyJob(ctx context.Context, b *Backup, db *
 		r.verified(b, db, outcome, report.Verification, reason, msg)
 		return reconcile.Result{}, nil
 	case jobFinished(job, batchv1.JobFailed):
-		c := jobCondition(job, batchv1.JobFailed)
-		msg := fmt.Sprintf("verification Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
-		if failMsg != "" {
-			msg += "; its pod said: " + truncate(failMsg, 400)
-		}
-		r.verified(b, db, dbv1.VerificationError, nil, "JobFailed", msg)
+		r.verified(b, db, dbv1.VerificationError, nil, "JobFailed", failedJobMessage("verification", job, failMsg))
 		return reconcile.Result{}, nil
 	}
 	started, err := jobPodStarted(ctx, r.Owned, job)
@@ -465,26 +470,34 @@ func (r *BackupReconciler) verified(b *Backup, db *Cluster, outcome dbv1.Verific
 	}
 }
 
-// releaseVerification answers the request (the annotation removed) and
-// deletes the Job, in that order: a request is never answered twice, and
-// the Job, which holds the result until it is recorded, goes last.
-func (r *BackupReconciler) releaseVerification(ctx context.Context, b *Backup, job *batchv1.Job) error {
-	if _, asked := b.Annotations[r.Kind.Keys.Verify]; asked {
-		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{r.Kind.Keys.Verify: nil}}})
-		if err != nil {
-			return err
-		}
-		obj := r.Kind.Backups.New()
-		obj.SetNamespace(b.Namespace)
-		obj.SetName(b.Name)
-		if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("removing %s from %s %s: %w", r.Kind.Keys.Verify, r.Kind.backupKind(), b.Name, err)
-		}
-	}
-	if !job.DeletionTimestamp.IsZero() {
+// removeVerifyAnnotation takes the verify annotation off b, once the
+// request it made is recorded in the status (or answered at once).
+func (r *BackupReconciler) removeVerifyAnnotation(ctx context.Context, b *Backup) error {
+	if _, asked := b.Annotations[r.Kind.Keys.Verify]; !asked {
 		return nil
 	}
-	return r.deleteJob(ctx, job)
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{r.Kind.Keys.Verify: nil}}})
+	if err != nil {
+		return err
+	}
+	obj := r.Kind.Backups.New()
+	obj.SetNamespace(b.Namespace)
+	obj.SetName(b.Name)
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing %s from %s %s: %w", r.Kind.Keys.Verify, r.Kind.backupKind(), b.Name, err)
+	}
+	// The status this pass writes is based on the version before this
+	// patch, which changed nothing else: the status patch's optimistic
+	// lock takes the new version.
+	delete(b.Annotations, r.Kind.Keys.Verify)
+	b.Object.SetResourceVersion(obj.GetResourceVersion())
+	annotations := b.Object.GetAnnotations()
+	delete(annotations, r.Kind.Keys.Verify)
+	b.Object.SetAnnotations(annotations)
+	return nil
 }
 
 // verifyPending sets the Verified condition False while a verification
@@ -502,10 +515,12 @@ func conditionMessage(conds []metav1.Condition, kind string) string {
 }
 
 // observeVerifications sets the cluster's newest verified backup (held
-// against retention by holdsWanted), its metric, and BackupVerified: False
+// against retention by holdsWanted), its metrics, and BackupVerified: False
 // with an Event when that backup is older than verify.maxAge, or when
-// none is verified and the oldest completed backup is that old.
-func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
+// none is verified and the oldest completed backup is that old. It returns
+// when that will next change by time alone (0: never), so the condition
+// and its Event come on time without any other change.
+func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) time.Duration {
 	s := verifySettingsOf(db)
 	var newest, oldestCompleted *Backup
 	for _, b := range backups {
@@ -515,11 +530,7 @@ func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
 		if oldestCompleted == nil || finishedAfter(oldestCompleted, b) {
 			oldestCompleted = b
 		}
-		v := b.Status.Verification
-		if v == nil || v.Outcome != dbv1.VerificationVerified {
-			continue
-		}
-		if newest == nil || finishedAfter(b, newest) {
+		if v := b.Status.Verification; v != nil && v.Outcome == dbv1.VerificationVerified && (newest == nil || finishedAfter(b, newest)) {
 			newest = b
 		}
 	}
@@ -533,26 +544,38 @@ func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) {
 	} else if db.Status.Backup != nil {
 		db.Status.Backup.LastVerifiedBackup, db.Status.Backup.LastVerifiedBackupTime = "", nil
 	}
-	if s.Mode == dbv1.VerifyOff && newest == nil {
-		meta := findCondition(db.Status.Conditions, ConditionBackupVerified)
-		if meta != nil {
-			r.setCondition(db, ConditionBackupVerified, true, "VerificationOff", "backup.verify.mode is Off")
-		}
-		return
-	}
+	stale := r.Kind.metrics.verifiedStale.WithLabelValues(db.Namespace, db.Name)
 	now := r.now()
 	switch {
+	case s.Mode == dbv1.VerifyOff && newest == nil:
+		// Nothing is verified unless asked: no bound to keep.
+		if findCondition(db.Status.Conditions, ConditionBackupVerified) != nil {
+			r.setCondition(db, ConditionBackupVerified, true, "VerificationOff", "backup.verify.mode is Off and no backup has been verified")
+		}
+		stale.Set(0)
+		return 0
 	case newest != nil && now.Sub(newest.Status.CompletionTime.Time) > s.MaxAge:
 		msg := fmt.Sprintf("the newest verified backup, %s %s, completed at %s, is older than backup.verify.maxAge (%s)", r.Kind.backupKind(), newest.Name, newest.Status.CompletionTime.UTC().Format(time.RFC3339), s.MaxAge)
 		r.warn(db, ConditionBackupVerified, "VerifiedBackupTooOld", msg)
 		r.setCondition(db, ConditionBackupVerified, false, "VerifiedBackupTooOld", msg)
+		stale.Set(1)
+		return 0
 	case newest != nil:
 		r.setCondition(db, ConditionBackupVerified, true, "Verified", fmt.Sprintf("the newest verified backup is %s %s, completed at %s", r.Kind.backupKind(), newest.Name, newest.Status.CompletionTime.UTC().Format(time.RFC3339)))
+		stale.Set(0)
+		return newest.Status.CompletionTime.Add(s.MaxAge).Sub(now) + time.Second
 	case oldestCompleted != nil && now.Sub(oldestCompleted.Status.CompletionTime.Time) > s.MaxAge:
 		msg := fmt.Sprintf("no backup has been verified, and the oldest completed one, %s %s, is older than backup.verify.maxAge (%s)", r.Kind.backupKind(), oldestCompleted.Name, s.MaxAge)
 		r.warn(db, ConditionBackupVerified, "NoVerifiedBackup", msg)
 		r.setCondition(db, ConditionBackupVerified, false, "NoVerifiedBackup", msg)
+		stale.Set(1)
+		return 0
+	case oldestCompleted != nil:
+		stale.Set(0)
+		return oldestCompleted.Status.CompletionTime.Add(s.MaxAge).Sub(now) + time.Second
 	}
+	stale.Set(0)
+	return 0
 }
 
 // stopVerification deletes a verification Job of b that still runs (b is

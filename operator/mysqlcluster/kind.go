@@ -62,12 +62,11 @@ func (clusters) View(obj client.Object) *database.Cluster {
 	mc := obj.(*grtlv1.MySQLCluster)
 	st := mc.Status
 	var backups *dbv1.BackupStatus
-	if st.PreUpgradeBackup != "" || st.LastVerifiedBackup != "" || st.LastVerificationTime != nil {
+	if st.PreUpgradeBackup != "" || st.LastVerifiedBackup != "" {
 		backups = &dbv1.BackupStatus{
 			PreUpgradeBackup:       st.PreUpgradeBackup,
 			LastVerifiedBackup:     st.LastVerifiedBackup,
 			LastVerifiedBackupTime: st.LastVerifiedBackupTime,
-			LastVerificationTime:   st.LastVerificationTime,
 		}
 	}
 	var backupSpec *dbv1.BackupSpec
@@ -135,7 +134,6 @@ func (clusters) SetStatus(obj client.Object, c *database.Cluster) {
 		PreUpgradeBackup:       backups.PreUpgradeBackup,
 		LastVerifiedBackup:     backups.LastVerifiedBackup,
 		LastVerifiedBackupTime: backups.LastVerifiedBackupTime,
-		LastVerificationTime:   backups.LastVerificationTime,
 		Conditions:             Kind.SayConditions(c.Status.Conditions),
 	}
 }

@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +23,9 @@ import (
 func (h *host) verify(backupVolume, file, sha256, userCheck string) (engine.Report, string, error) {
 	h.t.Helper()
 	pod := postgres.Engine{}.VerifyPod(h.cluster, engine.Verify{File: file, SHA256: sha256, ClaimName: "backup", UserCheck: userCheck})
-	scratch := h.volume("scratch-" + filepath.Base(file))
-	report, out, err := h.job(pod, "verify", pgtest.FreePort(h.t), map[string]string{
+	n := strconv.FormatInt(scratchCount.Add(1), 10)
+	scratch := h.volume("scratch-" + n)
+	report, out, err := h.job(pod, "verify-"+n, pgtest.FreePort(h.t), map[string]string{
 		engine.BackupVolume: h.volume(backupVolume), engine.ScratchVolume: scratch,
 	})
 	left, rerr := os.ReadDir(scratch)
@@ -30,6 +33,10 @@ func (h *host) verify(backupVolume, file, sha256, userCheck string) (engine.Repo
 	assert.Empty(h.t, left, "the scratch cluster is removed whatever the outcome:\n%s", out)
 	return report, out, err
 }
+
+// scratchCount numbers verification pods: each has its own scratch
+// volume and termination message.
+var scratchCount atomic.Int64
 
 // checkNames are a verification's checks as "name:passed".
 func checkNames(v *engine.Verification) []string {
@@ -40,39 +47,10 @@ func checkNames(v *engine.Verification) []string {
 	return names
 }
 
-func TestBackupRecordsRowCountsAndAVerificationRestoresAndChecksIt(t *testing.T) {
-	h := newHost(t)
-	source := h.primary("data-source")
-	h.init(source.Port)
-	out, err := h.appSQL(source.Port, appData)
-	require.NoError(t, err, out)
-
-	report, out, err := h.backup(source.Port, "backup", "db/good.dump")
-	require.NoError(t, err, out)
-	counts, err := os.ReadFile(filepath.Join(h.volume("backup"), "db", "good.dump"+engine.CountsSuffix))
-	require.NoError(t, err, "the counts are written beside the dump")
-	assert.Equal(t, "billing.invoices\t7\npublic.customers\t51\npublic.orders\t490\n", string(counts))
-	assert.Equal(t, 3, report.Tables)
-	assert.EqualValues(t, 7+51+490, report.Rows)
-
-	// The user check runs as the app role, which is no superuser.
-	verified, out, err := h.verify("backup", report.File, report.SHA256,
-		"SELECT count(*) = 490 AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) FROM orders")
-	require.NoError(t, err, out)
-	require.NotNil(t, verified.Verification, out)
-	assert.Equal(t, []string{"checksum:passed", "restore:passed", "rowCounts:passed", "userCheck:passed"}, checkNames(verified.Verification), out)
-	assert.Nil(t, verified.Verification.Failed())
-	assert.Equal(t, 3, verified.Verification.Tables)
-	assert.EqualValues(t, 548, verified.Verification.Rows)
-	assert.True(t, strings.HasPrefix(verified.Version(), pgtest.Major(h.bin)+"."), verified.ServerVersion)
-
-	// Without a user check there are three checks.
-	verified, out, err = h.verify("backup", report.File, report.SHA256, "")
-	require.NoError(t, err, out)
-	assert.Equal(t, []string{"checksum:passed", "restore:passed", "rowCounts:passed"}, checkNames(verified.Verification), out)
-}
-
-func TestAVerificationNamesTheCheckThatFailed(t *testing.T) {
+// A verification of a good backup passes every check; each way a backup
+// can be wrong fails the check that catches it, named, with why. The
+// verifications run side by side, as pods of their own would.
+func TestAVerificationPassesAGoodBackupAndNamesTheCheckThatFailed(t *testing.T) {
 	h := newHost(t)
 	source := h.primary("data-source")
 	h.init(source.Port)
@@ -80,6 +58,11 @@ func TestAVerificationNamesTheCheckThatFailed(t *testing.T) {
 	require.NoError(t, err, out)
 	good, out, err := h.backup(source.Port, "backup", "good.dump")
 	require.NoError(t, err, out)
+	counts, err := os.ReadFile(filepath.Join(h.volume("backup"), "good.dump"+engine.CountsSuffix))
+	require.NoError(t, err, "the counts are written beside the dump")
+	assert.Equal(t, "billing.invoices\t7\npublic.customers\t51\npublic.orders\t490\n", string(counts))
+	assert.Equal(t, 3, good.Tables)
+	assert.EqualValues(t, 7+51+490, good.Rows)
 	// A second dump of other data: 10 more orders.
 	out, err = h.appSQL(source.Port, "INSERT INTO orders (customer, item) SELECT 1, 'later ' || g FROM generate_series(1, 10) g")
 	require.NoError(t, err, out)
@@ -98,7 +81,7 @@ func TestAVerificationNamesTheCheckThatFailed(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
 		return fileSHA256(t, filepath.Join(dir, name))
 	}
-	dump, counts := read("good.dump"), read("good.dump"+engine.CountsSuffix)
+	dump := read("good.dump")
 
 	corrupted := append([]byte(nil), dump...)
 	corrupted[len(corrupted)/2] ^= 0xff
@@ -118,6 +101,27 @@ func TestAVerificationNamesTheCheckThatFailed(t *testing.T) {
 
 	noCountsSHA := write("nocounts.dump", dump)
 
+	t.Run("good backup", func(t *testing.T) {
+		t.Parallel()
+		h := h.on(t)
+		// The user check runs as the app role, which is no superuser.
+		verified, out, err := h.verify("backup", good.File, good.SHA256,
+			"SELECT count(*) = 490 AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) FROM orders")
+		require.NoError(t, err, out)
+		require.NotNil(t, verified.Verification, out)
+		assert.Equal(t, []string{"checksum:passed", "restore:passed", "rowCounts:passed", "userCheck:passed"}, checkNames(verified.Verification), out)
+		assert.Nil(t, verified.Verification.Failed())
+		assert.Equal(t, 3, verified.Verification.Tables)
+		assert.EqualValues(t, 548, verified.Verification.Rows)
+		assert.True(t, strings.HasPrefix(verified.Version(), pgtest.Major(h.bin)+"."), verified.ServerVersion)
+	})
+	t.Run("good backup, no user check", func(t *testing.T) {
+		t.Parallel()
+		h := h.on(t)
+		verified, out, err := h.verify("backup", later.File, later.SHA256, "")
+		require.NoError(t, err, out)
+		assert.Equal(t, []string{"checksum:passed", "restore:passed", "rowCounts:passed"}, checkNames(verified.Verification), out)
+	})
 	for _, tc := range []struct {
 		name, file, sha256, userCheck string
 		failed                        string
@@ -142,6 +146,10 @@ func TestAVerificationNamesTheCheckThatFailed(t *testing.T) {
 			[]string{"read-only transaction"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each verification is a pod of its own: a scratch volume and
+			// a port of its own.
+			t.Parallel()
+			h := h.on(t)
 			report, out, err := h.verify("backup", tc.file, tc.sha256, tc.userCheck)
 			require.NoError(t, err, "a failed check is a verification that ran:\n%s", out)
 			require.NotNil(t, report.Verification, out)
@@ -209,4 +217,11 @@ func TestTheCountsAreTakenInTheDumpsOwnSnapshot(t *testing.T) {
 	verified, out, err := h.verify("backup", r.report.File, r.report.SHA256, "SELECT count(*) = 490 FROM orders")
 	require.NoError(t, err, out)
 	assert.Nil(t, verified.Verification.Failed(), "%v\n%s", checkNames(verified.Verification), out)
+}
+
+// on is h for a subtest: its failures are t's.
+func (h *host) on(t testing.TB) *host {
+	c := *h
+	c.t = t
+	return &c
 }

@@ -186,10 +186,6 @@ type MySQLClusterStatus struct {
 	// LastVerifiedBackupTime is when that backup completed.
 	// +optional
 	LastVerifiedBackupTime *metav1.Time `json:"lastVerifiedBackupTime,omitempty"`
-	// LastVerificationTime is the last time of verify.schedule a
-	// verification was asked for (mode Scheduled).
-	// +optional
-	LastVerificationTime *metav1.Time `json:"lastVerificationTime,omitempty"`
 
 	// Conditions: Ready, Initialized, Restored (fromBackup), StorageBound,
 	// VersionKnown (False for an unpinned image such as mysql:latest),

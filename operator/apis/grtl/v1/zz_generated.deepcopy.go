@@ -360,10 +360,6 @@ func (in *MySQLClusterStatus) DeepCopyInto(out *MySQLClusterStatus) {
 		in, out := &in.LastVerifiedBackupTime, &out.LastVerifiedBackupTime
 		*out = (*in).DeepCopy()
 	}
-	if in.LastVerificationTime != nil {
-		in, out := &in.LastVerificationTime, &out.LastVerificationTime
-		*out = (*in).DeepCopy()
-	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

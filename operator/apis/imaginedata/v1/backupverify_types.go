@@ -29,8 +29,8 @@ const (
 // row count against the counts taken inside the dump's snapshot, and an
 // optional user check. Shared by Database and MySQLCluster.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Scheduled' || (has(self.schedule) && self.schedule != '')",message="verify.schedule is required with mode Scheduled (five cron fields such as '0 4 * * 0', or @daily, @weekly, ...)"
-// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || self.schedule == '' || (has(self.mode) && self.mode == 'Scheduled')",message="verify.schedule is used only with mode Scheduled: set mode: Scheduled, or remove the schedule"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Scheduled' || (has(self.schedule) && size(self.schedule) > 0)",message="verify.schedule is required with mode Scheduled (five cron fields such as '0 4 * * 0', or @daily, @weekly, ...)"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || size(self.schedule) == 0 || (has(self.mode) && self.mode == 'Scheduled')",message="verify.schedule is used only with mode Scheduled: set mode: Scheduled, or remove the schedule"
 type BackupVerify struct {
 	// Mode: EachBackup (default) verifies every backup once it completes,
 	// so each backup is known to restore; Scheduled verifies the newest

@@ -455,10 +455,6 @@ type BackupStatus struct {
 	// age, not the verification's).
 	// +optional
 	LastVerifiedBackupTime *metav1.Time `json:"lastVerifiedBackupTime,omitempty"`
-	// LastVerificationTime is the last schedule time of verify.schedule a
-	// verification was asked for (mode Scheduled).
-	// +optional
-	LastVerificationTime *metav1.Time `json:"lastVerificationTime,omitempty"`
 }
 
 // Database is a database server (seed 004's SampleDB): a StatefulSet of a

@@ -73,7 +73,9 @@ check_sha256() {
 # is deckhand's own: initdb's default lets every role replicate over the
 # loopback address; here no TCP replication connection is allowed until
 # ensure_replication_hba (bootstrap.sh, at every start of the primary)
-# admits the replication role.
+# admits the replication role. With INITDB_NO_SYNC set, initdb does not
+# wait for its files to reach the disk (a scratch cluster that is thrown
+# away).
 init_datadir() {
 	# initdb reads the password from a file: keep it off the command line.
 	pwfile=$(mktemp)
@@ -81,7 +83,7 @@ init_datadir() {
 	printf '%s\n' "$PGPASSWORD" >"$pwfile"
 	initdb -D "$1" --username="$PGUSER" --pwfile="$pwfile" \
 		--auth-local=trust --auth-host=scram-sha-256 \
-		--encoding=UTF8 --locale=C --data-checksums >&2
+		--encoding=UTF8 --locale=C --data-checksums ${INITDB_NO_SYNC:+--no-sync} >&2
 	rm -f "$pwfile"
 	trap - EXIT
 	cat >"$1/pg_hba.conf" <<-'HBA'

@@ -101,7 +101,7 @@ superpw=$(od -A n -N 24 -t x1 /dev/urandom | tr -d ' \n')
 apppw=$(od -A n -N 24 -t x1 /dev/urandom | tr -d ' \n')
 export PGUSER=deckhand_verify PGPASSWORD="$superpw" PGHOST=127.0.0.1 PGDATABASE=postgres PGCONNECT_TIMEOUT=5
 log "initialising a scratch cluster in $data for PostgreSQL $version"
-init_datadir "$data"
+INITDB_NO_SYNC=1 init_datadir "$data"
 # init_datadir replaced the EXIT trap with its own.
 arm_cleanup
 pg_ctl -D "$data" -l "$work/server.log" -w -t 600 \
