@@ -66,9 +66,6 @@ func (h *host) tableCounts(port, password string) map[string]int64 {
 // (its snapshot) holds it, not as it is at some other moment: a restore
 // of the file has exactly the recorded counts.
 func TestBackupCountsTheRowsItsDumpHolds(t *testing.T) {
-	// Its servers are its own (ports, directories): it runs beside the
-	// package's other parallel tests, after the sequential ones.
-	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")

@@ -82,9 +82,6 @@ func checkNames(v engine.Verification) []string {
 // as the app user with the grants it has (not root); whatever the
 // outcome, the scratch server's data is gone afterwards.
 func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
-	// Its servers are its own (ports, directories): it runs beside the
-	// package's other parallel tests, after the sequential ones.
-	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")
@@ -169,9 +166,6 @@ func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
 // verify: it exits non-zero, reports no verification, and leaves the
 // scratch volume empty.
 func TestAVerificationThatCannotStartItsServerFailsAndCleansUp(t *testing.T) {
-	// Its servers are its own (ports, directories): it runs beside the
-	// package's other parallel tests, after the sequential ones.
-	t.Parallel()
 	h := newHost(t)
 	backupDir := mysqltest.Dir(t, h.u, h.root, "backup")
 	dump := "CREATE DATABASE d;\n-- Dump completed on now\n"
