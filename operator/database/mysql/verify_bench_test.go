@@ -143,7 +143,7 @@ type bare struct {
 func (h *host) bareServer(name string) bare {
 	h.t.Helper()
 	dir := mysqltest.Dir(h.t, h.u, h.root, name)
-	env := map[string]string{"PATH": mysqltest.Path, "HOME": dir}
+	env := map[string]string{"PATH": mysqltest.Path, "HOME": dir, "TMPDIR": dir}
 	out, err := mysqltest.Run(h.u, env, []string{"mariadb-install-db", "--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"})
 	require.NoError(h.t, err, out)
