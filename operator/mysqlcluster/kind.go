@@ -191,6 +191,7 @@ func (instances) View(obj client.Object) *database.Backup {
 			Version:        st.Version,
 			Source:         st.Source,
 			LagBytes:       st.LagBytes,
+			RunAsUser:      st.RunAsUser,
 			Conditions:     cloneConditions(st.Conditions),
 		},
 	}
@@ -211,6 +212,7 @@ func (instances) SetStatus(obj client.Object, v *database.Backup) {
 		Version:        st.Version,
 		Source:         st.Source,
 		LagBytes:       st.LagBytes,
+		RunAsUser:      st.RunAsUser,
 		Conditions:     Kind.SayConditions(st.Conditions),
 	}
 }

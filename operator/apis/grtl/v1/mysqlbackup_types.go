@@ -186,6 +186,11 @@ type MySQLBackupInstanceStatus struct {
 	// from a replica.
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// RunAsUser is the UID (and GID) the backup Job wrote the file as: the
+	// MySQLCluster's spec.runAsUser when it ran. The Job that deletes the
+	// file runs as it too, even once the MySQLCluster is gone.
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 	// Conditions: Completed (False with the reason while scheduled,
 	// started or failed).
 	// +listType=map

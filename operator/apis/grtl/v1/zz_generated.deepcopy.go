@@ -115,6 +115,11 @@ func (in *MySQLBackupInstanceStatus) DeepCopyInto(out *MySQLBackupInstanceStatus
 		*out = new(int64)
 		**out = **in
 	}
+	if in.RunAsUser != nil {
+		in, out := &in.RunAsUser, &out.RunAsUser
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

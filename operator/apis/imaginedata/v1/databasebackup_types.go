@@ -73,6 +73,11 @@ type DatabaseBackupStatus struct {
 	// when it read from the primary.
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// RunAsUser is the UID (and GID) the backup Job wrote the file as: the
+	// Database's spec.podTemplate.runAsUser when it ran. The Job that
+	// deletes the file runs as it too, even once the Database is gone.
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 	// Conditions: Completed (False with the reason while pending, running
 	// or failed).
 	// +listType=map
