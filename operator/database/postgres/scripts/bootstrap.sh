@@ -84,6 +84,25 @@ wait_for_primary() {
 	done
 }
 
+# log_clone_progress FILE RUNNING: while the file RUNNING exists, every
+# CLONE_PROGRESS_SECONDS (default 30) logs the last "<done>/<total> kB"
+# pg_basebackup wrote to FILE as "clone progress: <done> of <total> kB".
+# The operator reads these lines from the pod's log and shows them in the
+# Database's status and Events. It sleeps a second at a time and ends
+# within one of RUNNING's removal: dash's wait is not interrupted by a
+# trapped signal, so a killed reporter would leave its sleep behind.
+log_clone_progress() {
+	elapsed=0
+	while [ -e "$2" ]; do
+		sleep 1
+		elapsed=$((elapsed + 1))
+		[ "$elapsed" -ge "${CLONE_PROGRESS_SECONDS:-30}" ] || continue
+		elapsed=0
+		kb=$(tail -c 512 "$1" 2>/dev/null | tr '\r' '\n' | sed -n 's#^ *\([0-9][0-9]*\)/\([0-9][0-9]*\) kB.*#\1 of \2#p' | tail -n 1)
+		[ -z "$kb" ] || log "clone progress: $kb kB"
+	done
+}
+
 # clone_primary DIR: a standby streaming from the primary through its
 # slot, cloned as the replication role. pg_basebackup's progress goes to
 # DIR.progress, which the startup and liveness probes read (probe.sh
@@ -92,18 +111,26 @@ clone_primary() {
 	wait_for_primary
 	ensure_slot
 	rm -f "$1.progress" "$1.probe"
+	: >"$1.cloning"
+	log_clone_progress "$1.progress" "$1.cloning" &
+	reporter=$!
 	# -R writes standby.signal and primary_conninfo; -X stream copies the
 	# WAL written meanwhile, so the copy is consistent. CLONE_MAX_RATE
 	# (optional) limits the transfer rate, as pg_basebackup --max-rate.
-	if ! PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
+	cloned=true
+	PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
 		pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -D "$1" -R -X stream \
 		--slot="$slot" --checkpoint=fast --no-password --progress --verbose \
-		${CLONE_MAX_RATE:+--max-rate="$CLONE_MAX_RATE"} 2>"$1.progress"; then
+		${CLONE_MAX_RATE:+--max-rate="$CLONE_MAX_RATE"} 2>"$1.progress" || cloned=false
+	rm -f "$1.cloning"
+	wait "$reporter" || true
+	if [ "$cloned" != true ]; then
 		tr '\r' '\n' <"$1.progress" | tail -n 20 >&2
 		fail "pg_basebackup could not clone the primary (above)"
 	fi
 	tr '\r' '\n' <"$1.progress" | tail -n 3 >&2
 	rm -f "$1.progress" "$1.probe"
+	log "clone finished: the primary is copied; starting the standby"
 }
 
 # sql_literal VALUE: VALUE as an SQL string literal (standard conforming:
