@@ -56,6 +56,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
 	problems := podProblems(pods)
 	wrongOwner := dataOwnerMismatches(pods)
+	r.observeClones(ctx, db, eng, pods)
 	var down []string
 	if primaryReady {
 		down = standbysNotReady(db, pods)
@@ -91,6 +92,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 		if stsExists && !rolledOut {
 			msg = append(msg, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, replicas))
 		}
+		msg = append(msg, cloneMessages(db)...)
 		msg = append(msg, problems...)
 		r.setCondition(db, ConditionReady, false, notReadyReason(initialized, db), strings.Join(msg, "; "))
 	}
@@ -169,12 +171,13 @@ func podProblems(pods map[string]*corev1.Pod) []string {
 const ReasonStandbyNotReady = "StandbyNotReady"
 
 // standbysNotReady names the standby pods whose server started (the
-// startup probe passed, so the first clone is done) and is not ready now:
-// a standby still cloning or being rolled is coming up, not degraded.
+// startup probe passed) and is not ready now: a standby still cloning
+// (whose startup probe passes while the clone progresses: see
+// status.clones) or being rolled is coming up, not degraded.
 func standbysNotReady(db *Cluster, pods map[string]*corev1.Pod) []string {
 	var out []string
 	for name, p := range pods {
-		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) {
+		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) || cloning(db, name) {
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {

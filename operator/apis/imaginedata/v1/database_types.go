@@ -309,6 +309,22 @@ const (
 	PhaseDeleting Phase = "Deleting"
 )
 
+// StandbyClone is one standby's clone of the primary under way.
+type StandbyClone struct {
+	// Pod is the standby's pod.
+	Pod string `json:"pod"`
+	// CopiedBytes of TotalBytes (pg_basebackup's estimate of the
+	// primary's size, which grows if the primary does): 0 until the
+	// standby logged its first progress line.
+	// +optional
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// LastProgressTime is when the standby logged that progress.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+}
+
 // DatabaseStatus is what the operator observed.
 type DatabaseStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -353,6 +369,14 @@ type DatabaseStatus struct {
 	// reconcile that runs twice does each step once.
 	// +optional
 	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
+	// Clones are the standbys cloning the primary now (their first copy,
+	// pg_basebackup, which cannot resume), with how far each has got, as
+	// the standby's log says; absent when none is cloning.
+	// +listType=map
+	// +listMapKey=pod
+	// +optional
+	Clones []StandbyClone `json:"clones,omitempty"`
 
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),
