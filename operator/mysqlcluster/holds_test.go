@@ -212,3 +212,50 @@ func TestEachImageChangeOfAMySQLClusterTakesABackupOfItsOwn(t *testing.T) {
 		assert.True(t, strings.HasPrefix(name, "flip-pre-upgrade-"), name)
 	}
 }
+
+// An instance's file is deleted by a Job that runs as the cluster's
+// spec.runAsUser, recorded on the instance (status.runAsUser), even once
+// the cluster is gone; it used to run as 999.
+func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+	const uid = 27
+	mc := newCluster(ns, "other", "other-root", 1)
+	mc.Spec.RunAsUser = ptr.To(int64(uid))
+	mc.Spec.DeletionPolicy = grtlv1.DeletionRetain
+	require.NoError(t, c.Create(ctx, mc))
+	waitFor(t, c, ns, "other", "Ready", ready)
+	b := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "other"}}
+	require.NoError(t, c.Create(ctx, b))
+	b = completeBackup(t, c, ns, "other", "one", 100)
+	require.NotNil(t, b.Status.RunAsUser)
+	assert.Equal(t, int64(uid), *b.Status.RunAsUser)
+
+	require.NoError(t, c.Delete(ctx, mc))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(mc), &grtlv1.MySQLCluster{})
+		require.True(ct, apierrors.IsNotFound(err), "the cluster is still there")
+	}, wait, 100*time.Millisecond)
+	// No pod may start, so the delete Job stays to be read.
+	quota := testenv.PodQuota(t, c, ns, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		job = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	sc := job.Spec.Template.Spec.SecurityContext
+	require.NotNil(t, sc)
+	assert.Equal(t, []int64{uid, uid, uid}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)})
+	require.NoError(t, c.Delete(ctx, quota))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(b), &grtlv1.MySQLBackupInstance{})
+		require.True(ct, apierrors.IsNotFound(err), "the instance is still there")
+	}, 2*wait, 100*time.Millisecond)
+}
