@@ -84,7 +84,7 @@ func (r *Reconciler) observeClones(ctx context.Context, db *Cluster, eng engine.
 func standbysStarting(db *Cluster, pods map[string]*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for name, p := range pods {
-		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) || len(p.Spec.Containers) == 0 {
+		if name == primaryName(db) || !p.DeletionTimestamp.IsZero() || podReady(p) || len(p.Spec.Containers) == 0 {
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
@@ -120,7 +120,7 @@ func (r *Reconciler) announceClones(db *Cluster, before, now []dbv1.StandbyClone
 		old := findClone(before, c.Pod)
 		switch {
 		case old == nil:
-			r.normal(db, "CloneStarted", "Clone", "standby %s started cloning the primary %s (%s); it is not restarted while it copies", c.Pod, podName(db, 0), cloneProgress(c))
+			r.normal(db, "CloneStarted", "Clone", "standby %s started cloning the primary %s (%s); it is not restarted while it copies", c.Pod, primaryName(db), cloneProgress(c))
 		case tenths(c) > tenths(*old):
 			r.normal(db, "CloneProgress", "Clone", "standby %s is cloning the primary: %s", c.Pod, cloneProgress(c))
 		}
@@ -180,5 +180,22 @@ func cloneMessages(db *Cluster) []string {
 	return out
 }
 
-// cloning reports whether the pod's clone is under way.
-func cloning(db *Cluster, pod string) bool { return findClone(db.Status.Clones, pod) != nil }
+// notCloning are the pods whose clone is not under way.
+func notCloning(db *Cluster, pods []string) []string {
+	var out []string
+	for _, p := range pods {
+		if findClone(db.Status.Clones, p) == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// primaryName is the primary's pod (status.primary, filled before the
+// clones are looked at).
+func primaryName(db *Cluster) string {
+	if db.Status.Primary != "" {
+		return db.Status.Primary
+	}
+	return podName(db, 0)
+}

@@ -59,7 +59,9 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	r.observeClones(ctx, db, eng, pods)
 	var down []string
 	if primaryReady {
-		down = standbysNotReady(db, pods)
+		// A cloning standby passes its startup probe while its clone
+		// progresses: it is coming up, not degraded.
+		down = notCloning(db, standbysNotReady(db, pods))
 	}
 
 	switch {
@@ -171,13 +173,12 @@ func podProblems(pods map[string]*corev1.Pod) []string {
 const ReasonStandbyNotReady = "StandbyNotReady"
 
 // standbysNotReady names the standby pods whose server started (the
-// startup probe passed) and is not ready now: a standby still cloning
-// (whose startup probe passes while the clone progresses: see
-// status.clones) or being rolled is coming up, not degraded.
+// startup probe passed, so the first clone is done) and is not ready now:
+// a standby still cloning or being rolled is coming up, not degraded.
 func standbysNotReady(db *Cluster, pods map[string]*corev1.Pod) []string {
 	var out []string
 	for name, p := range pods {
-		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) || cloning(db, name) {
+		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) {
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {

@@ -188,10 +188,10 @@ func (instances) View(obj client.Object) *database.Backup {
 			SHA256:         st.SHA256,
 			Image:          st.Image,
 			Engine:         EngineMySQL,
+			RunAsUser:      st.RunAsUser,
 			Version:        st.Version,
 			Source:         st.Source,
 			LagBytes:       st.LagBytes,
-			RunAsUser:      st.RunAsUser,
 			Conditions:     cloneConditions(st.Conditions),
 		},
 	}
@@ -209,10 +209,10 @@ func (instances) SetStatus(obj client.Object, v *database.Backup) {
 		Size:           st.Size,
 		SHA256:         st.SHA256,
 		Image:          st.Image,
+		RunAsUser:      st.RunAsUser,
 		Version:        st.Version,
 		Source:         st.Source,
 		LagBytes:       st.LagBytes,
-		RunAsUser:      st.RunAsUser,
 		Conditions:     Kind.SayConditions(st.Conditions),
 	}
 }

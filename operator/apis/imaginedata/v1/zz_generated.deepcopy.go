@@ -240,13 +240,13 @@ func (in *DatabaseBackupStatus) DeepCopyInto(out *DatabaseBackupStatus) {
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
-	if in.LagBytes != nil {
-		in, out := &in.LagBytes, &out.LagBytes
+	if in.RunAsUser != nil {
+		in, out := &in.RunAsUser, &out.RunAsUser
 		*out = new(int64)
 		**out = **in
 	}
-	if in.RunAsUser != nil {
-		in, out := &in.RunAsUser, &out.RunAsUser
+	if in.LagBytes != nil {
+		in, out := &in.LagBytes, &out.LagBytes
 		*out = new(int64)
 		**out = **in
 	}
