@@ -54,20 +54,36 @@ func poke(t *testing.T, c client.Client, sched *grtlv1.MySQLBackupSchedule, valu
 	}))
 }
 
+// readyClusterWithClock starts the controller with a clock the test moves
+// (offset from now) and a ready one-replica cluster "app".
+func readyClusterWithClock(t *testing.T) (client.Client, string, *atomic.Int64) {
+	t.Helper()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	offset := &atomic.Int64{}
+	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	require.NoError(t, c.Create(context.Background(), newCluster(ns, "app", "app-root", 1)))
+	waitFor(t, c, ns, "app", "Ready", ready)
+	return c, ns, offset
+}
+
+// waitGone waits until obj no longer exists.
+func waitGone(t *testing.T, c client.Client, obj client.Object, timeout time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
+		require.True(ct, apierrors.IsNotFound(err), "%T %s is still there: %v", obj, obj.GetName(), err)
+	}, timeout, 100*time.Millisecond)
+}
+
 // A MySQLBackupInstance a restore needs is held (an annotation naming the
 // cluster restoring from it): the schedule's retention never deletes it,
 // and once the holder is gone the next retention pass does.
 func TestRetentionNeverDeletesAnInstanceThatARestoreHolds(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	var offset atomic.Int64
-	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	c, ns, offset := readyClusterWithClock(t)
 	ctx := context.Background()
-
-	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
-	waitFor(t, c, ns, "app", "Ready", ready)
 	offset.Store(int64(time.Hour + 5*time.Minute))
 	sched := &grtlv1.MySQLBackupSchedule{
 		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
@@ -124,10 +140,7 @@ func TestRetentionNeverDeletesAnInstanceThatARestoreHolds(t *testing.T) {
 
 	// The holder goes: its hold counts no more, and retention deletes it.
 	require.NoError(t, c.Delete(ctx, copyOf))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(copyOf), &grtlv1.MySQLCluster{})
-		require.True(ct, apierrors.IsNotFound(err), "the copy is still there")
-	}, wait, 100*time.Millisecond)
+	waitGone(t, c, copyOf, wait)
 	pokes := 0
 	instances(t, c, ns, "retention deletes the first once nothing holds it", func(ct *assert.CollectT, all map[string]grtlv1.MySQLBackupInstance) {
 		// Again until the schedule's cache has seen the copy go.
@@ -198,10 +211,7 @@ func TestEachImageChangeOfAMySQLClusterTakesABackupOfItsOwn(t *testing.T) {
 	// Deleted and made again: the same change takes a backup of the new
 	// cluster, not any of the former one's.
 	require.NoError(t, c.Delete(ctx, mc))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(mc), &grtlv1.MySQLCluster{})
-		require.True(ct, apierrors.IsNotFound(err), "the first cluster is still there")
-	}, wait, 100*time.Millisecond)
+	waitGone(t, c, mc, wait)
 	first := mc.UID
 	mc = create()
 	require.NotEqual(t, first, mc.UID)
@@ -236,10 +246,7 @@ func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 	assert.Equal(t, int64(uid), *b.Status.RunAsUser)
 
 	require.NoError(t, c.Delete(ctx, mc))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(mc), &grtlv1.MySQLCluster{})
-		require.True(ct, apierrors.IsNotFound(err), "the cluster is still there")
-	}, wait, 100*time.Millisecond)
+	waitGone(t, c, mc, wait)
 	// No pod may start, so the delete Job stays to be read.
 	quota := testenv.PodQuota(t, c, ns, 0)
 	require.NoError(t, c.Delete(ctx, b))
@@ -254,8 +261,5 @@ func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 	require.NotNil(t, sc)
 	assert.Equal(t, []int64{uid, uid, uid}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)})
 	require.NoError(t, c.Delete(ctx, quota))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(b), &grtlv1.MySQLBackupInstance{})
-		require.True(ct, apierrors.IsNotFound(err), "the instance is still there")
-	}, 2*wait, 100*time.Millisecond)
+	waitGone(t, c, b, 2*wait)
 }
