@@ -207,9 +207,9 @@ func TestACloneLogsItsProgressForTheOperator(t *testing.T) {
 	primary := h.primary("data-0")
 	h.init(primary.Port)
 
-	// ~30 MB at 2 MB/s: a clone of some seconds, a line a second.
+	// ~30 MB at 4 MB/s: a clone of some seconds, a line a second.
 	env := h.serverEnv(pod, 1, "data-1", primary.Port)
-	env["CLONE_MAX_RATE"] = "2M"
+	env["CLONE_MAX_RATE"] = "4M"
 	env["CLONE_PROGRESS_SECONDS"] = "1"
 	clone := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
 	log := &pgtest.SyncBuffer{}
