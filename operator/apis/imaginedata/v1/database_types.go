@@ -336,6 +336,14 @@ type DatabaseStatus struct {
 	// +optional
 	Primary string `json:"primary,omitempty"`
 
+	// CurrentPrimary is the pod the operator names the primary: the
+	// read-write Service routes to it, and every server takes its role
+	// from it (the scripts ConfigMap's "primary" key), never from its
+	// ordinal. Set to ordinal 0 when the Database is created; only a
+	// failover changes it.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional
 	CurrentImage string `json:"currentImage,omitempty"`
