@@ -17,6 +17,13 @@
 # slot the primary reports lost fails it: its restart clones it again
 # (bootstrap.sh).
 #
+# probe.sh ready also fails while the server's role disagrees with the
+# operator's: the file "primary" beside this script (the scripts
+# ConfigMap's key) names the primary's pod; a server out of recovery in
+# another pod, or the named pod still in recovery, is not ready, so no
+# Service routes to it (bootstrap.sh makes the role agree at the next
+# start).
+#
 # Also (ready, on the primary): with a file "replicas" beside this script
 # (the operator writes the Database's replicas there), drops the inactive
 # replication slots of standbys that no longer exist (deckhand_standby_<n>
@@ -84,6 +91,17 @@ ready)
 		echo "cannot ask the server: $state" >&2
 		exit 1
 	}
+	named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)
+	if [ -n "$named_primary" ]; then
+		if [ "$state" = primary ] && [ "$POD_NAME" != "$named_primary" ]; then
+			echo "this server runs as a primary, but the operator names $named_primary the primary: not ready (it rejoins as a standby at its next start)" >&2
+			exit 1
+		fi
+		if [ "$state" != primary ] && [ "$POD_NAME" = "$named_primary" ]; then
+			echo "the operator names this pod the primary, but its server is in recovery (WAL receiver: $state): not ready until it runs as the primary" >&2
+			exit 1
+		fi
+	fi
 	case $state in
 	primary)
 		replicas_file=$(dirname "$0")/replicas
