@@ -103,7 +103,8 @@ type DatabaseSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys,
+	// Replicas: the primary (status.currentPrimary, ordinal 0 at
+	// creation) and replicas-1 streaming standbys,
 	// at most 32 (the operator looks at each replica's pod and volume on
 	// every reconcile).
 	// +kubebuilder:default=1
