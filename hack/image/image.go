@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // The image's contract with the chart (charts/deckhand/values.yaml
@@ -29,8 +31,9 @@ const (
 	Entrypoint = "/deckhand"
 	User       = "65532:65532"
 	// LibDir holds the JMX exporter's attach helpers, which the operator
-	// copies into Java containers of either architecture, and, where it can
-	// be fetched, the upstream agent jar (see the Dockerfile's pin).
+	// copies into Java containers of either architecture, the PostgreSQL
+	// instance agent (deckhand-instance, this platform's), and, where it
+	// can be fetched, the upstream agent jar (see the Dockerfile's pin).
 	LibDir = "/usr/local/lib/deckhand"
 )
 
@@ -82,7 +85,13 @@ func Build(opts Options) (v1.ImageIndex, error) {
 		if err := goBuild(opts.Root, arch, "./cmd/deckhand", bin, "-X main.version="+opts.Version); err != nil {
 			return nil, err
 		}
-		binLayer, err := layerOf(map[string]string{Entrypoint: bin}, opts.Created)
+		// The instance agent, for this platform: a database pod's init
+		// container copies it out of this image (instance.AgentImagePath).
+		agent := filepath.Join(work, "deckhand-instance-"+arch)
+		if err := goBuild(opts.Root, arch, "./cmd/deckhand-instance", agent, ""); err != nil {
+			return nil, err
+		}
+		binLayer, err := layerOf(map[string]string{Entrypoint: bin, instance.AgentImagePath: agent}, opts.Created)
 		if err != nil {
 			return nil, err
 		}

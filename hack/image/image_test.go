@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // builtImage builds the image for this host's architecture (its binary
@@ -120,6 +121,7 @@ func imageIsWhatTheChartRuns(t *testing.T, files map[string][]byte, cfg map[stri
 	}
 	assert.ElementsMatch(t, []string{
 		"/deckhand",
+		"/usr/local/lib/deckhand/deckhand-instance",
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-amd64",
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-arm64",
 	}, paths)
@@ -130,6 +132,7 @@ func imageIsWhatTheChartRuns(t *testing.T, files map[string][]byte, cfg map[stri
 	// Every binary is static and built for its architecture.
 	for p, machine := range map[string]elf.Machine{
 		"/deckhand": map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
+		"/usr/local/lib/deckhand/deckhand-instance":               map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-amd64": elf.EM_X86_64,
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-arm64": elf.EM_AARCH64,
 	} {
@@ -157,6 +160,19 @@ func imageBinaryStarts(t *testing.T, files map[string][]byte) {
 	out, err = exec.Command(bin, "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--controllers")
+
+	// The instance agent copies itself out of the image (a database pod's
+	// init container does, into an emptyDir), and the copy runs.
+	require.Equal(t, "/usr/local/lib/deckhand/deckhand-instance", instance.AgentImagePath)
+	agent := filepath.Join(t.TempDir(), "deckhand-instance")
+	require.NoError(t, os.WriteFile(agent, files[instance.AgentImagePath], 0o755))
+	copied := filepath.Join(t.TempDir(), "bin", "deckhand-instance")
+	require.NoError(t, os.MkdirAll(filepath.Dir(copied), 0o755))
+	out, err = exec.Command(agent, "install", copied).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(copied, "serve", "--help").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "-tls-dir")
 }
 
 // The Dockerfile builds the same image for users with Docker: its final
@@ -167,14 +183,17 @@ func TestDockerfileBuildsTheSameImage(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	var final []string
-	var buildLine string
+	var buildLine, agentLine string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if strings.HasPrefix(line, "FROM ") {
 			final = nil
 		}
-		if strings.Contains(line, "./cmd/deckhand") && strings.Contains(line, "go build") && !strings.Contains(line, "jmx") {
+		switch {
+		case strings.Contains(line, "go build") && strings.HasSuffix(line, "./cmd/deckhand-instance"):
+			agentLine = line
+		case strings.Contains(line, "./cmd/deckhand") && strings.Contains(line, "go build") && !strings.Contains(line, "jmx"):
 			buildLine = line
 		}
 		final = append(final, line)
@@ -186,4 +205,6 @@ func TestDockerfileBuildsTheSameImage(t *testing.T) {
 	assert.Contains(t, final, "COPY --from=build /out/deckhand "+Entrypoint)
 	assert.Contains(t, final, "COPY --from=build /out/lib/ "+LibDir+"/")
 	assert.Contains(t, buildLine, "-X main.version=${VERSION}")
+	assert.Contains(t, agentLine, "-o /out/lib/deckhand-instance ./cmd/deckhand-instance", "the instance agent is built into /out/lib")
+	assert.Equal(t, LibDir+"/deckhand-instance", instance.AgentImagePath, "the build stage's /out/lib/deckhand-instance lands there")
 }

@@ -1,7 +1,8 @@
 // Command image builds the operator image without a container engine or a
 // base image to fetch: from an empty image, the static operator binary as
-// entrypoint, the JMX exporter's attach helpers for amd64 and arm64, user
-// 65532:65532, no shell; one image per platform in a multi-platform index,
+// entrypoint, the JMX exporter's attach helpers for amd64 and arm64, the
+// PostgreSQL instance agent (deckhand-instance), user 65532:65532, no
+// shell; one image per platform in a multi-platform index,
 // written as an OCI layout (push it with any OCI tool, e.g.
 // `crane push build/image ghcr.io/...` or `skopeo copy --all oci:build/image:VERSION docker://...`).
 //
