@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,4 +150,67 @@ func TestAPodNotNamedPrimaryNeverRunsAsOne(t *testing.T) {
 	entries, err := os.ReadDir(h.volume("data-3"))
 	require.NoError(t, err)
 	assert.Empty(t, entries, "the volume is left as it was")
+}
+
+// TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen:
+// the instance agent fences a primary (the marker beside PGDATA, then a
+// fast shutdown); its container's restart waits without a server (its
+// liveness passes: restarting it would change nothing) while the operator
+// names the standby the primary and it is promoted; once the fence is
+// lifted the old primary starts in the role named then: a standby of the
+// new primary, never a second primary.
+func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *testing.T) {
+	h := newHost(t)
+	pod := postgres.Engine{}.ServerPod(h.cluster)
+	old := h.primary("data-0")
+	h.init(old.Port)
+	out, err := h.appSQL(old.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	require.NoError(t, err, out)
+	standby := h.standby(1, "data-1", old.Port)
+	waitForStreaming(t, h, old.Port, "deckhand_replication name-of-database-1 streaming")
+
+	// The agent's fence: the marker, then a fast shutdown.
+	marker := filepath.Join(h.volume("data-0"), "deckhand-fenced")
+	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+	old.Stop(t)
+
+	// The container restarts (the kubelet's doing): no server.
+	env := h.serverEnv(pod, 0, "data-0", standby.Port)
+	fenced := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
+	log := &pgtest.SyncBuffer{}
+	fenced.Stdout, fenced.Stderr = log, log
+	require.NoError(t, fenced.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- fenced.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-fenced.Process.Pid, syscall.SIGINT)
+		<-exited
+	})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Contains(ct, log.String(), "not starting the server until the fence is lifted")
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.NoFileExists(t, filepath.Join(h.volume("data-0"), "pgdata", "postmaster.pid"), "no server while fenced")
+	out, ok := h.probe(pod.Container.LivenessProbe, 0, "data-0", standby.Port, nil)
+	assert.True(t, ok, "a fenced container is alive: %s", out)
+	out, ok = h.probe(pod.Container.ReadinessProbe, 0, "data-0", standby.Port, nil)
+	assert.False(t, ok, "and not ready: %s", out)
+
+	// The operator names the standby the primary; it is promoted.
+	h.namePrimary(1)
+	standby.Stop(t)
+	primary := h.server(h.scripts, 1, "data-1", "")
+	require.Equal(t, "f", inRecovery(h, primary.Port))
+	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (2)")
+	require.NoError(t, err, out)
+
+	// The fence is lifted: the old primary starts, as a standby.
+	require.NoError(t, os.Remove(marker))
+	require.Eventually(t, func() bool {
+		_, err := pgtest.PSQL(h.bin, env["PGPORT"], postgres.Superuser, h.superPassword(), "postgres", "SELECT 1")
+		return err == nil
+	}, 90*time.Second, 200*time.Millisecond, "the server never started once the fence was lifted:\n%s", log)
+	assert.Contains(t, log.String(), "the fence is lifted: starting")
+	assert.Contains(t, log.String(), "the operator names name-of-database-1 the primary: starting as the standby")
+	assert.Equal(t, "t", inRecovery(h, env["PGPORT"]))
+	waitForRow(t, h, env["PGPORT"], "2")
 }

@@ -43,7 +43,8 @@
 # REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
 # PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
 # REMOVE_OLD_DATA, CLONE_MAX_RATE, PROMOTE_WAIT_SECONDS (optional). The
-# file "primary" beside this script names the primary's pod.
+# file "primary" beside this script names the primary's pod; a file
+# deckhand-fenced beside PGDATA keeps the server from starting.
 set -eu
 . "$(dirname "$0")/lib.sh"
 
@@ -229,6 +230,17 @@ rejoin() {
 
 ordinal=${POD_NAME##*-}
 case $ordinal in '' | *[!0-9]*) fail "POD_NAME \"$POD_NAME\" does not end in -<ordinal>" ;; esac
+# A fenced server does not start: the instance agent writes the marker
+# deckhand-fenced beside PGDATA, on the data volume, before it stops the
+# server, so a fence outlives the container. The script waits until the
+# agent lifts the fence (removes the marker), and only then reads its
+# role: a failover names the new primary while the old one is fenced.
+fence_marker=$(dirname "$PGDATA")/deckhand-fenced
+if [ -e "$fence_marker" ]; then
+	log "fenced ($fence_marker is there): not starting the server until the fence is lifted"
+	while [ -e "$fence_marker" ]; do sleep 1; done
+	log "the fence is lifted: starting"
+fi
 # The role: the operator's word, read once now (a later change of the
 # file takes effect at the next start; the readiness probe fails meanwhile).
 named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)

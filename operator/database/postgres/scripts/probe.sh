@@ -17,6 +17,9 @@
 # slot the primary reports lost fails it: its restart clones it again
 # (bootstrap.sh).
 #
+# probe.sh live passes while the server is fenced (the file
+# deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose.
+#
 # probe.sh ready also fails while the server's role disagrees with the
 # operator's: the file "primary" beside this script (the scripts
 # ConfigMap's key) names the primary's pod; a server out of recovery in
@@ -75,6 +78,11 @@ slot_lost() {
 
 case $mode in
 live)
+	# A fenced server is down on purpose (bootstrap.sh waits for the
+	# fence to be lifted): restarting its container would change nothing.
+	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+		exit 0
+	fi
 	if pg_isready -q -p "$PGPORT"; then
 		if slot_lost; then
 			echo "the primary reports this standby's replication slot lost: restarting to clone it again" >&2
