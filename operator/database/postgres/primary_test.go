@@ -172,6 +172,9 @@ func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *tes
 	// The agent's fence: the marker, then a fast shutdown.
 	marker := filepath.Join(h.volume("data-0"), "deckhand-fenced")
 	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+	out, ok := h.probe(pod.Container.ReadinessProbe, 0, "data-0", "", nil)
+	assert.False(t, ok, "a fenced server is not ready, even before it stops")
+	assert.Contains(t, out, "fenced")
 	old.Stop(t)
 
 	// The container restarts (the kubelet's doing): no server.
@@ -190,7 +193,7 @@ func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *tes
 		assert.Contains(ct, log.String(), "not starting the server until the fence is lifted")
 	}, 30*time.Second, 100*time.Millisecond)
 	assert.NoFileExists(t, filepath.Join(h.volume("data-0"), "pgdata", "postmaster.pid"), "no server while fenced")
-	out, ok := h.probe(pod.Container.LivenessProbe, 0, "data-0", standby.Port, nil)
+	out, ok = h.probe(pod.Container.LivenessProbe, 0, "data-0", standby.Port, nil)
 	assert.True(t, ok, "a fenced container is alive: %s", out)
 	out, ok = h.probe(pod.Container.ReadinessProbe, 0, "data-0", standby.Port, nil)
 	assert.False(t, ok, "and not ready: %s", out)

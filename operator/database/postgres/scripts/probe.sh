@@ -18,7 +18,8 @@
 # (bootstrap.sh).
 #
 # probe.sh live passes while the server is fenced (the file
-# deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose.
+# deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose; probe.sh
+# ready fails, even while the server still runs.
 #
 # probe.sh ready also fails while the server's role disagrees with the
 # operator's: the file "primary" beside this script (the scripts
@@ -94,6 +95,12 @@ live)
 	exit 1
 	;;
 ready)
+	# A fenced server takes no traffic, even while its fence's shutdown
+	# is under way.
+	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+		echo "fenced: not ready" >&2
+		exit 1
+	fi
 	pg_isready -q -p "$PGPORT" || exit 1
 	state=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT status FROM pg_stat_wal_receiver), 'no WAL receiver') ELSE 'primary' END" 2>&1) || {
 		echo "cannot ask the server: $state" >&2
