@@ -360,7 +360,7 @@ start_daemon() {
 images_up() {
   "$root/hack/node/images.sh" build
   local i
-  for i in pause busybox coredns demo-flask postgres mariadb; do
+  for i in pause busybox coredns demo-flask postgres mariadb jdk-app; do
     "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
   done
 }
@@ -545,17 +545,23 @@ kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 # --- the operator --------------------------------------------------------------
 
 # operator_up builds the operator image for this machine's platform (make
-# image: an OCI layout, no Docker), imports it as deckhand-local/deckhand
-# (not the published ghcr.io name, so it cannot be mistaken for a release)
-# and installs the chart with it, as users do.
+# image's build: an OCI layout, no Docker), with the JMX exporter's test
+# stand-in agent where upstream's jar would be (hack/node/images.sh
+# agent-jar: Maven Central cannot be reached), imports it as
+# deckhand-local/deckhand:<appVersion>-standin-agent (not the published
+# ghcr.io name, and a tag saying what it carries, so it cannot be mistaken
+# for a release) and installs the chart with it, as users do.
 operator_up() {
-  local version layout archive helm
+  local version tag layout archive helm jar
   version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
+  tag=$version-standin-agent
   layout=$state/operator-image archive=$state/operator-image.tar
   helm=$("$tools" dir helm)/helm
   "$tools" build helm
-  log "building the operator image $version (make image, linux/amd64)"
-  make -C "$root" -s image PLATFORMS="linux/$(go env GOARCH)" IMAGE_DIR="$layout" VERSION="$version" >&2
+  jar=$("$root/hack/node/images.sh" agent-jar)
+  log "building the operator image $tag (make image's build, linux/amd64, with the stand-in JMX agent)"
+  (cd "$root" && go run ./hack/image --out "$layout" --platforms "linux/$(go env GOARCH)" --version "$version" \
+    --tag "$tag" --agent-jar "$jar") >&2
   tar -C "$layout" -cf "$archive" .
   "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
   # the release namespace enforces the restricted Pod Security Standard
@@ -565,7 +571,7 @@ operator_up() {
     pod-security.kubernetes.io/enforce=restricted >&2
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
     --namespace deckhand-system \
-    --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
+    --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
     --wait --timeout 5m >&2
 }
 

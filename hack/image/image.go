@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +38,10 @@ const (
 	LibDir = "/usr/local/lib/deckhand"
 )
 
+// AgentJarLabel marks an image built with Options.AgentJar, so it cannot be
+// taken for one carrying upstream's agent.
+const AgentJarLabel = "dev.deckhand.jmx-agent-jar"
+
 // helperArchs are the architectures of the JMX attach helper in every
 // image: the operator copies the one matching the target container.
 var helperArchs = []string{"amd64", "arm64"}
@@ -50,11 +55,23 @@ type Options struct {
 	// Created is the image's creation time and every file's mtime, so a
 	// build of the same sources is the same image (SOURCE_DATE_EPOCH).
 	Created time.Time
+	// AgentJar, when set, is a JMX exporter agent jar put where the
+	// operator looks for upstream's (AgentJarPath). Only the real node's
+	// test image uses it, with the test stand-in (hack/node.sh operator):
+	// upstream's jar cannot be fetched here, and the JMX controller cannot
+	// attach without one.
+	AgentJar string
+	// Tag names the image in the layout's index.json (default: Version).
+	Tag string
 }
+
+// AgentJarPath is where the Dockerfile puts the upstream agent jar, the
+// chart's controllers.jmxExporter.agentJar default.
+const AgentJarPath = LibDir + "/jmx_prometheus_javaagent.jar"
 
 // Build compiles the static binaries and writes a multi-platform image,
 // from nothing (no base image), as an OCI layout at opts.Out whose
-// index.json names it opts.Version.
+// index.json names it opts.Tag (default opts.Version).
 func Build(opts Options) (v1.ImageIndex, error) {
 	work, err := os.MkdirTemp("", "deckhand-image-")
 	if err != nil {
@@ -69,6 +86,9 @@ func Build(opts Options) (v1.ImageIndex, error) {
 			return nil, err
 		}
 		helpers[path.Join(LibDir, filepath.Base(out))] = out
+	}
+	if opts.AgentJar != "" {
+		helpers[AgentJarPath] = opts.AgentJar
 	}
 	helperLayer, err := layerOf(helpers, opts.Created)
 	if err != nil {
@@ -113,7 +133,7 @@ func Build(opts Options) (v1.ImageIndex, error) {
 		return nil, err
 	}
 	if err := l.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": opts.Version,
+		"org.opencontainers.image.ref.name": cmp.Or(opts.Tag, opts.Version),
 	})); err != nil {
 		return nil, err
 	}
@@ -141,6 +161,9 @@ func imageOf(arch string, opts Options, layers ...v1.Layer) (v1.Image, error) {
 		"org.opencontainers.image.title":   "deckhand",
 		"org.opencontainers.image.version": opts.Version,
 		"org.opencontainers.image.source":  "https://github.com/deckhand-dev/deckhand",
+	}
+	if opts.AgentJar != "" {
+		cfg.Config.Labels[AgentJarLabel] = "not upstream's jar: " + filepath.Base(opts.AgentJar)
 	}
 	return mutate.ConfigFile(img, cfg)
 }

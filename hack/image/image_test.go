@@ -31,9 +31,17 @@ import (
 // client would.
 func builtImage(t *testing.T) (dir string, files map[string][]byte, cfg map[string]any) {
 	t.Helper()
+	return builtImageWith(t, Options{Version: "1.2.3-test"}, "1.2.3-test")
+}
+
+// builtImageWith is builtImage with more options; the layout must name the
+// image wantTag.
+func builtImageWith(t *testing.T, opts Options, wantTag string) (dir string, files map[string][]byte, cfg map[string]any) {
+	t.Helper()
 	dir = filepath.Join(t.TempDir(), "image")
 	platform := "linux/" + runtime.GOARCH
-	_, err := Build(Options{Root: testenv.Root(t), Out: dir, Platforms: []string{platform}, Version: "1.2.3-test", Created: time.Unix(0, 0).UTC()})
+	opts.Root, opts.Out, opts.Platforms, opts.Created = testenv.Root(t), dir, []string{platform}, time.Unix(0, 0).UTC()
+	_, err := Build(opts)
 	require.NoError(t, err)
 
 	p, err := layout.FromPath(dir)
@@ -43,7 +51,7 @@ func builtImage(t *testing.T) (dir string, files map[string][]byte, cfg map[stri
 	topManifest, err := top.IndexManifest()
 	require.NoError(t, err)
 	require.Len(t, topManifest.Manifests, 1)
-	assert.Equal(t, "1.2.3-test", topManifest.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
+	assert.Equal(t, wantTag, topManifest.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
 	idx, err := top.ImageIndex(topManifest.Manifests[0].Digest)
 	require.NoError(t, err)
 	im, err := idx.IndexManifest()
@@ -173,6 +181,32 @@ func imageBinaryStarts(t *testing.T, files map[string][]byte) {
 	out, err = exec.Command(copied, "serve", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "-tls-dir")
+}
+
+// The real node's operator image (hack/node.sh operator) carries the JMX
+// test stand-in agent where the Dockerfile puts upstream's jar, the
+// chart's agentJar default, under a tag of its own and a label saying it
+// is not upstream's.
+func TestImageWithAnAgentJar(t *testing.T) {
+	jar := filepath.Join(t.TempDir(), "stand-in-agent.jar")
+	require.NoError(t, os.WriteFile(jar, []byte("PK stand-in"), 0o644))
+	_, files, cfg := builtImageWith(t, Options{Version: "1.2.3-test", Tag: "1.2.3-test-standin-agent", AgentJar: jar},
+		"1.2.3-test-standin-agent")
+	assert.Equal(t, "PK stand-in", string(files[AgentJarPath]))
+	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(t), "values.yaml"))
+	require.NoError(t, err)
+	var values struct {
+		Controllers struct {
+			JmxExporter struct {
+				AgentJar string `json:"agentJar"`
+			} `json:"jmxExporter"`
+		} `json:"controllers"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &values))
+	assert.Equal(t, AgentJarPath, values.Controllers.JmxExporter.AgentJar, "the chart's agentJar default is where the jar is")
+	labels := cfg["config"].(map[string]any)["Labels"].(map[string]any)
+	assert.Equal(t, "not upstream's jar: stand-in-agent.jar", labels[AgentJarLabel])
+	assert.Equal(t, "1.2.3-test", labels["org.opencontainers.image.version"])
 }
 
 // The Dockerfile builds the same image for users with Docker: its final
