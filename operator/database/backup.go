@@ -220,7 +220,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	}
 	src, ok := backupSource(db, pods, primaryOnly(r.Kind, b) || !r.Kind.StandbyBackups, maxStandbyLag(db))
 	if !ok {
-		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", podName(db, 0), r.Kind.clusterKind(), db.Name))
+		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", currentPrimary(db), r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	claim, err := r.ensureBackupClaim(ctx, db, b)
@@ -339,24 +339,21 @@ func (s readFrom) String() string {
 
 // backupSource picks where to read: the primary, which must be ready (the
 // Job reads from it, or measures a standby's lag against it), and, unless
-// primaryOnly or maxLag is 0, the ready standby with the highest ordinal
+// primaryOnly or maxLag is 0, the healthy standby with the highest ordinal
 // (by number: db-10 comes after db-9) for the Job to use when its lag
 // allows.
 func backupSource(db *Cluster, pods map[string]*corev1.Pod, primaryOnly bool, maxLag int64) (readFrom, bool) {
 	n := namesOf(db)
-	primary := pods[podName(db, 0)]
-	if primary == nil || !podReady(primary) || !primary.DeletionTimestamp.IsZero() {
+	if !primaryServes(db, pods) {
 		return readFrom{}, false
 	}
-	src := readFrom{Primary: primary.Name, Host: n.ReadWrite}
+	src := readFrom{Primary: currentPrimary(db), Host: n.ReadWrite}
 	if primaryOnly || maxLag <= 0 {
 		return src, true
 	}
-	best := int64(0)
-	for name, p := range pods {
-		ordinal, ok := podOrdinal(db, name)
-		if ok && ordinal > best && podReady(p) && p.DeletionTimestamp.IsZero() {
-			best, src.Standby = ordinal, name
+	for _, s := range standbysOf(db, pods) {
+		if s.Healthy {
+			src.Standby = s.Pod
 		}
 	}
 	if src.Standby != "" {
@@ -384,7 +381,7 @@ func sourcePod(db *Cluster, host string) string {
 	}
 	n := namesOf(db)
 	if host == n.ReadWrite {
-		return podName(db, 0)
+		return currentPrimary(db)
 	}
 	if pod, ok := strings.CutSuffix(host, "."+n.Headless); ok {
 		if _, ok := podOrdinal(db, pod); ok {

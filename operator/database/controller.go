@@ -332,6 +332,7 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		return ctrl.Result{}, nil
 	}
 	db.Status.Replicas = replicasOf(db)
+	recordCurrentPrimary(db)
 	if !db.Spec.Suspend {
 		adopted, err := r.adoptKeptSecrets(ctx, db)
 		if err != nil {

@@ -103,7 +103,8 @@ type DatabaseSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys,
+	// Replicas: the primary (status.currentPrimary, ordinal 0 at
+	// creation) and replicas-1 streaming standbys,
 	// at most 32 (the operator looks at each replica's pod and volume on
 	// every reconcile).
 	// +kubebuilder:default=1
@@ -351,6 +352,14 @@ type DatabaseStatus struct {
 	// Primary is the name of the pod running the primary.
 	// +optional
 	Primary string `json:"primary,omitempty"`
+
+	// CurrentPrimary is the pod the operator names the primary: the
+	// read-write Service routes to it, and every server takes its role
+	// from it (the scripts ConfigMap's "primary" key), never from its
+	// ordinal. Set to ordinal 0 when the Database is created; only a
+	// failover changes it.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional
