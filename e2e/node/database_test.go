@@ -21,6 +21,8 @@ import (
 
 	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 )
 
 // A Database on the real node, run by the chart's operator from its image
@@ -99,6 +101,8 @@ func crClient(t *testing.T, cfg *rest.Config) client.Client {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, dbv1.AddToScheme(scheme))
 	require.NoError(t, mcv1.AddToScheme(scheme))
+	require.NoError(t, magalixv1.AddToScheme(scheme))
+	require.NoError(t, schedulev1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c

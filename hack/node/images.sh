@@ -22,7 +22,7 @@ version_of() {
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
     # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
     # version and the app's hash, so either change rebuilds it
-    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(content_hash "$root/demo/flask/app")" ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
     # postgres: PostgreSQL's own version from Debian's postgresql-15
     # (15.20-0+deb12u1 -> 15.20), as the official image's tags, so the
@@ -32,6 +32,13 @@ version_of() {
     # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
     mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
   esac
+}
+
+# content_hash is a short hash of the files under a directory, their names
+# and contents only: the same in every checkout (a tar of it would carry
+# each checkout's modification times and owners, and give another tag).
+content_hash() {
+  (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-8
 }
 
 ref_of() { echo "deckhand-local/$1:$(version_of "$1")"; }
@@ -181,11 +188,6 @@ build_one() {
   out=$(archive_of "$name")
   [[ -f $out ]] && return 0
   case $name in
-    # coredns: the version hack/tools.sh builds
-    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
-    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
-    # version and the app's hash, so either change rebuilds it
-    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
     busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
   esac
   echo ">> building image $(ref_of "$name")" >&2
