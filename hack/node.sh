@@ -11,7 +11,8 @@
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
 #   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
-#   hack/node.sh operator    build the operator image, import it, install the chart with it
+#   hack/node.sh operator [HELM ARGS]  build the operator image, import it, install the chart with it
+#   hack/node.sh ctr ARGS    run containerd's ctr on the node's socket, namespace k8s.io (tests kill containers with it)
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -547,7 +548,8 @@ kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 # operator_up builds the operator image for this machine's platform (make
 # image: an OCI layout, no Docker), imports it as deckhand-local/deckhand
 # (not the published ghcr.io name, so it cannot be mistaken for a release)
-# and installs the chart with it, as users do.
+# and installs the chart with it, as users do; arguments go to helm (make
+# run adds the demo).
 operator_up() {
   local version layout archive helm
   version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
@@ -566,7 +568,7 @@ operator_up() {
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
     --namespace deckhand-system \
     --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
-    --wait --timeout 5m >&2
+    --wait --timeout 5m "$@" >&2
 }
 
 # --- down --------------------------------------------------------------------
@@ -762,6 +764,7 @@ case ${1:-} in
   kubeconfig) echo "$kubeconfig" ;;
   status) status ;;
   leftovers) leftovers ;;
-  operator) require_root operator; use_tools; operator_up ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator" >&2; exit 2 ;;
+  operator) require_root operator; use_tools; shift; operator_up "$@" ;;
+  ctr) require_root ctr; use_tools; shift; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS" >&2; exit 2 ;;
 esac
