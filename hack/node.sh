@@ -361,7 +361,7 @@ start_daemon() {
 images_up() {
   "$root/hack/node/images.sh" build
   local i
-  for i in pause busybox coredns demo-flask postgres mariadb; do
+  for i in $("$root/hack/node/images.sh" list); do
     "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
   done
 }

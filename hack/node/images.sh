@@ -7,10 +7,12 @@
 #   hack/node/images.sh build [image...]  build what is missing (default: all)
 #   hack/node/images.sh archive <image>   print an image's archive path
 #   hack/node/images.sh ref <image>       print an image's reference
+#   hack/node/images.sh list              print the images' names, one a line (what hack/node.sh up imports)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+# The node's images: the one list, which hack/node.sh up builds and imports.
 images=(pause busybox coredns demo-flask postgres mariadb)
 
 version_of() {
@@ -208,5 +210,6 @@ case ${1:-build} in
     for i in "$@"; do build_one "$i"; done ;;
   archive) archive_of "$2" ;;
   ref) ref_of "$2" ;;
-  *) echo "usage: $0 build [image...] | archive <image> | ref <image>" >&2; exit 2 ;;
+  list) printf '%s\n' "${images[@]}" ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | list" >&2; exit 2 ;;
 esac
