@@ -22,7 +22,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 hack/tools.sh build helm ct kube >/dev/null
-export PATH="$(hack/tools.sh path):$PATH"
+PATH="$(hack/tools.sh path):$PATH"
 KUBECONFIG=$(hack/node.sh kubeconfig)
 export KUBECONFIG
 kubectl get --raw /readyz >/dev/null || { echo "the node cluster does not answer (make node-cluster)" >&2; exit 1; }
@@ -68,5 +68,6 @@ start=$SECONDS
 # shellcheck disable=SC2086 # CT_ARGS: extra flags, split on purpose
 ct install --config ct.yaml --charts charts/deckhand --namespace "$ns" \
   --helm-extra-set-args "${sets[*]}" ${CT_ARGS:-}
-echo ">> ct install of $(ls charts/deckhand/ci/*-values.yaml | wc -l) values files on the node: $((SECONDS - start)) s"
+values=(charts/deckhand/ci/*-values.yaml)
+echo ">> ct install of ${#values[@]} values files on the node: $((SECONDS - start)) s"
 kubectl delete namespace "$ns" --wait=false >/dev/null
