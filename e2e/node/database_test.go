@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,6 @@ import (
 
 	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
-	"github.com/deckhand-dev/deckhand/operator/database"
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 )
@@ -65,9 +63,20 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	got := eventuallyPsql(ctx, t, cfg, cs, client, "ro", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", "one "+token+",two "+token)
 	assert.Equal(t, "one "+token+",two "+token, got, "rows read through <name>-ro")
 
+	store := replicatedStore{
+		ns: ns, name: name,
+		query: func(service, sql string) string { return psql(ctx, t, cfg, cs, client, service, sql) },
+		eventually: func(service, sql, want string) string {
+			return eventuallyPsql(ctx, t, cfg, cs, client, service, sql, want)
+		},
+		insert:     func(row string) string { return "INSERT INTO notes VALUES ('" + row + "')" },
+		selectRows: "SELECT string_agg(v, ',' ORDER BY v) FROM notes",
+		standbySQL: "SELECT pg_is_in_recovery()", standbyWant: "t",
+		waitReady: func() { waitDatabaseReady(ctx, t, c, ns, name) },
+	}
 	rows := "one " + token + ",two " + token
-	rows = survivesPrimaryCrash(ctx, t, cfg, cs, c, client, ns, name, token, rows)
-	rows = standbyCatchesUpAfterCrash(ctx, t, cfg, cs, c, client, ns, name, token, rows)
+	rows = survivesPrimaryCrash(ctx, t, cs, store, token, rows)
+	rows = standbyCatchesUpAfterCrash(ctx, t, cs, store, token, rows)
 
 	require.NoError(t, c.Create(ctx, &dbv1.DatabaseBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns},
@@ -95,63 +104,6 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	assert.Equal(t, sortedRows(rows+",three "+token),
 		psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"),
 		"the rows of the final backup, restored")
-}
-
-// survivesPrimaryCrash kills the primary's container (SIGKILL from the
-// node: no clean shutdown), waits for the kubelet to restart it and the
-// Database to be Ready again, and checks that every committed row is there
-// and that the primary takes writes again. It returns the rows now.
-func survivesPrimaryCrash(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, c client.Client, client *corev1.Pod, ns, name, token, rows string) string {
-	t.Helper()
-	primary := databasePod(ctx, t, c, ns, name, "primary")
-	killed, restarts := crashContainer(ctx, t, cs, ns, primary)
-	waitContainerRestarted(ctx, t, cs, ns, primary, killed, restarts)
-	waitDatabaseReady(ctx, t, c, ns, name)
-	assert.Equal(t, rows, eventuallyPsql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", rows),
-		"every committed row, after the primary's container was killed")
-	psql(ctx, t, cfg, cs, client, "rw", "INSERT INTO notes VALUES ('after-primary-crash "+token+"')")
-	return sortedRows(rows + ",after-primary-crash " + token)
-}
-
-// standbyCatchesUpAfterCrash kills the standby's container, commits a row
-// on the primary while the standby is down, and checks that the restarted
-// standby has every row, read through <name>-ro.
-func standbyCatchesUpAfterCrash(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, c client.Client, client *corev1.Pod, ns, name, token, rows string) string {
-	t.Helper()
-	standby := databasePod(ctx, t, c, ns, name, "standby")
-	killed, restarts := crashContainer(ctx, t, cs, ns, standby)
-	psql(ctx, t, cfg, cs, client, "rw", "INSERT INTO notes VALUES ('while-standby-down "+token+"')")
-	rows = sortedRows(rows + ",while-standby-down " + token)
-	waitContainerRestarted(ctx, t, cs, ns, standby, killed, restarts)
-	waitDatabaseReady(ctx, t, c, ns, name)
-	assert.Equal(t, "t", psql(ctx, t, cfg, cs, client, "ro", "SELECT pg_is_in_recovery()"), "<name>-ro answers from the standby again")
-	assert.Equal(t, rows, eventuallyPsql(ctx, t, cfg, cs, client, "ro", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", rows),
-		"the restarted standby caught up, read through <name>-ro")
-	return rows
-}
-
-// databasePod names the Database's pod in a role: the primary is the one
-// status.primary names, the standby (replicas: 2) the other server pod.
-func databasePod(ctx context.Context, t *testing.T, c client.Client, ns, name, role string) string {
-	t.Helper()
-	var db dbv1.Database
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &db))
-	require.NotEmpty(t, db.Status.Primary, "Database %s names no primary", name)
-	if role == "primary" {
-		return db.Status.Primary
-	}
-	var pods corev1.PodList
-	require.NoError(t, c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{database.LabelRole: role}))
-	require.Len(t, pods.Items, 1, "pods labelled %s=%s", database.LabelRole, role)
-	return pods.Items[0].Name
-}
-
-// sortedRows sorts a comma-separated list as string_agg(v ORDER BY v)
-// prints it (the tests' rows are ASCII, so byte order is the collation's).
-func sortedRows(rows string) string {
-	list := strings.Split(rows, ",")
-	slices.Sort(list)
-	return strings.Join(list, ",")
 }
 
 // crClient is a controller-runtime client for the Database kinds.
