@@ -33,9 +33,9 @@ elif [[ $mode == node || ($mode == auto && $(id -u) == 0) ]]; then
   [[ -n ${KUBECONFIG:-} && $mode == auto ]] && echo ">> KUBECONFIG=$KUBECONFIG is not reachable; using the real node"
   KUBECONFIG=$(hack/node.sh kubeconfig)
   if answers "$KUBECONFIG"; then
-    echo ">> using the real-node cluster (RUN_MODE=host: the operator on this machine, kwok cluster)"
+    echo ">> using the real-node cluster (RUN_MODE=host: the kwok cluster and the operator on this machine instead)"
   else
-    echo ">> starting the real-node cluster (hack/node.sh up; RUN_MODE=host: the kwok cluster instead)"
+    echo ">> starting the real-node cluster (hack/node.sh up; RUN_MODE=host: the kwok cluster and the operator on this machine instead)"
     hack/node.sh up >/dev/null
   fi
   mode=node
