@@ -13,6 +13,7 @@
 #   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
 #   hack/node.sh operator [HELM ARGS]  build the operator image, import it, install the chart with it
 #   hack/node.sh ctr ARGS    run containerd's ctr on the node's socket, namespace k8s.io (tests kill containers with it)
+#   hack/node.sh operator-tag  print the tag of the operator image that `operator` imports
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -546,18 +547,24 @@ kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 # --- the operator --------------------------------------------------------------
 
 # operator_up builds the operator image for this machine's platform (make
-# image: an OCI layout, no Docker), imports it as deckhand-local/deckhand
-# (not the published ghcr.io name, so it cannot be mistaken for a release)
-# and installs the chart with it, as users do; arguments go to helm (make
-# run adds the demo).
+# image's build: an OCI layout, no Docker), with the JMX exporter's test
+# stand-in agent where upstream's jar would be (hack/node/images.sh
+# agent-jar: Maven Central cannot be reached), imports it as
+# deckhand-local/deckhand:<appVersion>-standin-agent (not the published
+# ghcr.io name, and a tag saying what it carries, so it cannot be mistaken
+# for a release) and installs the chart with it, as users do; arguments go
+# to helm (make run adds the demo).
 operator_up() {
-  local version layout archive helm
-  version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
+  local version tag layout archive helm jar
+  version=$(app_version)
+  tag=$(operator_tag)
   layout=$state/operator-image archive=$state/operator-image.tar
   helm=$("$tools" dir helm)/helm
   "$tools" build helm
-  log "building the operator image $version (make image, linux/amd64)"
-  make -C "$root" -s image PLATFORMS="linux/$(go env GOARCH)" IMAGE_DIR="$layout" VERSION="$version" >&2
+  jar=$("$root/hack/node/images.sh" agent-jar)
+  log "building the operator image $tag (make image's build, linux/amd64, with the stand-in JMX agent)"
+  (cd "$root" && go run ./hack/image --out "$layout" --platforms "linux/$(go env GOARCH)" --version "$version" \
+    --tag "$tag" --agent-jar "$jar") >&2
   tar -C "$layout" -cf "$archive" .
   "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
   # the release namespace enforces the restricted Pod Security Standard
@@ -567,9 +574,14 @@ operator_up() {
     pod-security.kubernetes.io/enforce=restricted >&2
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
     --namespace deckhand-system \
-    --set image.repository=deckhand-local/deckhand --set image.tag="$version" --set image.pullPolicy=Never \
+    --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
     --wait --timeout 5m "$@" >&2
 }
+
+app_version() { awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml"; }
+# operator_tag is the tag operator_up imports the operator image under
+# (hack/node/ct-install.sh installs its releases with it too).
+operator_tag() { echo "$(app_version)-standin-agent"; }
 
 # --- down --------------------------------------------------------------------
 
@@ -766,5 +778,6 @@ case ${1:-} in
   leftovers) leftovers ;;
   operator) require_root operator; use_tools; shift; operator_up "$@" ;;
   ctr) require_root ctr; use_tools; shift; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS" >&2; exit 2 ;;
+  operator-tag) operator_tag ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag" >&2; exit 2 ;;
 esac

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	jmxv1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
 	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
@@ -106,7 +107,8 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 		"the rows of the final backup, restored")
 }
 
-// crClient is a controller-runtime client for the Database kinds.
+// crClient is a controller-runtime client for the Database kinds and
+// PrometheusJmxExporters.
 func crClient(t *testing.T, cfg *rest.Config) client.Client {
 	t.Helper()
 	// controller-runtime prints a stack trace at the first client made
@@ -116,6 +118,7 @@ func crClient(t *testing.T, cfg *rest.Config) client.Client {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, dbv1.AddToScheme(scheme))
 	require.NoError(t, mcv1.AddToScheme(scheme))
+	require.NoError(t, jmxv1.AddToScheme(scheme))
 	require.NoError(t, magalixv1.AddToScheme(scheme))
 	require.NoError(t, schedulev1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

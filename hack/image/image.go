@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // The image's contract with the chart (charts/deckhand/values.yaml
@@ -29,10 +32,15 @@ const (
 	Entrypoint = "/deckhand"
 	User       = "65532:65532"
 	// LibDir holds the JMX exporter's attach helpers, which the operator
-	// copies into Java containers of either architecture, and, where it can
-	// be fetched, the upstream agent jar (see the Dockerfile's pin).
+	// copies into Java containers of either architecture, the PostgreSQL
+	// instance agent (deckhand-instance, this platform's), and, where it
+	// can be fetched, the upstream agent jar (see the Dockerfile's pin).
 	LibDir = "/usr/local/lib/deckhand"
 )
+
+// AgentJarLabel marks an image built with Options.AgentJar, so it cannot be
+// taken for one carrying upstream's agent.
+const AgentJarLabel = "dev.deckhand.jmx-agent-jar"
 
 // helperArchs are the architectures of the JMX attach helper in every
 // image: the operator copies the one matching the target container.
@@ -47,11 +55,23 @@ type Options struct {
 	// Created is the image's creation time and every file's mtime, so a
 	// build of the same sources is the same image (SOURCE_DATE_EPOCH).
 	Created time.Time
+	// AgentJar, when set, is a JMX exporter agent jar put where the
+	// operator looks for upstream's (AgentJarPath). Only the real node's
+	// test image uses it, with the test stand-in (hack/node.sh operator):
+	// upstream's jar cannot be fetched here, and the JMX controller cannot
+	// attach without one.
+	AgentJar string
+	// Tag names the image in the layout's index.json (default: Version).
+	Tag string
 }
+
+// AgentJarPath is where the Dockerfile puts the upstream agent jar, the
+// chart's controllers.jmxExporter.agentJar default.
+const AgentJarPath = LibDir + "/jmx_prometheus_javaagent.jar"
 
 // Build compiles the static binaries and writes a multi-platform image,
 // from nothing (no base image), as an OCI layout at opts.Out whose
-// index.json names it opts.Version.
+// index.json names it opts.Tag (default opts.Version).
 func Build(opts Options) (v1.ImageIndex, error) {
 	work, err := os.MkdirTemp("", "deckhand-image-")
 	if err != nil {
@@ -66,6 +86,9 @@ func Build(opts Options) (v1.ImageIndex, error) {
 			return nil, err
 		}
 		helpers[path.Join(LibDir, filepath.Base(out))] = out
+	}
+	if opts.AgentJar != "" {
+		helpers[AgentJarPath] = opts.AgentJar
 	}
 	helperLayer, err := layerOf(helpers, opts.Created)
 	if err != nil {
@@ -82,7 +105,13 @@ func Build(opts Options) (v1.ImageIndex, error) {
 		if err := goBuild(opts.Root, arch, "./cmd/deckhand", bin, "-X main.version="+opts.Version); err != nil {
 			return nil, err
 		}
-		binLayer, err := layerOf(map[string]string{Entrypoint: bin}, opts.Created)
+		// The instance agent, for this platform: a database pod's init
+		// container copies it out of this image (instance.AgentImagePath).
+		agent := filepath.Join(work, "deckhand-instance-"+arch)
+		if err := goBuild(opts.Root, arch, "./cmd/deckhand-instance", agent, ""); err != nil {
+			return nil, err
+		}
+		binLayer, err := layerOf(map[string]string{Entrypoint: bin, instance.AgentImagePath: agent}, opts.Created)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +133,7 @@ func Build(opts Options) (v1.ImageIndex, error) {
 		return nil, err
 	}
 	if err := l.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": opts.Version,
+		"org.opencontainers.image.ref.name": cmp.Or(opts.Tag, opts.Version),
 	})); err != nil {
 		return nil, err
 	}
@@ -132,6 +161,9 @@ func imageOf(arch string, opts Options, layers ...v1.Layer) (v1.Image, error) {
 		"org.opencontainers.image.title":   "deckhand",
 		"org.opencontainers.image.version": opts.Version,
 		"org.opencontainers.image.source":  "https://github.com/deckhand-dev/deckhand",
+	}
+	if opts.AgentJar != "" {
+		cfg.Config.Labels[AgentJarLabel] = "not upstream's jar: " + filepath.Base(opts.AgentJar)
 	}
 	return mutate.ConfigFile(img, cfg)
 }

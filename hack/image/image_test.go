@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // builtImage builds the image for this host's architecture (its binary
@@ -30,9 +31,17 @@ import (
 // client would.
 func builtImage(t *testing.T) (dir string, files map[string][]byte, cfg map[string]any) {
 	t.Helper()
+	return builtImageWith(t, Options{Version: "1.2.3-test"}, "1.2.3-test")
+}
+
+// builtImageWith is builtImage with more options; the layout must name the
+// image wantTag.
+func builtImageWith(t *testing.T, opts Options, wantTag string) (dir string, files map[string][]byte, cfg map[string]any) {
+	t.Helper()
 	dir = filepath.Join(t.TempDir(), "image")
 	platform := "linux/" + runtime.GOARCH
-	_, err := Build(Options{Root: testenv.Root(t), Out: dir, Platforms: []string{platform}, Version: "1.2.3-test", Created: time.Unix(0, 0).UTC()})
+	opts.Root, opts.Out, opts.Platforms, opts.Created = testenv.Root(t), dir, []string{platform}, time.Unix(0, 0).UTC()
+	_, err := Build(opts)
 	require.NoError(t, err)
 
 	p, err := layout.FromPath(dir)
@@ -42,7 +51,7 @@ func builtImage(t *testing.T) (dir string, files map[string][]byte, cfg map[stri
 	topManifest, err := top.IndexManifest()
 	require.NoError(t, err)
 	require.Len(t, topManifest.Manifests, 1)
-	assert.Equal(t, "1.2.3-test", topManifest.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
+	assert.Equal(t, wantTag, topManifest.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
 	idx, err := top.ImageIndex(topManifest.Manifests[0].Digest)
 	require.NoError(t, err)
 	im, err := idx.IndexManifest()
@@ -120,6 +129,7 @@ func imageIsWhatTheChartRuns(t *testing.T, files map[string][]byte, cfg map[stri
 	}
 	assert.ElementsMatch(t, []string{
 		"/deckhand",
+		"/usr/local/lib/deckhand/deckhand-instance",
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-amd64",
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-arm64",
 	}, paths)
@@ -130,6 +140,7 @@ func imageIsWhatTheChartRuns(t *testing.T, files map[string][]byte, cfg map[stri
 	// Every binary is static and built for its architecture.
 	for p, machine := range map[string]elf.Machine{
 		"/deckhand": map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
+		"/usr/local/lib/deckhand/deckhand-instance":               map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH],
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-amd64": elf.EM_X86_64,
 		"/usr/local/lib/deckhand/deckhand-jmx-attach-linux-arm64": elf.EM_AARCH64,
 	} {
@@ -157,6 +168,45 @@ func imageBinaryStarts(t *testing.T, files map[string][]byte) {
 	out, err = exec.Command(bin, "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "--controllers")
+
+	// The instance agent copies itself out of the image (a database pod's
+	// init container does, into an emptyDir), and the copy runs.
+	require.Equal(t, "/usr/local/lib/deckhand/deckhand-instance", instance.AgentImagePath)
+	agent := filepath.Join(t.TempDir(), "deckhand-instance")
+	require.NoError(t, os.WriteFile(agent, files[instance.AgentImagePath], 0o755))
+	copied := filepath.Join(t.TempDir(), "bin", "deckhand-instance")
+	require.NoError(t, os.MkdirAll(filepath.Dir(copied), 0o755))
+	out, err = exec.Command(agent, "install", copied).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(copied, "serve", "--help").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "-tls-dir")
+}
+
+// The real node's operator image (hack/node.sh operator) carries the JMX
+// test stand-in agent where the Dockerfile puts upstream's jar, the
+// chart's agentJar default, under a tag of its own and a label saying it
+// is not upstream's.
+func TestImageWithAnAgentJar(t *testing.T) {
+	jar := filepath.Join(t.TempDir(), "stand-in-agent.jar")
+	require.NoError(t, os.WriteFile(jar, []byte("PK stand-in"), 0o644))
+	_, files, cfg := builtImageWith(t, Options{Version: "1.2.3-test", Tag: "1.2.3-test-standin-agent", AgentJar: jar},
+		"1.2.3-test-standin-agent")
+	assert.Equal(t, "PK stand-in", string(files[AgentJarPath]))
+	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(t), "values.yaml"))
+	require.NoError(t, err)
+	var values struct {
+		Controllers struct {
+			JmxExporter struct {
+				AgentJar string `json:"agentJar"`
+			} `json:"jmxExporter"`
+		} `json:"controllers"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &values))
+	assert.Equal(t, AgentJarPath, values.Controllers.JmxExporter.AgentJar, "the chart's agentJar default is where the jar is")
+	labels := cfg["config"].(map[string]any)["Labels"].(map[string]any)
+	assert.Equal(t, "not upstream's jar: stand-in-agent.jar", labels[AgentJarLabel])
+	assert.Equal(t, "1.2.3-test", labels["org.opencontainers.image.version"])
 }
 
 // The Dockerfile builds the same image for users with Docker: its final
@@ -167,14 +217,17 @@ func TestDockerfileBuildsTheSameImage(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	var final []string
-	var buildLine string
+	var buildLine, agentLine string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if strings.HasPrefix(line, "FROM ") {
 			final = nil
 		}
-		if strings.Contains(line, "./cmd/deckhand") && strings.Contains(line, "go build") && !strings.Contains(line, "jmx") {
+		switch {
+		case strings.Contains(line, "go build") && strings.HasSuffix(line, "./cmd/deckhand-instance"):
+			agentLine = line
+		case strings.Contains(line, "./cmd/deckhand") && strings.Contains(line, "go build") && !strings.Contains(line, "jmx"):
 			buildLine = line
 		}
 		final = append(final, line)
@@ -186,4 +239,6 @@ func TestDockerfileBuildsTheSameImage(t *testing.T) {
 	assert.Contains(t, final, "COPY --from=build /out/deckhand "+Entrypoint)
 	assert.Contains(t, final, "COPY --from=build /out/lib/ "+LibDir+"/")
 	assert.Contains(t, buildLine, "-X main.version=${VERSION}")
+	assert.Contains(t, agentLine, "-o /out/lib/deckhand-instance ./cmd/deckhand-instance", "the instance agent is built into /out/lib")
+	assert.Equal(t, LibDir+"/deckhand-instance", instance.AgentImagePath, "the build stage's /out/lib/deckhand-instance lands there")
 }

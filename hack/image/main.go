@@ -1,7 +1,8 @@
 // Command image builds the operator image without a container engine or a
 // base image to fetch: from an empty image, the static operator binary as
-// entrypoint, the JMX exporter's attach helpers for amd64 and arm64, user
-// 65532:65532, no shell; one image per platform in a multi-platform index,
+// entrypoint, the JMX exporter's attach helpers for amd64 and arm64, the
+// PostgreSQL instance agent (deckhand-instance), user 65532:65532, no
+// shell; one image per platform in a multi-platform index,
 // written as an OCI layout (push it with any OCI tool, e.g.
 // `crane push build/image ghcr.io/...` or `skopeo copy --all oci:build/image:VERSION docker://...`).
 //
@@ -14,6 +15,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"log"
@@ -28,6 +30,8 @@ func main() {
 	out := flag.String("out", "build/image", "OCI layout directory (replaced)")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms")
 	version := flag.String("version", "dev", "version stamped into the binary and the image")
+	tag := flag.String("tag", "", "the image's name in the layout (default: the version)")
+	agentJar := flag.String("agent-jar", "", "put this JMX agent jar at "+AgentJarPath+" (tests only: the real node's image carries the stand-in agent)")
 	flag.Parse()
 
 	root, err := os.Getwd()
@@ -44,6 +48,7 @@ func main() {
 	}
 	idx, err := Build(Options{
 		Root: root, Out: *out, Platforms: strings.Split(*platforms, ","), Version: *version, Created: created,
+		AgentJar: *agentJar, Tag: *tag,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -53,6 +58,10 @@ func main() {
 		log.Fatal(err)
 	}
 	abs, _ := filepath.Abs(*out)
-	fmt.Printf("image deckhand:%s (%s) %s as an OCI layout in %s\n", *version, *platforms, digest, abs)
+	fmt.Printf("image deckhand:%s (%s) %s as an OCI layout in %s\n", cmp.Or(*tag, *version), *platforms, digest, abs)
+	if *agentJar != "" {
+		fmt.Printf("note: %s holds %s, not the upstream JMX exporter agent\n", AgentJarPath, *agentJar)
+		return
+	}
 	fmt.Println("note: the upstream JMX exporter agent jar is not included (Maven Central cannot be reached from this build); the Dockerfile adds it where it can be fetched")
 }

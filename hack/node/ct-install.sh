@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ct install of the chart's ci/*-values.yaml against the real-node cluster
 # (hack/node.sh up), with the operator image hack/node.sh operator imported
-# (deckhand-local/deckhand:<appVersion>) and seed 000's Flask image
+# (deckhand-local/deckhand:<hack/node.sh operator-tag>) and seed 000's Flask image
 # (hack/node/images.sh): each values file is installed as its own release,
 # its operator must become Available on the node (probes passing), and
 # `helm test` (deckhand probe, in a pod) must pass; then ct uninstalls it.
@@ -28,16 +28,16 @@ export KUBECONFIG
 kubectl get --raw /readyz >/dev/null || { echo "the node cluster does not answer (make node-cluster)" >&2; exit 1; }
 
 ns=deckhand-ct
-version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' charts/deckhand/Chart.yaml)
+tag=$(hack/node.sh operator-tag)
 ctr_images=$(hack/node.sh ctr images ls -q 2>/dev/null)
-grep -qx "docker.io/deckhand-local/deckhand:$version" <<<"$ctr_images" ||
-  { echo "the operator image deckhand-local/deckhand:$version is not on the node: hack/node.sh operator" >&2; exit 1; }
+grep -qx "docker.io/deckhand-local/deckhand:$tag" <<<"$ctr_images" ||
+  { echo "the operator image deckhand-local/deckhand:$tag is not on the node: hack/node.sh operator" >&2; exit 1; }
 demo=$(hack/node/images.sh ref demo-flask)
 grep -qx "docker.io/$demo" <<<"$ctr_images" ||
   { echo "seed 000's image $demo is not on the node: hack/node.sh up imports it" >&2; exit 1; }
 
 sets=(--set=crds.keep=false
-  --set=image.repository=deckhand-local/deckhand --set=image.tag="$version" --set=image.pullPolicy=Never
+  --set=image.repository=deckhand-local/deckhand --set=image.tag="$tag" --set=image.pullPolicy=Never
   --set=demo.flask.image.repository="${demo%:*}" --set=demo.flask.image.tag="${demo##*:}"
   --set=demo.flask.image.pullPolicy=Never
   "--set=watchNamespaces={$ns}")

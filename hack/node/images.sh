@@ -8,12 +8,13 @@
 #   hack/node/images.sh archive <image>   print an image's archive path
 #   hack/node/images.sh ref <image>       print an image's reference
 #   hack/node/images.sh list              print the images' names, one a line (what hack/node.sh up imports)
+#   hack/node/images.sh agent-jar         build the JMX stand-in agent jar, print its path
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The node's images: the one list, which hack/node.sh up builds and imports.
-images=(pause busybox coredns demo-flask postgres mariadb)
+images=(pause busybox coredns demo-flask postgres mariadb jdk-app)
 
 version_of() {
   case $1 in
@@ -33,6 +34,9 @@ version_of() {
     # mariadb: MariaDB's version from Debian's mariadb-server
     # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
     mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
+    # jdk-app: the JDK's version from Debian's openjdk-17-jre-headless
+    # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
+    jdk-app) echo "$(apt-cache policy openjdk-17-jre-headless | awk '/Candidate:/ {print $2}' | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
   esac
 }
 
@@ -185,6 +189,39 @@ PASSWD
   image_args=(--user 999:999 --env LANG=C.UTF-8 --cmd mariadbd)
 }
 
+# rootfs_jdk_app: a JDK 17 application (hack/node/jdk-app/App.java, a small
+# HTTP server on 8080, compiled here with the host's javac for release 17)
+# on Debian's openjdk-17-jre-headless and its closure (fonts and X11 left
+# out: the JVM runs headless), with sh and coreutils, which the JMX
+# exporter controller's exec needs (sh, head, ls, uname), and util-linux
+# (setpriv, for an entrypoint that drops from root to the app's user). Runs as
+# 10001:10001 with the default capabilities, like most application images;
+# /tmp is writable for HotSpot's attach socket and hsperfdata.
+rootfs_jdk_app() {
+  local dir=$1 java_home
+  debian_closure "$dir" openjdk-17-jre-headless dash coreutils util-linux \
+    -- fonts-croscore fonts-dejavu-core fonts-freefont-otf fonts-freefont-ttf fonts-liberation \
+    fonts-liberation2 fonts-texgyre fonts-urw-base35 ttf-bitstream-vera xfonts-encodings xfonts-utils \
+    x11-common cdebconf libdebian-installer4 libnewt0.52 libslang2 libtextwrap1
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  # /usr/bin/java: what update-alternatives would link
+  java_home=$(cd "$dir" && echo usr/lib/jvm/java-17-openjdk-*)
+  [[ -x $dir/$java_home/bin/java ]] || { echo "no java in $dir/$java_home" >&2; return 1; }
+  ln -sf "/$java_home/bin/java" "$dir/usr/bin/java"
+  mkdir -p "$dir/tmp" "$dir/app" "$dir/etc" "$dir/home/app"
+  chmod 1777 "$dir/tmp"
+  javac --release 17 -d "$dir/app" "$root/hack/node/jdk-app/App.java"
+  chown 10001:10001 "$dir/home/app"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+app:x:10001:10001:Java application:/home/app:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\napp:x:10001:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  image_args=(--user 10001:10001 --workdir /app --env "JAVA_HOME=/$java_home" --env LANG=C.UTF-8
+    --cmd java --cmd -Xmx64m --cmd -XX:+UseSerialGC --cmd -XX:TieredStopAtLevel=1 --cmd -cp --cmd /app --cmd App)
+}
+
 build_one() {
   local name=$1 out work
   out=$(archive_of "$name")
@@ -203,6 +240,29 @@ build_one() {
   rm -rf "$work"
 }
 
+# agent_jar builds the JMX exporter's test stand-in agent
+# (operator/jmxexporter/jvm/jvmtest/java/StandInAgent*.java, which behaves
+# as upstream 1.0.1 where the operator relies on it) into a jar, cached by
+# its sources' hash, and prints its path. hack/node.sh operator puts it in
+# the node's operator image: upstream's jar is on Maven Central, which this
+# machine cannot reach.
+agent_jar() {
+  local src=$root/operator/jmxexporter/jvm/jvmtest/java hash out work
+  hash=$(cat "$src"/StandInAgent*.java | sha256sum | cut -c1-12)
+  out=$cache/node-images/stand-in-agent-$hash.jar
+  if [[ ! -f $out ]]; then
+    mkdir -p "$cache/node-images"
+    work=$(mktemp -d)
+    javac --release 17 -d "$work/classes" "$src"/StandInAgent*.java
+    # the manifest jvmtest writes: the agent class for -javaagent and attach
+    printf 'Agent-Class: StandInAgent\nPremain-Class: StandInAgent\n' >"$work/MANIFEST.MF"
+    (cd "$work/classes" && jar cfm "$work/agent.jar" "$work/MANIFEST.MF" StandInAgent*.class)
+    mv "$work/agent.jar" "$out"
+    rm -rf "$work"
+  fi
+  echo "$out"
+}
+
 case ${1:-build} in
   build)
     shift || true
@@ -211,5 +271,6 @@ case ${1:-build} in
   archive) archive_of "$2" ;;
   ref) ref_of "$2" ;;
   list) printf '%s\n' "${images[@]}" ;;
-  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | list" >&2; exit 2 ;;
+  agent-jar) agent_jar ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | list | agent-jar" >&2; exit 2 ;;
 esac

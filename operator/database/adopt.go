@@ -15,7 +15,8 @@ import (
 // adoptKeptSecrets takes over the Secrets that a Retain deletion of an
 // earlier cluster of this name kept, so the kept data is served with the
 // passwords it answers to. Only when:
-//   - the kept volume of the primary (ordinal 0) exists, labelled with this
+//   - the kept volume of the primary (primaryClaim: ordinal 0's for a new
+//     cluster) exists, labelled with this
 //     cluster's name and marked with the UID of the cluster that kept it;
 //   - the Secret has no controller, and both its creation mark (the UID it
 //     was made for) and its kept mark name that same UID.
@@ -27,7 +28,7 @@ import (
 // reports whether it adopted any: the cache shows that a moment later.
 func (r *Reconciler) adoptKeptSecrets(ctx context.Context, db *Cluster) (bool, error) {
 	var pvc corev1.PersistentVolumeClaim
-	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: claimName(db, 0)}, &pvc)
+	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: primaryClaim(db)}, &pvc)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}

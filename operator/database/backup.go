@@ -220,7 +220,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	}
 	src, ok := backupSource(db, pods, primaryOnly(r.Kind, b) || !r.Kind.StandbyBackups, maxStandbyLag(db))
 	if !ok {
-		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", podName(db, 0), r.Kind.clusterKind(), db.Name))
+		r.pending(b, "WaitingForServer", fmt.Sprintf("the primary %s of %s %s is not ready to read from", currentPrimary(db), r.Kind.clusterKind(), db.Name))
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	claim, err := r.ensureBackupClaim(ctx, db, b)
@@ -256,6 +256,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	b.Status.File = backupFile(b)
 	b.Status.Image = image
 	b.Status.Engine = engineOf(db)
+	b.Status.RunAsUser = ptr.To(runAsUserOf(db))
 	// Where it reads is known once the Job says so (a standby is used
 	// only when the Job finds it close enough).
 	b.Status.Source, b.Status.LagBytes = "", nil
@@ -338,24 +339,21 @@ func (s readFrom) String() string {
 
 // backupSource picks where to read: the primary, which must be ready (the
 // Job reads from it, or measures a standby's lag against it), and, unless
-// primaryOnly or maxLag is 0, the ready standby with the highest ordinal
+// primaryOnly or maxLag is 0, the healthy standby with the highest ordinal
 // (by number: db-10 comes after db-9) for the Job to use when its lag
 // allows.
 func backupSource(db *Cluster, pods map[string]*corev1.Pod, primaryOnly bool, maxLag int64) (readFrom, bool) {
 	n := namesOf(db)
-	primary := pods[podName(db, 0)]
-	if primary == nil || !podReady(primary) || !primary.DeletionTimestamp.IsZero() {
+	if !primaryServes(db, pods) {
 		return readFrom{}, false
 	}
-	src := readFrom{Primary: primary.Name, Host: n.ReadWrite}
+	src := readFrom{Primary: currentPrimary(db), Host: n.ReadWrite}
 	if primaryOnly || maxLag <= 0 {
 		return src, true
 	}
-	best := int64(0)
-	for name, p := range pods {
-		ordinal, ok := podOrdinal(db, name)
-		if ok && ordinal > best && podReady(p) && p.DeletionTimestamp.IsZero() {
-			best, src.Standby = ordinal, name
+	for _, s := range standbysOf(db, pods) {
+		if s.Healthy {
+			src.Standby = s.Pod
 		}
 	}
 	if src.Standby != "" {
@@ -383,7 +381,7 @@ func sourcePod(db *Cluster, host string) string {
 	}
 	n := namesOf(db)
 	if host == n.ReadWrite {
-		return podName(db, 0)
+		return currentPrimary(db)
 	}
 	if pod, ok := strings.CutSuffix(host, "."+n.Headless); ok {
 		if _, ok := podOrdinal(db, pod); ok {
@@ -640,7 +638,7 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reco
 	name := deleteJobName(b)
 	err = r.Owned.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, &job)
 	if apierrors.IsNotFound(err) {
-		desired, err := r.deleteFileJob(b)
+		desired, err := r.deleteFileJob(ctx, b)
 		if err != nil {
 			status.SetCondition(&b.Status.Conditions, b.Generation, "FileDeleted", false, "CannotDelete", err.Error())
 			return reconcile.Result{}, false, nil
@@ -671,11 +669,11 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reco
 	}
 }
 
-// deleteFileJob removes the file with the image that wrote it, in the
-// shape of the engine's backup pod (its security context and the backup
-// volume's mount), without the Database's Secrets: the Database may be
-// gone.
-func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
+// deleteFileJob removes the file with the image that wrote it, as the
+// user that wrote it, in the shape of the engine's backup pod (its
+// security context and the backup volume's mount), without the Database's
+// Secrets: the Database may be gone.
+func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batchv1.Job, error) {
 	eng, ok := r.Kind.Engines[b.Status.Engine]
 	if !ok {
 		eng, ok = r.Kind.Engines[dbv1.EnginePostgreSQL]
@@ -683,7 +681,7 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 			return nil, fmt.Errorf("no engine to delete the file with")
 		}
 	}
-	c := engine.Cluster{Name: b.Cluster, Namespace: b.Namespace, Image: b.Status.Image}
+	c := engine.Cluster{Name: b.Cluster, Namespace: b.Namespace, Image: b.Status.Image, RunAsUser: r.fileOwner(ctx, b)}
 	pod := eng.BackupPod(c, engine.Backup{File: b.Status.File, ClaimName: b.Status.ClaimName})
 	mount := ""
 	var mounts []corev1.VolumeMount
@@ -716,6 +714,21 @@ func (r *BackupReconciler) deleteFileJob(b *Backup) (*batchv1.Job, error) {
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
 	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
+}
+
+// fileOwner is the UID a backup's file was written as: the one its status
+// recorded; for a backup made before the status recorded it, its
+// cluster's user when that cluster (not a later one of the same name) is
+// still there, else the default.
+func (r *BackupReconciler) fileOwner(ctx context.Context, b *Backup) int64 {
+	if b.Status.RunAsUser != nil {
+		return *b.Status.RunAsUser
+	}
+	db, err := r.Kind.getCluster(ctx, r.Client, client.ObjectKey{Namespace: b.Namespace, Name: b.Cluster})
+	if uid := b.Annotations[r.Kind.Keys.ClusterUID]; err == nil && (uid == "" || uid == string(db.UID)) {
+		return runAsUserOf(db)
+	}
+	return DefaultRunAsUser
 }
 
 func namespaceTerminating(ctx context.Context, c client.Reader, name string) (bool, error) {

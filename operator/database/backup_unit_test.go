@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 func readyPod(name string) *corev1.Pod {
@@ -182,4 +183,34 @@ func TestRetentionLeavesHeldBackups(t *testing.T) {
 		names = append(names, b.Name)
 	}
 	assert.ElementsMatch(t, []string{"upgrade", "restoring", "newest"}, names)
+}
+
+// Every Job that reads or writes a Database's backup volume (backup,
+// restore, upgrade and its rollback, fence and unfence) runs as the
+// Database's spec.podTemplate.runAsUser, with it as its group and its
+// volumes' group, for both engines.
+func TestEveryJobOnTheBackupVolumeRunsAsTheSpecsUser(t *testing.T) {
+	for name, eng := range Engines {
+		db := &Cluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "u"}, Kind: DatabaseKind}
+		db.Spec = dbv1.DatabaseSpec{Name: "app", Port: 5432, Engine: name, PodTemplate: &dbv1.PodTemplate{RunAsUser: ptr.To(int64(26))}}
+		db.Status.Upgrade = &dbv1.UpgradeStatus{FromImage: "old:1", ToImage: "new:2", Attempt: "a"}
+		b := &Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "bu"}}
+		b.Status.File, b.Status.ClaimName = "b-bu.dump", "db-backup"
+		jobs := map[string]*batchv1.Job{
+			"backup":   backupJob(db, eng, b, "old:1", engine.Backup{File: "b-bu.dump", ClaimName: "db-backup"}),
+			"restore":  restoreJob(db, eng, b),
+			"upgrade":  upgradeJob(db, eng, b, false),
+			"rollback": upgradeJob(db, eng, b, true),
+		}
+		if fencer, ok := eng.(engine.Fencer); ok {
+			jobs["fence"] = fenceJob(db, eng, fencer, false, "old:1")
+			jobs["unfence"] = fenceJob(db, eng, fencer, true, "old:1")
+		}
+		for what, job := range jobs {
+			sc := job.Spec.Template.Spec.SecurityContext
+			require.NotNil(t, sc, "%s %s", name, what)
+			assert.Equal(t, []int64{26, 26, 26}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)},
+				"%s's %s Job runs as the spec's user, group and volume group", name, what)
+		}
+	}
 }

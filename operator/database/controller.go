@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -73,6 +74,7 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
@@ -117,6 +119,9 @@ type Reconciler struct {
 	API      client.Reader
 	Recorder events.EventRecorder
 	Kind     *Kind
+	// Logs reads the end of a standby's log (a clone's progress); nil:
+	// clones are not shown.
+	Logs PodLogs
 	// Now is the clock of schedules and retention (tests may set one).
 	Now func() time.Time
 	// MajorPathWithinMajor: Options.MajorPathWithinMajor (test-only).
@@ -146,12 +151,17 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 	if err := mgr.Add(owned); err != nil {
 		return nil, err
 	}
+	clientset, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
 		Owned:    owned.GetCache(),
 		API:      mgr.GetAPIReader(),
 		Recorder: wordsRecorder{EventRecorder: mgr.GetEventRecorder("deckhand-" + kind.Name), kind: kind},
 		Kind:     kind,
+		Logs:     apiPodLogs{clientset: clientset},
 		Now:      o.Now,
 		// Test-only (Options.MajorPathWithinMajor).
 		MajorPathWithinMajor: o.MajorPathWithinMajor,
@@ -322,6 +332,7 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		return ctrl.Result{}, nil
 	}
 	db.Status.Replicas = replicasOf(db)
+	recordCurrentPrimary(db)
 	if !db.Spec.Suspend {
 		adopted, err := r.adoptKeptSecrets(ctx, db)
 		if err != nil {
@@ -357,6 +368,10 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		}
 	}
 	r.observe(ctx, db, eng, live)
+	if len(db.Status.Clones) > 0 {
+		// Nothing about a cloning pod changes while it copies.
+		return ctrl.Result{RequeueAfter: cloneRecheck}, nil
+	}
 	return ctrl.Result{}, nil
 }
 

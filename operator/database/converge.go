@@ -64,10 +64,10 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	if err := r.growStorage(ctx, db, l); err != nil {
 		return err
 	}
-	if done, err := r.ensureRestore(ctx, db, eng, pods[podName(db, 0)]); err != nil || !done {
+	if done, err := r.ensureRestore(ctx, db, eng, primaryPod(db, pods)); err != nil || !done {
 		return err
 	}
-	return r.ensureInitJob(ctx, db, eng, l, pods[podName(db, 0)])
+	return r.ensureInitJob(ctx, db, eng, l, primaryPod(db, pods))
 }
 
 // applyOne applies one object and announces what it did.
@@ -192,14 +192,11 @@ func serverPodsOf(ctx context.Context, owned client.Reader, db *Cluster) (map[st
 	return out, nil
 }
 
-// labelRoles marks ordinal 0 primary and the others standbys, which is what
-// the read-write and read-only Services select.
+// labelRoles marks the current primary primary and the others standbys,
+// which is what the read-write and read-only Services select.
 func (r *Reconciler) labelRoles(ctx context.Context, db *Cluster, pods map[string]*corev1.Pod) error {
 	for name, p := range pods {
-		role := roleStandby
-		if name == podName(db, 0) {
-			role = rolePrimary
-		}
+		role := roleOf(db, name)
 		if p.Labels[db.Kind.Keys.Role] == role {
 			continue
 		}

@@ -374,7 +374,7 @@ func (r *Reconciler) upgradeScaleDown(ctx context.Context, db *Cluster, eng engi
 		}
 		return r.rollBackWithoutBackup(db, why), nil
 	}
-	r.toStep(db, dbv1.UpgradeRunningJob, "no server runs: Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", upgradeJobName(db), claimName(db, 0), u.ToImage)
+	r.toStep(db, dbv1.UpgradeRunningJob, "no server runs: Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", upgradeJobName(db), primaryClaim(db), u.ToImage)
 	return r.upgradeJob(ctx, db, eng)
 }
 
@@ -414,13 +414,13 @@ func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Eng
 		r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s failed (%s): rolling back to %s with the old data directory", job.Name, jobFailure(ctx, r, job), u.FromImage)
 		return stopped(u.FromImage), nil
 	}
-	msg := fmt.Sprintf("Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", job.Name, claimName(db, 0), u.ToImage)
+	msg := fmt.Sprintf("Job %s upgrades the primary's data (PersistentVolumeClaim %s) to %s", job.Name, primaryClaim(db), u.ToImage)
 	if why := unschedulable(ctx, r.Owned, job); why != "" {
 		// Node-local volumes: the data and backup volumes may be bound on
 		// different nodes, and no pod can mount both. The servers are down
 		// meanwhile: give up after upgradeTimeout.
 		why = fmt.Sprintf("its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades)",
-			truncate(why, 300), claimName(db, 0), backupClaimOf(job))
+			truncate(why, 300), primaryClaim(db), backupClaimOf(job))
 		if !r.now().Before(u.StepStartTime.Add(upgradeTimeoutOf(db))) {
 			u.FailureReason = "UpgradeJobUnschedulable"
 			r.toStep(db, dbv1.UpgradeRollingBack, "upgrade Job %s did not start within %s (upgradeTimeout): %s; rolling back to %s", job.Name, upgradeTimeoutOf(db), why, u.FromImage)
@@ -513,7 +513,7 @@ func upgradeJob(db *Cluster, eng engine.Engine, b *Backup, rollback bool) *batch
 		c.Image = u.FromImage
 	}
 	spec := engine.Upgrade{
-		DataClaimName: claimName(db, 0), FromVersion: u.FromVersion, ToVersion: u.ToVersion, Rollback: rollback,
+		DataClaimName: primaryClaim(db), FromVersion: u.FromVersion, ToVersion: u.ToVersion, Rollback: rollback,
 	}
 	if b != nil {
 		spec.File, spec.SHA256, spec.ClaimName = b.Status.File, b.Status.SHA256, b.Status.ClaimName
@@ -533,12 +533,12 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.E
 	if err != nil {
 		return starting, err
 	}
-	if p := pods[podName(db, 0)]; p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
+	if p := primaryPod(db, pods); p != nil && podReady(p) && p.DeletionTimestamp.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == u.ToImage {
 		db.Status.CurrentImage, db.Status.CurrentVersion = u.ToImage, u.ToVersion
 		r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "succeeded").Inc()
 		r.fenceLiftedByUpgrade(db)
 		r.toStep(db, dbv1.UpgradeOldDataKept, "%s %s is ready on the upgraded data; the old data directory (%s) is kept on PersistentVolumeClaim %s until the %s is annotated %s=true (then the servers restart once more to remove it)",
-			eng.Name(), u.ToVersion, u.FromVersion, claimName(db, 0), r.Kind.clusterKind(), db.Kind.Keys.RemoveOldData)
+			eng.Name(), u.ToVersion, u.FromVersion, primaryClaim(db), r.Kind.clusterKind(), db.Kind.Keys.RemoveOldData)
 		return r.keepOldData(db, eng, l), nil
 	}
 	deadline := u.StepStartTime.Add(upgradeTimeoutOf(db))
@@ -547,7 +547,7 @@ func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.E
 	}
 	u.FailureReason = "NewPrimaryNotReady"
 	r.toStep(db, dbv1.UpgradeRollingBack, "primary %s was not ready on %s within %s (upgradeTimeout): rolling back to %s with the old data directory",
-		podName(db, 0), u.ToImage, upgradeTimeoutOf(db), u.FromImage)
+		currentPrimary(db), u.ToImage, upgradeTimeoutOf(db), u.FromImage)
 	return stopped(u.FromImage), nil
 }
 
@@ -640,7 +640,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *Cluster, eng engine.En
 		return steadyPlan(db, u.FromImage), nil
 	case jobFinished(job, batchv1.JobFailed):
 		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/database-scripts.md says where the old directory is kept), then delete Job %s to run it again",
-			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), claimName(db, 0), job.Name)
+			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), primaryClaim(db), job.Name)
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeFailed); c == nil || c.Reason != "RollbackFailed" {
 			r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()
 			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "RollbackFailed", "Upgrade", "%s", msg)

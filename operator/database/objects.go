@@ -74,7 +74,8 @@ func claimName(db *Cluster, ordinal int32) string {
 	return fmt.Sprintf("%s-%s-%d", engine.DataVolume, db.Name, ordinal)
 }
 
-// podName is the StatefulSet's pod of an ordinal; 0 is the primary.
+// podName is the StatefulSet's pod of an ordinal (currentPrimary says
+// which is the primary).
 func podName(db *Cluster, ordinal int32) string { return fmt.Sprintf("%s-%d", db.Name, ordinal) }
 
 // clusterOf is the engine's view of a Database, with defaults filled in.
@@ -265,9 +266,17 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 // leaves it out, so scaling rolls nothing.
 const ScriptsReplicasKey = "replicas"
 
+// ScriptsPrimaryKey is the scripts ConfigMap's key holding the pod the
+// operator names the primary (status.currentPrimary): each server takes
+// its role from it at start (the bootstrap script), and its readiness
+// probe fails while its role disagrees. Mounted, it changes in the pods
+// without a restart; scriptsHash leaves it out.
+const ScriptsPrimaryKey = "primary"
+
 func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
 	data := eng.Scripts()
 	data[ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
+	data[ScriptsPrimaryKey] = currentPrimary(db)
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),
@@ -363,8 +372,11 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 			Replicas:    ptr.To(plan.Replicas),
 			ServiceName: n.Headless,
 			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
-			// The primary (ordinal 0) is ready before a standby clones it;
-			// updates roll the standbys first, the primary last.
+			// Ordinal 0, the primary at creation, is ready before a standby
+			// clones it; updates roll from the highest ordinal down.
+			// (A primary at another ordinal, after a failover, will need
+			// Parallel: a standby below it waits for it, and OrderedReady
+			// would never start it. The field cannot change in place.)
 			PodManagementPolicy: appsv1.OrderedReadyPodManagement,
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
 			// No data is deleted with a scale-down or the StatefulSet.

@@ -36,7 +36,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 		db.Status.ReadyReplicas = sts.Status.ReadyReplicas
 	}
 	db.Status.Ready = fmt.Sprintf("%d/%d", db.Status.ReadyReplicas, replicas)
-	primary, primaryReady := pods[podName(db, 0)], false
+	primary, primaryReady := primaryPod(db, pods), false
 	db.Status.Primary = ""
 	if primary != nil {
 		db.Status.Primary = primary.Name
@@ -56,9 +56,12 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
 	problems := podProblems(pods)
 	wrongOwner := dataOwnerMismatches(pods)
+	r.observeClones(ctx, db, eng, pods)
 	var down []string
 	if primaryReady {
-		down = standbysNotReady(db, pods)
+		// A cloning standby passes its startup probe while its clone
+		// progresses: it is coming up, not degraded.
+		down = notCloning(db, standbysNotReady(db, pods))
 	}
 
 	switch {
@@ -73,7 +76,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 			fmt.Sprintf("suspended: the operator changes nothing; %s replicas ready", db.Status.Ready))
 	case initialized && len(down) > 0:
 		msg := fmt.Sprintf("%s replicas ready; the primary %s serves, but standby %s started and is not ready: a standby is ready only while it streams from the primary (see its log: fallen behind, or the primary unreachable)",
-			db.Status.Ready, podName(db, 0), strings.Join(down, ", "))
+			db.Status.Ready, currentPrimary(db), strings.Join(down, ", "))
 		r.warn(db, ConditionReady, ReasonStandbyNotReady, msg)
 		r.setCondition(db, ConditionReady, false, ReasonStandbyNotReady, msg)
 		db.Status.Phase = dbv1.PhaseDegraded
@@ -91,6 +94,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 		if stsExists && !rolledOut {
 			msg = append(msg, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, replicas))
 		}
+		msg = append(msg, cloneMessages(db)...)
 		msg = append(msg, problems...)
 		r.setCondition(db, ConditionReady, false, notReadyReason(initialized, db), strings.Join(msg, "; "))
 	}
@@ -173,15 +177,9 @@ const ReasonStandbyNotReady = "StandbyNotReady"
 // a standby still cloning or being rolled is coming up, not degraded.
 func standbysNotReady(db *Cluster, pods map[string]*corev1.Pod) []string {
 	var out []string
-	for name, p := range pods {
-		if name == podName(db, 0) || !p.DeletionTimestamp.IsZero() || podReady(p) {
-			continue
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Running != nil && ptr.Deref(cs.Started, false) && !cs.Ready {
-				out = append(out, name)
-				break
-			}
+	for _, s := range standbysOf(db, pods) {
+		if s.Started && !s.Healthy && pods[s.Pod].DeletionTimestamp.IsZero() {
+			out = append(out, s.Pod)
 		}
 	}
 	sort.Strings(out)
@@ -268,7 +266,7 @@ func (r *Reconciler) observeInit(ctx context.Context, db *Cluster, eng engine.En
 	was := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	if !l.has("Job", name) {
 		if !was {
-			r.setCondition(db, ConditionInitialized, false, "WaitingForPrimary", fmt.Sprintf("init Job %s runs once the primary %s is ready", name, podName(db, 0)))
+			r.setCondition(db, ConditionInitialized, false, "WaitingForPrimary", fmt.Sprintf("init Job %s runs once the primary %s is ready", name, currentPrimary(db)))
 		}
 		return engine.Report{}
 	}

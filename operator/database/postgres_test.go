@@ -81,7 +81,7 @@ func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
 	// Primary: an empty volume is initialised; the generated password works.
 	primaryEnv := serverEnv("real-0", primaryPort, "data-0")
 	primary := u.StartServer(t, bin, primaryEnv, argv)
-	assert.Contains(t, primary.Log.String(), "empty volume on the primary (ordinal 0): initialising")
+	assert.Contains(t, primary.Log.String(), "empty volume on the primary real-0: initialising")
 	out, err := pgtest.PSQL(bin, primaryPort, "postgres", superPassword, "postgres", "SELECT 1")
 	require.NoError(t, err, out)
 	out, err = pgtest.PSQL(bin, primaryPort, "postgres", "wrong", "postgres", "SELECT 1")
@@ -152,7 +152,7 @@ func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
 
 	// A standby clones the primary, is read-only and follows it.
 	standby := u.StartServer(t, bin, serverEnv("real-1", standbyPort, "data-1"), argv)
-	assert.Contains(t, standby.Log.String(), "empty volume on standby ordinal 1: cloning the primary")
+	assert.Contains(t, standby.Log.String(), "empty volume on standby real-1: cloning the primary")
 	appPassword := string(app.Data["password"])
 	out, err = pgtest.PSQL(bin, standbyPort, "name-of-database", appPassword, "name-of-database", "SELECT pg_is_in_recovery()")
 	require.NoError(t, err, out)

@@ -57,7 +57,7 @@ func (r *Reconciler) ensureRestore(ctx context.Context, db *Cluster, eng engine.
 	}
 	if !exists {
 		if primary == nil || !podReady(primary) {
-			r.notRestored(db, "WaitingForPrimary", fmt.Sprintf("the restore of DatabaseBackup %s runs once the primary %s is ready", name, podName(db, 0)))
+			r.notRestored(db, "WaitingForPrimary", fmt.Sprintf("the restore of DatabaseBackup %s runs once the primary %s is ready", name, currentPrimary(db)))
 			return false, nil
 		}
 		desired := restoreJob(db, eng, b)

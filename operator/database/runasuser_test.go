@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +16,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
@@ -129,4 +133,93 @@ func TestTheServersUserComesFromTheSpecAndAWrongOneIsReported(t *testing.T) {
 	}, wait, 100*time.Millisecond)
 	restarted := u.StartServer(t, bin, env, argv)
 	assert.Contains(t, restarted.Log.String(), "holds a PostgreSQL")
+}
+
+// A backup's file is written as the Database's user, and the Job that
+// deletes it runs as that user too, even once the Database is gone: a
+// Job of the default 999 cannot remove a file in a directory of uid 26
+// (the Red Hat image's postgres), so the DatabaseBackup would never go.
+func TestTheJobThatDeletesABackupFileRunsAsTheUserWhoWroteIt(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+	const uid = 26
+	db := newDatabase(ns, "rhel", 1)
+	db.Spec.PodTemplate = &dbv1.PodTemplate{RunAsUser: ptr.To(int64(uid))}
+	db.Spec.DeletionPolicy = dbv1.DeletionRetain
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+
+	require.NoError(t, c.Create(ctx, newBackup(ns, "before", "rhel")))
+	backupJob := backupJobOf(t, c, ns, "rhel", "before")
+	assertRunsAs(t, backupJob, uid, "the backup Job")
+	reportBackup(t, c, ns, "rhel", "before", 1000)
+	b := waitForBackup(t, c, ns, "before", "Completed", backupPhase(dbv1.BackupCompleted))
+	require.NotNil(t, b.Status.RunAsUser, "the backup records who wrote its file")
+	assert.Equal(t, int64(uid), *b.Status.RunAsUser)
+
+	// The Database goes (its volumes and backups are kept); then its
+	// backup is deleted.
+	require.NoError(t, c.Delete(ctx, db))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})
+		require.True(ct, apierrors.IsNotFound(err), "the Database is still there")
+	}, wait, 100*time.Millisecond)
+	// No pod may start for now, so the Job stays to be read (done, it
+	// would go with the DatabaseBackup).
+	quota := testenv.PodQuota(t, c, ns, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var deleteJob batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelComponent: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		deleteJob = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	assertRunsAs(t, &deleteJob, uid, "the Job that deletes the file")
+
+	// Its command, as its pod's user, on a backup directory as the
+	// Database's pods leave it: the file goes.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		require.NoError(t, os.Chmod(d, 0o755), "uid %d reaches the directory", uid)
+	}
+	mount := filepath.Join(dir, "backup")
+	require.NoError(t, os.Mkdir(mount, 0o755))
+	file := filepath.Join(mount, b.Status.File)
+	require.NoError(t, os.WriteFile(file, []byte("dump"), 0o600))
+	require.NoError(t, os.WriteFile(file+".owner", []byte("job"), 0o600))
+	for _, p := range []string{mount, file, file + ".owner"} {
+		require.NoError(t, os.Chown(p, uid, uid))
+	}
+	sc := deleteJob.Spec.Template.Spec.SecurityContext
+	argv := []string{"setpriv", "--reuid=" + strconv.FormatInt(*sc.RunAsUser, 10), "--regid=" + strconv.FormatInt(*sc.RunAsGroup, 10), "--clear-groups", "--"}
+	for _, a := range deleteJob.Spec.Template.Spec.Containers[0].Command {
+		argv = append(argv, strings.Replace(a, engine.BackupMount, mount, 1))
+	}
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	require.NoError(t, err, "%v:\n%s", argv, out)
+	assert.NoFileExists(t, file)
+	assert.NoFileExists(t, file+".owner")
+
+	// kwok completes the Job; the DatabaseBackup goes.
+	require.NoError(t, c.Delete(ctx, quota))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(b), &dbv1.DatabaseBackup{})
+		require.True(ct, apierrors.IsNotFound(err), "the DatabaseBackup is still there")
+	}, 2*wait, 100*time.Millisecond)
+}
+
+// assertRunsAs: the Job's pod runs as uid, with uid as its group and the
+// volumes' group.
+func assertRunsAs(t *testing.T, job *batchv1.Job, uid int64, what string) {
+	t.Helper()
+	sc := job.Spec.Template.Spec.SecurityContext
+	require.NotNil(t, sc, "%s has no security context", what)
+	assert.Equal(t, uid, ptr.Deref(sc.RunAsUser, -1), "%s runs as the Database's user", what)
+	assert.Equal(t, uid, ptr.Deref(sc.RunAsGroup, -1), "%s runs with the Database's group", what)
+	assert.Equal(t, uid, ptr.Deref(sc.FSGroup, -1), "%s owns its volumes with the Database's group", what)
 }

@@ -57,11 +57,16 @@ func watchUpgrade(t *testing.T, c client.Client, ns, name, newImage string) *upg
 		var sts appsv1.StatefulSet
 		var pods corev1.PodList
 		var jobs, fences batchv1.JobList
-		if c.List(ctx, &fences, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "fence"}) != nil ||
-			c.List(ctx, &backups, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "pre-upgrade"}) != nil ||
-			c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sts) != nil ||
+		// Each check is "B is there, so A happened first"; the lists are
+		// read one after the other, so each B is read before its A (the
+		// StatefulSet, the upgrade Jobs, the backups, the fence Jobs): an A
+		// that happened between the two reads is then still seen, never a
+		// violation that did not happen.
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sts) != nil ||
+			c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "upgrade"}) != nil ||
 			c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "server"}) != nil ||
-			c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "upgrade"}) != nil {
+			c.List(ctx, &backups, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "pre-upgrade"}) != nil ||
+			c.List(ctx, &fences, client.InNamespace(ns), client.MatchingLabels{database.LabelDatabase: name, database.LabelComponent: "fence"}) != nil {
 			return
 		}
 		w.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,15 +395,8 @@ func TestFromBackupRestoresBeforeInit(t *testing.T) {
 // times, one Job at a time per cluster, and retention deletes the old.
 func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	var offset atomic.Int64
-	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	c, ns, offset := readyClusterWithClock(t)
 	ctx := context.Background()
-
-	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
-	waitFor(t, c, ns, "app", "Ready", ready)
 
 	// Three hours missed: one backup.
 	offset.Store(int64(3*time.Hour + 5*time.Minute))
@@ -485,15 +477,8 @@ func TestScheduleMakesInstancesOneAtATimeWithRetention(t *testing.T) {
 // instances: they are counted in status.missedSchedules and reported.
 func TestScheduleMakesNoInstanceWhileItsLastHasNotFinished(t *testing.T) {
 	t.Parallel()
-	testenv.InstallCRDs(t)
-	c := testenv.Client(t)
-	ns := testenv.Namespace(t, c)
-	var offset atomic.Int64
-	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	c, ns, offset := readyClusterWithClock(t)
 	ctx := context.Background()
-
-	require.NoError(t, c.Create(ctx, newCluster(ns, "app", "app-root", 1)))
-	waitFor(t, c, ns, "app", "Ready", ready)
 	offset.Store(int64(time.Hour + 5*time.Minute))
 	sched := &grtlv1.MySQLBackupSchedule{
 		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},

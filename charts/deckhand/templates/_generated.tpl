@@ -191,6 +191,7 @@ mysqlCluster: mysqlcluster
   - ""
   resources:
   - namespaces
+  - pods/log
   verbs:
   - get
 - apiGroups:

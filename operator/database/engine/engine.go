@@ -92,7 +92,10 @@ type Engine interface {
 	VersionFromImage(image string) (string, bool)
 	// Scripts are the files of the scripts ConfigMap, by name.
 	Scripts() map[string]string
-	// ServerPod runs one replica: ordinal 0 the primary, others standbys.
+	// ServerPod runs one replica: the primary or a standby. Engines that
+	// read the scripts ConfigMap's "primary" key (PostgreSQL) take the
+	// role from it; the others (MySQL) still from the ordinal (0 is the
+	// primary).
 	ServerPod(c Cluster) Pod
 	// InitPod runs the init Job: it waits for the primary, creates the
 	// database and its owning role if missing, and writes a Report as its

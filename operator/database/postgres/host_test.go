@@ -63,7 +63,19 @@ func newHost(t testing.TB) *host {
 		},
 	}
 	u.Dir(t, root, "tmp")
+	// The operator names ordinal 0 the primary of a new Database.
+	h.namePrimary(0)
 	return h
+}
+
+// namePrimary writes what the operator writes into the scripts ConfigMap
+// (its key "primary"): the pod of ordinal is the primary. Every server of
+// the test shares the scripts directory, as pods share the ConfigMap.
+func (h *host) namePrimary(ordinal int) {
+	h.t.Helper()
+	file := filepath.Join(h.scripts, "primary")
+	require.NoError(h.t, os.RemoveAll(file))
+	require.NoError(h.t, os.WriteFile(file, []byte(fmt.Sprintf("%s-%d", h.cluster.Name, ordinal)), 0o444))
 }
 
 func randomPassword(t testing.TB) string {
@@ -128,7 +140,8 @@ func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]stri
 	return env
 }
 
-// primary starts a primary (ordinal 0) on the volume dataVolume.
+// primary starts ordinal 0 (named the primary by newHost) on the volume
+// dataVolume.
 func (h *host) primary(dataVolume string) *pgtest.Server {
 	h.t.Helper()
 	return h.server(h.scripts, 0, dataVolume, "")
@@ -150,7 +163,9 @@ func (h *host) server(scripts string, ordinal int, dataVolume, primaryPort strin
 	return h.u.StartServer(h.t, h.bin, env, pgtest.HostCommand(h.t, pod.Container, scripts))
 }
 
-// serverEnv is the environment of the server pod's ordinal on the host.
+// serverEnv is the environment of the server pod's ordinal on the host; a
+// primaryPort (standbys) is where PRIMARY_HOST listens, else the server's
+// own port.
 func (h *host) serverEnv(pod engine.Pod, ordinal int, dataVolume, primaryPort string) map[string]string {
 	h.t.Helper()
 	// A volume's server keeps its port across restarts, as a pod does.
@@ -160,7 +175,7 @@ func (h *host) serverEnv(pod engine.Pod, ordinal int, dataVolume, primaryPort st
 		h.ports[dataVolume] = port
 	}
 	env := h.env(pod, fmt.Sprintf("%s-%d", h.cluster.Name, ordinal), port, map[string]string{engine.DataVolume: h.volume(dataVolume)})
-	if ordinal != 0 {
+	if primaryPort != "" {
 		env["PRIMARY_PORT"] = primaryPort
 	}
 	return env

@@ -107,7 +107,8 @@ func (Engine) Scripts() map[string]string {
 }
 
 // ServerPod runs bootstrap.sh: initdb or pg_basebackup on an empty volume,
-// the replication role (ordinal 0) or primary_conninfo (standbys), then
+// the replication role (the primary: the pod the scripts ConfigMap's
+// "primary" key names) or primary_conninfo (standbys), then
 // postgres in the foreground. With c.RemoveOldData it first removes
 // the data directories a major upgrade kept (pgdata.old-*).
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
@@ -135,8 +136,8 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		// as it was, so no rollout.
 		env = append(env, corev1.EnvVar{Name: "REMOVE_OLD_DATA", Value: "true"})
 	}
-	// The superuser's password stays: ordinal 0 gives it to initdb, and
-	// every ordinal has the same pod template. bootstrap.sh unsets it before
+	// The superuser's password stays: the primary gives it to initdb, and
+	// every pod has the same pod template. bootstrap.sh unsets it before
 	// the server starts; standbys never use it.
 	env = append(env, superuserEnv(c)...)
 	env = append(env, replicationEnv(c)...)

@@ -195,3 +195,49 @@ func TestABackupReadsAStandbyOnlyWhenItStreamsWithinTheLagBound(t *testing.T) {
 	require.NoError(t, err, string(dump))
 	assert.Contains(t, string(dump), "\n2\n", "the dump holds the primary's latest row")
 }
+
+// TestACloneLogsItsProgressForTheOperator: while pg_basebackup copies the
+// primary, bootstrap.sh logs "clone progress" lines, and the Go reader the
+// operator applies to the pod's log (Engine.CloneProgress) finds the clone
+// under way with growing byte counts; once the clone is done, it says no
+// clone runs, and the reporter left no process behind.
+func TestACloneLogsItsProgressForTheOperator(t *testing.T) {
+	h := newHost(t)
+	pod := postgres.Engine{}.ServerPod(h.cluster)
+	primary := h.primary("data-0")
+	h.init(primary.Port)
+
+	// ~30 MB at 4 MB/s: a clone of some seconds, a line a second.
+	env := h.serverEnv(pod, 1, "data-1", primary.Port)
+	env["CLONE_MAX_RATE"] = "4M"
+	env["CLONE_PROGRESS_SECONDS"] = "1"
+	clone := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
+	log := &pgtest.SyncBuffer{}
+	clone.Stdout, clone.Stderr = log, log
+	require.NoError(t, clone.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-clone.Process.Pid, syscall.SIGKILL); _, _ = clone.Process.Wait() })
+
+	var first engine.CloneProgress
+	require.Eventually(t, func() bool {
+		p, cloning := postgres.Engine{}.CloneProgress(log.String())
+		first = p
+		return cloning && p.CopiedBytes > 0
+	}, 60*time.Second, 100*time.Millisecond, "no clone progress in the log:\n%s", log)
+	assert.Greater(t, first.TotalBytes, int64(10<<20), "the primary's size, in bytes")
+	assert.WithinDuration(t, time.Now(), first.At, time.Minute, "the line's time")
+	require.Eventually(t, func() bool {
+		p, cloning := postgres.Engine{}.CloneProgress(log.String())
+		return !cloning || p.CopiedBytes > first.CopiedBytes
+	}, 60*time.Second, 100*time.Millisecond, "the progress never grew:\n%s", log)
+
+	require.Eventually(t, func() bool {
+		_, cloning := postgres.Engine{}.CloneProgress(log.String())
+		return !cloning
+	}, 120*time.Second, 200*time.Millisecond, "the clone never ended:\n%s", log)
+	assert.Contains(t, log.String(), "bootstrap: clone finished")
+	require.Eventually(t, func() bool {
+		out, err := pgtest.PSQL(h.bin, env["PGPORT"], postgres.Superuser, h.superPassword(), "postgres", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "t"
+	}, 60*time.Second, 200*time.Millisecond, "the standby never served:\n%s", log)
+	assert.Zero(t, processIn(clone.Process.Pid, "sleep"), "the progress reporter left its sleep behind")
+}

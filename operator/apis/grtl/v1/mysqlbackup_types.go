@@ -176,6 +176,11 @@ type MySQLBackupInstanceStatus struct {
 	// Image that made it (the cluster's own).
 	// +optional
 	Image string `json:"image,omitempty"`
+	// RunAsUser is the UID (and GID) the backup Job wrote the file as: the
+	// MySQLCluster's spec.runAsUser when it ran. The Job that deletes the
+	// file runs as it too, even once the MySQLCluster is gone.
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 	// Version of the server it was taken from.
 	// +optional
 	Version string `json:"version,omitempty"`

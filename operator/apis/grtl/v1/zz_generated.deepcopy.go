@@ -110,6 +110,11 @@ func (in *MySQLBackupInstanceStatus) DeepCopyInto(out *MySQLBackupInstanceStatus
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
+	if in.RunAsUser != nil {
+		in, out := &in.RunAsUser, &out.RunAsUser
+		*out = new(int64)
+		**out = **in
+	}
 	if in.LagBytes != nil {
 		in, out := &in.LagBytes, &out.LagBytes
 		*out = new(int64)

@@ -103,7 +103,8 @@ type DatabaseSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Replicas: the primary (ordinal 0) and replicas-1 streaming standbys,
+	// Replicas: the primary (status.currentPrimary, ordinal 0 at
+	// creation) and replicas-1 streaming standbys,
 	// at most 32 (the operator looks at each replica's pod and volume on
 	// every reconcile).
 	// +kubebuilder:default=1
@@ -309,6 +310,22 @@ const (
 	PhaseDeleting Phase = "Deleting"
 )
 
+// StandbyClone is one standby's clone of the primary under way.
+type StandbyClone struct {
+	// Pod is the standby's pod.
+	Pod string `json:"pod"`
+	// CopiedBytes of TotalBytes (pg_basebackup's estimate of the
+	// primary's size, which grows if the primary does): 0 until the
+	// standby logged its first progress line.
+	// +optional
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// LastProgressTime is when the standby logged that progress.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+}
+
 // DatabaseStatus is what the operator observed.
 type DatabaseStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -336,6 +353,14 @@ type DatabaseStatus struct {
 	// +optional
 	Primary string `json:"primary,omitempty"`
 
+	// CurrentPrimary is the pod the operator names the primary: the
+	// read-write Service routes to it, and every server takes its role
+	// from it (the scripts ConfigMap's "primary" key), never from its
+	// ordinal. Set to ordinal 0 when the Database is created; only a
+	// failover changes it.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional
 	CurrentImage string `json:"currentImage,omitempty"`
@@ -353,6 +378,14 @@ type DatabaseStatus struct {
 	// reconcile that runs twice does each step once.
 	// +optional
 	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
+	// Clones are the standbys cloning the primary now (their first copy,
+	// pg_basebackup, which cannot resume), with how far each has got, as
+	// the standby's log says; absent when none is cloning.
+	// +listType=map
+	// +listMapKey=pod
+	// +optional
+	Clones []StandbyClone `json:"clones,omitempty"`
 
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),

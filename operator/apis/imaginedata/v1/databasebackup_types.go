@@ -61,6 +61,11 @@ type DatabaseBackupStatus struct {
 	// Engine of the Database it was taken from.
 	// +optional
 	Engine Engine `json:"engine,omitempty"`
+	// RunAsUser is the UID (and GID) the backup Job wrote the file as: the
+	// Database's spec.podTemplate.runAsUser when it ran. The Job that
+	// deletes the file runs as it too, even once the Database is gone.
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 	// Version of the server it was taken from.
 	// +optional
 	Version string `json:"version,omitempty"`

@@ -1,9 +1,19 @@
 #!/bin/sh
 # deckhand: entrypoint of a PostgreSQL replica (the database container).
 #
-# Ordinal 0 is the primary: on an empty volume it runs initdb. Every other
-# ordinal is a streaming standby: on an empty volume it clones the primary
-# with pg_basebackup -R. A volume that holds a data directory is never
+# The role comes from the operator, never from the ordinal: the file
+# "primary" beside this script (the scripts ConfigMap's key, which the
+# operator writes from status.currentPrimary) names the primary's pod.
+# Without it the server does not start. The named pod is the primary: on an
+# empty volume it runs initdb; a standby's data directory (standby.signal)
+# is promoted before it serves. Every other pod is a streaming standby of
+# it: on an empty volume it clones the primary with pg_basebackup -R; a data
+# directory that was a primary's (no standby.signal) rejoins as a standby:
+# pg_rewind from the named primary (its writes since the two diverged are
+# undone; pg_rewind first finishes crash recovery of a target that was not
+# stopped cleanly), or, when pg_rewind fails, it is moved aside as
+# pgdata.lost-<UTC time> (kept) and the primary cloned again. It never runs
+# as a second primary. A volume that holds a data directory is never
 # initialised again, and one that holds anything else is refused. Then the
 # server runs in the foreground with the arguments given (-c name=value).
 #
@@ -32,7 +42,9 @@
 # PGPASSWORD (the superuser: initdb gives it its password),
 # REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
 # PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
-# REMOVE_OLD_DATA, CLONE_MAX_RATE (optional).
+# REMOVE_OLD_DATA, CLONE_MAX_RATE, PROMOTE_WAIT_SECONDS (optional). The
+# file "primary" beside this script names the primary's pod; a file
+# deckhand-fenced beside PGDATA keeps the server from starting.
 set -eu
 . "$(dirname "$0")/lib.sh"
 
@@ -84,6 +96,25 @@ wait_for_primary() {
 	done
 }
 
+# log_clone_progress FILE RUNNING: while the file RUNNING exists, every
+# CLONE_PROGRESS_SECONDS (default 30) logs the last "<done>/<total> kB"
+# pg_basebackup wrote to FILE as "clone progress: <done> of <total> kB".
+# The operator reads these lines from the pod's log and shows them in the
+# Database's status and Events. It sleeps a second at a time and ends
+# within one of RUNNING's removal: dash's wait is not interrupted by a
+# trapped signal, so a killed reporter would leave its sleep behind.
+log_clone_progress() {
+	elapsed=0
+	while [ -e "$2" ]; do
+		sleep 1
+		elapsed=$((elapsed + 1))
+		[ "$elapsed" -ge "${CLONE_PROGRESS_SECONDS:-30}" ] || continue
+		elapsed=0
+		kb=$(tail -c 512 "$1" 2>/dev/null | tr '\r' '\n' | sed -n 's#^ *\([0-9][0-9]*\)/\([0-9][0-9]*\) kB.*#\1 of \2#p' | tail -n 1)
+		[ -z "$kb" ] || log "clone progress: $kb kB"
+	done
+}
+
 # clone_primary DIR: a standby streaming from the primary through its
 # slot, cloned as the replication role. pg_basebackup's progress goes to
 # DIR.progress, which the startup and liveness probes read (probe.sh
@@ -92,18 +123,26 @@ clone_primary() {
 	wait_for_primary
 	ensure_slot
 	rm -f "$1.progress" "$1.probe"
+	: >"$1.cloning"
+	log_clone_progress "$1.progress" "$1.cloning" &
+	reporter=$!
 	# -R writes standby.signal and primary_conninfo; -X stream copies the
 	# WAL written meanwhile, so the copy is consistent. CLONE_MAX_RATE
 	# (optional) limits the transfer rate, as pg_basebackup --max-rate.
-	if ! PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
+	cloned=true
+	PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD \
 		pg_basebackup -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -D "$1" -R -X stream \
 		--slot="$slot" --checkpoint=fast --no-password --progress --verbose \
-		${CLONE_MAX_RATE:+--max-rate="$CLONE_MAX_RATE"} 2>"$1.progress"; then
+		${CLONE_MAX_RATE:+--max-rate="$CLONE_MAX_RATE"} 2>"$1.progress" || cloned=false
+	rm -f "$1.cloning"
+	wait "$reporter" || true
+	if [ "$cloned" != true ]; then
 		tr '\r' '\n' <"$1.progress" | tail -n 20 >&2
 		fail "pg_basebackup could not clone the primary (above)"
 	fi
 	tr '\r' '\n' <"$1.progress" | tail -n 3 >&2
 	rm -f "$1.progress" "$1.probe"
+	log "clone finished: the primary is copied; starting the standby"
 }
 
 # sql_literal VALUE: VALUE as an SQL string literal (standard conforming:
@@ -115,9 +154,12 @@ sql_literal() {
 
 # ensure_replication_role DIR: the replication role exists with LOGIN
 # REPLICATION (and nothing more) and REPLICATION_PASSWORD, in the data
-# directory DIR of a primary that is not running. Runs the server in
-# single-user mode with the statements on stdin (never on a command line);
-# statements are never logged, not even with an error.
+# directory DIR of a primary that is not running, and may run the four
+# file functions pg_rewind reads a primary with (the manual's list for a
+# role that is not a superuser: they read files of the data directory,
+# which a base backup, already the role's right, copies whole). Runs the
+# server in single-user mode with the statements on stdin (never on a
+# command line); statements are never logged, not even with an error.
 ensure_replication_role() {
 	out=$(mktemp)
 	errors=$(mktemp)
@@ -125,6 +167,9 @@ ensure_replication_role() {
 	{
 		printf '%s\n' "DO \$deckhand\$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '$REPLICATION_USER') THEN CREATE ROLE $REPLICATION_USER; END IF; END \$deckhand\$;"
 		printf '%s\n' "ALTER ROLE $REPLICATION_USER WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS CONNECTION LIMIT -1 PASSWORD $(sql_literal "$REPLICATION_PASSWORD");"
+		for f in 'pg_ls_dir(text, boolean, boolean)' 'pg_stat_file(text, boolean)' 'pg_read_binary_file(text)' 'pg_read_binary_file(text, bigint, bigint, boolean)'; do
+			printf '%s\n' "GRANT EXECUTE ON FUNCTION pg_catalog.$f TO $REPLICATION_USER;"
+		done
 		printf '%s\n' "SELECT 'deckhand: replication role ready' FROM pg_catalog.pg_authid WHERE rolname = '$REPLICATION_USER' AND rolcanlogin AND rolreplication AND NOT rolsuper AND rolpassword LIKE 'SCRAM-SHA-256\$%';"
 	} | postgres --single -D "$1" \
 		-c log_statement=none -c log_min_error_statement=panic \
@@ -163,8 +208,73 @@ write_primary_conninfo() {
 	log "primary_conninfo: $PRIMARY_HOST:$PRIMARY_PORT as $REPLICATION_USER"
 }
 
+# promote DIR: the standby's data directory DIR (standby.signal) of the pod
+# the operator names the primary becomes a primary's, on a new timeline,
+# before it serves: the server starts as a standby that follows nothing and
+# listens on a private socket only (no TCP), is promoted, and stops
+# cleanly. pg_ctl's waits are bounded by PROMOTE_WAIT_SECONDS (default
+# 3600: replaying the WAL it has may take long).
+promote() {
+	log "$1 is a standby's (standby.signal), and the operator names $POD_NAME the primary: promoting it before it serves"
+	sockets=$(mktemp -d)
+	patience=${PROMOTE_WAIT_SECONDS:-3600}
+	if ! pg_ctl -D "$1" -w -t "$patience" -o "-p $PGPORT -c listen_addresses='' -c unix_socket_directories='$sockets' -c primary_conninfo='' -c primary_slot_name=''" start >&2 ||
+		! pg_ctl -D "$1" -w -t "$patience" promote >&2 ||
+		! pg_ctl -D "$1" -w -t "$patience" -m fast stop >&2; then
+		pg_ctl -D "$1" -w -m fast stop >&2 || true
+		rm -rf "$sockets"
+		fail "could not promote $1 (above)"
+	fi
+	rm -rf "$sockets"
+	log "promoted $1: it starts as the primary"
+}
+
+# rejoin DIR: the data directory DIR was a primary's (no standby.signal),
+# but the operator names another pod the primary, so it must never serve
+# as one again. pg_rewind makes it the named primary's copy as of the
+# point where their histories diverged (the writes it took after that are
+# undone; it first finishes crash recovery of a directory that was not
+# stopped cleanly), and it comes up as the named primary's standby. When
+# pg_rewind cannot (another system, WAL the primary no longer has, ...),
+# DIR is moved aside as pgdata.lost-<UTC time> (kept, never deleted:
+# remove it by hand once the new clone serves) and the primary is cloned
+# again. pg_rewind reads the primary as the replication role (see
+# ensure_replication_role).
+rejoin() {
+	wait_for_primary
+	log "$1 was a primary's (no standby.signal), but the operator names $named_primary the primary: rewinding it to follow $named_primary (pg_rewind)"
+	ensure_slot || log "could not make replication slot $slot on the primary (above)"
+	source="host=$(conninfo_value "$PRIMARY_HOST") port=$(conninfo_value "$PRIMARY_PORT") user=$(conninfo_value "$REPLICATION_USER") dbname=postgres connect_timeout=10"
+	if PGPASSWORD=$REPLICATION_PASSWORD pg_rewind --target-pgdata="$1" --source-server="$source" --progress >&2; then
+		: >"$1/standby.signal"
+		log "rewound $1: it starts as a standby of $named_primary"
+		return 0
+	fi
+	aside=$1.lost-$(date -u +%Y%m%d%H%M%S)
+	log "pg_rewind could not rewind $1 (above): moving it to $aside (kept: remove it by hand once the new clone serves) and cloning the primary again"
+	mv "$1" "$aside"
+}
+
 ordinal=${POD_NAME##*-}
 case $ordinal in '' | *[!0-9]*) fail "POD_NAME \"$POD_NAME\" does not end in -<ordinal>" ;; esac
+# A fenced server does not start: the instance agent writes the marker
+# deckhand-fenced beside PGDATA, on the data volume, before it stops the
+# server, so a fence outlives the container. The script waits until the
+# agent lifts the fence (removes the marker), and only then reads its
+# role: a failover names the new primary while the old one is fenced.
+fence_marker=$(dirname "$PGDATA")/deckhand-fenced
+if [ -e "$fence_marker" ]; then
+	log "fenced ($fence_marker is there): not starting the server until the fence is lifted"
+	while [ -e "$fence_marker" ]; do sleep 1; done
+	log "the fence is lifted: starting"
+fi
+# The role: the operator's word, read once now (a later change of the
+# file takes effect at the next start; the readiness probe fails meanwhile).
+named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)
+[ -n "$named_primary" ] || fail "no primary named in $(dirname "$0")/primary (the scripts ConfigMap's key primary, which the operator writes): not starting, so that no server runs as a primary the operator did not name"
+role=standby
+[ "$POD_NAME" != "$named_primary" ] || role=primary
+log "the operator names $named_primary the primary: starting as the $role"
 if [ -d "$PGDATA" ]; then
 	check_data_owner "$PGDATA"
 fi
@@ -173,7 +283,7 @@ fi
 slot=deckhand_standby_$ordinal
 server_major=$(postgres -V | sed 's/^postgres (PostgreSQL) //; s/[^0-9].*//')
 data_major=$(cat "$PGDATA/PG_VERSION" 2>/dev/null || true)
-if [ "$ordinal" != 0 ] && [ -n "$data_major" ] && [ "$data_major" != "$server_major" ]; then
+if [ "$role" = standby ] && [ -n "$data_major" ] && [ "$data_major" != "$server_major" ]; then
 	aside=$PGDATA.old-$data_major
 	log "standby data directory is PostgreSQL $data_major, the server $server_major: moving it to $aside and cloning the primary again"
 	rm -rf "$aside"
@@ -191,13 +301,18 @@ fi
 # its data directory is moved aside as pgdata.lost-<UTC time> (kept, never
 # deleted: remove it by hand once the new clone serves) and the primary is
 # cloned again through a new slot.
-if [ "$ordinal" != 0 ] && [ -s "$PGDATA/PG_VERSION" ]; then
+if [ "$role" = standby ] && [ -s "$PGDATA/PG_VERSION" ]; then
 	if state=$(slot_state 2>/dev/null) && [ "$state" = lost ]; then
 		aside=$PGDATA.lost-$(date -u +%Y%m%d%H%M%S)
 		log "the primary reports replication slot $slot lost: this standby cannot catch up; moving $PGDATA to $aside and cloning the primary again"
 		drop_slot
 		mv "$PGDATA" "$aside"
 	fi
+fi
+# A standby must never serve as a primary: a data directory that was a
+# primary's rejoins as a standby of the named primary, or is moved aside.
+if [ "$role" = standby ] && [ -s "$PGDATA/PG_VERSION" ] && [ ! -f "$PGDATA/standby.signal" ]; then
+	rejoin "$PGDATA"
 fi
 if [ -s "$PGDATA/PG_VERSION" ]; then
 	log "$PGDATA holds a PostgreSQL $(cat "$PGDATA/PG_VERSION") data directory: starting it as it is"
@@ -210,18 +325,21 @@ else
 	# complete.
 	staging=$PGDATA.deckhand-new
 	rm -rf "$staging"
-	if [ "$ordinal" = 0 ]; then
-		log "empty volume on the primary (ordinal 0): initialising $PGDATA"
+	if [ "$role" = primary ]; then
+		log "empty volume on the primary $POD_NAME: initialising $PGDATA"
 		init_datadir "$staging"
 	else
-		log "empty volume on standby ordinal $ordinal: cloning the primary into $PGDATA"
+		log "empty volume on standby $POD_NAME: cloning the primary into $PGDATA"
 		clone_primary "$staging"
 	fi
 	rmdir "$PGDATA" 2>/dev/null || true
 	mv "$staging" "$PGDATA"
 fi
 
-if [ "$ordinal" = 0 ]; then
+if [ "$role" = primary ]; then
+	if [ -f "$PGDATA/standby.signal" ]; then
+		promote "$PGDATA"
+	fi
 	ensure_replication_role "$PGDATA"
 	ensure_replication_hba "$PGDATA"
 else

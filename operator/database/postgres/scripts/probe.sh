@@ -17,6 +17,17 @@
 # slot the primary reports lost fails it: its restart clones it again
 # (bootstrap.sh).
 #
+# probe.sh live passes while the server is fenced (the file
+# deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose; probe.sh
+# ready fails, even while the server still runs.
+#
+# probe.sh ready also fails while the server's role disagrees with the
+# operator's: the file "primary" beside this script (the scripts
+# ConfigMap's key) names the primary's pod; a server out of recovery in
+# another pod, or the named pod still in recovery, is not ready, so no
+# Service routes to it (bootstrap.sh makes the role agree at the next
+# start).
+#
 # Also (ready, on the primary): with a file "replicas" beside this script
 # (the operator writes the Database's replicas there), drops the inactive
 # replication slots of standbys that no longer exist (deckhand_standby_<n>
@@ -68,6 +79,11 @@ slot_lost() {
 
 case $mode in
 live)
+	# A fenced server is down on purpose (bootstrap.sh waits for the
+	# fence to be lifted): restarting its container would change nothing.
+	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+		exit 0
+	fi
 	if pg_isready -q -p "$PGPORT"; then
 		if slot_lost; then
 			echo "the primary reports this standby's replication slot lost: restarting to clone it again" >&2
@@ -79,11 +95,28 @@ live)
 	exit 1
 	;;
 ready)
+	# A fenced server takes no traffic, even while its fence's shutdown
+	# is under way.
+	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+		echo "fenced: not ready" >&2
+		exit 1
+	fi
 	pg_isready -q -p "$PGPORT" || exit 1
 	state=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT status FROM pg_stat_wal_receiver), 'no WAL receiver') ELSE 'primary' END" 2>&1) || {
 		echo "cannot ask the server: $state" >&2
 		exit 1
 	}
+	named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)
+	if [ -n "$named_primary" ]; then
+		if [ "$state" = primary ] && [ "$POD_NAME" != "$named_primary" ]; then
+			echo "this server runs as a primary, but the operator names $named_primary the primary: not ready (it rejoins as a standby at its next start)" >&2
+			exit 1
+		fi
+		if [ "$state" != primary ] && [ "$POD_NAME" = "$named_primary" ]; then
+			echo "the operator names this pod the primary, but its server is in recovery (WAL receiver: $state): not ready until it runs as the primary" >&2
+			exit 1
+		fi
+	fi
 	case $state in
 	primary)
 		replicas_file=$(dirname "$0")/replicas

@@ -1,0 +1,135 @@
+// Command deckhand-instance is the instance agent of a deckhand
+// PostgreSQL pod (package operator/database/postgres/instance).
+//
+//	deckhand-instance install DEST
+//	deckhand-instance serve [flags]
+//
+// install copies this binary to DEST (mode 0755): an init container runs
+// it from the operator image, so the agent reaches the database pod
+// through an emptyDir and the database image stays the official one.
+// serve answers the operator over mutual TLS; its flags default to the
+// database container's environment (POD_NAME, PGDATA, PGPORT).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST | serve [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "install":
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST")
+			os.Exit(2)
+		}
+		err = install(os.Args[2])
+	case "serve":
+		err = serve(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "deckhand-instance: unknown command %q (install, serve)\n", os.Args[1])
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deckhand-instance:", err)
+		os.Exit(1)
+	}
+}
+
+// install copies the running binary to dest, through a file beside it
+// renamed into place (a restarted init container never leaves half a
+// binary).
+func install(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dest + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		return err
+	}
+	fmt.Printf("deckhand-instance installed at %s\n", dest)
+	return nil
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	pod := fs.String("pod", os.Getenv("POD_NAME"), "the pod's name: its certificate is <tls-dir>/<pod>.crt")
+	dataDir := fs.String("pgdata", os.Getenv("PGDATA"), "the server's data directory")
+	port := fs.Int("pgport", envInt("PGPORT", 5432), "the server's port (its socket's name)")
+	socketDir := fs.String("socket-dir", "/var/run/postgresql", "the server's unix socket directory")
+	user := fs.String("user", "postgres", "the local superuser (pg_hba.conf: local trust)")
+	pgCtl := fs.String("pg-ctl", "pg_ctl", "pg_ctl to stop the server with")
+	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
+	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *pod == "" || *dataDir == "" {
+		return errors.New("--pod and --pgdata (or POD_NAME and PGDATA) are required")
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	tlsConfig, err := instance.ServerTLSConfig(*tlsDir, *pod)
+	if err != nil {
+		return fmt.Errorf("TLS: %w", err)
+	}
+	agent, err := instance.New(instance.Config{
+		Pod: *pod, SocketDir: *socketDir, Port: *port, User: *user,
+		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer agent.Close()
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("serving the instance channel", "pod", *pod, "listen", l.Addr().String())
+	return agent.Serve(ctx, l, tlsConfig)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

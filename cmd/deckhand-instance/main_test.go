@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The agent refuses to serve without knowing its pod and data directory
+// (a sidecar whose environment lacks them would otherwise watch ".").
+func TestServeNeedsItsPodAndDataDirectory(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "deckhand-instance")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for name, env := range map[string][]string{
+		"no POD_NAME": {"PGDATA=/var/lib/postgresql/data/pgdata"},
+		"no PGDATA":   {"POD_NAME=db-0"},
+	} {
+		cmd := exec.Command(bin, "serve", "--tls-dir", t.TempDir())
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, name)
+		assert.Contains(t, string(out), "--pod and --pgdata (or POD_NAME and PGDATA) are required", name)
+	}
+	out, err = exec.Command(bin, "nonsense").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), `unknown command "nonsense"`)
+}

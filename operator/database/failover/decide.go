@@ -1,0 +1,204 @@
+// Package failover holds the Database's failover decisions as pure
+// functions of what the instance channel reports
+// (operator/database/postgres/instance): is the primary gone, and which
+// standby to promote. The reconciler observes, these decide, the channel
+// acts; "what happens when the primary dies" is read here.
+package failover
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// DefaultPrimaryGoneAfter is how long the primary may be unhealthy before
+// it is failed over. A container that is killed once is restarted by the
+// kubelet at once (no back-off the first time) and PostgreSQL's crash
+// recovery replays only the WAL since the last checkpoint, a few seconds:
+// 10 s lets such a primary come back without a failover in the common
+// case, and leaves 20 s of the 30 s write outage for the rest (a
+// status a second, the fence, pg_promote and the -rw Service's endpoints,
+// a few seconds together). CloudNativePG's users see 40-80 s on node
+// loss because they wait for the node to be declared lost; the agent's
+// status says it within a second.
+const DefaultPrimaryGoneAfter = 10 * time.Second
+
+// DefaultMaxLag is how far (bytes of WAL) a standby may be behind the most
+// advanced healthy standby and still be preferred for being connected to
+// the primary: one WAL segment.
+const DefaultMaxLag = 16 << 20
+
+// Observation is what the operator knows of one instance now.
+type Observation struct {
+	Pod string
+	// Status is the agent's answer; nil when the agent was not reached
+	// within the client's bound (instance.StatusTimeout).
+	Status *instance.Status
+	// PodReady is the pod's Ready condition (a primary's readiness probe:
+	// it takes connections).
+	PodReady bool
+}
+
+// PrimaryHealthy: the primary serves: its pod is ready and its agent says
+// its server is up, a primary, not fenced.
+func PrimaryHealthy(o Observation) bool {
+	st := o.Status
+	return o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced
+}
+
+// PrimaryGone says whether the primary must be failed over at now: it is
+// not healthy now, and has not been since lastHealthy, for longer than
+// after (DefaultPrimaryGoneAfter when 0). lastHealthy is the last time the
+// operator saw it healthy (zero: never, e.g. an operator that just
+// started: the wait is counted from since instead, when it began
+// watching, so a restart of the operator never fails over at once).
+func PrimaryGone(primary Observation, lastHealthy, since, now time.Time, after time.Duration) bool {
+	if PrimaryHealthy(primary) {
+		return false
+	}
+	if after == 0 {
+		after = DefaultPrimaryGoneAfter
+	}
+	from := lastHealthy
+	if from.IsZero() || from.Before(since) {
+		from = since
+	}
+	return now.Sub(from) > after
+}
+
+// StandbyHealthy: the standby can be promoted: its agent answered, its
+// server is up and replaying WAL (in recovery), it is not fenced, and it
+// knows how far it has replayed. Streaming is not required: when the
+// primary is gone no standby streams.
+func StandbyHealthy(o Observation) bool {
+	st := o.Status
+	return st != nil && st.ServerUp && st.Role == instance.RoleStandby && !st.Fenced && st.ReplayLSN != 0
+}
+
+// Choice is the standby to promote, and why.
+type Choice struct {
+	Pod       string
+	ReplayLSN instance.LSN
+	// Behind is how far (bytes) it is behind the most advanced healthy
+	// standby (0 when it is that one).
+	Behind uint64
+	// AlreadyPrimary: it is a primary already (promoted earlier, e.g. by
+	// an operator that stopped before it recorded so): record it, promote
+	// nothing.
+	AlreadyPrimary bool
+	Reason         string
+}
+
+var (
+	// ErrNoHealthyStandby: nothing may be promoted.
+	ErrNoHealthyStandby = errors.New("no healthy standby to promote")
+	// ErrSeveralPrimaries: more than one instance besides the current
+	// primary says it is a primary; nothing is promoted until a person
+	// (or the fence) settles it.
+	ErrSeveralPrimaries = errors.New("more than one instance besides the current primary is a primary")
+)
+
+// ChooseStandby decides which standby replaces current, the primary that
+// is gone:
+//
+//   - an instance other than current that is already a primary, up and not
+//     fenced, is chosen as it is (no second promotion); two are an error;
+//   - otherwise among the healthy standbys (StandbyHealthy) on the newest
+//     timeline any of them is on, those within maxLag bytes of the most
+//     advanced replayed position are eligible: a standby behind by more is
+//     never promoted while a better one exists;
+//   - of the eligible, one streaming from the primary is preferred (the
+//     primary is up but not ready, or this is a switchover), then the most
+//     advanced replay position, then the most advanced received position,
+//     then the pod's name (the same answer every time).
+//
+// maxLag 0 is DefaultMaxLag.
+func ChooseStandby(current string, instances []Observation, maxLag uint64) (Choice, error) {
+	if c, found, err := alreadyPromoted(current, instances); found {
+		return c, err
+	}
+	if maxLag == 0 {
+		maxLag = DefaultMaxLag
+	}
+	healthy := healthyStandbysOnNewestTimeline(current, instances)
+	if len(healthy) == 0 {
+		return Choice{}, ErrNoHealthyStandby
+	}
+	var best instance.LSN
+	for _, o := range healthy {
+		best = max(best, o.Status.ReplayLSN)
+	}
+	var eligible []Observation
+	for _, o := range healthy {
+		if o.Status.ReplayLSN.Behind(best) <= maxLag {
+			eligible = append(eligible, o)
+		}
+	}
+	sort.SliceStable(eligible, func(i, j int) bool {
+		return better(eligible[i].Status, eligible[j].Status, eligible[i].Pod, eligible[j].Pod)
+	})
+	chosen := eligible[0]
+	st := chosen.Status
+	reason := fmt.Sprintf("the most advanced healthy standby (replayed to %s)", st.ReplayLSN)
+	if st.ReplayLSN != best {
+		reason = fmt.Sprintf("streaming from the primary, replayed to %s, %d bytes behind the most advanced (within %d)", st.ReplayLSN, st.ReplayLSN.Behind(best), maxLag)
+	}
+	return Choice{Pod: chosen.Pod, ReplayLSN: st.ReplayLSN, Behind: st.ReplayLSN.Behind(best), Reason: reason}, nil
+}
+
+// better orders candidates: streaming first, then replay, receive, name.
+func better(a, b *instance.Status, podA, podB string) bool {
+	if a.Streaming != b.Streaming {
+		return a.Streaming
+	}
+	if a.ReplayLSN != b.ReplayLSN {
+		return a.ReplayLSN > b.ReplayLSN
+	}
+	if a.ReceiveLSN != b.ReceiveLSN {
+		return a.ReceiveLSN > b.ReceiveLSN
+	}
+	return podA < podB
+}
+
+// alreadyPromoted finds an instance other than current that is a primary.
+func alreadyPromoted(current string, instances []Observation) (Choice, bool, error) {
+	var primaries []Observation
+	for _, o := range instances {
+		st := o.Status
+		if o.Pod != current && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced {
+			primaries = append(primaries, o)
+		}
+	}
+	switch len(primaries) {
+	case 0:
+		return Choice{}, false, nil
+	case 1:
+		o := primaries[0]
+		return Choice{Pod: o.Pod, AlreadyPrimary: true, Reason: fmt.Sprintf("already a primary, on timeline %d", o.Status.Timeline)}, true, nil
+	default:
+		return Choice{}, true, ErrSeveralPrimaries
+	}
+}
+
+// healthyStandbysOnNewestTimeline: WAL positions compare only on one
+// timeline, and a standby left on an older one has missed a promotion.
+func healthyStandbysOnNewestTimeline(current string, instances []Observation) []Observation {
+	var healthy []Observation
+	var newest int64
+	for _, o := range instances {
+		if o.Pod != current && StandbyHealthy(o) {
+			healthy = append(healthy, o)
+			newest = max(newest, o.Status.Timeline)
+		}
+	}
+	out := healthy[:0]
+	for _, o := range healthy {
+		if o.Status.Timeline == newest {
+			out = append(out, o)
+		}
+	}
+	return out
+}

@@ -1,0 +1,170 @@
+package failover_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+const mb = 1 << 20
+
+// standby is a healthy standby's observation on timeline 1, replayed to
+// replay (received as far), streaming or not.
+func standby(pod string, replay uint64, streaming bool) failover.Observation {
+	return failover.Observation{Pod: pod, Status: &instance.Status{
+		Pod: pod, ServerUp: true, Role: instance.RoleStandby, Timeline: 1,
+		ReplayLSN: instance.LSN(replay), ReceiveLSN: instance.LSN(replay), Streaming: streaming,
+	}}
+}
+
+func primary(pod string) failover.Observation {
+	return failover.Observation{Pod: pod, PodReady: true, Status: &instance.Status{Pod: pod, ServerUp: true, Role: instance.RolePrimary, Timeline: 1, CurrentLSN: 100 * mb}}
+}
+
+func with(o failover.Observation, change func(*instance.Status)) failover.Observation {
+	st := *o.Status
+	change(&st)
+	o.Status = &st
+	return o
+}
+
+func TestChooseStandby(t *testing.T) {
+	gone := failover.Observation{Pod: "db-0"} // unreachable
+	for _, c := range []struct {
+		name      string
+		instances []failover.Observation
+		maxLag    uint64
+		want      string
+		err       error
+	}{
+		{
+			name:      "the most advanced replay position wins when the primary is gone (nobody streams)",
+			instances: []failover.Observation{gone, standby("db-1", 50*mb, false), standby("db-2", 60*mb, false), standby("db-3", 55*mb, false)},
+			want:      "db-2",
+		},
+		{
+			name:      "a streaming standby is preferred within the bound",
+			instances: []failover.Observation{primary("db-0"), standby("db-1", 60*mb, false), standby("db-2", 59*mb, true)},
+			want:      "db-2",
+		},
+		{
+			name:      "a streaming standby behind by more than the bound is never promoted while a better one exists",
+			instances: []failover.Observation{primary("db-0"), standby("db-1", 60*mb, false), standby("db-2", 40*mb, true)},
+			want:      "db-1",
+		},
+		{
+			name:      "the bound is a parameter",
+			instances: []failover.Observation{primary("db-0"), standby("db-1", 60*mb, false), standby("db-2", 40*mb, true)},
+			maxLag:    32 * mb,
+			want:      "db-2",
+		},
+		{
+			name: "received WAL breaks a tie of replay positions, then the name",
+			instances: []failover.Observation{gone, standby("db-3", 60*mb, false),
+				with(standby("db-2", 60*mb, false), func(s *instance.Status) { s.ReceiveLSN = 61 * mb }), standby("db-1", 60*mb, false)},
+			want: "db-2",
+		},
+		{
+			name:      "equal standbys: the first name, every time",
+			instances: []failover.Observation{gone, standby("db-2", 60*mb, false), standby("db-1", 60*mb, false)},
+			want:      "db-1",
+		},
+		{
+			name: "unreachable, down, fenced and position-less standbys are not healthy",
+			instances: []failover.Observation{gone,
+				{Pod: "db-1"},
+				with(standby("db-2", 90*mb, false), func(s *instance.Status) { s.ServerUp, s.Role = false, instance.RoleUnknown }),
+				with(standby("db-3", 90*mb, false), func(s *instance.Status) { s.Fenced = true }),
+				with(standby("db-4", 0, false), func(s *instance.Status) {}),
+				standby("db-5", 10*mb, false)},
+			want: "db-5",
+		},
+		{
+			name: "a standby left on an older timeline is not compared with the newer",
+			instances: []failover.Observation{gone,
+				with(standby("db-1", 90*mb, false), func(s *instance.Status) { s.Timeline = 1 }),
+				with(standby("db-2", 20*mb, false), func(s *instance.Status) { s.Timeline = 2 })},
+			want: "db-2",
+		},
+		{
+			name:      "no healthy standby: nothing is promoted",
+			instances: []failover.Observation{gone, {Pod: "db-1"}, with(standby("db-2", 90*mb, false), func(s *instance.Status) { s.Fenced = true })},
+			err:       failover.ErrNoHealthyStandby,
+		},
+		{
+			name:      "a primary alone: nothing to promote",
+			instances: []failover.Observation{gone},
+			err:       failover.ErrNoHealthyStandby,
+		},
+		{
+			name: "two other primaries: nothing is promoted",
+			instances: []failover.Observation{gone, with(primary("db-1"), func(*instance.Status) {}), with(primary("db-2"), func(*instance.Status) {}),
+				standby("db-3", 90*mb, false)},
+			err: failover.ErrSeveralPrimaries,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := failover.ChooseStandby("db-0", c.instances, c.maxLag)
+			if c.err != nil {
+				require.ErrorIs(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.want, got.Pod, got.Reason)
+			assert.False(t, got.AlreadyPrimary)
+		})
+	}
+}
+
+// An operator that promoted a standby and stopped before it recorded so
+// finds it a primary: it is chosen as it is, never a second one.
+func TestChooseStandbyFindsAnEarlierPromotion(t *testing.T) {
+	promoted := with(primary("db-2"), func(s *instance.Status) { s.Timeline = 2 })
+	got, err := failover.ChooseStandby("db-0", []failover.Observation{{Pod: "db-0"}, standby("db-1", 90*mb, false), promoted}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "db-2", got.Pod)
+	assert.True(t, got.AlreadyPrimary)
+
+	// A fenced old primary that still says primary is not it.
+	fenced := with(primary("db-3"), func(s *instance.Status) { s.Fenced = true })
+	got, err = failover.ChooseStandby("db-0", []failover.Observation{{Pod: "db-0"}, standby("db-1", 90*mb, false), fenced}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "db-1", got.Pod)
+	assert.False(t, got.AlreadyPrimary)
+}
+
+func TestChooseStandbySaysHowFarBehind(t *testing.T) {
+	got, err := failover.ChooseStandby("db-0", []failover.Observation{primary("db-0"), standby("db-1", 60*mb, false), standby("db-2", 59*mb, true)}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(mb), got.Behind)
+	assert.Contains(t, got.Reason, "streaming from the primary")
+}
+
+func TestPrimaryGone(t *testing.T) {
+	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	seen := start.Add(time.Minute) // last healthy
+	down := failover.Observation{Pod: "db-0"}
+	notReady := primary("db-0")
+	notReady.PodReady = false
+	fenced := with(primary("db-0"), func(s *instance.Status) { s.Fenced = true })
+	demoted := with(primary("db-0"), func(s *instance.Status) { s.Role = instance.RoleStandby })
+	bound := failover.DefaultPrimaryGoneAfter
+
+	assert.False(t, failover.PrimaryGone(primary("db-0"), seen, start, seen.Add(time.Hour), 0), "a healthy primary is never gone")
+	for name, o := range map[string]failover.Observation{"unreachable": down, "not ready": notReady, "fenced": fenced, "not a primary": demoted} {
+		assert.False(t, failover.PrimaryGone(o, seen, start, seen.Add(bound), 0), "%s: not past the bound", name)
+		assert.True(t, failover.PrimaryGone(o, seen, start, seen.Add(bound+time.Millisecond), 0), "%s: past the bound", name)
+	}
+	assert.True(t, failover.PrimaryGone(down, seen, start, seen.Add(3*time.Second), 2*time.Second), "the bound is a parameter")
+	// An operator that just started has never seen the primary healthy:
+	// the wait counts from when it began watching.
+	restarted := start.Add(time.Hour)
+	assert.False(t, failover.PrimaryGone(down, time.Time{}, restarted, restarted.Add(bound), 0))
+	assert.False(t, failover.PrimaryGone(down, seen, restarted, restarted.Add(bound), 0), "a health seen before the restart does not count down")
+	assert.True(t, failover.PrimaryGone(down, time.Time{}, restarted, restarted.Add(bound+time.Second), 0))
+}

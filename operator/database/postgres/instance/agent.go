@@ -1,0 +1,385 @@
+// Package instance is deckhand's instance channel: a small agent that runs
+// in every PostgreSQL pod (cmd/deckhand-instance) and answers the
+// operator over mutual TLS with the server's role and WAL positions
+// (GET /status), promotes a standby (POST /promote) and fences a server
+// (POST /fence: stopped cleanly and kept stopped), each within a bound;
+// and the Go client the operator asks it with. docs/database.md, "The
+// instance channel", says why it exists and how it is wired.
+package instance
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// Default bounds of the agent's work (each request's own bound; the
+// client's are a little longer, so an answer, not a timeout, comes back).
+const (
+	DefaultStatusTimeout  = 800 * time.Millisecond
+	DefaultPromoteTimeout = 20 * time.Second
+	// DefaultStopTimeout bounds the fast shutdown of a fence (its final
+	// checkpoint); past it the server is stopped immediately instead.
+	DefaultStopTimeout = 20 * time.Second
+	// DefaultPort is the agent's HTTPS port in the pod.
+	DefaultPort = 8010
+)
+
+// FenceMarker is the file, beside the data directory on the data volume,
+// that says the server is fenced: the agent writes it before it stops the
+// server, and the server's entrypoint must not start a fenced server (the
+// data volume outlives the container, so the fence survives restarts).
+const FenceMarker = "deckhand-fenced"
+
+// Config is what the agent serves.
+type Config struct {
+	Pod string
+	// SocketDir and Port reach the server over its unix socket, as User
+	// (the local superuser, admitted by pg_hba.conf's "local ... trust").
+	SocketDir string
+	Port      int
+	User      string
+	// DataDir is PGDATA: pg_ctl stops the server it holds.
+	DataDir string
+	// PgCtl is the pg_ctl to run ("pg_ctl": the one on PATH).
+	PgCtl string
+
+	StatusTimeout, PromoteTimeout, StopTimeout time.Duration
+	Log                                        *slog.Logger
+	// Now is the clock (tests); nil is time.Now.
+	Now func() time.Time
+}
+
+// Agent serves one instance's channel.
+type Agent struct {
+	cfg Config
+	db  *sql.DB
+	// actions serialises promote and fence: one changes the server at a
+	// time.
+	actions sync.Mutex
+}
+
+// New is an agent for cfg; it does not connect until asked.
+func New(cfg Config) (*Agent, error) {
+	if cfg.DataDir == "" || cfg.SocketDir == "" || cfg.Port == 0 {
+		return nil, errors.New("instance agent: the data directory, the socket directory and the port are required")
+	}
+	if cfg.User == "" {
+		cfg.User = "postgres"
+	}
+	if cfg.PgCtl == "" {
+		cfg.PgCtl = "pg_ctl"
+	}
+	if cfg.StatusTimeout == 0 {
+		cfg.StatusTimeout = DefaultStatusTimeout
+	}
+	if cfg.PromoteTimeout == 0 {
+		cfg.PromoteTimeout = DefaultPromoteTimeout
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	connector, err := pq.NewConnector(dsn(cfg))
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	// A connection or two, kept: a status a second costs no new backend.
+	db.SetMaxOpenConns(2)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxIdleTime(time.Minute)
+	return &Agent{cfg: cfg, db: db}, nil
+}
+
+func dsn(cfg Config) string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=2 application_name=deckhand-instance",
+		quoteConninfo(cfg.SocketDir), cfg.Port, quoteConninfo(cfg.User))
+}
+
+func quoteConninfo(v string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\'' || v[i] == '\\' {
+			out = append(out, '\\')
+		}
+		out = append(out, v[i])
+	}
+	return string(append(out, '\''))
+}
+
+// Close releases the agent's connections.
+func (a *Agent) Close() error { return a.db.Close() }
+
+// Handler routes the channel's endpoints.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", a.serveStatus)
+	mux.HandleFunc("POST /promote", a.servePromote)
+	mux.HandleFunc("POST /fence", a.serveFence)
+	mux.HandleFunc("DELETE /fence", a.serveUnfence)
+	return mux
+}
+
+// Serve answers on l with TLS config tlsConfig until ctx ends.
+func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A promote or a fence takes at most its bound, plus an answer.
+		WriteTimeout: a.cfg.PromoteTimeout + a.cfg.StopTimeout + 10*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	err := srv.ServeTLS(l, "", "")
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Status reads the server's state within the status bound.
+func (a *Agent) Status(ctx context.Context) Status {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatusTimeout)
+	defer cancel()
+	st := a.statusWithin(ctx)
+	st.Fenced = a.fenced()
+	return st
+}
+
+// statusWithin returns when the query does or when ctx ends, whichever is
+// first: a server that hangs (stopped by a signal, a full disk) must not
+// hang the answer, and the driver may not notice ctx while it connects.
+func (a *Agent) statusWithin(ctx context.Context) Status {
+	done := make(chan Status, 1)
+	go func() { done <- readStatus(ctx, a.db, a.cfg.Pod, a.cfg.Now()) }()
+	select {
+	case st := <-done:
+		return st
+	case <-ctx.Done():
+		return Status{Pod: a.cfg.Pod, Role: RoleUnknown, Time: a.cfg.Now(), Error: describe(ctx, ctx.Err())}
+	}
+}
+
+func (a *Agent) serveStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, a.Status(r.Context()))
+}
+
+// ActionResult is the answer of POST /promote and POST /fence.
+type ActionResult struct {
+	// Done says what happened: "promoted", "fenced", "unfenced"; empty on
+	// a refusal or an error.
+	Done  string `json:"done,omitempty"`
+	Error string `json:"error,omitempty"`
+	// CleanShutdown (a fence): the server stopped with a shutdown
+	// checkpoint (pg_rewind's precondition); false when the fast
+	// shutdown did not end within its bound and it was stopped at once.
+	CleanShutdown bool `json:"cleanShutdown,omitempty"`
+	// WasRunning (a fence): the server was running when the fence began.
+	WasRunning bool   `json:"wasRunning,omitempty"`
+	Status     Status `json:"status"`
+}
+
+// servePromote promotes a standby: 200 when it is a primary (now, or
+// already promoted by an earlier call still under way), 409 when it was
+// a primary before the call or is fenced, 503 when its server is down.
+func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
+	a.actions.Lock()
+	defer a.actions.Unlock()
+	before := a.Status(r.Context())
+	switch {
+	case before.Fenced:
+		writeJSON(w, http.StatusConflict, ActionResult{Error: "the instance is fenced: it is never promoted", Status: before})
+		return
+	case !before.ServerUp:
+		writeJSON(w, http.StatusServiceUnavailable, ActionResult{Error: "the server is down: " + before.Error, Status: before})
+		return
+	case before.Role == RolePrimary:
+		writeJSON(w, http.StatusConflict, ActionResult{Error: "the instance is already a primary: nothing to promote", Status: before})
+		return
+	}
+	a.cfg.Log.Info("promoting the standby", "pod", a.cfg.Pod, "replayLSN", before.ReplayLSN.String(), "timeline", before.Timeline)
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PromoteTimeout+2*time.Second)
+	defer cancel()
+	// pg_promote(wait) returns once the server accepts writes, or false
+	// after wait_seconds; a second call while a promotion is under way
+	// signals the same promotion again, so retries are harmless.
+	var promoted bool
+	err := a.db.QueryRowContext(ctx, "SELECT pg_catalog.pg_promote(true, $1)", int(a.cfg.PromoteTimeout/time.Second)).Scan(&promoted)
+	after := a.Status(context.Background())
+	switch {
+	case err != nil && after.Role == RolePrimary:
+		// The promotion ended meanwhile (pg_promote fails when recovery
+		// ended before it asked): the standby is a primary.
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: "pg_promote: " + describe(ctx, err), Status: after})
+		return
+	case !promoted:
+		writeJSON(w, http.StatusGatewayTimeout, ActionResult{Error: fmt.Sprintf("the promotion did not end within %s", a.cfg.PromoteTimeout), Status: after})
+		return
+	}
+	a.cfg.Log.Info("promoted: the instance is a primary", "pod", a.cfg.Pod, "timeline", after.Timeline)
+	writeJSON(w, http.StatusOK, ActionResult{Done: "promoted", Status: after})
+}
+
+// serveFence fences the instance: the marker first (a restart of the
+// container must not bring the server back), then a fast shutdown (every
+// session ended, its transaction rolled back, no new connection taken,
+// a shutdown checkpoint), waited for within the stop bound; past it, an
+// immediate shutdown. A fenced, stopped server answers 200 again.
+func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
+	a.actions.Lock()
+	defer a.actions.Unlock()
+	if err := a.writeFenceMarker(); err != nil {
+		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(r.Context())})
+		return
+	}
+	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true}
+	if res.WasRunning {
+		a.cfg.Log.Info("fencing: stopping the server (fast shutdown)", "pod", a.cfg.Pod)
+		res.CleanShutdown = a.stop(r.Context())
+	}
+	res.Status = a.Status(r.Context())
+	switch {
+	case a.postmasterRunning():
+		res.Done, res.Error = "", "the server did not stop"
+	case res.Status.ServerUp:
+		// The agent saw no postmaster, yet the server answers on its
+		// socket: the agent cannot stop it (no shared process namespace,
+		// another data directory). Never report such a server fenced.
+		res.Done, res.Error = "", "the server still answers on its socket but the agent sees no postmaster in "+a.cfg.DataDir+": it cannot stop it (is the process namespace shared, and is PGDATA the server's?)"
+	}
+	if res.Error != "" {
+		a.cfg.Log.Error("fence failed", "pod", a.cfg.Pod, "error", res.Error)
+		writeJSON(w, http.StatusInternalServerError, res)
+		return
+	}
+	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// serveUnfence removes the marker; it does not start the server (its
+// entrypoint does, once the marker is gone).
+func (a *Agent) serveUnfence(w http.ResponseWriter, r *http.Request) {
+	a.actions.Lock()
+	defer a.actions.Unlock()
+	if err := os.Remove(a.markerPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: err.Error(), Status: a.Status(r.Context())})
+		return
+	}
+	a.cfg.Log.Info("fence lifted", "pod", a.cfg.Pod)
+	writeJSON(w, http.StatusOK, ActionResult{Done: "unfenced", Status: a.Status(r.Context())})
+}
+
+// stop runs pg_ctl stop -m fast within the stop bound, then -m immediate
+// if it has not stopped; true when the fast shutdown ended it.
+func (a *Agent) stop(ctx context.Context) bool {
+	secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))
+	if out, err := a.pgCtl(ctx, "stop", "-m", "fast", "-w", "-t", secs); err == nil {
+		return true
+	} else if !a.postmasterRunning() {
+		// pg_ctl failed but the server is gone (it stopped meanwhile).
+		return true
+	} else {
+		a.cfg.Log.Warn("fast shutdown did not end in time; stopping immediately", "pod", a.cfg.Pod, "pg_ctl", out)
+	}
+	if out, err := a.pgCtl(ctx, "stop", "-m", "immediate", "-w", "-t", "10"); err != nil {
+		a.cfg.Log.Error("immediate shutdown failed", "pod", a.cfg.Pod, "error", err.Error(), "pg_ctl", out)
+	}
+	return false
+}
+
+func (a *Agent) pgCtl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StopTimeout+15*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, a.cfg.PgCtl, append([]string{"-D", a.cfg.DataDir}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// postmasterRunning: postmaster.pid names a live process. pg_ctl removes
+// nothing itself: the server removes the file as its last act.
+func (a *Agent) postmasterRunning() bool {
+	b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "postmaster.pid"))
+	if err != nil {
+		return false
+	}
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	pid, err := strconv.Atoi(string(line))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return processAlive(pid)
+}
+
+func (a *Agent) markerPath() string {
+	return filepath.Join(filepath.Dir(filepath.Clean(a.cfg.DataDir)), FenceMarker)
+}
+
+func (a *Agent) fenced() bool {
+	_, err := os.Stat(a.markerPath())
+	return err == nil
+}
+
+// writeFenceMarker writes the marker durably (synced, renamed into
+// place, the directory synced) before anything is stopped.
+func (a *Agent) writeFenceMarker() error {
+	path := a.markerPath()
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "fenced by the deckhand operator at %s\n", a.cfg.Now().UTC().Format(time.RFC3339))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

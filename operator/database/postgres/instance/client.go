@@ -1,0 +1,148 @@
+package instance
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Bounds of the client's calls. A status is asked about once a second per
+// instance, so it must answer within about one: the agent gives its
+// server DefaultStatusTimeout of it, and a status that does not come in
+// StatusTimeout is an unreachable instance.
+const (
+	StatusTimeout  = time.Second
+	PromoteTimeout = DefaultPromoteTimeout + 5*time.Second
+	FenceTimeout   = DefaultStopTimeout + 20*time.Second
+)
+
+// ErrAlreadyPrimary is Promote's answer from an instance that was a
+// primary before the call (refused: nothing was changed).
+var ErrAlreadyPrimary = errors.New("the instance is already a primary")
+
+// ErrFenced is Promote's answer from a fenced instance.
+var ErrFenced = errors.New("the instance is fenced")
+
+// Client is the operator's side of the channel, for one Database (its
+// TLS configuration trusts that Database's CA only).
+type Client struct {
+	http *http.Client
+	port int
+}
+
+// ClientOption changes a Client.
+type ClientOption func(*http.Transport)
+
+// WithDialContext dials through dial (tests dial 127.0.0.1 for a pod's
+// name; the certificate is still checked against the name).
+func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) ClientOption {
+	return func(t *http.Transport) { t.DialContext = dial }
+}
+
+// NewClient asks agents on port with tlsConfig (ClientTLSConfig).
+func NewClient(tlsConfig *tls.Config, port int, opts ...ClientOption) *Client {
+	t := &http.Transport{
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: StatusTimeout,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     time.Minute,
+		ForceAttemptHTTP2:   false,
+	}
+	t.DialContext = (&net.Dialer{Timeout: StatusTimeout}).DialContext
+	for _, o := range opts {
+		o(t)
+	}
+	return &Client{http: &http.Client{Transport: t}, port: port}
+}
+
+// CloseIdleConnections closes the kept connections (a Database deleted,
+// or its certificates renewed).
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// Status is the instance's status, from the agent at host (the pod's name
+// under the headless Service, PodHosts(...)[0]), within StatusTimeout.
+// An error means the agent was not reached or did not answer in time:
+// the instance is unreachable.
+func (c *Client) Status(ctx context.Context, host string) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, StatusTimeout)
+	defer cancel()
+	var st Status
+	code, err := c.do(ctx, http.MethodGet, host, "/status", &st)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("instance %s: status answered %d", host, code)
+	}
+	return st, err
+}
+
+// Promote promotes the standby at host and returns its status after.
+// ErrAlreadyPrimary: it was a primary before (nothing changed); the
+// caller that promoted it earlier (an operator restarted mid-failover)
+// treats that as done.
+func (c *Client) Promote(ctx context.Context, host string) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, PromoteTimeout)
+	defer cancel()
+	res, err := c.action(ctx, http.MethodPost, host, "/promote")
+	return res.Status, err
+}
+
+// Fence stops the server at host and keeps it stopped (see the agent);
+// done again on a fenced instance it changes nothing.
+func (c *Client) Fence(ctx context.Context, host string) (ActionResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, FenceTimeout)
+	defer cancel()
+	return c.action(ctx, http.MethodPost, host, "/fence")
+}
+
+// Unfence lifts the fence at host (the server starts again with its
+// container's next start).
+func (c *Client) Unfence(ctx context.Context, host string) (ActionResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, FenceTimeout)
+	defer cancel()
+	return c.action(ctx, http.MethodDelete, host, "/fence")
+}
+
+func (c *Client) action(ctx context.Context, method, host, path string) (ActionResult, error) {
+	var res ActionResult
+	code, err := c.do(ctx, method, host, path, &res)
+	switch {
+	case err != nil:
+		return res, err
+	case code == http.StatusOK:
+		return res, nil
+	case code == http.StatusConflict && res.Status.Fenced:
+		return res, fmt.Errorf("instance %s: %w", host, ErrFenced)
+	case code == http.StatusConflict && res.Status.Role == RolePrimary:
+		return res, fmt.Errorf("instance %s: %w", host, ErrAlreadyPrimary)
+	default:
+		return res, fmt.Errorf("instance %s: %s %s answered %d: %s", host, method, path, code, res.Error)
+	}
+}
+
+// do sends the request and decodes a JSON answer of any status code.
+func (c *Client) do(ctx context.Context, method, host, path string, into any) (int, error) {
+	url := "https://" + net.JoinHostPort(host, strconv.Itoa(c.port)) + path
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("instance %s: %w", host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("instance %s: %w", host, err)
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		return resp.StatusCode, fmt.Errorf("instance %s: %s %s answered %d, not JSON: %w", host, method, path, resp.StatusCode, err)
+	}
+	return resp.StatusCode, nil
+}

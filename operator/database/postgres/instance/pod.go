@@ -1,0 +1,144 @@
+package instance
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// AgentImagePath is where the operator image holds the agent (built for
+// the image's platform; cmd/deckhand-instance): a database pod's init
+// container, running the operator image, copies it from there into an
+// emptyDir with `deckhand-instance install`.
+const AgentImagePath = "/usr/local/lib/deckhand/deckhand-instance"
+
+// Names of what AddAgent adds to a pod.
+const (
+	InstallContainer = "deckhand-instance-install"
+	AgentContainer   = "deckhand-instance"
+	binVolume        = "deckhand-instance-bin"
+	tlsVolume        = "deckhand-instance-tls"
+	socketVolume     = "deckhand-socket"
+	// binDir is not under /deckhand: that is the operator image's
+	// entrypoint, a file (the init container's mount failed on it).
+	binDir = "/opt/deckhand-instance"
+	// TLSMountPath is where the agent reads the pods' Secret.
+	TLSMountPath = "/etc/deckhand/instance-tls"
+	// SocketDir is the server's unix socket directory (the official
+	// image's and Debian's default), shared with the agent.
+	SocketDir = "/var/run/postgresql"
+)
+
+// PodOptions say where the agent comes from and what it serves with.
+type PodOptions struct {
+	// OperatorImage holds the agent at AgentImagePath.
+	OperatorImage string
+	// TLSSecret is the pods' Secret (PodSecretData).
+	TLSSecret string
+	// Server is the name of the database container in the pod.
+	Server string
+}
+
+// AddAgent adds the instance channel to a database pod: an init container
+// (the operator image) copies the agent into an emptyDir; a sidecar of
+// the server's own image (it has pg_ctl and runs as the same user) serves
+// it, with the server's data volume, its socket directory (an emptyDir
+// both mount) and the pods' TLS Secret; the pod shares one process
+// namespace so the agent's pg_ctl can signal the postmaster. The server's
+// container and its entrypoint are otherwise unchanged. The agent's
+// environment takes PGDATA and PGPORT from the server's.
+func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
+	server := container(spec, opts.Server)
+	if server == nil {
+		return fmt.Errorf("the pod has no container %q", opts.Server)
+	}
+	server.VolumeMounts = append(server.VolumeMounts, corev1.VolumeMount{Name: socketVolume, MountPath: SocketDir})
+	spec.ShareProcessNamespace = ptr.To(true)
+	spec.Volumes = append(spec.Volumes,
+		corev1.Volume{Name: binVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
+		corev1.Volume{Name: socketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))}}},
+		// 0440 and the pod's fsGroup: readable by the servers' user only.
+		corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: opts.TLSSecret, DefaultMode: ptr.To(int32(0o440))}}},
+	)
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{
+		Name:            InstallContainer,
+		Image:           opts.OperatorImage,
+		Command:         []string{AgentImagePath, "install", binDir + "/deckhand-instance"},
+		VolumeMounts:    []corev1.VolumeMount{{Name: binVolume, MountPath: binDir}},
+		SecurityContext: server.SecurityContext.DeepCopy(),
+		Resources:       smallResources(),
+	})
+	spec.Containers = append(spec.Containers, agentContainer(server))
+	return nil
+}
+
+// agentContainer is the sidecar: the server's image, user and data
+// mounts, the agent from the emptyDir.
+func agentContainer(server *corev1.Container) corev1.Container {
+	env := []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	for _, e := range server.Env {
+		if e.Name == "PGDATA" || e.Name == "PGPORT" {
+			env = append(env, e)
+		}
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: binVolume, MountPath: binDir, ReadOnly: true},
+		{Name: tlsVolume, MountPath: TLSMountPath, ReadOnly: true},
+	}
+	for _, m := range server.VolumeMounts {
+		// The data (pg_ctl, the fence marker) and the socket; not the
+		// scripts or /dev/shm.
+		if m.MountPath == SocketDir || isDataMount(server, m) {
+			mounts = append(mounts, m)
+		}
+	}
+	return corev1.Container{
+		Name:    AgentContainer,
+		Image:   server.Image,
+		Command: []string{binDir + "/deckhand-instance", "serve", "--tls-dir", TLSMountPath, "--socket-dir", SocketDir, "--listen", ":" + strconv.Itoa(DefaultPort)},
+		Env:     env,
+		Ports:   []corev1.ContainerPort{{Name: "instance", ContainerPort: DefaultPort, Protocol: corev1.ProtocolTCP}},
+		// Ready once it serves TLS (a TCP check: the agent answers only
+		// clients with the operator's certificate).
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(DefaultPort)}},
+			PeriodSeconds: 10,
+		},
+		VolumeMounts:    mounts,
+		SecurityContext: server.SecurityContext.DeepCopy(),
+		Resources:       smallResources(),
+	}
+}
+
+// isDataMount: m holds the server's PGDATA.
+func isDataMount(server *corev1.Container, m corev1.VolumeMount) bool {
+	for _, e := range server.Env {
+		if e.Name == "PGDATA" && (e.Value == m.MountPath || strings.HasPrefix(e.Value, m.MountPath+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+func container(spec *corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// smallResources: the agent idles between a status a second; its memory
+// is a Go binary's (the limit leaves room for a TLS burst).
+func smallResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+}

@@ -1,0 +1,66 @@
+package instance_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+func mountsOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		out[m.Name] = m.MountPath
+	}
+	return out
+}
+
+// The agent joins the engine's server pod without changing how the
+// server starts: the same image (pg_ctl, the same user), the data volume
+// and the socket shared, the agent copied from the operator image.
+func TestAddAgentToTheServerPod(t *testing.T) {
+	pod := postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432})
+	spec := corev1.PodSpec{Containers: []corev1.Container{pod.Container}, Volumes: pod.Volumes, SecurityContext: pod.SecurityContext}
+	before := pod.Container.DeepCopy()
+	require.NoError(t, instance.AddAgent(&spec, instance.PodOptions{OperatorImage: "deckhand:1.2.3", TLSSecret: "db-instance-tls", Server: "postgres"}))
+
+	assert.True(t, *spec.ShareProcessNamespace, "pg_ctl in the sidecar signals the postmaster")
+	server := spec.Containers[0]
+	assert.Equal(t, before.Command, server.Command, "the server's entrypoint is unchanged")
+	assert.Equal(t, instance.SocketDir, mountsOf(server)["deckhand-socket"])
+
+	require.Len(t, spec.InitContainers, 1)
+	install := spec.InitContainers[0]
+	assert.Equal(t, "deckhand:1.2.3", install.Image)
+	assert.Equal(t, []string{instance.AgentImagePath, "install", "/opt/deckhand-instance/deckhand-instance"}, install.Command)
+
+	require.Len(t, spec.Containers, 2)
+	agent := spec.Containers[1]
+	assert.Equal(t, "postgres:17.6", agent.Image, "the server's image: its pg_ctl")
+	assert.Equal(t, "/opt/deckhand-instance/deckhand-instance", agent.Command[0])
+	assert.Equal(t, map[string]string{
+		"deckhand-instance-bin": "/opt/deckhand-instance", "deckhand-instance-tls": instance.TLSMountPath,
+		engine.DataVolume: mountsOf(server)[engine.DataVolume], "deckhand-socket": instance.SocketDir,
+	}, mountsOf(agent), "no scripts, no password")
+	var env []string
+	for _, e := range agent.Env {
+		env = append(env, e.Name)
+		assert.True(t, e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil, e.Name)
+	}
+	assert.ElementsMatch(t, []string{"POD_NAME", "PGDATA", "PGPORT"}, env, "no Secret in the agent's environment")
+	assert.Equal(t, int32(instance.DefaultPort), agent.Ports[0].ContainerPort)
+	assert.Equal(t, false, *agent.SecurityContext.AllowPrivilegeEscalation)
+
+	for _, v := range spec.Volumes {
+		if v.Name == "deckhand-instance-tls" {
+			assert.Equal(t, "db-instance-tls", v.Secret.SecretName)
+			assert.Equal(t, int32(0o440), *v.Secret.DefaultMode)
+		}
+	}
+	assert.Error(t, instance.AddAgent(&corev1.PodSpec{}, instance.PodOptions{Server: "postgres"}), "no server container")
+}

@@ -1,0 +1,177 @@
+package instance
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+)
+
+// Role is what an instance is, as its server says.
+type Role string
+
+const (
+	RolePrimary Role = "primary"
+	RoleStandby Role = "standby"
+	// RoleUnknown: the server is down or did not answer in time.
+	RoleUnknown Role = "unknown"
+)
+
+// Status is GET /status: what the agent read from its server, at Time.
+// LSNs are omitted ("") when they do not apply or are unknown.
+type Status struct {
+	Pod string `json:"pod"`
+	// ServerUp: the server accepted a connection over the local socket
+	// and answered the status query within the agent's bound.
+	ServerUp bool `json:"serverUp"`
+	Role     Role `json:"role"`
+	// InRecovery is pg_is_in_recovery() (nil when the server is down).
+	InRecovery *bool `json:"inRecovery,omitempty"`
+	// Timeline is the timeline the server writes (a primary) or receives
+	// or replays (a standby): it grows by one at every promotion.
+	Timeline int64 `json:"timeline,omitempty"`
+	// CurrentLSN is pg_current_wal_lsn() (a primary only).
+	CurrentLSN LSN `json:"currentLSN"`
+	// ReceiveLSN and ReplayLSN are pg_last_wal_receive_lsn() and
+	// pg_last_wal_replay_lsn() (a standby only).
+	ReceiveLSN LSN `json:"receiveLSN"`
+	ReplayLSN  LSN `json:"replayLSN"`
+	// WALReceiver is pg_stat_wal_receiver's status ("streaming",
+	// "waiting", ...), "" when no WAL receiver runs.
+	WALReceiver string `json:"walReceiver"`
+	// Streaming: the WAL receiver streams from a primary now.
+	Streaming bool `json:"streaming"`
+	// PrimaryHost is the host of primary_conninfo (the setting's other
+	// keys, the password among them, are never read out).
+	PrimaryHost string `json:"primaryHost,omitempty"`
+	// Fenced: the fence marker is in place (POST /fence): the server is
+	// stopped and must not be started until the operator lifts it.
+	Fenced bool `json:"fenced"`
+	// Error says why the server is not up (connection refused, timeout).
+	Error string    `json:"error,omitempty"`
+	Time  time.Time `json:"time"`
+}
+
+// statusQuery reads everything in one round trip. pg_current_wal_lsn()
+// fails during recovery, so it is asked of a primary only (CASE runs its
+// branches lazily for volatile functions). The timeline: a primary's from
+// the name of the WAL file it writes (its first 8 hex digits), a
+// standby's the one its WAL receiver receives, or its last checkpoint's
+// when no receiver runs.
+const statusQuery = `
+SELECT r.rec,
+  CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_lsn()::text END,
+  pg_catalog.pg_last_wal_receive_lsn()::text,
+  pg_catalog.pg_last_wal_replay_lsn()::text,
+  CASE WHEN NOT r.rec
+    THEN ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::int8
+    ELSE coalesce((SELECT received_tli FROM pg_catalog.pg_stat_wal_receiver), (pg_catalog.pg_control_checkpoint()).timeline_id)::int8
+  END,
+  coalesce((SELECT status FROM pg_catalog.pg_stat_wal_receiver), ''),
+  pg_catalog.current_setting('primary_conninfo')
+FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r`
+
+// readStatus asks the server through db; on any error the status says the
+// server is down and why.
+func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Status {
+	st := Status{Pod: pod, Role: RoleUnknown, Time: now}
+	var (
+		rec                       bool
+		current, receive, replay  sql.NullString
+		timeline                  sql.NullInt64
+		receiver, primaryConninfo string
+	)
+	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo)
+	if err != nil {
+		st.Error = describe(ctx, err)
+		return st
+	}
+	st.ServerUp, st.InRecovery = true, &rec
+	st.Role = RolePrimary
+	if rec {
+		st.Role = RoleStandby
+	}
+	st.CurrentLSN, st.ReceiveLSN, st.ReplayLSN = lsnOf(current), lsnOf(receive), lsnOf(replay)
+	st.Timeline = timeline.Int64
+	st.WALReceiver, st.Streaming = receiver, receiver == "streaming"
+	st.PrimaryHost = ConninfoHost(primaryConninfo)
+	return st
+}
+
+// describe is err for a person; a context that ended says so plainly.
+func describe(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return "the server did not answer in time: " + ctx.Err().Error()
+	}
+	return err.Error()
+}
+
+func lsnOf(s sql.NullString) LSN {
+	if !s.Valid {
+		return 0
+	}
+	l, _ := ParseLSN(s.String)
+	return l
+}
+
+// ConninfoHost is the host of a libpq key=value connection string (as
+// primary_conninfo holds it), "" when it names none. Only the host is
+// returned: the string also holds the replication password.
+func ConninfoHost(conninfo string) string {
+	for _, kv := range conninfoPairs(conninfo) {
+		if kv[0] == "host" {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// conninfoPairs splits key = value pairs; values may be single-quoted
+// with \' and \\ escapes (libpq's rules).
+func conninfoPairs(s string) [][2]string {
+	var out [][2]string
+	i := 0
+	skipSpace := func() {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+			i++
+		}
+	}
+	for {
+		skipSpace()
+		if i >= len(s) {
+			return out
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && s[i] != ' ' && s[i] != '\t' {
+			i++
+		}
+		key := s[start:i]
+		skipSpace()
+		if i >= len(s) || s[i] != '=' {
+			return out // malformed: keep what was read
+		}
+		i++
+		skipSpace()
+		var val strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+				i++
+			}
+			i++ // the closing quote
+		} else {
+			for i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+				i++
+			}
+		}
+		out = append(out, [2]string{key, val.String()})
+	}
+}

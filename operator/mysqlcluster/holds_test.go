@@ -1,0 +1,265 @@
+package mysqlcluster_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	grtlv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
+)
+
+// instances waits until the namespace's MySQLBackupInstances match
+// check, and returns them by name.
+func instances(t *testing.T, c client.Client, ns, what string, check func(*assert.CollectT, map[string]grtlv1.MySQLBackupInstance)) map[string]grtlv1.MySQLBackupInstance {
+	t.Helper()
+	var out map[string]grtlv1.MySQLBackupInstance
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var list grtlv1.MySQLBackupInstanceList
+		require.NoError(ct, c.List(context.Background(), &list, client.InNamespace(ns)))
+		out = map[string]grtlv1.MySQLBackupInstance{}
+		for _, b := range list.Items {
+			out[b.Name] = b
+		}
+		check(ct, out)
+	}, wait, 100*time.Millisecond, "MySQLBackupInstances: %s", what)
+	return out
+}
+
+// poke makes the schedule reconcile now (its clock moved).
+func poke(t *testing.T, c client.Client, sched *grtlv1.MySQLBackupSchedule, value string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(sched), sched); err != nil {
+			return err
+		}
+		sched.Annotations = map[string]string{"poke": value}
+		return c.Update(context.Background(), sched)
+	}))
+}
+
+// readyClusterWithClock starts the controller with a clock the test moves
+// (offset from now) and a ready one-replica cluster "app".
+func readyClusterWithClock(t *testing.T) (client.Client, string, *atomic.Int64) {
+	t.Helper()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	offset := &atomic.Int64{}
+	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	require.NoError(t, c.Create(context.Background(), newCluster(ns, "app", "app-root", 1)))
+	waitFor(t, c, ns, "app", "Ready", ready)
+	return c, ns, offset
+}
+
+// waitGone waits until obj no longer exists.
+func waitGone(t *testing.T, c client.Client, obj client.Object, timeout time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
+		require.True(ct, apierrors.IsNotFound(err), "%T %s is still there: %v", obj, obj.GetName(), err)
+	}, timeout, 100*time.Millisecond)
+}
+
+// A MySQLBackupInstance a restore needs is held (an annotation naming the
+// cluster restoring from it): the schedule's retention never deletes it,
+// and once the holder is gone the next retention pass does.
+func TestRetentionNeverDeletesAnInstanceThatARestoreHolds(t *testing.T) {
+	t.Parallel()
+	c, ns, offset := readyClusterWithClock(t)
+	ctx := context.Background()
+	offset.Store(int64(time.Hour + 5*time.Minute))
+	sched := &grtlv1.MySQLBackupSchedule{
+		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
+		Spec:       grtlv1.MySQLBackupScheduleSpec{Cluster: "app", Time: "@hourly", Storage: "1Gi", Retention: &grtlv1.Retention{KeepLast: ptr.To(int32(1))}},
+	}
+	require.NoError(t, c.Create(ctx, sched))
+	var first string
+	instances(t, c, ns, "the first scheduled one", func(ct *assert.CollectT, all map[string]grtlv1.MySQLBackupInstance) {
+		require.Len(ct, all, 1)
+		for name := range all {
+			first = name
+		}
+	})
+	completeBackup(t, c, ns, "app", first, 100)
+
+	// A cluster restores from it; its restore Job fails (no pod may start
+	// meanwhile), so it is never restored and keeps needing the file.
+	quota := testenv.PodQuota(t, c, ns, 2)
+	copyOf := newCluster(ns, "copy", "copy-root", 1)
+	copyOf.Spec.FromBackup = first
+	copyOf.Spec.DeletionPolicy = grtlv1.DeletionDelete
+	require.NoError(t, c.Create(ctx, copyOf))
+	testenv.FailJob(t, c, get(t, c, ns, "copy-restore", &batchv1.Job{}))
+	copyOf = waitFor(t, c, ns, "copy", "RestoreFailed", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
+		require.Equal(ct, "RestoreFailed", condition(mc.Status.Conditions, database.ConditionRestored).Reason)
+	})
+	held := get(t, c, ns, first, &grtlv1.MySQLBackupInstance{})
+	holdKey := mysqlcluster.Keys.HeldBy + "restore." + string(copyOf.UID)
+	assert.Equal(t, "MySQLCluster copy restores from it (fromBackup)", held.Annotations[holdKey])
+	require.NoError(t, c.Delete(ctx, quota))
+
+	// The next time: retention (keepLast 1) would delete the first; it is
+	// held, so it stays.
+	offset.Store(int64(2*time.Hour + 5*time.Minute))
+	poke(t, c, sched, "1")
+	var second string
+	instances(t, c, ns, "the second scheduled one", func(ct *assert.CollectT, all map[string]grtlv1.MySQLBackupInstance) {
+		require.Len(ct, all, 2)
+		for name := range all {
+			if name != first {
+				second = name
+			}
+		}
+	})
+	completeBackup(t, c, ns, "app", second, 200)
+	// The schedule's pass that records the second as its newest applies
+	// retention before it writes that status.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(sched), sched))
+		require.Equal(ct, second, sched.Status.LastSuccessfulBackup)
+	}, wait, 100*time.Millisecond, "the schedule records the second")
+	b := get(t, c, ns, first, &grtlv1.MySQLBackupInstance{})
+	assert.True(t, b.DeletionTimestamp.IsZero(), "retention deleted the held instance")
+
+	// The holder goes: its hold counts no more, and retention deletes it.
+	require.NoError(t, c.Delete(ctx, copyOf))
+	waitGone(t, c, copyOf, wait)
+	pokes := 0
+	instances(t, c, ns, "retention deletes the first once nothing holds it", func(ct *assert.CollectT, all map[string]grtlv1.MySQLBackupInstance) {
+		// Again until the schedule's cache has seen the copy go.
+		pokes++
+		poke(t, c, sched, strconv.Itoa(pokes))
+		require.NotContains(ct, all, first)
+		require.Contains(ct, all, second)
+	})
+}
+
+// The backup before an image change is bound to the cluster's UID and to
+// the change's attempt: going back and forth between two images takes a
+// backup each time, and a cluster made again under the same name takes its
+// own, never the former cluster's.
+func TestEachImageChangeOfAMySQLClusterTakesABackupOfItsOwn(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+
+	create := func() *grtlv1.MySQLCluster {
+		mc := newCluster(ns, "flip", "flip-root", 1)
+		mc.Spec.DeletionPolicy = grtlv1.DeletionDelete
+		require.NoError(t, c.Create(ctx, mc))
+		return waitFor(t, c, ns, "flip", "Ready", ready)
+	}
+	mc := create()
+	var taken []string
+	change := func(image string) grtlv1.MySQLBackupInstance {
+		t.Helper()
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(mc), mc); err != nil {
+				return err
+			}
+			mc.Spec.Image = image
+			return c.Update(ctx, mc)
+		}))
+		var pre grtlv1.MySQLBackupInstance
+		instances(t, c, ns, "a new pre-upgrade backup for "+image, func(ct *assert.CollectT, all map[string]grtlv1.MySQLBackupInstance) {
+			n := 0
+			for name, b := range all {
+				if b.Labels[mysqlcluster.Keys.BackupReason] == "pre-upgrade" && !slices.Contains(taken, name) {
+					pre, n = b, n+1
+				}
+			}
+			require.Equal(ct, 1, n)
+		})
+		taken = append(taken, pre.Name)
+		cur := waitFor(t, c, ns, "flip", "backing up", func(ct *assert.CollectT, m *grtlv1.MySQLCluster) {
+			require.Equal(ct, pre.Name, m.Status.PreUpgradeBackup)
+		})
+		assert.Equal(t, string(cur.UID), pre.Annotations[mysqlcluster.Keys.ClusterUID], "made for this cluster")
+		sts := get(t, c, ns, "flip", &appsv1.StatefulSet{})
+		assert.NotEqual(t, image, sts.Spec.Template.Spec.Containers[0].Image, "no roll before its own backup completed")
+		completeBackup(t, c, ns, "flip", pre.Name, int64(100+len(taken)))
+		waitFor(t, c, ns, "flip", "rolled to "+image, func(ct *assert.CollectT, m *grtlv1.MySQLCluster) {
+			ready(ct, m)
+			require.Equal(ct, image, m.Status.CurrentImage)
+		})
+		return pre
+	}
+	for _, image := range []string{"mysql:8.4.9", "mysql:8.4.8", "mysql:8.4.9"} {
+		change(image)
+	}
+
+	// Deleted and made again: the same change takes a backup of the new
+	// cluster, not any of the former one's.
+	require.NoError(t, c.Delete(ctx, mc))
+	waitGone(t, c, mc, wait)
+	first := mc.UID
+	mc = create()
+	require.NotEqual(t, first, mc.UID)
+	pre := change("mysql:8.4.9")
+	assert.Equal(t, string(mc.UID), pre.Annotations[mysqlcluster.Keys.ClusterUID])
+	assert.Len(t, taken, 4)
+	for _, name := range taken {
+		assert.True(t, strings.HasPrefix(name, "flip-pre-upgrade-"), name)
+	}
+}
+
+// An instance's file is deleted by a Job that runs as the cluster's
+// spec.runAsUser, recorded on the instance (status.runAsUser), even once
+// the cluster is gone; it used to run as 999.
+func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+	const uid = 27
+	mc := newCluster(ns, "other", "other-root", 1)
+	mc.Spec.RunAsUser = ptr.To(int64(uid))
+	mc.Spec.DeletionPolicy = grtlv1.DeletionRetain
+	require.NoError(t, c.Create(ctx, mc))
+	waitFor(t, c, ns, "other", "Ready", ready)
+	b := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "other"}}
+	require.NoError(t, c.Create(ctx, b))
+	b = completeBackup(t, c, ns, "other", "one", 100)
+	require.NotNil(t, b.Status.RunAsUser)
+	assert.Equal(t, int64(uid), *b.Status.RunAsUser)
+
+	require.NoError(t, c.Delete(ctx, mc))
+	waitGone(t, c, mc, wait)
+	// No pod may start, so the delete Job stays to be read.
+	quota := testenv.PodQuota(t, c, ns, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		job = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	sc := job.Spec.Template.Spec.SecurityContext
+	require.NotNil(t, sc)
+	assert.Equal(t, []int64{uid, uid, uid}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)})
+	require.NoError(t, c.Delete(ctx, quota))
+	waitGone(t, c, b, 2*wait)
+}
