@@ -98,10 +98,11 @@ func TestRealNodeTDSetBoundaryChangesRunningContainers(t *testing.T) {
 	c := crClient(t, cfg)
 	ns := namespace(ctx, t, cs)
 
-	// The window opens at the first whole minute at least 30 s away (time
-	// to see the default running before it), and lasts ten minutes.
+	// The window opens at the first whole minute at least 45 s away (time
+	// for the default's pod to start and be seen running before it, on a
+	// loaded machine too), and lasts ten minutes.
 	boundary := time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
-	if time.Until(boundary) < 30*time.Second {
+	if time.Until(boundary) < 45*time.Second {
 		boundary = boundary.Add(time.Minute)
 	}
 	td := &schedulev1.TDSet{
