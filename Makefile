@@ -1,6 +1,6 @@
 # deckhand — two commands set everything up on a fresh machine:
-#   make run    tools, local cluster (when KUBECONFIG points nowhere usable),
-#               CRDs, the operator in the foreground, a demo BlogPost
+#   make run    tools, a cluster (KUBECONFIG's, else the real node as root,
+#               else the local one), the chart, the operator, the seeds' demos
 #   make test   every test, including generated-file verification
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -40,6 +40,10 @@ cluster-down: ## delete the local cluster, and the real-node cluster if one is u
 .PHONY: node-cluster
 node-cluster: ## start (or restart) the real-node cluster (needs root; docs/realnode.md); last line is its export KUBECONFIG=...
 	@hack/node.sh up
+
+.PHONY: node-ct
+node-ct: ## ct install of every chart ci/*-values.yaml on the running real-node cluster (root; part of make test's node group)
+	@hack/node/ct-install.sh
 
 .PHONY: env
 env: ## print exports for the pinned tools and the local cluster: eval "$$(make -s env)"
@@ -108,7 +112,7 @@ bench: ## benchmarks, one package at a time (print numbers next to a floor; not 
 
 ##@ run
 .PHONY: run
-run: build ## tools, local cluster if needed, the chart, operator in the foreground, the seeds' demos
+run: build ## tools, a cluster (yours, else the real node as root, else kwok; RUN_MODE=node|host), the chart, the operator, the seeds' demos
 	@hack/run.sh
 
 .PHONY: e2e-kind

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,4 +110,40 @@ func TestProbeRefusesAnEndpointThatIsNotDeckhands(t *testing.T) {
 	out, code = probe(t, "--metrics="+other.URL)
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "--health is required")
+}
+
+// Behind the metrics Service of replicaCount: 2, one replica leads and one
+// waits: the standby's metrics have leader_election_master_status 0 and no
+// reconcile counters (its controllers start when it leads). kube-proxy
+// picks a replica per connection, so the probe reaches the leader only if
+// it opens a new connection for each try; on the real node (ct install of
+// ci/replicas-2-values.yaml) it kept its first one, to the standby, and
+// failed after its 120 s about half the time. Here the first connection
+// asking for metrics lands on a standby and every later one on the leader.
+func TestProbeReachesTheLeaderBehindAServiceOfTwoReplicas(t *testing.T) {
+	var mu sync.Mutex
+	first := ""
+	service := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		mu.Lock()
+		if first == "" {
+			first = r.RemoteAddr
+		}
+		standby := r.RemoteAddr == first
+		mu.Unlock()
+		switch {
+		case standby:
+			fmt.Fprint(w, "# TYPE leader_election_master_status gauge\nleader_election_master_status{name=\"deckhand\"} 0\n")
+		default:
+			fmt.Fprint(w, "# TYPE controller_runtime_reconcile_total counter\ncontroller_runtime_reconcile_total{controller=\"blogpost\",result=\"success\"} 1\n")
+		}
+	}))
+	defer service.Close()
+
+	out, code := probe(t, "--health="+service.URL, "--metrics="+service.URL+"/metrics", "--timeout=10s")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "ok   metrics: ")
 }

@@ -11,7 +11,9 @@
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
 #   hack/node.sh leftovers   list what down would have left behind (exit 1 if anything)
-#   hack/node.sh operator    build the operator image, import it, install the chart with it
+#   hack/node.sh operator [HELM ARGS]  build the operator image, import it, install the chart with it
+#   hack/node.sh ctr ARGS    run containerd's ctr on the node's socket, namespace k8s.io (tests kill containers with it)
+#   hack/node.sh operator-tag  print the tag of the operator image that `operator` imports
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -360,7 +362,7 @@ start_daemon() {
 images_up() {
   "$root/hack/node/images.sh" build
   local i
-  for i in pause busybox coredns demo-flask postgres mariadb jdk-app; do
+  for i in $("$root/hack/node/images.sh" list); do
     "$ctr" -a "$sock" -n k8s.io images import "$("$root/hack/node/images.sh" archive "$i")" >&2
   done
 }
@@ -550,11 +552,12 @@ kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 # agent-jar: Maven Central cannot be reached), imports it as
 # deckhand-local/deckhand:<appVersion>-standin-agent (not the published
 # ghcr.io name, and a tag saying what it carries, so it cannot be mistaken
-# for a release) and installs the chart with it, as users do.
+# for a release) and installs the chart with it, as users do; arguments go
+# to helm (make run adds the demo).
 operator_up() {
   local version tag layout archive helm jar
-  version=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml")
-  tag=$version-standin-agent
+  version=$(app_version)
+  tag=$(operator_tag)
   layout=$state/operator-image archive=$state/operator-image.tar
   helm=$("$tools" dir helm)/helm
   "$tools" build helm
@@ -572,8 +575,13 @@ operator_up() {
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
     --namespace deckhand-system \
     --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
-    --wait --timeout 5m >&2
+    --wait --timeout 5m "$@" >&2
 }
+
+app_version() { awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts/deckhand/Chart.yaml"; }
+# operator_tag is the tag operator_up imports the operator image under
+# (hack/node/ct-install.sh installs its releases with it too).
+operator_tag() { echo "$(app_version)-standin-agent"; }
 
 # --- down --------------------------------------------------------------------
 
@@ -768,6 +776,8 @@ case ${1:-} in
   kubeconfig) echo "$kubeconfig" ;;
   status) status ;;
   leftovers) leftovers ;;
-  operator) require_root operator; use_tools; operator_up ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator" >&2; exit 2 ;;
+  operator) require_root operator; use_tools; shift; operator_up "$@" ;;
+  ctr) require_root ctr; use_tools; shift; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
+  operator-tag) operator_tag ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag" >&2; exit 2 ;;
 esac

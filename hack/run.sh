@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# make run: a cluster (yours when KUBECONFIG works, else the local one), the
-# chart installed with Helm, the operator in the foreground with the chart's
-# config and RBAC, and the demo.
+# make run: a cluster, the chart installed with Helm, the operator, and the
+# seeds' demos.
+#
+# Where the operator runs (RUN_MODE):
+#   auto (default)  KUBECONFIG's cluster when it answers, with the operator
+#                   on this machine (host); else, as root, the real node
+#                   (node); else the local kwok cluster (host)
+#   node            the real-node cluster (hack/node.sh; started if it does
+#                   not answer): the chart's Deployment runs the operator
+#                   from its image (make image), replicaCount 1; this
+#                   terminal follows its log
+#   host            the operator in this terminal with the chart's config and
+#                   ServiceAccount, the chart's Deployment scaled to 0 (kwok
+#                   runs no containers): for development
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -10,39 +21,86 @@ hack/tools.sh build etcd kube kwok helm
 kubectl=$(hack/tools.sh dir kube)/kubectl
 helm=$(hack/tools.sh dir helm)/helm
 release=deckhand namespace=deckhand-system
+mode=${RUN_MODE:-auto}
+case $mode in auto | node | host) ;; *) echo "RUN_MODE=$mode: use auto, node or host" >&2; exit 2 ;; esac
 
-if [[ -n ${KUBECONFIG:-} ]] && "$kubectl" get --raw /readyz >/dev/null 2>&1; then
+answers() { "$kubectl" --kubeconfig "$1" get --raw /readyz >/dev/null 2>&1; }
+
+if [[ $mode != node && -n ${KUBECONFIG:-} ]] && "$kubectl" get --raw /readyz >/dev/null 2>&1; then
   echo ">> using the cluster KUBECONFIG points at: $("$kubectl" config current-context)"
+  mode=host
+elif [[ $mode == node || ($mode == auto && $(id -u) == 0) ]]; then
+  [[ -n ${KUBECONFIG:-} && $mode == auto ]] && echo ">> KUBECONFIG=$KUBECONFIG is not reachable; using the real node"
+  KUBECONFIG=$(hack/node.sh kubeconfig)
+  if answers "$KUBECONFIG"; then
+    echo ">> using the real-node cluster (RUN_MODE=host: the kwok cluster and the operator on this machine instead)"
+  else
+    echo ">> starting the real-node cluster (hack/node.sh up; RUN_MODE=host: the kwok cluster and the operator on this machine instead)"
+    hack/node.sh up >/dev/null
+  fi
+  mode=node
 else
   [[ -n ${KUBECONFIG:-} ]] && echo ">> KUBECONFIG=$KUBECONFIG is not reachable; using the local cluster"
   eval "$(hack/cluster.sh up | tail -n 1)"
+  mode=host
 fi
 export KUBECONFIG
 
-# The chart installs CRDs, RBAC, the operator's config and the demo. Its
-# Deployment is scaled to 0: the local cluster runs no containers, so the
-# operator runs here, with the chart's config and ServiceAccount.
-echo ">> helm upgrade --install $release charts/deckhand -n $namespace"
-"$helm" upgrade --install "$release" charts/deckhand -n "$namespace" --create-namespace \
-  --take-ownership --wait --timeout 120s \
-  --set replicaCount=0 --set demo.enabled=true ${DECKHAND_HELM_ARGS:-} >/dev/null
+if [[ $mode == node ]]; then
+  # The chart as users install it: the operator from its image (imported as
+  # deckhand-local/deckhand), one replica, in a namespace enforcing the
+  # restricted Pod Security Standard; the demo's Flask app from the node's
+  # image of seed 000's app.
+  demo_image=$(hack/node/images.sh ref demo-flask)
+  echo ">> hack/node.sh operator: make image, import it, helm upgrade --install $release charts/deckhand -n $namespace"
+  out=$(mktemp)
+  # shellcheck disable=SC2086 # DECKHAND_HELM_ARGS: extra flags, split on purpose
+  if ! hack/node.sh operator --set replicaCount=1 --set demo.enabled=true \
+    --set demo.flask.image.repository="${demo_image%:*}" --set demo.flask.image.tag="${demo_image##*:}" \
+    --set demo.flask.image.pullPolicy=Never ${DECKHAND_HELM_ARGS:-} >"$out" 2>&1; then
+    cat "$out" >&2; rm -f "$out"; exit 1
+  fi
+  rm -f "$out"
+else
+  # The chart installs CRDs, RBAC, the operator's config and the demo. Its
+  # Deployment is scaled to 0: the operator runs here, with the chart's
+  # config and ServiceAccount.
+  echo ">> helm upgrade --install $release charts/deckhand -n $namespace"
+  # shellcheck disable=SC2086
+  "$helm" upgrade --install "$release" charts/deckhand -n "$namespace" --create-namespace \
+    --take-ownership --wait --timeout 120s \
+    --set replicaCount=0 --set demo.enabled=true ${DECKHAND_HELM_ARGS:-} >/dev/null
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$kubectl" -n "$namespace" get configmap "$release-config" -o jsonpath='{.data.config\.yaml}' > "$work/config.yaml"
-mapfile -t args < <("$kubectl" -n "$namespace" get deployment "$release" \
-  -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}' | grep -v '^--config=')
-"$kubectl" config view --raw --minify > "$work/kubeconfig"
-token=$("$kubectl" -n "$namespace" create token "$release" --duration 24h)
-"$kubectl" --kubeconfig "$work/kubeconfig" config set-credentials deckhand-operator --token "$token" >/dev/null
-"$kubectl" --kubeconfig "$work/kubeconfig" config set-context --current --user deckhand-operator >/dev/null
-
 health=127.0.0.1:18081
+
+# operator_waited returns once the operator answers: its readiness endpoint
+# on this machine (host), or its Deployment rolled out on the node.
+operator_waited() {
+  if [[ $mode == node ]]; then
+    "$kubectl" -n "$namespace" rollout status deployment "$release" --timeout 120s >/dev/null
+    return
+  fi
+  for _ in $(seq 1 100); do curl -fs "http://$health/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+}
+# tdset_example applies seed 001's TDSet, verbatim except, on the real
+# node, its image: crccheck/hello-world sits in a registry the node cannot
+# reach, so seed 000's Flask app (imported on the node) stands in.
+tdset_example() {
+  if [[ $mode == node ]]; then
+    sed "s|image: crccheck/hello-world|image: $(hack/node/images.sh ref demo-flask)|" examples/tdset.yaml | "$kubectl" apply -f -
+  else
+    "$kubectl" apply -f examples/tdset.yaml
+  fi
+}
+
 # elapsed START: seconds since $EPOCHREALTIME was START, to 0.01 s.
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
 demo() {
   # Wait for the operator, then apply the seed's BlogPost and time it.
-  for _ in $(seq 1 100); do curl -fs "http://$health/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+  operator_waited
   "$kubectl" delete -f examples/blogpost.yaml --ignore-not-found >/dev/null
   local start=$EPOCHREALTIME
   "$kubectl" apply -f examples/blogpost.yaml >/dev/null
@@ -50,7 +108,7 @@ demo() {
   local post_took; post_took=$(elapsed "$start")
   # Seed 001's TDSet, verbatim, in the namespace it names.
   "$kubectl" create namespace temp --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
-  "$kubectl" apply -f examples/tdset.yaml >/dev/null
+  tdset_example >/dev/null
   "$kubectl" wait --for condition=Ready --timeout 60s -n temp tdset/tdset-hello-world >/dev/null ||
     echo ">> demo: TDSet tdset-hello-world is not Ready yet (kubectl describe tdset -n temp)" >&2
   # Seed 000's lab: the chart installed the frontend, flaskapp-config and the
@@ -80,7 +138,7 @@ $("$kubectl" -n "$namespace" get cmon; "$kubectl" -n "$namespace" get rs -l app=
 $("$kubectl" get tdsets,deployments -n temp)
 
 Try next, in another shell:
-  eval "\$(make -s env)"                  # kubectl, helm, kwokctl on PATH; KUBECONFIG set
+$(env_hint)
   kubectl get blogposts                   # Title, Author, Published, Age
   kubectl describe blogpost blog-post-1   # Ready condition and the Published event
   kubectl explain blogpost.spec
@@ -88,13 +146,44 @@ Try next, in another shell:
   kubectl -n $namespace get rs -l app=frontend  # a new ReplicaSet per change of MSG
   kubectl describe tdset -n temp          # schedule, next change, Scaled events at each boundary
   kubectl explain tdset.spec.schedulingConfig
-The operator runs in this terminal: Ctrl-C stops it.
+$(foreground_hint)
 
 MSG
+}
+
+env_hint() {
+  if [[ $mode == node ]]; then
+    echo "  eval \"\$(make -s env)\"; export KUBECONFIG=$KUBECONFIG   # the tools on PATH; KUBECONFIG at the node"
+  else
+    echo "  eval \"\$(make -s env)\"                  # kubectl, helm, kwokctl on PATH; KUBECONFIG set"
+  fi
+}
+
+foreground_hint() {
+  if [[ $mode == node ]]; then
+    echo "The operator runs on the real node (deployment/$release in $namespace, from its image);"
+    echo "this terminal follows its log: Ctrl-C stops following, the operator keeps running."
+  else
+    echo "The operator runs in this terminal: Ctrl-C stops it."
+  fi
 }
 demo &
 demo_pid=$!
 trap 'kill $demo_pid 2>/dev/null || true; rm -rf "$work"' EXIT
+
+if [[ $mode == node ]]; then
+  echo ">> following the log of deployment/$release (the operator, in its container on the node)"
+  "$kubectl" -n "$namespace" logs --follow "deployment/$release"
+  exit
+fi
+
+"$kubectl" -n "$namespace" get configmap "$release-config" -o jsonpath='{.data.config\.yaml}' > "$work/config.yaml"
+mapfile -t args < <("$kubectl" -n "$namespace" get deployment "$release" \
+  -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}' | grep -v '^--config=')
+"$kubectl" config view --raw --minify > "$work/kubeconfig"
+token=$("$kubectl" -n "$namespace" create token "$release" --duration 24h)
+"$kubectl" --kubeconfig "$work/kubeconfig" config set-credentials deckhand-operator --token "$token" >/dev/null
+"$kubectl" --kubeconfig "$work/kubeconfig" config set-context --current --user deckhand-operator >/dev/null
 
 echo ">> starting the operator (${args[*]}) as ServiceAccount $namespace/$release"
 POD_NAMESPACE=$namespace bin/deckhand --config "$work/config.yaml" "${args[@]}" \

@@ -30,6 +30,9 @@ Flags:
 // controllers are set up: a metrics endpoint without it is not deckhand's.
 const metricWanted = "controller_runtime_reconcile_total"
 
+// metricStandby is what a replica that does not lead exposes instead.
+const metricStandby = "leader_election_master_status"
+
 // runProbe is `deckhand probe`; it returns the process's exit code.
 func runProbe(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("probe", pflag.ContinueOnError)
@@ -85,8 +88,13 @@ type probeCheck struct {
 // deadline passes, and returns its last error: an operator that is still
 // starting is given the time to answer. Every check is tried at least once,
 // so a failure is reported with its own cause, never as a timeout.
+//
+// Each try opens a new connection: behind the metrics Service of several
+// replicas, kube-proxy picks a replica per connection, and only the leader
+// has reconcile counters (a standby starts its controllers when it leads).
+// A kept-alive connection to a standby would be asked until the deadline.
 func retryUntilPass(deadline time.Time, c probeCheck) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for {
 		err := getAndCheck(client, c)
 		if err == nil || time.Now().After(deadline) {
@@ -125,6 +133,9 @@ func expectMetrics(resp *http.Response) error {
 		return fmt.Errorf("not Prometheus metrics: %w", err)
 	}
 	if _, ok := families[metricWanted]; !ok {
+		if _, standby := families[metricStandby]; standby {
+			return fmt.Errorf("a replica waiting for leadership (%s, no %s); the leader answered none of the tries", metricStandby, metricWanted)
+		}
 		return fmt.Errorf("%d metric families but no %s: not a deckhand operator, or no controller set up", len(families), metricWanted)
 	}
 	return nil

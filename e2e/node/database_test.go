@@ -22,6 +22,8 @@ import (
 	jmxv1 "github.com/deckhand-dev/deckhand/operator/apis/banzaicloud/v1alpha1"
 	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
+	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 )
 
 // A Database on the real node, run by the chart's operator from its image
@@ -62,6 +64,21 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	got := eventuallyPsql(ctx, t, cfg, cs, client, "ro", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", "one "+token+",two "+token)
 	assert.Equal(t, "one "+token+",two "+token, got, "rows read through <name>-ro")
 
+	store := replicatedStore{
+		ns: ns, name: name,
+		query: func(service, sql string) string { return psql(ctx, t, cfg, cs, client, service, sql) },
+		eventually: func(service, sql, want string) string {
+			return eventuallyPsql(ctx, t, cfg, cs, client, service, sql, want)
+		},
+		insert:     func(row string) string { return "INSERT INTO notes VALUES ('" + row + "')" },
+		selectRows: "SELECT string_agg(v, ',' ORDER BY v) FROM notes",
+		standbySQL: "SELECT pg_is_in_recovery()", standbyWant: "t",
+		waitReady: func() { waitDatabaseReady(ctx, t, c, ns, name) },
+	}
+	rows := "one " + token + ",two " + token
+	rows = survivesPrimaryCrash(ctx, t, cs, store, token, rows)
+	rows = standbyCatchesUpAfterCrash(ctx, t, cs, store, token, rows)
+
 	require.NoError(t, c.Create(ctx, &dbv1.DatabaseBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns},
 		Spec:       dbv1.DatabaseBackupSpec{Database: name},
@@ -85,7 +102,7 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	// client pod mounts them (the first one's volume would show the new
 	// uri only after the kubelet's next sync of it, a minute or more).
 	client = startPostgresClient(ctx, t, cs, ns, name, "psql-again")
-	assert.Equal(t, "one "+token+",three "+token+",two "+token,
+	assert.Equal(t, sortedRows(rows+",three "+token),
 		psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"),
 		"the rows of the final backup, restored")
 }
@@ -102,6 +119,8 @@ func crClient(t *testing.T, cfg *rest.Config) client.Client {
 	require.NoError(t, dbv1.AddToScheme(scheme))
 	require.NoError(t, mcv1.AddToScheme(scheme))
 	require.NoError(t, jmxv1.AddToScheme(scheme))
+	require.NoError(t, magalixv1.AddToScheme(scheme))
+	require.NoError(t, schedulev1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c

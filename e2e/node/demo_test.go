@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Seed 000's lab on the real node: the chart's demo (the Flask app from
@@ -60,30 +58,11 @@ type frontend struct {
 // once the rollout in progress (if any) has finished.
 func frontendState(ctx context.Context, t *testing.T, cs clientset) frontend {
 	t.Helper()
-	var f frontend
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "frontend", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		f.revision, _ = strconv.Atoi(d.Annotations["deployment.kubernetes.io/revision"])
-		pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector),
-		})
-		if err != nil {
-			return false, nil
-		}
-		f.pods = nil
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil {
-				f.pods = append(f.pods, p.Name)
-			}
-		}
-		done := d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == *d.Spec.Replicas &&
-			d.Status.AvailableReplicas == *d.Spec.Replicas && len(f.pods) == int(*d.Spec.Replicas)
-		return done, nil
-	})
-	require.NoError(t, err, "the Flask Deployment did not settle")
+	s := settledDeployment(ctx, t, cs, operatorNamespace, "frontend")
+	f := frontend{revision: s.revision}
+	for _, p := range s.pods {
+		f.pods = append(f.pods, p.Name)
+	}
 	return f
 }
 

@@ -7,11 +7,13 @@
 #   hack/node/images.sh build [image...]  build what is missing (default: all)
 #   hack/node/images.sh archive <image>   print an image's archive path
 #   hack/node/images.sh ref <image>       print an image's reference
+#   hack/node/images.sh list              print the images' names, one a line (what hack/node.sh up imports)
 #   hack/node/images.sh agent-jar         build the JMX stand-in agent jar, print its path
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
+# The node's images: the one list, which hack/node.sh up builds and imports.
 images=(pause busybox coredns demo-flask postgres mariadb jdk-app)
 
 version_of() {
@@ -23,7 +25,7 @@ version_of() {
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
     # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
     # version and the app's hash, so either change rebuilds it
-    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
+    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(content_hash "$root/demo/flask/app")" ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
     # postgres: PostgreSQL's own version from Debian's postgresql-15
     # (15.20-0+deb12u1 -> 15.20), as the official image's tags, so the
@@ -36,6 +38,13 @@ version_of() {
     # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
     jdk-app) echo "$(apt-cache policy openjdk-17-jre-headless | awk '/Candidate:/ {print $2}' | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
   esac
+}
+
+# content_hash is a short hash of the files under a directory, their names
+# and contents only: the same in every checkout (a tar of it would carry
+# each checkout's modification times and owners, and give another tag).
+content_hash() {
+  (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-8
 }
 
 ref_of() { echo "deckhand-local/$1:$(version_of "$1")"; }
@@ -218,11 +227,6 @@ build_one() {
   out=$(archive_of "$name")
   [[ -f $out ]] && return 0
   case $name in
-    # coredns: the version hack/tools.sh builds
-    coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
-    # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
-    # version and the app's hash, so either change rebuilds it
-    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(tar -C "$root/demo/flask/app" -cf - . | sha256sum | cut -c1-8)" ;;
     busybox) dpkg-query -W busybox-static >/dev/null 2>&1 || { echo "busybox-static is not installed (hack/node.sh deps)" >&2; return 1; } ;;
   esac
   echo ">> building image $(ref_of "$name")" >&2
@@ -266,6 +270,7 @@ case ${1:-build} in
     for i in "$@"; do build_one "$i"; done ;;
   archive) archive_of "$2" ;;
   ref) ref_of "$2" ;;
+  list) printf '%s\n' "${images[@]}" ;;
   agent-jar) agent_jar ;;
-  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | agent-jar" >&2; exit 2 ;;
+  *) echo "usage: $0 build [image...] | archive <image> | ref <image> | list | agent-jar" >&2; exit 2 ;;
 esac
