@@ -182,6 +182,7 @@ release_snapshot() {
 	holder=
 }
 cleanup() {
+	[ -z "${counter:-}" ] || kill "$counter" 2>/dev/null || true
 	rm -f "$partial" "$counts.partial"
 	if [ -n "${holder:-}" ]; then
 		exec 3>&- || true
@@ -193,8 +194,16 @@ trap cleanup EXIT
 
 log "dumping database $APP_DATABASE from $PGHOST:$PGPORT (PostgreSQL $version) to $partial"
 hold_snapshot
-table_counts "$counts.partial"
+# The counts read the snapshot alongside the dump, so they add no time of
+# their own to the backup; counter is that psql's PID (a killed dump must
+# not leave it waiting).
+table_counts_sql >"$work/counts.sql"
+psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" -f "$work/counts.sql" >"$work/counted" &
+counter=$!
 pg_dump --format=custom --no-password --snapshot="$SNAPSHOT" --file="$partial" --dbname="$(app_dbname)"
+wait "$counter" || fail "counting each table's rows in the dump's snapshot failed"
+counter=
+LC_ALL=C sort "$work/counted" >"$counts.partial"
 release_snapshot
 # The data reaches the disk before the name that says it is complete; the
 # counts are complete before the dump is.

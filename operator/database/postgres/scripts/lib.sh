@@ -255,6 +255,17 @@ check_data_owner() {
 # not members of an extension.
 table_counts() {
 	counted=$(mktemp)
+	table_counts_sql | psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" >"$counted" || {
+		rm -f "$counted"
+		return 1
+	}
+	LC_ALL=C sort "$counted" >"$1"
+	rm -f "$counted"
+}
+
+# table_counts_sql: the SQL table_counts runs (one "<table>\t<rows>" line
+# per table, unsorted), for a caller that runs it alongside other work.
+table_counts_sql() {
 	{
 		printf 'BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;\n'
 		[ -z "${SNAPSHOT:-}" ] || printf "SET TRANSACTION SNAPSHOT '%s';\n" "$SNAPSHOT"
@@ -266,12 +277,7 @@ table_counts() {
 		 ORDER BY 1 \gexec
 		COMMIT;
 		SQL
-	} | psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" >"$counted" || {
-		rm -f "$counted"
-		return 1
 	}
-	LC_ALL=C sort "$counted" >"$1"
-	rm -f "$counted"
 }
 
 # counts_summary FILE: "<tables> <rows>" of a counts file.
