@@ -386,6 +386,15 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		}
 	}
 	r.observe(ctx, db, eng, live)
+	if !db.Spec.Suspend {
+		recheck, err := r.watchPrimary(ctx, db, eng, live)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if recheck > 0 {
+			return ctrl.Result{RequeueAfter: min(recheck, cloneRecheck)}, nil
+		}
+	}
 	if len(db.Status.Clones) > 0 {
 		// Nothing about a cloning pod changes while it copies.
 		return ctrl.Result{RequeueAfter: cloneRecheck}, nil

@@ -2,6 +2,11 @@ package database_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
@@ -83,4 +89,104 @@ func TestFailoverOffByDefault(t *testing.T) {
 	var s corev1.Secret
 	err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "nofo-instance-tls"}, &s)
 	assert.True(t, client.IgnoreNotFound(err) == nil && err != nil, "no channel Secret: %v", err)
+}
+
+// agents serves, on 127.0.0.1, an agent per pod of the Database with the
+// pods' Secret the operator wrote, for pods whose servers are not running
+// (kwok pods run nothing); dial sends each pod's name to its agent.
+type agents struct {
+	mu    sync.Mutex
+	addrs map[string]string // pod host -> 127.0.0.1:port
+}
+
+func (a *agents) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	local, ok := a.addrs[host]
+	a.mu.Unlock()
+	if !ok {
+		return nil, errors.New("no agent for " + host)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, local)
+}
+
+func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
+	t.Helper()
+	dataDir := filepath.Join(t.TempDir(), "pgdata")
+	require.NoError(t, os.MkdirAll(dataDir, 0o700))
+	agent, err := instance.New(instance.Config{Pod: pod, SocketDir: t.TempDir(), Port: 5432, DataDir: dataDir})
+	require.NoError(t, err)
+	tlsConfig, err := instance.ServerTLSConfig(tlsDir, pod)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Serve(ctx, l, tlsConfig) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		agent.Close()
+	})
+	a.mu.Lock()
+	a.addrs[host] = l.Addr().String()
+	a.mu.Unlock()
+}
+
+// A primary whose server is down, with no healthy standby to take its
+// place, is reported and left alone: never fenced (that would turn an
+// outage it may come back from into one it cannot), nothing promoted,
+// status.currentPrimary unchanged.
+func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	a := &agents{addrs: map[string]string{}}
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.dial})
+	db := newDatabase(ns, "lone", 2)
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Second}}
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+
+	var pods corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lone-instance-tls"}, &pods))
+	tlsDir := t.TempDir()
+	for name, data := range pods.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
+	}
+	hosts := map[string]string{}
+	for _, pod := range []string{"lone-0", "lone-1"} {
+		hosts[pod] = instance.PodHosts(pod, "lone-headless", ns)[0]
+		a.start(t, tlsDir, pod, hosts[pod])
+	}
+
+	got := waitFor(t, c, db, "failover blocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		cond := condition(d, database.ConditionFailover)
+		require.Equal(ct, "FailoverBlocked", cond.Reason, "%+v", cond)
+		assert.Contains(ct, cond.Message, "its server is down")
+		assert.Contains(ct, cond.Message, "no healthy standby")
+	})
+	assert.Equal(t, "lone-0", got.Status.CurrentPrimary)
+	assert.Empty(t, got.Status.Failovers, "no failover was begun")
+	assertEvent(t, c, ns, "lone", corev1.EventTypeWarning, "FailoverBlocked")
+
+	oc := operatorClient(t, c, ns, "lone", a)
+	st, err := oc.Status(context.Background(), hosts["lone-0"])
+	require.NoError(t, err)
+	assert.False(t, st.Fenced, "the primary was not fenced")
+}
+
+// operatorClient is a client with the operator's certificate, as the
+// operator's Secret holds it.
+func operatorClient(t *testing.T, c client.Client, ns, name string, a *agents) *instance.Client {
+	t.Helper()
+	var op corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-instance-operator"}, &op))
+	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
+	require.NoError(t, err)
+	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.dial))
 }
