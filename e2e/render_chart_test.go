@@ -183,7 +183,8 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	rule := on.One(t, "PrometheusRule")
 	assert.Equal(t, "prometheus", rule.GetLabels()["release"])
 	alerts := alertsOf(t, rule)
-	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed"}
+	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
+		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed"}
 	assert.ElementsMatch(t, append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), keys(alerts))
 	for name, expr := range alerts {
 		assert.Contains(t, expr, `service="`+svc.Name+`"`, name)
@@ -199,6 +200,8 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	assert.Contains(t, alerts["DeckhandDatabaseBackupOverdue"], "> 90000", "metrics.prometheusRule.databaseBackupMaxAgeSeconds")
 	assert.Contains(t, alerts["DeckhandDatabaseBackupOverdue"], "on (exported_namespace, database)")
 	assert.Contains(t, alerts["DeckhandDatabaseBackupFailed"], `result="failed"`, "the backups counter's failure result")
+	assert.Contains(t, alerts["DeckhandDatabaseVerifiedBackupTooOld"], "deckhand_database_backup_verified_stale", "the BackupVerified condition's gauge")
+	assert.Contains(t, alerts["DeckhandDatabaseBackupVerificationFailed"], `result=~"failed|error"`, "the verifications counter's results")
 
 	// Alerts follow the controllers: none for a controller the release does not run.
 	noJMX := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "controllers.jmxExporter.enabled=false", "controllers.configMonitor.enabled=false", "controllers.database.enabled=false"))

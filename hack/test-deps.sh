@@ -14,6 +14,9 @@ command -v curl >/dev/null || need+=(curl)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/null 2>&1 || need+=(postgresql)
 # The MySQL engine's scripts are proven on Debian's MariaDB (10.11 on bookworm).
 command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
+# The MySQL engine's row counting runs in the images' awk: gawk (MySQL's)
+# and mawk (MariaDB's, and Debian's default) are both tested.
+for p in gawk mawk; do command -v "$p" >/dev/null || need+=("$p"); done
 # The JMX exporter's tests compile and run a real JVM (java, javac, jar).
 command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
 # The real node (e2e/node, hack/node.sh): runc, the CNI plugins, busybox

@@ -390,9 +390,10 @@ func (r *HostRunner) mounts(pod *corev1.Pod, container corev1.Container, dir str
 			mounts[m.MountPath] = host
 		case v.PersistentVolumeClaim != nil:
 			mounts[m.MountPath] = r.ClaimDir(v.PersistentVolumeClaim.ClaimName)
-		case v.EmptyDir != nil, v.Projected != nil:
+		case v.EmptyDir != nil, v.Projected != nil, v.Ephemeral != nil:
 			// A projected volume is the service account's token: the
-			// scripts never read it.
+			// scripts never read it. A generic ephemeral volume lives and
+			// goes with its pod, as this directory does.
 			mounts[m.MountPath] = r.opts.Dir(dir, "volumes", m.Name)
 		default:
 			return nil, fmt.Errorf("volume %s: a kind the host runner does not map", m.Name)

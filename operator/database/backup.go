@@ -103,7 +103,12 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
-		return r.deleteFile(ctx, r.Kind.Backups.View(obj))
+		b := r.Kind.Backups.View(obj)
+		// A verification reading the file ends first.
+		if err := r.stopVerification(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+		return r.deleteFile(ctx, b)
 	}
 	if controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerBackupFile) {
 		if err := r.Client.Update(ctx, obj); err != nil {
@@ -149,7 +154,10 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	var job batchv1.Job
 	jobKey := client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b.Cluster)}
 	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed {
-		return reconcile.Result{}, r.releaseJob(ctx, b, jobKey)
+		if err := r.releaseJob(ctx, b, jobKey); err != nil || b.Status.Phase == dbv1.BackupFailed {
+			return reconcile.Result{}, err
+		}
+		return r.verification(ctx, b)
 	}
 	err := r.Owned.Get(ctx, jobKey, &job)
 	if apierrors.IsNotFound(err) && b.Status.Phase == dbv1.BackupRunning {
@@ -241,14 +249,10 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	desired := backupJob(db, eng, b, image, engine.Backup{
 		File: backupFile(b), Host: src.Host, Standby: src.StandbyHost, MaxLagBytes: src.MaxLagBytes, ClaimName: claim,
 	})
-	if err := r.Client.Create(ctx, desired, client.FieldOwner(r.Kind.FieldManager)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Another backup took the slot first.
-			return reconcile.Result{RequeueAfter: pendingRecheck}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("creating backup Job %s: %w", desired.Name, err)
+	if created, err := r.createSlotJob(ctx, desired, "backup"); err != nil || !created {
+		// Not created: another backup took the slot first.
+		return reconcile.Result{RequeueAfter: pendingRecheck}, err
 	}
-	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
 	now := metav1.NewTime(r.now())
 	b.Status.Phase = dbv1.BackupRunning
 	b.Status.StartTime = &now
@@ -451,7 +455,10 @@ func backupJob(db *Cluster, eng engine.Engine, b *Backup, image string, spec eng
 	c.Image = image
 	pod := eng.BackupPod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup})
-	return lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	job := lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	// A verification may read the same ReadWriteOnce volume meanwhile.
+	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, spec.ClaimName)
+	return job
 }
 
 func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
@@ -530,17 +537,30 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 		r.complete(b, db, report)
 		return reconcile.Result{}, nil
 	case jobFinished(job, batchv1.JobFailed):
-		c := jobCondition(job, batchv1.JobFailed)
-		msg := fmt.Sprintf("backup Job %s failed (%s: %s)", job.Name, c.Reason, c.Message)
-		if failMsg != "" {
-			msg += "; its pod said: " + truncate(failMsg, 400)
-		}
-		r.fail(b, db, "JobFailed", msg)
+		r.fail(b, db, "JobFailed", failedJobMessage("backup", job, failMsg))
 		return reconcile.Result{}, nil
 	default:
 		b.Status.Phase = dbv1.BackupRunning
 		return reconcile.Result{}, nil
 	}
+}
+
+// createSlotJob creates a Job whose name is a cluster's one slot (its
+// backup Job, its verification Job); false when another took it first.
+func (r *BackupReconciler) createSlotJob(ctx context.Context, job *batchv1.Job, what string) (bool, error) {
+	if err := r.Client.Create(ctx, job, client.FieldOwner(r.Kind.FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("creating %s Job %s: %w", what, job.Name, err)
+	}
+	r.Kind.metrics.objectWrites.WithLabelValues("Job", "created").Inc()
+	return true, nil
+}
+
+// failedJobMessage says which Job failed and why.
+func failedJobMessage(what string, job *batchv1.Job, podSaid string) string {
+	return fmt.Sprintf("%s Job %s failed (%s)", what, job.Name, failureOf(job, podSaid))
 }
 
 func (r *BackupReconciler) deleteJob(ctx context.Context, job *batchv1.Job) error {
@@ -563,6 +583,7 @@ func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report
 		b.Status.Source = sourcePod(db, report.Source)
 	}
 	b.Status.LagBytes = report.LagBytes
+	b.Status.Tables, b.Status.Rows = int32(report.Tables), report.Rows
 	if v := report.Version(); v != "" {
 		b.Status.Version = v
 	} else if eng, ok := r.Kind.Engines[b.Status.Engine]; ok {
@@ -708,12 +729,14 @@ func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batch
 	pod.Container.Args = nil
 	file := path.Join(mount, path.Clean("/"+b.Status.File))
 	// The backup script writes <file>.owner (the Job that wrote the file)
-	// beside it; both go.
-	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner"}
+	// and <file>.counts (its row counts) beside it; all go.
+	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner", file + engine.CountsSuffix}
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
-	return lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
+	job := lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, "")
+	sameNodeAsBackupVolumeUsers(r.Kind, &job.Spec.Template, b.Status.ClaimName)
+	return job, nil
 }
 
 // fileOwner is the UID a backup's file was written as: the one its status

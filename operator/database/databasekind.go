@@ -25,7 +25,7 @@ var DatabaseKind = NewKind(Kind{
 		RemoveOldData: AnnotationRemoveOldData,
 		ClusterUID:    AnnotationDatabaseUID, KeptFrom: AnnotationKeptFrom,
 		UpgradeAttempt: LabelUpgradeAttempt, ImageChange: AnnotationImageChange,
-		HeldBy: AnnotationPrefixHeldBy,
+		HeldBy: AnnotationPrefixHeldBy, Verify: AnnotationVerify,
 	},
 	Clusters: databases{},
 	Backups:  databaseBackups{},

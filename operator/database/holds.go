@@ -18,8 +18,9 @@ import (
 // of that UID in the namespace) counts no more, so a holder deleted
 // before it let go leaves nothing stuck. Purposes today: an upgrade
 // (from the pre-upgrade backup's completion until the upgrade ends) and
-// a restore (fromBackup, until restored); the newest verified backup can
-// be one more.
+// a restore (fromBackup, until restored) and the newest verified backup
+// (until a newer one is verified: retention never deletes the newest
+// backup known to restore).
 const (
 	// AnnotationPrefixHeldBy prefixes a Database's holds on a
 	// DatabaseBackup.
@@ -60,14 +61,17 @@ func (r *Reconciler) patchHolds(ctx context.Context, b *Backup, holds map[string
 	return client.IgnoreNotFound(r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)))
 }
 
-// holdsWanted are the backups db needs kept now, by hold key.
+// holdsWanted are the holds db needs now: hold key -> backup name.
 func holdsWanted(db *Cluster) map[string]string {
 	want := map[string]string{}
 	if u := db.Status.Upgrade; upgradeRunning(u) && u.Backup != "" && u.Step != "" {
-		want[u.Backup] = holdKey(db.Kind, holdUpgrade, db)
+		want[holdKey(db.Kind, holdUpgrade, db)] = u.Backup
 	}
 	if db.Spec.FromBackup != "" && !restored(db) {
-		want[db.Spec.FromBackup] = holdKey(db.Kind, holdRestore, db)
+		want[holdKey(db.Kind, holdRestore, db)] = db.Spec.FromBackup
+	}
+	if b := db.Status.Backup; b != nil && b.LastVerifiedBackup != "" {
+		want[holdKey(db.Kind, holdVerified, db)] = b.LastVerifiedBackup
 	}
 	return want
 }
@@ -86,7 +90,7 @@ func (r *Reconciler) releaseHolds(ctx context.Context, db *Cluster) error {
 	for _, b := range all {
 		drop := map[string]*string{}
 		for key := range b.Annotations {
-			if strings.HasPrefix(key, r.Kind.Keys.HeldBy) && strings.HasSuffix(key, suffix) && want[b.Name] != key {
+			if strings.HasPrefix(key, r.Kind.Keys.HeldBy) && strings.HasSuffix(key, suffix) && want[key] != b.Name {
 				drop[key] = nil
 			}
 		}

@@ -132,6 +132,8 @@ type Keys struct {
 	ImageChange    string
 	// HeldBy prefixes the annotations of holds on a backup (holds.go).
 	HeldBy string
+	// Verify on a backup asks for one verification now (verify.go).
+	Verify string
 }
 
 // KeysFor are the keys of a Kind under one prefix (its API group); the
@@ -154,6 +156,7 @@ func KeysFor(prefix, cluster string) Keys {
 		UpgradeAttempt:          prefix + "/upgrade-attempt",
 		ImageChange:             prefix + "/image-change",
 		HeldBy:                  "held-by." + prefix + "/",
+		Verify:                  prefix + "/verify",
 	}
 }
 

@@ -317,16 +317,24 @@ func (r *Reconciler) manageBackups(ctx context.Context, db *Cluster) (time.Durat
 		return 0, err
 	}
 	r.observeBackups(db, backups)
+	verifyRecheck := r.observeVerifications(db, backups)
 	if db.Status.Backup == nil {
 		db.Status.Backup = &dbv1.BackupStatus{}
 	}
 	if err := r.releaseHolds(ctx, db); err != nil {
 		return 0, err
 	}
+	if err := r.holdNewestVerified(ctx, db, backups); err != nil {
+		return 0, err
+	}
 	if err := r.prune(ctx, db, backups); err != nil {
 		return 0, err
 	}
-	return r.schedule(ctx, db, backups)
+	next, err := r.schedule(ctx, db, backups)
+	if verifyRecheck > 0 && (next == 0 || verifyRecheck < next) {
+		next = verifyRecheck
+	}
+	return next, err
 }
 
 // observeBackups sets LastBackupSucceeded from the newest finished backup.
@@ -519,6 +527,11 @@ func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, 
 			rec.Time = b.Status.CompletionTime.Time
 		}
 		if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
+			rec.InUse = true
+		}
+		// Its hold may have been written in this very pass, after the list
+		// was read.
+		if st := db.Status.Backup; st != nil && st.LastVerifiedBackup == b.Name {
 			rec.InUse = true
 		}
 		records = append(records, rec)

@@ -201,7 +201,7 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 
 	out, err := testenv.Kubectl(t, "-n", ns, "get", "dbbackup")
 	require.NoError(t, err, out)
-	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+VERIFIED\s+AGE$`, out)
 	assert.Regexp(t, `(?m)^first\s+shop\s+Completed\s+123456\s+17\.6\s`, out)
 }
 
@@ -343,8 +343,8 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 		deleteJob = jobs.Items[0]
 	}, wait, 100*time.Millisecond, "the file-deleting Job")
 	file := "/deckhand/backup/" + catchUp.Name + "-" + string(catchUp.UID) + ".dump"
-	assert.Equal(t, []string{"rm", "-f", "--", file, file + ".owner"}, deleteJob.Spec.Template.Spec.Containers[0].Command,
-		"the file and the record of the Job that wrote it go together")
+	assert.Equal(t, []string{"rm", "-f", "--", file, file + ".owner", file + ".counts"}, deleteJob.Spec.Template.Spec.Containers[0].Command,
+		"the file, the record of the Job that wrote it and its row counts go together")
 	assert.Equal(t, "postgres:17.6", deleteJob.Spec.Template.Spec.Containers[0].Image, "the image that wrote it")
 	assert.Empty(t, deleteJob.Spec.Template.Spec.Containers[0].Env, "no Secrets: the Database may be gone")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {

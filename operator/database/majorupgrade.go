@@ -461,10 +461,16 @@ func unschedulable(ctx context.Context, owned client.Reader, job *batchv1.Job) s
 
 // jobFailure is a failed Job's reason and what its pod said.
 func jobFailure(ctx context.Context, r *Reconciler, job *batchv1.Job) string {
+	_, said := jobPodReport(ctx, r.Owned, job)
+	return failureOf(job, said)
+}
+
+// failureOf is a failed Job's reason and the end of what its pod said.
+func failureOf(job *batchv1.Job, podSaid string) string {
 	c := jobCondition(job, batchv1.JobFailed)
 	msg := c.Reason + ": " + c.Message
-	if _, said := jobPodReport(ctx, r.Owned, job); said != "" {
-		msg += "; its pod said: " + truncate(said, 400)
+	if podSaid != "" {
+		msg += "; its pod said: " + truncate(podSaid, 400)
 	}
 	return msg
 }

@@ -20,6 +20,9 @@ type metrics struct {
 	backupsTotal        *prometheus.CounterVec
 	lastBackupSuccess   *prometheus.GaugeVec
 	nextScheduledBackup *prometheus.GaugeVec
+	verifications       *prometheus.CounterVec
+	lastVerifiedBackup  *prometheus.GaugeVec
+	verifiedStale       *prometheus.GaugeVec
 	// names of the above, for MetricNames.
 	names []string
 }
@@ -61,6 +64,18 @@ func newMetrics(name, kind, label string) *metrics {
 			Name: named("next_scheduled_backup_timestamp_seconds"),
 			Help: "When the next scheduled backup of each " + kind + " is due (Unix time); absent without a schedule.",
 		}, []string{"namespace", label}),
+		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: named("backup_verification_total"),
+			Help: "Backup verifications seen ending, by " + kind + " and result (verified, failed: a check failed; error: it could not run).",
+		}, []string{"namespace", label, "result"}),
+		lastVerifiedBackup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: named("last_verified_backup_timestamp_seconds"),
+			Help: "When the newest verified backup of each " + kind + " completed (Unix time): time() minus it is the age of the newest backup known to restore.",
+		}, []string{"namespace", label}),
+		verifiedStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: named("backup_verified_stale"),
+			Help: "1 when the " + kind + "'s BackupVerified condition is False: its newest verified backup is older than backup.verify.maxAge, or none is verified and its oldest completed backup is that old; else 0.",
+		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("ready"),
 			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
@@ -75,6 +90,9 @@ func newMetrics(name, kind, label string) *metrics {
 	m.backupsTotal = register(m.backupsTotal)
 	m.lastBackupSuccess = register(m.lastBackupSuccess)
 	m.nextScheduledBackup = register(m.nextScheduledBackup)
+	m.verifications = register(m.verifications)
+	m.lastVerifiedBackup = register(m.lastVerifiedBackup)
+	m.verifiedStale = register(m.verifiedStale)
 	return m
 }
 

@@ -396,4 +396,6 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.ready.DeleteLabelValues(namespace, name)
 	k.metrics.lastBackupSuccess.DeleteLabelValues(namespace, name)
 	k.metrics.nextScheduledBackup.DeleteLabelValues(namespace, name)
+	k.metrics.lastVerifiedBackup.DeleteLabelValues(namespace, name)
+	k.metrics.verifiedStale.DeleteLabelValues(namespace, name)
 }

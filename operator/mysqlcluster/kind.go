@@ -62,8 +62,16 @@ func (clusters) View(obj client.Object) *database.Cluster {
 	mc := obj.(*grtlv1.MySQLCluster)
 	st := mc.Status
 	var backups *dbv1.BackupStatus
-	if st.PreUpgradeBackup != "" {
-		backups = &dbv1.BackupStatus{PreUpgradeBackup: st.PreUpgradeBackup}
+	if st.PreUpgradeBackup != "" || st.LastVerifiedBackup != "" {
+		backups = &dbv1.BackupStatus{
+			PreUpgradeBackup:       st.PreUpgradeBackup,
+			LastVerifiedBackup:     st.LastVerifiedBackup,
+			LastVerifiedBackupTime: st.LastVerifiedBackupTime,
+		}
+	}
+	var backupSpec *dbv1.BackupSpec
+	if mc.Spec.Backup != nil && mc.Spec.Backup.Verify != nil {
+		backupSpec = &dbv1.BackupSpec{Verify: mc.Spec.Backup.Verify.DeepCopy()}
 	}
 	return &database.Cluster{
 		ObjectMeta: *mc.ObjectMeta.DeepCopy(),
@@ -81,6 +89,7 @@ func (clusters) View(obj client.Object) *database.Cluster {
 			// grtl's spec has no pod template: runAsUser is its only pod
 			// setting (nil: the default).
 			PodTemplate: &dbv1.PodTemplate{RunAsUser: mc.Spec.RunAsUser},
+			Backup:      backupSpec,
 		},
 		Secrets: database.ClusterSecrets{
 			Superuser:            mc.Spec.Secret,
@@ -108,22 +117,24 @@ func (clusters) SetStatus(obj client.Object, c *database.Cluster) {
 	if image == "" {
 		image = imageOf(mc)
 	}
-	preUpgrade := ""
+	var backups dbv1.BackupStatus
 	if c.Status.Backup != nil {
-		preUpgrade = c.Status.Backup.PreUpgradeBackup
+		backups = *c.Status.Backup
 	}
 	mc.Status = grtlv1.MySQLClusterStatus{
-		ObservedGeneration: c.Status.ObservedGeneration,
-		Phase:              grtlv1.Phase(c.Status.Phase),
-		Replicas:           c.Status.Replicas,
-		ReadyReplicas:      c.Status.ReadyReplicas,
-		Ready:              c.Status.Ready,
-		Primary:            c.Status.Primary,
-		Flavor:             mysql.Flavor(image),
-		CurrentImage:       c.Status.CurrentImage,
-		CurrentVersion:     c.Status.CurrentVersion,
-		PreUpgradeBackup:   preUpgrade,
-		Conditions:         Kind.SayConditions(c.Status.Conditions),
+		ObservedGeneration:     c.Status.ObservedGeneration,
+		Phase:                  grtlv1.Phase(c.Status.Phase),
+		Replicas:               c.Status.Replicas,
+		ReadyReplicas:          c.Status.ReadyReplicas,
+		Ready:                  c.Status.Ready,
+		Primary:                c.Status.Primary,
+		Flavor:                 mysql.Flavor(image),
+		CurrentImage:           c.Status.CurrentImage,
+		CurrentVersion:         c.Status.CurrentVersion,
+		PreUpgradeBackup:       backups.PreUpgradeBackup,
+		LastVerifiedBackup:     backups.LastVerifiedBackup,
+		LastVerifiedBackupTime: backups.LastVerifiedBackupTime,
+		Conditions:             Kind.SayConditions(c.Status.Conditions),
 	}
 }
 
@@ -192,6 +203,9 @@ func (instances) View(obj client.Object) *database.Backup {
 			Version:        st.Version,
 			Source:         st.Source,
 			LagBytes:       st.LagBytes,
+			Tables:         st.Tables,
+			Rows:           st.Rows,
+			Verification:   st.Verification.DeepCopy(),
 			Conditions:     cloneConditions(st.Conditions),
 		},
 	}
@@ -213,6 +227,9 @@ func (instances) SetStatus(obj client.Object, v *database.Backup) {
 		Version:        st.Version,
 		Source:         st.Source,
 		LagBytes:       st.LagBytes,
+		Tables:         st.Tables,
+		Rows:           st.Rows,
+		Verification:   st.Verification,
 		Conditions:     Kind.SayConditions(st.Conditions),
 	}
 }

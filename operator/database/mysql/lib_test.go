@@ -135,3 +135,41 @@ func TestCommandNamesOfMariaDB11AndMySQL(t *testing.T) {
 		names("mariadb", "mariadb-dump", "mariadb-admin", "mariadbd", "mariadb-install-db"))
 	assert.Equal(t, "mysql mysqldump mysqladmin mysqld", names("mysql", "mysqldump", "mysqladmin", "mysqld"))
 }
+
+// TestRowCountsReadMySQLsOneLineInserts: mysqldump (MySQL 8.4) writes an
+// extended INSERT on one line, a column list for a table with invisible
+// columns, "Temporary view structure" for a view's stand-in, and trigger
+// bodies between DELIMITER lines; count_rows counts the tuples, with
+// both awks the images carry (gawk in MySQL's, mawk in MariaDB's).
+func TestRowCountsReadMySQLsOneLineInserts(t *testing.T) {
+	dump := strings.Join([]string{
+		"USE `shop`;",
+		"-- Table structure for table `notes`",
+		"CREATE TABLE `notes` (`id` int, `note` text);",
+		`INSERT INTO ` + "`notes`" + ` VALUES (1,'a),(b'),(2,'it\'s \\'),(3,'(\')'),(4,NULL);`,
+		"INSERT INTO `notes` VALUES (5,'x');",
+		"-- Table structure for table `empty`",
+		"-- Table structure for table `hidden`",
+		"INSERT INTO `hidden` (`a`, `b``c`) VALUES (1,0x2829),(2,NULL);",
+		"-- Temporary view structure for view `v`",
+		"CREATE TABLE `v` (`id` int);",
+		"DELIMITER ;;",
+		"/*!50003 CREATE*/ /*!50003 TRIGGER `t` AFTER INSERT ON `empty` FOR EACH ROW",
+		"INSERT INTO `notes` VALUES (9,'no'),(9,'no') */;;",
+		"DELIMITER ;",
+		"USE `other db`;",
+		"-- Table structure for table `t`",
+		"INSERT INTO `t` VALUES (1);",
+		"-- Dump completed on 2026-11-25 14:00:00",
+	}, "\n") + "\n"
+	want := "other db.t\t1\nshop.empty\t0\nshop.hidden\t2\nshop.notes\t5"
+	for _, awk := range []string{"gawk", "mawk"} {
+		_, err := exec.LookPath(awk)
+		require.NoError(t, err, "%s is not installed: run hack/test-deps.sh", awk)
+		cmd := exec.Command("sh", "-c", `. ./scripts/lib.sh; printf '%s' "$1" | count_rows | LC_ALL=C sort`, "sh", dump)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "AWK=" + awk}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, want, strings.TrimSuffix(string(out), "\n"), awk)
+	}
+}

@@ -73,7 +73,7 @@ func (h *host) server(name string, ordinal int, primaryPort string) *mysqltest.S
 		"DATA_DIR": filepath.Join(vol, "data"), "PORT": port, "BIND_ADDRESS": "127.0.0.1",
 		"MYSQL_UNIX_PORT": filepath.Join(run, "mysqld.sock"),
 		"PRIMARY_HOST":    "127.0.0.1", "PRIMARY_PORT": primaryPort,
-		"PATH": mysqltest.Path, "HOME": run,
+		"PATH": mysqltest.Path, "HOME": run, "TMPDIR": mysqltest.Dir(h.t, h.u, h.root, name+"-tmp"),
 	})
 	argv := mysqltest.Command(h.t, pod.Container, h.scripts)
 	password := h.secrets[h.cluster.SuperuserSecret]["password"]
@@ -99,10 +99,14 @@ func (h *host) restart(s *mysqltest.Server, extra map[string]string) *mysqltest.
 // job runs a Job's pod on the host.
 func (h *host) job(pod engine.Pod, overrides map[string]string) (engine.Report, string, error) {
 	h.t.Helper()
-	msg := filepath.Join(mysqltest.Dir(h.t, h.u, h.root, "jobs"), fmt.Sprintf("termination-%d", time.Now().UnixNano()))
+	run := fmt.Sprint(time.Now().UnixNano())
+	msg := filepath.Join(mysqltest.Dir(h.t, h.u, h.root, "jobs"), "termination-"+run)
 	overrides["TERMINATION_MESSAGE_PATH"] = msg
 	overrides["PATH"] = mysqltest.Path
 	overrides["HOME"] = h.root
+	// A Job's pod has a /tmp of its own (the verification's scratch
+	// server keeps its temporary tables there).
+	overrides["TMPDIR"] = mysqltest.Dir(h.t, h.u, h.root, "jobs", "tmp-"+run)
 	env := mysqltest.Env(h.t, pod.Container, h.secrets, "job", overrides)
 	out, err := mysqltest.Run(h.u, env, mysqltest.Command(h.t, pod.Container, h.scripts))
 	b, _ := os.ReadFile(msg)

@@ -51,6 +51,9 @@ const (
 	// backupMount is where backup, restore and upgrade Jobs mount
 	// engine.BackupVolume.
 	backupMount = engine.BackupMount
+	// scratchMount is where a verification Job mounts
+	// engine.ScratchVolume.
+	scratchMount = "/deckhand/scratch"
 	// TerminationMessagePath is where Jobs write their Report.
 	TerminationMessagePath = engine.TerminationMessagePath
 )
@@ -62,6 +65,7 @@ const (
 	BackupScript    = "backup.sh"
 	RestoreScript   = "restore.sh"
 	UpgradeScript   = "upgrade.sh"
+	VerifyScript    = "verify.sh"
 	ProbeScript     = "probe.sh"
 	LibScript       = "lib.sh"
 )
@@ -76,7 +80,10 @@ var scriptFiles embed.FS
 // Engine is MySQL or MariaDB.
 type Engine struct{}
 
-var _ engine.Engine = Engine{}
+var (
+	_ engine.Engine   = Engine{}
+	_ engine.Verifier = Engine{}
+)
 
 // Name is the engine's name.
 func (Engine) Name() string { return "MySQL" }
@@ -311,6 +318,39 @@ func (e Engine) UpgradePod(c engine.Cluster, u engine.Upgrade) engine.Pod {
 		corev1.VolumeMount{Name: engine.DataVolume, MountPath: dataMount},
 		corev1.VolumeMount{Name: "run", MountPath: runDir},
 	)
+	return pod
+}
+
+// VerifyPod runs verify.sh: the dump restored into a scratch server of the
+// Job's own (a new data directory in the scratch volume, listening on
+// 127.0.0.1 only) and checked. The pod carries no Secret: the scratch
+// server's accounts get passwords the script makes, and the user check
+// runs as the app user there, not on the cluster's servers. The backup
+// volume is mounted read-only; the operator adds the ScratchVolume.
+//
+// Environment: BACKUP_DIR, BACKUP_FILE, BACKUP_SHA256, SCRATCH_DIR,
+// VERIFY_PORT, APP_DATABASE, APP_USER, USER_CHECK (only when set),
+// TERMINATION_MESSAGE_PATH.
+func (e Engine) VerifyPod(c engine.Cluster, v engine.Verify) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "BACKUP_FILE", Value: v.File},
+		{Name: "BACKUP_SHA256", Value: v.SHA256},
+		{Name: "SCRATCH_DIR", Value: scratchMount},
+		{Name: "VERIFY_PORT", Value: fmt.Sprint(c.Port)},
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "APP_USER", Value: c.AppUser},
+	}
+	if v.UserCheck != "" {
+		env = append(env, corev1.EnvVar{Name: "USER_CHECK", Value: v.UserCheck})
+	}
+	pod := engine.JobPod(c, "verify", VerifyScript, env, nil, v.ClaimName, nil, podSecurityContext(c.RunAsUser))
+	for i := range pod.Container.VolumeMounts {
+		if pod.Container.VolumeMounts[i].Name == engine.BackupVolume {
+			pod.Container.VolumeMounts[i].ReadOnly = true
+		}
+	}
+	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts,
+		corev1.VolumeMount{Name: engine.ScratchVolume, MountPath: scratchMount})
 	return pod
 }
 

@@ -21,7 +21,7 @@ func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(b), body, name)
 	}
-	assert.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, ProbeScript, LibScript}, names)
+	assert.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, VerifyScript, ProbeScript, LibScript}, names)
 }
 
 func TestMajorVersionIsTheReleaseSeries(t *testing.T) {
@@ -154,10 +154,34 @@ func TestEveryPodRunsAsTheClustersRunAsUser(t *testing.T) {
 		"server": Engine{}.ServerPod(c),
 		"init":   Engine{}.InitPod(c),
 		"backup": Engine{}.BackupPod(c, engine.Backup{File: "f", Host: "h", ClaimName: "b"}),
+		"verify": Engine{}.VerifyPod(c, engine.Verify{File: "f", SHA256: "ab", ClaimName: "b"}),
 	} {
 		assert.Equal(t, int64(1001), *pod.SecurityContext.RunAsUser, name)
 		assert.Equal(t, int64(1001), *pod.SecurityContext.FSGroup, name)
 	}
 	c.RunAsUser = 0
 	assert.Equal(t, int64(999), *Engine{}.ServerPod(c).SecurityContext.RunAsUser)
+}
+
+// TestVerifyPodReadsTheBackupAndHoldsNoSecret: a verification Job mounts
+// the backup claim read-only and the scratch volume the operator
+// supplies, and carries no Secret of the cluster (its scratch server's
+// accounts are its own); the user check is passed only when set.
+func TestVerifyPodReadsTheBackupAndHoldsNoSecret(t *testing.T) {
+	c := cluster()
+	c.Database, c.AppUser, c.AppSecret = "app", "app", "my-cluster-app"
+	p := Engine{}.VerifyPod(c, engine.Verify{File: "f.sql", SHA256: "ab", ClaimName: "my-cluster-backup", UserCheck: "SELECT 1"})
+	require.Len(t, p.Volumes, 1)
+	assert.Equal(t, "my-cluster-backup", p.Volumes[0].PersistentVolumeClaim.ClaimName)
+	mounts := map[string]bool{}
+	for _, m := range p.Container.VolumeMounts {
+		mounts[m.Name] = m.ReadOnly
+	}
+	assert.Equal(t, map[string]bool{engine.ScriptsVolume: true, engine.BackupVolume: true, engine.ScratchVolume: false}, mounts)
+	for _, e := range p.Container.Env {
+		assert.Nil(t, e.ValueFrom, "%s: no Secret", e.Name)
+	}
+	assert.Subset(t, envNames(p), []string{"BACKUP_FILE", "BACKUP_SHA256", "SCRATCH_DIR", "VERIFY_PORT", "APP_DATABASE", "APP_USER", "USER_CHECK"})
+	assert.Equal(t, []string{"sh", "/deckhand/scripts/verify.sh"}, p.Container.Command)
+	assert.NotContains(t, envNames(Engine{}.VerifyPod(c, engine.Verify{File: "f.sql", SHA256: "ab", ClaimName: "b"})), "USER_CHECK")
 }

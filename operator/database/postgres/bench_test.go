@@ -26,19 +26,7 @@ func BenchmarkBackup1GB(b *testing.B) {
 	h := newHost(b)
 	source := h.primary("data-source")
 	h.init(source.Port)
-	// Rows of about 150 bytes of text that compresses as a real table's
-	// does (hex digests, repeated words), with an index.
-	h.sql(source.Port, h.cluster.Database, `
-CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL, kind text NOT NULL, payload text NOT NULL);
-INSERT INTO events (at, kind, payload)
-SELECT now() - g * interval '1 second', (ARRAY['order', 'refund', 'login', 'logout'])[1 + g % 4],
-       md5(g::text) || ' ' || md5((g * 7)::text) || ' customer ' || (g % 10007) || ' note ' || repeat('x', g % 40)
-  FROM generate_series(1, 6500000) g;
-ALTER TABLE events OWNER TO "name-of-database";
-ANALYZE events;
-`)
-	size := h.sql(source.Port, h.cluster.Database, "SELECT pg_database_size(current_database())")
-	b.Logf("database size: %s bytes", size)
+	size := h.fill1GB(source.Port)
 	dir := h.volume("backup")
 	for i := 0; b.Loop(); i++ {
 		file := "bench-" + strconv.Itoa(i) + ".dump"
@@ -47,14 +35,7 @@ ANALYZE events;
 		require.NoError(b, err, out)
 		backup := time.Since(start)
 
-		bare := filepath.Join(dir, "bare-"+file)
-		start = time.Now()
-		cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_dump"),
-			"-h", "127.0.0.1", "-p", source.Port, "-U", postgres.Superuser, "-Fc", "-f", bare, "-d", h.cluster.Database})
-		out2, err := cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareDump := time.Since(start)
-		require.NoError(b, os.Remove(bare))
+		bareDump := h.barePgDump(source.Port, filepath.Join(dir, "bare-"+file))
 
 		target := h.primary("data-target-" + strconv.Itoa(i))
 		start = time.Now()
@@ -63,15 +44,7 @@ ANALYZE events;
 		restore := time.Since(start)
 		target.Stop(b)
 
-		bareTarget := h.primary("data-bare-" + strconv.Itoa(i))
-		h.sql(bareTarget.Port, "postgres", `CREATE DATABASE bare`)
-		start = time.Now()
-		cmd = h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_restore"),
-			"-h", "127.0.0.1", "-p", bareTarget.Port, "-U", postgres.Superuser, "-d", "bare", "--no-owner", filepath.Join(dir, file)})
-		out2, err = cmd.CombinedOutput()
-		require.NoError(b, err, string(out2))
-		bareRestore := time.Since(start)
-		bareTarget.Stop(b)
+		bareRestore, _ := h.barePgRestore("data-bare-"+strconv.Itoa(i), filepath.Join(dir, file))
 
 		b.ReportMetric(backup.Seconds(), "backup-s")
 		b.ReportMetric(bareDump.Seconds(), "bare-pg_dump-s")
@@ -81,6 +54,39 @@ ANALYZE events;
 		b.Logf("database %s bytes, dump %d bytes: backup.sh %.1fs (bare pg_dump %.1fs), restore.sh %.1fs (bare pg_restore %.1fs)",
 			size, report.Size, backup.Seconds(), bareDump.Seconds(), restore.Seconds(), bareRestore.Seconds())
 	}
+}
+
+// barePgDump times a bare pg_dump -Fc of the app database on port into
+// file, which it removes.
+func (h *host) barePgDump(port, file string) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_dump"),
+		"-h", "127.0.0.1", "-p", port, "-U", postgres.Superuser, "-Fc", "-f", file, "-d", h.cluster.Database})
+	out, err := cmd.CombinedOutput()
+	require.NoError(h.t, err, string(out))
+	took := time.Since(start)
+	require.NoError(h.t, os.Remove(file))
+	return took
+}
+
+// barePgRestore times a bare pg_restore of file into a fresh cluster on
+// dataVolume (a new database of it), and returns too how long making that
+// cluster took (before the clock of the restore starts).
+func (h *host) barePgRestore(dataVolume, file string) (restore, fresh time.Duration) {
+	h.t.Helper()
+	start := time.Now()
+	target := h.primary(dataVolume)
+	h.sql(target.Port, "postgres", `CREATE DATABASE bare`)
+	fresh = time.Since(start)
+	start = time.Now()
+	cmd := h.u.Command(map[string]string{"PGPASSWORD": h.superPassword()}, []string{filepath.Join(h.bin, "pg_restore"),
+		"-h", "127.0.0.1", "-p", target.Port, "-U", postgres.Superuser, "-d", "bare", "--no-owner", file})
+	out, err := cmd.CombinedOutput()
+	require.NoError(h.t, err, string(out))
+	restore = time.Since(start)
+	target.Stop(h.t)
+	return restore, fresh
 }
 
 // BenchmarkPrimaryStart times a primary's start on an existing data

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,9 @@ func (e *endToEnd) database(name string, policy dbv1.DeletionPolicy, fromBackup 
 	db := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: dbv1.DatabaseSpec{
-			Name: appDatabase, Port: 5432, StorageSize: "1Gi", Replicas: 1, Image: e.image,
+			// A port of its own: the Jobs that run a server of their own
+			// (upgrade, verification) listen on it, on the host.
+			Name: appDatabase, Port: e.freePort(), StorageSize: "1Gi", Replicas: 1, Image: e.image,
 			DeletionPolicy: policy, FromBackup: fromBackup,
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
 		},
@@ -96,6 +99,14 @@ func (e *endToEnd) database(name string, policy dbv1.DeletionPolicy, fromBackup 
 	require.NoError(e.t, e.c.Create(context.Background(), db))
 	e.startPrimary(name)
 	return db
+}
+
+// freePort is a port of 127.0.0.1 nothing listens on, for a Database's
+// spec.port.
+func (e *endToEnd) freePort() int32 {
+	p, err := strconv.Atoi(pgtest.FreePort(e.t))
+	require.NoError(e.t, err)
+	return int32(p)
 }
 
 // startPrimary runs the Database's ordinal 0 on the host, from its

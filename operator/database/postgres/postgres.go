@@ -50,6 +50,7 @@ const (
 	RestoreScript   = "restore.sh"
 	UpgradeScript   = "upgrade.sh"
 	FenceScript     = "fence.sh"
+	VerifyScript    = "verify.sh"
 	ProbeScript     = "probe.sh"
 	// backupMount is where backup, restore and upgrade Jobs mount
 	// engine.BackupVolume.
@@ -70,9 +71,13 @@ var scriptFiles embed.FS
 type Engine struct{}
 
 var (
-	_ engine.Engine = Engine{}
-	_ engine.Fencer = Engine{}
+	_ engine.Engine   = Engine{}
+	_ engine.Fencer   = Engine{}
+	_ engine.Verifier = Engine{}
 )
+
+// scratchMount is where a verification Job mounts engine.ScratchVolume.
+const scratchMount = "/deckhand/scratch"
 
 // Name is spec.engine's value.
 func (Engine) Name() string { return "PostgreSQL" }
@@ -321,6 +326,37 @@ func (e Engine) FencePod(c engine.Cluster, lift bool) engine.Pod {
 		{Name: "LIFT", Value: strconv.FormatBool(lift)},
 	}
 	return jobPod(c, name, FenceScript, env, "", nil)
+}
+
+// VerifyPod runs verify.sh: the dump restored into a scratch cluster of
+// the Job's own (initdb in the scratch volume, served on 127.0.0.1 only)
+// and checked. The pod carries no Secret: the scratch cluster's roles get
+// passwords the script makes, and the user check runs as the app role
+// there, not on the Database's servers.
+//
+// Environment: APP_DATABASE, APP_USER, BACKUP_DIR (read-only), BACKUP_FILE,
+// BACKUP_SHA256, SCRATCH_DIR, PGPORT (the scratch server's), USER_CHECK,
+// TERMINATION_MESSAGE_PATH. The operator adds the ScratchVolume.
+func (e Engine) VerifyPod(c engine.Cluster, v engine.Verify) engine.Pod {
+	env := []corev1.EnvVar{
+		{Name: "APP_DATABASE", Value: c.Database},
+		{Name: "APP_USER", Value: c.AppUser},
+		{Name: "BACKUP_FILE", Value: v.File},
+		{Name: "BACKUP_SHA256", Value: v.SHA256},
+		{Name: "SCRATCH_DIR", Value: scratchMount},
+		{Name: "PGPORT", Value: fmt.Sprint(c.Port)},
+	}
+	if v.UserCheck != "" {
+		env = append(env, corev1.EnvVar{Name: "USER_CHECK", Value: v.UserCheck})
+	}
+	pod := engine.JobPod(c, "verify", VerifyScript, env, nil, v.ClaimName, nil, podSecurityContext(c.RunAsUser))
+	for i := range pod.Container.VolumeMounts {
+		if pod.Container.VolumeMounts[i].Name == engine.BackupVolume {
+			pod.Container.VolumeMounts[i].ReadOnly = true
+		}
+	}
+	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: engine.ScratchVolume, MountPath: scratchMount})
+	return pod
 }
 
 // jobPod is engine.JobPod with this engine's credentials and pod

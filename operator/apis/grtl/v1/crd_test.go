@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	grtlv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // These tests only apply objects to the local cluster's API server with
@@ -108,6 +109,12 @@ func TestBadInputIsRefusedWithReadableMessages(t *testing.T) {
 		{"secret", func(m *grtlv1.MySQLCluster) { m.Spec.Secret = "My Secret" }, `secret must be the name of a Secret`},
 		{"backup", func(m *grtlv1.MySQLCluster) { m.Spec.FromBackup = "Backup_1" }, "fromBackup must be the name of a MySQLBackupInstance"},
 		{"policy", func(m *grtlv1.MySQLCluster) { m.Spec.DeletionPolicy = "Forget" }, `supported values: "Snapshot", "Retain", "Delete"`},
+		{"verify schedule without Scheduled", func(m *grtlv1.MySQLCluster) {
+			m.Spec.Backup = &grtlv1.ClusterBackup{Verify: &dbv1.BackupVerify{Schedule: "@weekly"}}
+		}, "verify.schedule is used only with mode Scheduled"},
+		{"verify mode", func(m *grtlv1.MySQLCluster) {
+			m.Spec.Backup = &grtlv1.ClusterBackup{Verify: &dbv1.BackupVerify{Mode: "Sometimes"}}
+		}, `supported values: "EachBackup", "Scheduled", "Off"`},
 		{"name", func(m *grtlv1.MySQLCluster) { m.Name = "my.cluster" }, "metadata.name must be a DNS label"},
 		{"long", func(m *grtlv1.MySQLCluster) { m.Name = strings.Repeat("a", 53) }, "metadata.name must be at most 52 characters"},
 	} {

@@ -2,6 +2,8 @@ package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // Retention of a schedule's backups. The newest completed backup is always
@@ -191,8 +193,18 @@ type MySQLBackupInstanceStatus struct {
 	// from a replica.
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// Tables and Rows: what the backup Job counted inside the dump's own
+	// snapshot.
+	// +optional
+	Tables int32 `json:"tables,omitempty"`
+	// +optional
+	Rows int64 `json:"rows,omitempty"`
+	// Verification is the newest verification of the backup (the same
+	// type as a DatabaseBackup's).
+	// +optional
+	Verification *dbv1.BackupVerification `json:"verification,omitempty"`
 	// Conditions: Completed (False with the reason while scheduled,
-	// started or failed).
+	// started or failed), Verified.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -2,6 +2,8 @@ package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // DeletionPolicy is what deleting a MySQLCluster does with its data (as
@@ -103,6 +105,19 @@ type MySQLClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self > 0",message="runAsUser must be more than 0: the servers refuse to run as root"
 	// +optional
 	RunAsUser *int64 `json:"runAsUser,omitempty"`
+
+	// Backup: how the cluster's MySQLBackupInstances are verified (the
+	// schedules themselves are MySQLBackupSchedules).
+	// +optional
+	Backup *ClusterBackup `json:"backup,omitempty"`
+}
+
+// ClusterBackup is what a MySQLCluster says about its backups.
+type ClusterBackup struct {
+	// Verify: how backups are proven by restoring them, as a Database's
+	// spec.backup.verify (the same type). Absent: each backup is verified.
+	// +optional
+	Verify *dbv1.BackupVerify `json:"verify,omitempty"`
 }
 
 // Phase sums up a MySQLCluster's state (the phases of a Database).
@@ -164,9 +179,17 @@ type MySQLClusterStatus struct {
 	// +optional
 	PreUpgradeBackup string `json:"preUpgradeBackup,omitempty"`
 
+	// LastVerifiedBackup is the newest completed MySQLBackupInstance whose
+	// newest verification passed; retention never deletes it.
+	// +optional
+	LastVerifiedBackup string `json:"lastVerifiedBackup,omitempty"`
+	// LastVerifiedBackupTime is when that backup completed.
+	// +optional
+	LastVerifiedBackupTime *metav1.Time `json:"lastVerifiedBackupTime,omitempty"`
+
 	// Conditions: Ready, Initialized, Restored (fromBackup), StorageBound,
 	// VersionKnown (False for an unpinned image such as mysql:latest),
-	// LastBackupSucceeded, DeletionBlocked.
+	// LastBackupSucceeded, BackupVerified, DeletionBlocked.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

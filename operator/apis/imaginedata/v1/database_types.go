@@ -326,6 +326,11 @@ type BackupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="backup.maxStandbyLag must be 0 or more (e.g. 16Mi)"
 	// +optional
 	MaxStandbyLag *resource.Quantity `json:"maxStandbyLag,omitempty"`
+
+	// Verify: how backups are proven by restoring them (absent: each
+	// backup is verified, as mode EachBackup with its defaults).
+	// +optional
+	Verify *BackupVerify `json:"verify,omitempty"`
 }
 
 // Retention of a Database's backups. The newest completed backup is
@@ -477,7 +482,8 @@ type DatabaseStatus struct {
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),
 	// StorageResized (volumes request storage-size), VersionKnown,
-	// LastBackupSucceeded, Restored (with fromBackup), DeletionBlocked, Upgrading, UpgradeBlocked, UpgradeFailed.
+	// LastBackupSucceeded, BackupVerified (the newest verified backup is
+	// within backup.verify.maxAge), Restored (with fromBackup), DeletionBlocked, Upgrading, UpgradeBlocked, UpgradeFailed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -561,6 +567,14 @@ type BackupStatus struct {
 	// roll. Empty when no image change is in progress.
 	// +optional
 	PreUpgradeBackup string `json:"preUpgradeBackup,omitempty"`
+	// LastVerifiedBackup is the newest completed DatabaseBackup whose
+	// newest verification passed; retention never deletes it.
+	// +optional
+	LastVerifiedBackup string `json:"lastVerifiedBackup,omitempty"`
+	// LastVerifiedBackupTime is when that backup completed (its data's
+	// age, not the verification's).
+	// +optional
+	LastVerifiedBackupTime *metav1.Time `json:"lastVerifiedBackupTime,omitempty"`
 }
 
 // Database is a database server (seed 004's SampleDB): a StatefulSet of a

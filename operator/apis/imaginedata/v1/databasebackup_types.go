@@ -78,8 +78,21 @@ type DatabaseBackupStatus struct {
 	// when it read from the primary.
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// Tables and Rows: what the backup Job counted inside the dump's own
+	// snapshot (recorded beside the file; a verification compares a
+	// restore with them).
+	// +optional
+	Tables int32 `json:"tables,omitempty"`
+	// +optional
+	Rows int64 `json:"rows,omitempty"`
+	// Verification is the newest verification of the backup (restored
+	// into a scratch server and checked).
+	// +optional
+	Verification *BackupVerification `json:"verification,omitempty"`
 	// Conditions: Completed (False with the reason while pending, running
-	// or failed).
+	// or failed), Verified (True when the newest verification passed;
+	// False with the failed check's name as reason; Unknown while one
+	// waits or runs).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -88,7 +101,8 @@ type DatabaseBackupStatus struct {
 
 // DatabaseBackup is one dump of a Database, on the Database's backup
 // volume. Creating one takes a backup; deleting one deletes its file. It
-// is not owned by its Database and outlives it.
+// is not owned by its Database and outlives it. The annotation
+// stable.imaginedata.co/verify=now asks for one verification now.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -98,6 +112,7 @@ type DatabaseBackupStatus struct {
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
 // +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.verification.outcome`
 // +kubebuilder:printcolumn:name="File",type=string,JSONPath=`.status.file`,priority=1
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`,priority=1
 // +kubebuilder:printcolumn:name="SHA256",type=string,JSONPath=`.status.sha256`,priority=1

@@ -99,7 +99,10 @@ func FreePort(t testing.TB) string {
 
 // Env is the container's environment as the kubelet would set it for the
 // pod podName: values, Secret keys (secrets: name -> key -> value) and the
-// pod's name; then overrides.
+// pod's name; then overrides (also PATH, HOME and TMPDIR, which a pod's
+// image sets: a server's tmpdir is TMPDIR, and a MariaDB server that
+// starts removes the #sql files it finds there, so servers on one host
+// that share /tmp break each other's temporary tables).
 func Env(t testing.TB, c corev1.Container, secrets map[string]map[string]string, podName string, overrides map[string]string) map[string]string {
 	t.Helper()
 	env := map[string]string{}
@@ -125,7 +128,7 @@ func Env(t testing.TB, c corev1.Container, secrets map[string]map[string]string,
 	}
 	for k, v := range overrides {
 		_, known := env[k]
-		require.True(t, known || k == "PATH" || k == "HOME", "override %s: the container sets no such variable", k)
+		require.True(t, known || k == "PATH" || k == "HOME" || k == "TMPDIR", "override %s: the container sets no such variable", k)
 		env[k] = v
 	}
 	return env

@@ -235,7 +235,7 @@ report() {
 		_k=${_kv%%=*}
 		_v=$(printf '%s' "${_kv#*=}" | tr -d '"\\')
 		case $_k in
-		size) _out="$_out$_sep\"$_k\":$_v" ;;
+		size | tables | rows) _out="$_out$_sep\"$_k\":$_v" ;;
 		*) _out="$_out$_sep\"$_k\":\"$_v\"" ;;
 		esac
 		_sep=,
@@ -290,4 +290,138 @@ check_data_owner() {
 		report dataDirectory="$1" dataOwner="$_found" runAsUser="$_expected" || true
 	log "the data directory $1 belongs to uid $_found, but the server runs as uid $_expected: set runAsUser to $_found in the spec if the image's server user is $_found"
 	exit 1
+}
+
+# count_rows: reads a dump on stdin and prints what it holds, one line per
+# table, "<database>.<table>\t<rows>" (engine.CountsSuffix's format,
+# unsorted): the rows counted are the rows the dump inserts, so they are
+# exactly what the dump's own snapshot held. A table is the dump tool's
+# "Table structure for table" block (a view's stand-in is "Temporary ...
+# structure for view": not a table); its rows are the tuples of the
+# INSERT statements that name it, on one line (mysqldump) or a row a line
+# (mariadb-dump 10.x): a line break is never inside a value (the dump tool
+# escapes it), strings are quoted with backslash escapes (the dump tool
+# sets its session's sql_mode to ''), and --hex-blob writes binary values
+# as 0x...: once the escapes and then the quoted strings are removed, each
+# "(" left opens a tuple. Lines between "DELIMITER ;;" and "DELIMITER ;"
+# are the bodies of triggers, routines and events: an INSERT there is
+# code, not data. Run by $AWK (default awk): mawk reads a dump several
+# times faster than gawk, so backup.sh picks it when the image has it.
+count_rows() {
+	"${AWK:-awk}" '
+	# quoted(s, p): the backquoted name that starts at s[p] (a doubled
+	# backquote is one); qend is the position after it, 0 when unclosed.
+	function quoted(s, p,   name, c) {
+		name = ""
+		for (p++; p <= length(s); p++) {
+			c = substr(s, p, 1)
+			if (c == "`") {
+				if (substr(s, p + 1, 1) != "`") { qend = p + 1; return name }
+				p++
+			}
+			name = name c
+		}
+		qend = 0
+		return name
+	}
+	# tuples(v): counts the tuples in v, a line of an INSERT statement
+	# after its "VALUES", into rows[table]; the statement goes on while v
+	# does not end it (its last character is outside any value: a line
+	# break never is inside one). Tuples are separated by "),(" or "),"
+	# and a line break: a line without "),(" holds one tuple when it
+	# starts one; only a line with "),(" (one statement a line, or a value
+	# that holds it) needs its values removed before counting.
+	function tuples(v,   last) {
+		last = substr(v, length(v), 1)
+		if (last == " " || last == "\t" || last == "\r") {
+			sub(/[ \t\r]+$/, "", v)
+			last = substr(v, length(v), 1)
+		}
+		inserting = last != ";"
+		if (!index(v, "),(")) {
+			rows[table] += substr(v, 1, 1) == "("
+			return
+		}
+		gsub(/\\./, "", v)
+		gsub(/\047[^\047]*\047/, "", v)
+		rows[table] += gsub(/\(/, "", v)
+	}
+	inserting { tuples($0); next }
+	/^DELIMITER ;;$/ { code = 1; next }
+	/^DELIMITER ;$/ { code = 0; next }
+	code { next }
+	/^USE `/ { db = quoted($0, 5); next }
+	/^-- Table structure for table `/ {
+		rows[db "." quoted($0, 30)] += 0
+		next
+	}
+	/^INSERT INTO `/ {
+		table = db "." quoted($0, 13)
+		v = substr($0, qend)
+		# An explicit column list (generated or invisible columns).
+		if (substr(v, 1, 2) == " (") {
+			p = 3
+			while (substr(v, p, 1) == "`") {
+				quoted(v, p)
+				p = qend
+				if (substr(v, p, 1) == ",") p++
+				if (substr(v, p, 1) == " ") p++
+			}
+			v = substr(v, p + 1)
+		}
+		sub(/^ *VALUES */, "", v)
+		tuples(v)
+	}
+	END { for (t in rows) printf "%s\t%d\n", t, rows[t] }
+	'
+}
+
+# counts_summary FILE: "TABLES ROWS" of a counts file.
+counts_summary() {
+	awk -F '\t' '{ rows += $NF } END { printf "%d %d\n", NR, rows }' "$1"
+}
+
+# json_string VALUE: VALUE as a JSON string; control characters (a tool's
+# line breaks and tabs) become spaces, and at most 400 characters are kept
+# (a termination message holds 4 KiB).
+json_string() {
+	printf '"%s"' "$(printf '%s' "$1" | tr '\001-\037' ' ' | cut -c 1-400 | sed 's/[\\"]/\\&/g')"
+}
+
+# random_password: 48 hex digits from the kernel.
+random_password() {
+	od -A n -N 24 -t x1 /dev/urandom | tr -d ' \n'
+}
+
+# table_counts CLIENT...: each base table's row count in the user
+# databases of the server the client command reaches, in count_rows'
+# format, sorted.
+table_counts() {
+	# shellcheck disable=SC2016 # backquotes are SQL's
+	"$@" -N -B --raw -e "SELECT CONCAT('SELECT ', QUOTE(CONCAT(table_schema, '.', table_name)), ', COUNT(*) FROM \`', REPLACE(table_schema, '\`', '\`\`'), '\`.\`', REPLACE(table_name, '\`', '\`\`'), '\`;') FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema')" |
+		"$@" -N -B --raw | LC_ALL=C sort
+}
+
+# counts_differences RECORDED RESTORED: one line per table whose counts
+# differ, or which is on one side only, sorted.
+counts_differences() {
+	awk -F '\t' '
+	FNR == NR { want[$1] = $2; next }
+	{ got[$1] = $2 }
+	END {
+		for (t in want) {
+			if (!(t in got)) print t ": " want[t] " recorded, table missing from the restore"
+			else if (got[t] != want[t]) print t ": " want[t] " recorded, " got[t] " restored"
+		}
+		for (t in got) if (!(t in want)) print t ": not in the recorded counts, " got[t] " restored"
+	}' "$1" "$2" | LC_ALL=C sort
+}
+
+# client_error: the client's error lines on stdin (its "ERROR ..." lines,
+# not the statement it echoes between dashes), at most the last three; all
+# of its last three lines when none reads ERROR.
+client_error() {
+	_all=$(cat)
+	_errors=$(printf '%s\n' "$_all" | grep '^ERROR' | tail -n 3 || true)
+	printf '%s' "${_errors:-$(printf '%s\n' "$_all" | tail -n 3)}"
 }

@@ -27,9 +27,17 @@
 # operator names files after the DatabaseBackup's UID, so another file of
 # that name is never this backup's.
 #
-# Writes {"serverVersion","file","size","sha256","source","lagBytes"} to
-# the termination message (source: the host dumped from; lagBytes: the
-# standby's measured lag, only when it was the source).
+# Row counts: each table's rows, counted inside the dump's own snapshot
+# (a REPEATABLE READ transaction held open that exports its snapshot;
+# pg_dump --snapshot reads the same one), written to BACKUP_FILE.counts
+# (one "<schema>.<table>\t<rows>" line per table, sorted) and fsynced
+# before the dump is renamed: a complete dump always has its counts. A
+# verification Job (verify.sh) compares a restore's counts with them.
+#
+# Writes {"serverVersion","file","size","sha256","source","lagBytes",
+# "tables","rows"} to the termination message (source: the host dumped
+# from; lagBytes: the standby's measured lag, only when it was the source;
+# tables and rows: what the counts file holds).
 #
 # Uses only what PostgreSQL 15 to 18 share.
 #
@@ -46,6 +54,9 @@ export PGHOST="$SOURCE_HOST" PGPORT="$SOURCE_PORT" PGDATABASE=postgres PGCONNECT
 target=$BACKUP_DIR/$BACKUP_FILE
 dir=$(dirname "$target")
 partial=$target.partial
+# counts: each table's rows, counted inside the dump's snapshot
+# (engine.CountsSuffix).
+counts=$target.counts
 # owner records the UID of the Job that completed target, written before
 # the rename that completes it.
 owner=$target.owner
@@ -60,9 +71,9 @@ for stale in "$dir"/*.partial; do
 done
 # Records of files that are gone (deleted with their DatabaseBackup, or a
 # Job stopped between the record and the rename).
-for record in "$dir"/*.owner; do
+for record in "$dir"/*.owner "$dir"/*.counts; do
 	[ -e "$record" ] || continue
-	[ -e "${record%.owner}" ] || rm -f "$record"
+	[ -e "${record%.*}" ] || rm -f "$record"
 done
 
 wait_for_server
@@ -107,10 +118,12 @@ version=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SHOW server_version')
 # report SIZE SHA256: the Report of the complete file $target.
 report() {
 	size=$1 sha256=$2
-	log "$target: $size bytes, SHA-256 $sha256"
-	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s}\n' \
+	summary=$(counts_summary "$counts")
+	tables=${summary% *} rows=${summary#* }
+	log "$target: $size bytes, SHA-256 $sha256; $tables tables, $rows rows"
+	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s,"tables":%s,"rows":%s}\n' \
 		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" \
-		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" >"$TERMINATION_MESSAGE_PATH"
+		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" "$tables" "$rows" >"$TERMINATION_MESSAGE_PATH"
 }
 
 # A file under this backup's name is this backup's result only when this
@@ -138,16 +151,63 @@ SQL
 )
 [ -z "$others" ] || log "roles besides the superuser and the database's owner exist ($others): a backup holds no roles, so a restore does not recreate them or their grants"
 
+# hold_snapshot: a session that opens a REPEATABLE READ transaction,
+# exports its snapshot and keeps it open (reading its input from a FIFO
+# this shell holds open on fd 3) until release_snapshot; SNAPSHOT is its
+# name. An exported snapshot can be imported only while the transaction
+# that exported it is open: pg_dump and the counts both import it, so both
+# read the same rows.
+work=$(mktemp -d)
+hold_snapshot() {
+	mkfifo "$work/session"
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" <"$work/session" >"$work/session.log" 2>&1 &
+	holder=$!
+	exec 3>"$work/session"
+	printf '%s\n' 'BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;' \
+		"SELECT pg_catalog.pg_export_snapshot() \\g $work/snapshot" >&3
+	waited=0
+	until [ -s "$work/snapshot" ]; do
+		kill -0 "$holder" 2>/dev/null || fail "could not export a snapshot: $(cat "$work/session.log")"
+		[ "$waited" -lt 600 ] || fail "no snapshot exported within 60s"
+		sleep 0.1
+		waited=$((waited + 1))
+	done
+	SNAPSHOT=$(cat "$work/snapshot")
+	log "dump and row counts read snapshot $SNAPSHOT"
+}
+release_snapshot() {
+	printf 'COMMIT;\n' >&3
+	exec 3>&-
+	wait "$holder" || fail "the session holding the dump's snapshot failed: $(cat "$work/session.log")"
+	holder=
+}
+cleanup() {
+	rm -f "$partial" "$counts.partial"
+	if [ -n "${holder:-}" ]; then
+		exec 3>&- || true
+		kill "$holder" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
 log "dumping database $APP_DATABASE from $PGHOST:$PGPORT (PostgreSQL $version) to $partial"
-trap 'rm -f "$partial"' EXIT
-pg_dump --format=custom --no-password --file="$partial" --dbname="$(app_dbname)"
-# The data reaches the disk before the name that says it is complete.
+hold_snapshot
+table_counts "$counts.partial"
+pg_dump --format=custom --no-password --snapshot="$SNAPSHOT" --file="$partial" --dbname="$(app_dbname)"
+release_snapshot
+# The data reaches the disk before the name that says it is complete; the
+# counts are complete before the dump is.
 sync "$partial"
+sync "$counts.partial"
+mv "$counts.partial" "$counts"
 size=$(stat -c %s "$partial")
 sha256=$(sha256_of "$partial")
 printf '%s\n' "${BACKUP_JOB_UID:-}" >"$owner"
 sync "$owner"
+sync "$dir"
 mv "$partial" "$target"
 trap - EXIT
+cleanup
 sync "$dir"
 report "$size" "$sha256"

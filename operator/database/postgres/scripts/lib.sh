@@ -73,7 +73,9 @@ check_sha256() {
 # is deckhand's own: initdb's default lets every role replicate over the
 # loopback address; here no TCP replication connection is allowed until
 # ensure_replication_hba (bootstrap.sh, at every start of the primary)
-# admits the replication role.
+# admits the replication role. With INITDB_NO_SYNC set, initdb does not
+# wait for its files to reach the disk (a scratch cluster that is thrown
+# away).
 init_datadir() {
 	# initdb reads the password from a file: keep it off the command line.
 	pwfile=$(mktemp)
@@ -81,7 +83,7 @@ init_datadir() {
 	printf '%s\n' "$PGPASSWORD" >"$pwfile"
 	initdb -D "$1" --username="$PGUSER" --pwfile="$pwfile" \
 		--auth-local=trust --auth-host=scram-sha-256 \
-		--encoding=UTF8 --locale=C --data-checksums >&2
+		--encoding=UTF8 --locale=C --data-checksums ${INITDB_NO_SYNC:+--no-sync} >&2
 	rm -f "$pwfile"
 	trap - EXIT
 	cat >"$1/pg_hba.conf" <<-'HBA'
@@ -240,4 +242,50 @@ check_data_owner() {
 	printf '{"dataDirectory":%s,"dataOwner":"%s","runAsUser":"%s"}\n' "$(json_string "$1")" "$found" "$expected" \
 		>"${TERMINATION_MESSAGE_PATH:-/dev/termination-log}" || true
 	fail "the data directory $1 belongs to uid $found, but the server runs as uid $expected: set runAsUser to $found in the spec if the image's server user is $found"
+}
+
+# table_counts OUT: writes to OUT one line per table of the database psql connects to,
+# "<schema>.<table>\t<rows>" (each name as quote_ident writes it), sorted
+# byte-wise: the format of the counts file beside a dump (engine.CountsSuffix).
+# Counted with count(*) in psql's own transaction: a backup runs it inside
+# the dump's exported snapshot (SNAPSHOT set: SET TRANSACTION SNAPSHOT), so
+# it counts exactly the rows pg_dump reads. The tables are those pg_dump
+# dumps the rows of: ordinary tables (partitions count as themselves; a
+# partitioned parent holds no rows of its own) outside the system schemas,
+# not members of an extension.
+table_counts() {
+	counted=$(mktemp)
+	{
+		printf 'BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;\n'
+		[ -z "${SNAPSHOT:-}" ] || printf "SET TRANSACTION SNAPSHOT '%s';\n" "$SNAPSHOT"
+		cat <<-'SQL'
+		SELECT format('SELECT %L || E''\t'' || count(*) FROM %I.%I', quote_ident(n.nspname) || '.' || quote_ident(c.relname), n.nspname, c.relname)
+		  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		 WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_(toast|temp)'
+		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+		 ORDER BY 1 \gexec
+		COMMIT;
+		SQL
+	} | psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$(app_dbname)" >"$counted" || {
+		rm -f "$counted"
+		return 1
+	}
+	LC_ALL=C sort "$counted" >"$1"
+	rm -f "$counted"
+}
+
+# counts_summary FILE: "<tables> <rows>" of a counts file.
+counts_summary() {
+	[ -f "$1" ] || {
+		echo "0 0"
+		return 0
+	}
+	awk -F '\t' '{ n++; rows += $2 } END { printf "%d %d\n", n, rows }' "$1"
+}
+
+# json_text VALUE: VALUE as a JSON string, also for a tool's messages: each
+# control character (newline, tab) becomes a space, and at most 400
+# characters are kept (a termination message holds 4 KiB).
+json_text() {
+	json_string "$(printf '%s' "$1" | tr '\001-\037' ' ' | cut -c 1-400)"
 }

@@ -1,0 +1,157 @@
+package database
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+)
+
+// The scratch volume holds the restored cluster: 8 x the dump plus 1Gi,
+// in whole MiB.
+func TestScratchVolumeIsSizedFromTheDump(t *testing.T) {
+	for _, tc := range []struct {
+		dump int64
+		want string
+	}{
+		{0, "1Gi"},
+		{100 << 20, "1824Mi"},
+		{1 << 30, "9Gi"},
+		{12345, "1025Mi"},
+	} {
+		got := scratchSize(tc.dump)
+		assert.Zero(t, got.Cmp(resource.MustParse(tc.want)), "dump %d: %s, want %s", tc.dump, got.String(), tc.want)
+	}
+}
+
+// Which completed backups a mode verifies by itself, and when to look
+// again.
+func TestEachModeVerifiesTheBackupsItSays(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	r := &BackupReconciler{Kind: DatabaseKind, Now: func() time.Time { return now }}
+	created := metav1.NewTime(now.Add(-30 * 24 * time.Hour))
+	cluster := func(verify *dbv1.BackupVerify, newest string) *Cluster {
+		return &Cluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "db", CreationTimestamp: created},
+			Kind:       DatabaseKind,
+			Spec:       dbv1.DatabaseSpec{Backup: &dbv1.BackupSpec{Verify: verify}},
+			Status:     dbv1.DatabaseStatus{Backup: &dbv1.BackupStatus{LastSuccessfulBackup: newest}},
+		}
+	}
+	backup := func(name string, completed time.Time, v *dbv1.BackupVerification, annotations map[string]string) *Backup {
+		return &Backup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(completed.Add(-time.Minute)), Annotations: annotations},
+			Status:     dbv1.DatabaseBackupStatus{Phase: dbv1.BackupCompleted, CompletionTime: ptr.To(metav1.NewTime(completed)), Verification: v},
+		}
+	}
+	done := &dbv1.BackupVerification{RequestTime: ptr.To(metav1.NewTime(now.Add(-2 * time.Hour))), Outcome: dbv1.VerificationVerified}
+	asked := map[string]string{AnnotationVerify: "now"}
+	weekly := &dbv1.BackupVerify{Mode: dbv1.VerifyScheduled, Schedule: "0 4 * * 0"} // Sundays 04:00; 2026-11-22 was one
+
+	for _, tc := range []struct {
+		name    string
+		db      *Cluster
+		b       *Backup
+		want    bool
+		recheck time.Duration
+	}{
+		{"EachBackup (default): a backup not verified yet", cluster(nil, "b"), backup("b", now.Add(-time.Hour), nil, nil), true, 0},
+		{"EachBackup: verified already", cluster(nil, "b"), backup("b", now.Add(-time.Hour), done, nil), false, 0},
+		{"EachBackup: verified already, asked again", cluster(nil, "b"), backup("b", now.Add(-time.Hour), done, asked), true, 0},
+		{"Off: not asked", cluster(&dbv1.BackupVerify{Mode: dbv1.VerifyOff}, "b"), backup("b", now.Add(-time.Hour), nil, nil), false, 0},
+		{"Off: asked", cluster(&dbv1.BackupVerify{Mode: dbv1.VerifyOff}, "b"), backup("b", now.Add(-time.Hour), nil, asked), true, 0},
+		{"a former Database's backup", cluster(nil, "old"), backup("old", created.Add(-time.Hour), nil, nil), false, 0},
+		{"Scheduled: the newest, a time passed since it completed", cluster(weekly, "b"), backup("b", now.Add(-4*24*time.Hour+time.Hour), nil, nil), true, 0},
+		{"Scheduled: not the newest", cluster(weekly, "other"), backup("b", now.Add(-4*24*time.Hour+time.Hour), nil, nil), false, 0},
+		{"Scheduled: no time since it completed: at the next one", cluster(weekly, "b"), backup("b", now.Add(-time.Hour), nil, nil), false,
+			time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC).Sub(now) + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, recheck := r.verifyRequested(tc.b, tc.db, verifySettingsOf(tc.db))
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.recheck, recheck)
+		})
+	}
+}
+
+// A verification whose pod has not started within startTimeout (no node
+// with room, no scratch volume) ends with outcome Error, reason
+// NotStarted, instead of waiting forever; its Job goes once that is
+// recorded. One whose pod runs is left alone however long it takes.
+func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
+	const ns = "ns"
+	now := time.Now()
+	requested := metav1.NewTime(now.Add(-2 * time.Hour))
+	backup := &dbv1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns, UID: "backup-uid", ResourceVersion: "1", Finalizers: []string{FinalizerBackupFile},
+			CreationTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
+		Spec: dbv1.DatabaseBackupSpec{Database: "shop"},
+		Status: dbv1.DatabaseBackupStatus{Phase: dbv1.BackupCompleted, File: "first-backup-uid.dump", ClaimName: "shop-backup",
+			CompletionTime: ptr.To(metav1.NewTime(now.Add(-150 * time.Minute))), Engine: dbv1.EnginePostgreSQL,
+			Verification: &dbv1.BackupVerification{RequestTime: &requested, StartTime: &requested}},
+	}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "shop-verify", Namespace: ns, UID: "job-uid",
+		OwnerReferences: []metav1.OwnerReference{backupOwner(DatabaseKind, &Backup{ObjectMeta: backup.ObjectMeta}, false)}}}
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns, UID: "db-uid", CreationTimestamp: metav1.NewTime(now.Add(-24 * time.Hour))}}
+	pending := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-verify-x", Namespace: ns, Labels: map[string]string{"batch.kubernetes.io/job-name": job.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+
+	run := func(t *testing.T, podPhase corev1.PodPhase) (*dbv1.DatabaseBackup, client.Client) {
+		scheme := runtime.NewScheme()
+		require.NoError(t, clientgoscheme.AddToScheme(scheme))
+		require.NoError(t, dbv1.AddToScheme(scheme))
+		pod := pending.DeepCopy()
+		pod.Status.Phase = podPhase
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup.DeepCopy(), job.DeepCopy(), db.DeepCopy(), pod).
+			WithStatusSubresource(&dbv1.DatabaseBackup{}).Build()
+		r := &BackupReconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
+		_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "first"}})
+		require.NoError(t, err)
+		var got dbv1.DatabaseBackup
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(backup), &got))
+		return &got, c
+	}
+
+	t.Run("pending past startTimeout", func(t *testing.T) {
+		got, c := run(t, corev1.PodPending)
+		v := got.Status.Verification
+		require.NotNil(t, v)
+		assert.Equal(t, dbv1.VerificationError, v.Outcome)
+		assert.Contains(t, v.Message, "did not start within 1h0m0s (startTimeout)")
+		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionVerified)
+		require.NotNil(t, cond)
+		assert.Equal(t, "NotStarted", cond.Reason)
+
+		// The next pass, with the result recorded, deletes the Job.
+		r := &BackupReconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
+		_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "first"}})
+		require.NoError(t, err)
+		err = c.Get(context.Background(), client.ObjectKeyFromObject(job), &batchv1.Job{})
+		assert.True(t, apierrors.IsNotFound(err), "the Job goes once its result is recorded: %v", err)
+	})
+	t.Run("running however long", func(t *testing.T) {
+		got, _ := run(t, corev1.PodRunning)
+		assert.Empty(t, got.Status.Verification.Outcome, "a verification that runs is not cut short")
+	})
+}
