@@ -113,7 +113,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		// again, a whole bound, once this is over.
 		r.failovers.forget(db.UID)
 		r.setCondition(db, ConditionFailover, false, "NotWatching", why)
-		return failoverRecheck, nil
+		// What ends it (a rollout, an upgrade, the replicas) changes an
+		// object the operator watches: no need to ask every second.
+		return 0, nil
 	}
 	pods, err := r.serverPods(ctx, db)
 	if err != nil {
