@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -104,14 +105,19 @@ func (e *endToEnd) startAgent(a *hostAgents, binary, db, pod, pgdata, port strin
 	a.mu.Unlock()
 }
 
-// TestTheOperatorFailsOverARealPrimary: the reconciler itself, on the
-// kwok cluster, with a real primary and its streaming standby on the host
-// and the agent binary beside each (pods' names dialled at 127.0.0.1):
-// the primary's server killed and not restarted, the operator fences it,
-// promotes the standby, names it in status.currentPrimary, the ConfigMap
-// and the role labels, and records the failover; the new primary takes
-// writes and holds every committed row.
-func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
+// failoverSetup is a Database "fo" of two replicas with failover on (a
+// 2 s bound): its primary and streaming standby on the host, the agent
+// beside each, Ready, a row 1 committed and replicated, the primary
+// watched.
+type failoverSetup struct {
+	e                        *endToEnd
+	agents                   *hostAgents
+	primary                  *pgtest.Server
+	primaryPort, standbyPort string
+	superuser                string
+}
+
+func newFailoverSetup(t *testing.T) *failoverSetup {
 	agents := &hostAgents{addrs: map[string]string{}}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.dial})
 	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
@@ -158,6 +164,19 @@ func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
 		assert.Equal(ct, "PrimaryHealthy", c.Reason, c.Message)
 	})
 
+	return &failoverSetup{e: e, agents: agents, primary: primary, primaryPort: primaryPort, standbyPort: standbyPort, superuser: superuser}
+}
+
+// TestTheOperatorFailsOverARealPrimary: the reconciler itself, on the
+// kwok cluster, with a real primary and its streaming standby on the host
+// and the agent binary beside each (pods' names dialled at 127.0.0.1):
+// the primary's server killed and not restarted, the operator fences it,
+// promotes the standby, names it in status.currentPrimary, the ConfigMap
+// and the role labels, and records the failover; the new primary takes
+// writes and holds every committed row.
+func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
+	f := newFailoverSetup(t)
+	e, primary, standbyPort, superuser := f.e, f.primary, f.standbyPort, f.superuser
 	require.NoError(t, syscall.Kill(-primary.Cmd.Process.Pid, syscall.SIGKILL))
 	primary.Stop(t)
 
@@ -202,4 +221,50 @@ func waitDatabase(t *testing.T, e *endToEnd, what string, check func(*assert.Col
 		check(ct, &cur)
 	}, 2*time.Minute, 200*time.Millisecond, "Database fo: %s", what)
 	return &cur
+}
+
+// An operator that stopped mid-failover left its record at Promoting
+// (the old primary fenced, the standby promoted, the promotion not yet
+// recorded): the operator resumes from the status, promotes nothing
+// again (the standby's timeline is 2: one promotion), and completes the
+// record, naming the standby the primary.
+func TestTheOperatorResumesAFailoverItsPredecessorBeganWithoutASecondPromotion(t *testing.T) {
+	f := newFailoverSetup(t)
+	e := f.e
+	ctx := context.Background()
+	var op corev1.Secret
+	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo-instance-operator"}, &op))
+	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
+	require.NoError(t, err)
+	predecessor := instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(f.agents.dial))
+	host := func(pod string) string { return instance.PodHosts(pod, "fo-headless", e.ns)[0] }
+
+	// What the stopped operator did and recorded.
+	started := metav1.NewTime(time.Now())
+	_, err = predecessor.Fence(ctx, host("fo-0"))
+	require.NoError(t, err)
+	st, err := predecessor.Promote(ctx, host("fo-1"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Timeline)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo"}, &cur); err != nil {
+			return err
+		}
+		cur.Status.Failovers = []dbv1.FailoverRecord{{Started: started, Phase: dbv1.FailoverPromoting, From: "fo-0", To: "fo-1", Fenced: true, Reason: "the predecessor's choice"}}
+		return e.c.Status().Update(ctx, &cur)
+	}))
+
+	got := waitDatabase(t, e, "the failover completed", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Len(ct, d.Status.Failovers, 1)
+		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[0].Phase)
+		assert.Equal(ct, "fo-1", d.Status.CurrentPrimary)
+	})
+	assert.Equal(t, "fo-1", got.Status.Failovers[0].To)
+	st, err = predecessor.Status(ctx, host("fo-1"))
+	require.NoError(t, err)
+	assert.Equal(t, instance.RolePrimary, st.Role)
+	assert.Equal(t, int64(2), st.Timeline, "promoted once")
+	out, err := pgtest.PSQL(e.bin, f.standbyPort, "postgres", f.superuser, appDatabase, "INSERT INTO rows VALUES (2); SELECT count(*) FROM rows")
+	require.NoError(t, err, "%s", out)
 }
