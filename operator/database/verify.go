@@ -174,6 +174,18 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	if !requested {
 		return reconcile.Result{RequeueAfter: next}, nil
 	}
+	var other *batchv1.Job
+	if jobExists {
+		other = &job
+	}
+	return r.startVerification(ctx, b, db, settings, other)
+}
+
+// startVerification starts a requested verification of b, or records why
+// it waits; other is another backup's verification Job of the cluster
+// (nil: none runs).
+func (r *BackupReconciler) startVerification(ctx context.Context, b *Backup, db *Cluster, settings verifySettings, other *batchv1.Job) (reconcile.Result, error) {
+	v := b.Status.Verification
 	verifier, ok := r.Kind.Engines[engineOf(db)].(engine.Verifier)
 	if !ok {
 		if _, asked := b.Annotations[r.Kind.Keys.Verify]; asked {
@@ -193,7 +205,7 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 		r.verified(b, db, dbv1.VerificationError, nil, "NotStarted", fmt.Sprintf("the verification could not start within %s (startTimeout): %s", settings.StartTimeout, conditionMessage(b.Status.Conditions, ConditionVerified)))
 		return reconcile.Result{}, nil
 	}
-	if why := r.cannotVerify(db, jobExists, &job); why != "" {
+	if why := r.cannotVerify(db, other); why != "" {
 		verifyPending(&b.Status.Conditions, b.Generation, ConditionVerified, "Waiting", why)
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
@@ -262,13 +274,13 @@ func (r *BackupReconciler) verifyRequested(b *Backup, db *Cluster, s verifySetti
 // One runs per cluster at a time (one Job name). It does not wait for
 // backups: it reads the backup volume beside them, on the same node (see
 // sameNodeAsBackupVolumeUsers).
-func (r *BackupReconciler) cannotVerify(db *Cluster, jobExists bool, job *batchv1.Job) string {
-	if jobExists {
+func (r *BackupReconciler) cannotVerify(db *Cluster, other *batchv1.Job) string {
+	if other != nil {
 		owner := "another backup"
-		if ref := metav1.GetControllerOf(job); ref != nil {
+		if ref := metav1.GetControllerOf(other); ref != nil {
 			owner = ref.Kind + " " + ref.Name
 		}
-		return fmt.Sprintf("one verification at a time per %s: Job %s of %s runs", r.Kind.clusterKind(), job.Name, owner)
+		return fmt.Sprintf("one verification at a time per %s: Job %s of %s runs", r.Kind.clusterKind(), other.Name, owner)
 	}
 	if !db.DeletionTimestamp.IsZero() {
 		return fmt.Sprintf("%s %s is being deleted", r.Kind.clusterKind(), db.Name)
@@ -521,6 +533,10 @@ func conditionMessage(conds []metav1.Condition, kind string) string {
 // when that will next change by time alone (0: never), so the condition
 // and its Event come on time without any other change.
 func (r *Reconciler) observeVerifications(db *Cluster, backups []*Backup) time.Duration {
+	if _, ok := r.Kind.Engines[engineOf(db)].(engine.Verifier); !ok {
+		// Nothing verifies this engine's backups: no bound to hold them to.
+		return 0
+	}
 	s := verifySettingsOf(db)
 	var newest, oldestCompleted *Backup
 	for _, b := range backups {

@@ -155,3 +155,53 @@ func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
 		assert.Empty(t, got.Status.Verification.Outcome, "a verification that runs is not cut short")
 	})
 }
+
+// The Database's BackupVerified condition: True while its newest verified
+// backup is within maxAge (and the operator looks again when it will not
+// be), False with a Warning Event once it is older, or when none is
+// verified and the oldest completed backup is that old.
+func TestBackupVerifiedTurnsFalseWhenTheNewestVerifiedBackupIsTooOld(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	recorder := events.NewFakeRecorder(10)
+	r := &Reconciler{Kind: DatabaseKind, Recorder: recorder, Now: func() time.Time { return now }}
+	db := &Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "ns", CreationTimestamp: metav1.NewTime(now.Add(-30 * 24 * time.Hour))},
+		Object:     &dbv1.Database{},
+		Kind:       DatabaseKind,
+		Spec:       dbv1.DatabaseSpec{Backup: &dbv1.BackupSpec{Verify: &dbv1.BackupVerify{MaxAge: &metav1.Duration{Duration: 48 * time.Hour}}}},
+	}
+	completed := func(name string, age time.Duration, outcome dbv1.VerificationOutcome) *Backup {
+		b := &Backup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(now.Add(-age - time.Minute))},
+			Status:     dbv1.DatabaseBackupStatus{Phase: dbv1.BackupCompleted, CompletionTime: ptr.To(metav1.NewTime(now.Add(-age)))},
+		}
+		if outcome != "" {
+			b.Status.Verification = &dbv1.BackupVerification{Outcome: outcome}
+		}
+		return b
+	}
+
+	recheck := r.observeVerifications(db, []*Backup{completed("old", 40*time.Hour, dbv1.VerificationVerified), completed("new", time.Hour, dbv1.VerificationFailed)})
+	c := meta.FindStatusCondition(db.Status.Conditions, ConditionBackupVerified)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Equal(t, "old", db.Status.Backup.LastVerifiedBackup, "a failed verification does not count")
+	assert.Equal(t, 8*time.Hour+time.Second, recheck, "looked at again when it passes maxAge")
+
+	now = now.Add(9 * time.Hour)
+	r.observeVerifications(db, []*Backup{completed("old", 49*time.Hour, dbv1.VerificationVerified)})
+	c = meta.FindStatusCondition(db.Status.Conditions, ConditionBackupVerified)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, "VerifiedBackupTooOld", c.Reason)
+	assert.Contains(t, c.Message, "is older than backup.verify.maxAge (48h0m0s)")
+	require.Len(t, recorder.Events, 1)
+	assert.Contains(t, <-recorder.Events, "Warning VerifiedBackupTooOld")
+	r.observeVerifications(db, []*Backup{completed("old", 49*time.Hour, dbv1.VerificationVerified)})
+	assert.Empty(t, recorder.Events, "a lasting problem is announced once")
+
+	fresh := &Cluster{ObjectMeta: db.ObjectMeta, Object: &dbv1.Database{}, Kind: DatabaseKind, Spec: db.Spec}
+	r.observeVerifications(fresh, []*Backup{completed("never", 50*time.Hour, "")})
+	c = meta.FindStatusCondition(fresh.Status.Conditions, ConditionBackupVerified)
+	require.NotNil(t, c)
+	assert.Equal(t, "NoVerifiedBackup", c.Reason)
+}

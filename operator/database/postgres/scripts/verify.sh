@@ -22,7 +22,10 @@
 # (no initdb, no space for the scratch cluster) exits non-zero.
 #
 # Whatever happens, the scratch server is stopped and its data removed
-# before the Job ends.
+# before the Job ends. Nothing in it is kept, so it runs without fsync and
+# with wal_level=minimal: the restore creates each table in the
+# transaction that fills it, so its rows are written once, not to the WAL
+# too.
 #
 # The scratch cluster has no Secrets: its superuser and the app role get
 # random passwords made here, known only to this Job.
@@ -105,7 +108,7 @@ INITDB_NO_SYNC=1 init_datadir "$data"
 # init_datadir replaced the EXIT trap with its own.
 arm_cleanup
 pg_ctl -D "$data" -l "$work/server.log" -w -t 600 \
-	-o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+	-o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_level=minimal -c max_wal_senders=0" \
 	start >&2 || {
 	cat "$work/server.log" >&2
 	fail "the scratch server on $data did not start (its log is above)"
