@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -103,6 +104,14 @@ type Options struct {
 	// major. No flag, chart value or config key sets it: only Go code
 	// that calls Setup (tests) can. See docs/database.md, Upgrades.
 	MajorPathWithinMajor bool
+	// OperatorImage is the operator's own image: the database pods' init
+	// container copies the instance agent from it (spec.failover).
+	OperatorImage string
+	// InstanceDial is a TEST-ONLY seam: the instance channel's client
+	// dials through it (tests point a pod's name at an agent on
+	// 127.0.0.1; kwok pods' addresses are fake). Nil: the pod's name is
+	// dialled.
+	InstanceDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -126,6 +135,13 @@ type Reconciler struct {
 	Now func() time.Time
 	// MajorPathWithinMajor: Options.MajorPathWithinMajor (test-only).
 	MajorPathWithinMajor bool
+	// OperatorImage and InstanceDial: Options'.
+	OperatorImage string
+	InstanceDial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	// channels are the Databases' instance channel clients; failovers
+	// what the operator saw of each primary (failover.go).
+	channels  channels
+	failovers primaryWatch
 }
 
 // Setup registers the Database controller with the manager.
@@ -165,6 +181,8 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		Now:      o.Now,
 		// Test-only (Options.MajorPathWithinMajor).
 		MajorPathWithinMajor: o.MajorPathWithinMajor,
+		OperatorImage:        o.OperatorImage,
+		InstanceDial:         o.InstanceDial,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).
@@ -368,6 +386,15 @@ func (r *Reconciler) reconcile(ctx context.Context, db *Cluster) (ctrl.Result, e
 		}
 	}
 	r.observe(ctx, db, eng, live)
+	if !db.Spec.Suspend {
+		recheck, err := r.watchPrimary(ctx, db, eng, live)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if recheck > 0 {
+			return ctrl.Result{RequeueAfter: min(recheck, cloneRecheck)}, nil
+		}
+	}
 	if len(db.Status.Clones) > 0 {
 		// Nothing about a cloning pod changes while it copies.
 		return ctrl.Result{RequeueAfter: cloneRecheck}, nil

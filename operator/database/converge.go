@@ -44,7 +44,11 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 		return err
 	}
 	if !plan.Keep {
-		if err := r.applyOne(ctx, db, statefulSetRunning(db, eng, claims, plan), &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+		desired := statefulSetRunning(db, eng, claims, plan)
+		if err := r.wireInstanceChannel(ctx, db, desired, l); err != nil {
+			return err
+		}
+		if err := r.applyOne(ctx, db, desired, &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
 			return err
 		}
 	}

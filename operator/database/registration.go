@@ -1,6 +1,8 @@
 package database
 
 import (
+	"os"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -17,6 +19,8 @@ var Registration = registration.Controller{
 	ValuesKey:   "database",
 	AddToScheme: dbv1.AddToScheme,
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
-		return Setup(mgr, Options{WatchNamespaces: s.GetStringSlice("watch-namespaces")})
+		// The chart sets the operator's own image: database pods copy
+		// the instance agent from it (spec.failover).
+		return Setup(mgr, Options{WatchNamespaces: s.GetStringSlice("watch-namespaces"), OperatorImage: os.Getenv("DECKHAND_OPERATOR_IMAGE")})
 	},
 }

@@ -191,6 +191,86 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="upgradeTimeout must not be negative"
 	// +optional
 	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
+
+	// Failover: automatic failover of a PostgreSQL primary that is gone
+	// (docs/database.md, Failover). Off by default for now: it is proven
+	// on the host's PostgreSQL, not yet on a real node.
+	// +optional
+	Failover *FailoverSpec `json:"failover,omitempty"`
+}
+
+// FailoverSpec turns on automatic failover.
+type FailoverSpec struct {
+	// Enabled: each server pod runs the instance agent
+	// (deckhand-instance), the operator asks it for its server's status
+	// every second, and a primary gone longer than primaryGoneAfter is
+	// fenced and its most advanced healthy standby promoted. Default
+	// false. Turning it on changes the pod template (every pod restarts
+	// once).
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// PrimaryGoneAfter is how long the primary may be unhealthy before it
+	// is failed over; default 10s: a container killed once restarts and
+	// recovers within it, and it leaves most of a 30 s write outage for
+	// the fence, the promotion and the Service.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="failover.primaryGoneAfter must be at least 1s: the operator asks each instance's status once a second"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="failover.primaryGoneAfter must be at most 1h"
+	// +optional
+	PrimaryGoneAfter *metav1.Duration `json:"primaryGoneAfter,omitempty"`
+}
+
+// FailoverPhase is where a failover is.
+// +kubebuilder:validation:Enum=Fencing;Promoting;Completed
+type FailoverPhase string
+
+// Failover phases: the record is written before each step is taken, so an
+// operator that restarts resumes it and never promotes a second standby.
+const (
+	FailoverFencing   FailoverPhase = "Fencing"
+	FailoverPromoting FailoverPhase = "Promoting"
+	FailoverCompleted FailoverPhase = "Completed"
+)
+
+// FailoverRecord is one failover: what was decided, and what it may have
+// cost.
+type FailoverRecord struct {
+	// Started is when the primary was declared gone.
+	Started metav1.Time `json:"started"`
+	// Finished is when the standby was promoted; absent while under way.
+	// +optional
+	Finished *metav1.Time  `json:"finished,omitempty"`
+	Phase    FailoverPhase `json:"phase"`
+	// From is the primary that was gone; To the standby promoted (set
+	// before it is promoted, and never changed after).
+	From string `json:"from"`
+	// +optional
+	To string `json:"to,omitempty"`
+	// Fenced: the old primary's agent stopped its server and keeps it
+	// stopped. False: it was not reached (FenceMessage says why); its
+	// readiness probe and the primary ConfigMap key keep the Services off
+	// it.
+	// +optional
+	Fenced bool `json:"fenced"`
+	// +optional
+	FenceMessage string `json:"fenceMessage,omitempty"`
+	// FromLSN is the last write position the operator saw the old primary
+	// report; empty when it never saw one (an operator that started after
+	// the primary was gone).
+	// +optional
+	FromLSN string `json:"fromLSN,omitempty"`
+	// ToLSN is the replayed position of the standby chosen.
+	// +optional
+	ToLSN string `json:"toLSN,omitempty"`
+	// BytesPossiblyLost is fromLSN - toLSN: WAL the old primary had
+	// written that the new one never replayed (with asynchronous
+	// replication, committed transactions may be among it). Absent when
+	// fromLSN is unknown.
+	// +optional
+	BytesPossiblyLost *int64 `json:"bytesPossiblyLost,omitempty"`
+	// Reason says why the standby was chosen.
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // DeletionPolicy is what deleting a Database does with its data.
@@ -365,6 +445,13 @@ type DatabaseStatus struct {
 	// failover changes it.
 	// +optional
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// Failovers are the automatic failovers, oldest first, the last ten;
+	// one whose phase is not Completed is under way.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	// +optional
+	Failovers []FailoverRecord `json:"failovers,omitempty"`
 
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional

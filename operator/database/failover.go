@@ -1,0 +1,293 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+	"github.com/deckhand-dev/deckhand/operator/status"
+)
+
+// What happens when the primary dies (spec.failover.enabled): each pass
+// asks the primary's agent for its status (within instance.StatusTimeout)
+// and a pass a second keeps asking. A primary not healthy (its pod not
+// ready, or its agent not reached, or its server down, not a primary, or
+// fenced) for longer than spec.failover.primaryGoneAfter is failed over
+// by failover.Steps: fenced through the channel (best effort), the
+// standby chosen by failover.ChooseStandby, promoted. The record in
+// status.failovers is written (a locked status write) before each step,
+// so a failover under way is resumed from it by the next pass, by this
+// operator or the next: the standby it names is the only one ever
+// promoted. Once it is promoted, status.currentPrimary names it, and the
+// scripts ConfigMap's primary key and the role labels follow in the same
+// pass (the read-write Service with them).
+
+// ConditionFailover says whether automatic failover watches the primary,
+// and each failover's step.
+const ConditionFailover = "Failover"
+
+// failoverRecheck is how often the primary's status is asked.
+const failoverRecheck = time.Second
+
+// maxFailoverRecords is how many failovers status.failovers keeps.
+const maxFailoverRecords = 10
+
+// primaryWatch is what this operator saw of each Database's primary: when
+// it began watching it, when it last saw it healthy, and its last write
+// position then. Nothing of it is needed to resume a failover (that is in
+// the status); an operator that restarts waits a whole bound again before
+// it declares the primary gone.
+type primaryWatch struct {
+	mu sync.Mutex
+	by map[types.UID]*watched
+}
+
+type watched struct {
+	primary            string
+	since, lastHealthy time.Time
+	lastLSN            instance.LSN
+}
+
+func (w *primaryWatch) forget(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.by, uid)
+}
+
+func (w *primaryWatch) of(uid types.UID, primary string, now time.Time) *watched {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.by == nil {
+		w.by = map[types.UID]*watched{}
+	}
+	s := w.by[uid]
+	if s == nil || s.primary != primary {
+		s = &watched{primary: primary, since: now}
+		w.by[uid] = s
+	}
+	return s
+}
+
+// primaryGoneAfter is the Database's bound.
+func primaryGoneAfter(db *Cluster) time.Duration {
+	if f := db.Spec.Failover; f != nil && f.PrimaryGoneAfter != nil {
+		return f.PrimaryGoneAfter.Duration
+	}
+	return failover.DefaultPrimaryGoneAfter
+}
+
+// failoverUnderway is the last record when it is not completed.
+func failoverUnderway(db *Cluster) *dbv1.FailoverRecord {
+	if n := len(db.Status.Failovers); n > 0 && db.Status.Failovers[n-1].Phase != dbv1.FailoverCompleted {
+		return db.Status.Failovers[n-1].DeepCopy()
+	}
+	return nil
+}
+
+// watchPrimary is a pass of the failover watch. It returns when to look
+// again.
+func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (time.Duration, error) {
+	if !failoverOn(db) || r.OperatorImage == "" {
+		return 0, nil
+	}
+	ch, err := r.ensureInstanceSecrets(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	if rec := failoverUnderway(db); rec != nil {
+		return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, true)
+	}
+	if why := notWatchedNow(db, l); why != "" {
+		// A primary restarted on purpose is not gone: the watch starts
+		// again, a whole bound, once this is over.
+		r.failovers.forget(db.UID)
+		r.setCondition(db, ConditionFailover, false, "NotWatching", why)
+		// What ends it (a rollout, an upgrade, the replicas) changes an
+		// object the operator watches: no need to ask every second.
+		return 0, nil
+	}
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	now := r.now()
+	primary := currentPrimary(db)
+	w := r.failovers.of(db.UID, primary, now)
+	o := failover.Observation{Pod: primary}
+	if p := pods[primary]; p != nil {
+		o.PodReady = p.DeletionTimestamp.IsZero() && podReady(p)
+	}
+	st, statusErr := ch.Status(ctx, r.instanceHost(db, primary))
+	if statusErr == nil {
+		o.Status = &st
+	}
+	if failover.PrimaryHealthy(o) {
+		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
+		return failoverRecheck, nil
+	}
+	if !failover.PrimaryGone(o, w.lastHealthy, w.since, now, primaryGoneAfter(db)) {
+		r.setCondition(db, ConditionFailover, true, "PrimaryUnhealthy", fmt.Sprintf("primary %s is not healthy (%s); failed over if it stays so for %s", primary, whyUnhealthy(o, statusErr), primaryGoneAfter(db)))
+		return failoverRecheck, nil
+	}
+	// Nothing is fenced unless a standby could take its place now: a
+	// primary with no healthy standby is left to come back by itself.
+	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary), 0); err != nil {
+		msg := fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err)
+		r.warn(db, ConditionFailover, "FailoverBlocked", msg)
+		r.setCondition(db, ConditionFailover, false, "FailoverBlocked", msg)
+		return failoverRecheck, nil
+	}
+	rec := failover.Start(primary, w.lastLSN, now)
+	return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, false)
+}
+
+// notWatchedNow says why the primary is not watched now ("": it is): the
+// pods do not all run the agent yet (the rollout that adds it), a rollout
+// is restarting pods, a major upgrade stops the servers, or there is no
+// standby.
+func notWatchedNow(db *Cluster, l *live) string {
+	sts := &l.statefulSet
+	replicas := replicasOf(db)
+	switch {
+	case replicas < 2:
+		return "one replica: there is no standby to fail over to"
+	case !l.has("StatefulSet", namesOf(db).StatefulSet) || !hasAgent(sts):
+		return "the pods do not run the instance agent yet"
+	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdatedReplicas != replicas || sts.Status.CurrentRevision != sts.Status.UpdateRevision:
+		return "a rollout is restarting the pods: the primary is watched again once it is done"
+	case upgradeRunning(db.Status.Upgrade):
+		return "a major upgrade is under way"
+	}
+	return ""
+}
+
+// hasAgent: the StatefulSet's pods run the agent.
+func hasAgent(sts *appsv1.StatefulSet) bool {
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name == instance.AgentContainer {
+			return true
+		}
+	}
+	return false
+}
+
+// standbyObservations are the other instances' statuses now.
+func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string) []failover.Observation {
+	var out []failover.Observation
+	for _, inst := range instanceHosts(db) {
+		if inst.Pod == primary {
+			continue
+		}
+		o := failover.Observation{Pod: inst.Pod}
+		if st, err := ch.Status(ctx, inst.Hosts[0]); err == nil {
+			o.Status = &st
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// whyUnhealthy says what the operator sees of an unhealthy primary.
+func whyUnhealthy(o failover.Observation, statusErr error) string {
+	switch {
+	case statusErr != nil:
+		return "its agent was not reached: " + statusErr.Error()
+	case !o.Status.ServerUp:
+		return "its server is down: " + o.Status.Error
+	case o.Status.Fenced:
+		return "it is fenced"
+	case o.Status.Role != instance.RolePrimary:
+		return "its server is not a primary (" + string(o.Status.Role) + ")"
+	default:
+		return "its pod is not ready"
+	}
+}
+
+// runFailover takes rec through failover.Steps, each record saved into
+// the status; once completed the ConfigMap's primary key and the role
+// labels name the new primary.
+func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.Engine, ch *instance.Client, rec *dbv1.FailoverRecord, saved bool) error {
+	var pods []string
+	for _, inst := range instanceHosts(db) {
+		pods = append(pods, inst.Pod)
+	}
+	steps := failover.Steps{
+		Channel: ch,
+		Host:    func(pod string) string { return r.instanceHost(db, pod) },
+		Pods:    pods,
+		Save:    func(ctx context.Context, rec *dbv1.FailoverRecord) error { return r.saveFailover(ctx, db, rec) },
+		Event: func(warning bool, reason, msg string) {
+			if warning {
+				r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, reason, "Failover", "%s", msg)
+				return
+			}
+			r.normal(db, reason, "Failover", "%s", msg)
+		},
+		Now: r.now,
+	}
+	if err := steps.Run(ctx, rec, saved); err != nil {
+		return err
+	}
+	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
+	if _, err := r.apply(ctx, scriptsConfigMap(db, eng), nil, false); err != nil {
+		return fmt.Errorf("naming %s the primary in ConfigMap %s: %w", rec.To, namesOf(db).Scripts, err)
+	}
+	serverPods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return err
+	}
+	return r.labelRoles(ctx, db, serverPods)
+}
+
+// saveFailover writes rec as the last of status.failovers (a new one
+// appended), the currentPrimary when it is completed, and the condition,
+// in a status write refused when the status changed since it was read.
+func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord) error {
+	list := db.Status.Failovers
+	if n := len(list); n > 0 && list[n-1].Phase != dbv1.FailoverCompleted && list[n-1].Started.Equal(&rec.Started) && list[n-1].From == rec.From {
+		list[n-1] = *rec.DeepCopy()
+	} else {
+		list = append(list, *rec.DeepCopy())
+	}
+	if len(list) > maxFailoverRecords {
+		list = list[len(list)-maxFailoverRecords:]
+	}
+	db.Status.Failovers = list
+	switch rec.Phase {
+	case dbv1.FailoverCompleted:
+		db.Status.CurrentPrimary = rec.To
+		r.setCondition(db, ConditionFailover, true, "FailedOver", fmt.Sprintf("%s is the primary in place of %s (%s)", rec.To, rec.From, rec.Reason))
+	case dbv1.FailoverPromoting:
+		r.setCondition(db, ConditionFailover, false, "Promoting", fmt.Sprintf("promoting %s in place of %s; %s", rec.To, rec.From, rec.FenceMessage))
+	default:
+		r.setCondition(db, ConditionFailover, false, "Fencing", fmt.Sprintf("primary %s is gone: fencing it and choosing a standby", rec.From))
+	}
+	return r.saveStatus(ctx, db)
+}
+
+// saveStatus writes the status now, in the middle of a pass (a failover
+// must record each step before the next): a locked write, so a pass that
+// read an old status cannot overwrite a newer record.
+func (r *Reconciler) saveStatus(ctx context.Context, db *Cluster) error {
+	obj := db.Object
+	before := obj.DeepCopyObject().(client.Object)
+	r.Kind.Clusters.SetStatus(obj, db)
+	return status.PatchLocked(ctx, r.Client, before, obj)
+}
+
+// instanceHost is the name the pod's agent is dialled by.
+func (r *Reconciler) instanceHost(db *Cluster, pod string) string {
+	return instance.PodHosts(pod, namesOf(db).Headless, db.Namespace)[0]
+}

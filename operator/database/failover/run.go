@@ -1,0 +1,159 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// Channel is what a failover asks of the instances (instance.Client).
+type Channel interface {
+	Status(ctx context.Context, host string) (instance.Status, error)
+	Fence(ctx context.Context, host string) (instance.ActionResult, error)
+	Promote(ctx context.Context, host string) (instance.Status, error)
+}
+
+// Steps carries out one Database's failover. Its record
+// (dbv1.FailoverRecord, kept in the Database's status) is saved before
+// each step is taken, so an operator that stops anywhere resumes from the
+// record and never promotes a second standby: once the record names the
+// standby (phase Promoting), only that one is ever promoted.
+type Steps struct {
+	Channel Channel
+	// Host is the name a pod's agent is dialled by (its name under the
+	// headless Service).
+	Host func(pod string) string
+	// Pods are every instance of the Database.
+	Pods []string
+	// Save writes the record into the Database's status (a write the API
+	// server refuses when the status changed since it was read); nothing
+	// is done after a Save that failed.
+	Save func(ctx context.Context, rec *dbv1.FailoverRecord) error
+	// Event announces a step (warning: it did not go as hoped).
+	Event func(warning bool, reason, msg string)
+	Now   func() time.Time
+	// MaxLag is ChooseStandby's bound (0: DefaultMaxLag).
+	MaxLag uint64
+}
+
+// Start is the record of a failover of from, the primary last seen
+// writing at fromLSN (0: never seen).
+func Start(from string, fromLSN instance.LSN, now time.Time) *dbv1.FailoverRecord {
+	rec := &dbv1.FailoverRecord{Started: metav1.NewTime(now), Phase: dbv1.FailoverFencing, From: from}
+	if fromLSN != 0 {
+		rec.FromLSN = fromLSN.String()
+	}
+	return rec
+}
+
+// Run takes rec (Start's, not yet saved, or one read back from the status)
+// through its remaining steps: fence the old primary (best effort), choose
+// the standby, promote it. It returns nil once rec is Completed; an error
+// leaves rec at the step that failed, saved, for the next pass to resume.
+func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) error {
+	if !saved {
+		if err := s.Save(ctx, rec); err != nil {
+			return fmt.Errorf("recording the failover of %s: %w", rec.From, err)
+		}
+		s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
+	}
+	for rec.Phase != dbv1.FailoverCompleted {
+		var err error
+		switch rec.Phase {
+		case dbv1.FailoverFencing:
+			err = s.fenceAndChoose(ctx, rec)
+		case dbv1.FailoverPromoting:
+			err = s.promote(ctx, rec)
+		default:
+			err = fmt.Errorf("failover record in an unknown phase %q", rec.Phase)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fenceAndChoose fences the old primary, then chooses among the standbys
+// as they are after the fence (a clean shutdown sends them its last WAL),
+// and saves the choice before anything is promoted.
+func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) error {
+	s.fence(ctx, rec)
+	var obs []Observation
+	for _, pod := range s.Pods {
+		if pod == rec.From {
+			continue
+		}
+		o := Observation{Pod: pod}
+		if st, err := s.Channel.Status(ctx, s.Host(pod)); err == nil {
+			o.Status = &st
+		}
+		obs = append(obs, o)
+	}
+	choice, err := ChooseStandby(rec.From, obs, s.MaxLag)
+	if err != nil {
+		s.Event(true, "FailoverBlocked", fmt.Sprintf("cannot fail over %s: %v", rec.From, err))
+		if saveErr := s.Save(ctx, rec); saveErr != nil {
+			return errors.Join(err, saveErr)
+		}
+		return err
+	}
+	rec.To, rec.Reason, rec.Phase = choice.Pod, choice.Reason, dbv1.FailoverPromoting
+	if choice.ReplayLSN != 0 {
+		rec.ToLSN = choice.ReplayLSN.String()
+	}
+	if from, err := instance.ParseLSN(rec.FromLSN); err == nil && choice.ReplayLSN != 0 {
+		rec.BytesPossiblyLost = ptr.To(int64(choice.ReplayLSN.Behind(from)))
+	}
+	if err := s.Save(ctx, rec); err != nil {
+		return fmt.Errorf("recording the choice of %s: %w", rec.To, err)
+	}
+	s.Event(false, "Promoting", fmt.Sprintf("promoting %s in place of %s: %s", rec.To, rec.From, rec.Reason))
+	return nil
+}
+
+// fence stops the old primary through its agent. It is best effort: an
+// agent not reached (its node gone, its pod deleted) is recorded; the
+// primary key of the ConfigMap names another pod once the failover is
+// done, so that server's readiness fails and the Services leave it, and
+// its next start comes up as a standby.
+func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
+	res, err := s.Channel.Fence(ctx, s.Host(rec.From))
+	if err != nil {
+		rec.Fenced = false
+		rec.FenceMessage = "not fenced: " + err.Error() + "; the Services leave it once its role is taken away (its readiness fails), and it restarts as a standby"
+		s.Event(true, "FenceFailed", fmt.Sprintf("%s: %s", rec.From, rec.FenceMessage))
+		return
+	}
+	rec.Fenced = true
+	rec.FenceMessage = fmt.Sprintf("fenced: server stopped (it was running: %t, clean shutdown: %t); it stays stopped until the operator lifts the fence", res.WasRunning, res.CleanShutdown)
+	s.Event(false, "Fenced", fmt.Sprintf("%s %s", rec.From, rec.FenceMessage))
+}
+
+// promote promotes the recorded standby, and only it. One that is a
+// primary already (promoted by an operator that stopped before it
+// recorded so) is done.
+func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
+	_, err := s.Channel.Promote(ctx, s.Host(rec.To))
+	if err != nil && !errors.Is(err, instance.ErrAlreadyPrimary) {
+		s.Event(true, "PromoteFailed", fmt.Sprintf("promoting %s failed (tried again; no other standby is promoted): %v", rec.To, err))
+		return fmt.Errorf("promoting %s: %w", rec.To, err)
+	}
+	rec.Phase, rec.Finished = dbv1.FailoverCompleted, ptr.To(metav1.NewTime(s.Now()))
+	if err := s.Save(ctx, rec); err != nil {
+		return fmt.Errorf("recording the promotion of %s: %w", rec.To, err)
+	}
+	lost := "unknown (the old primary's last position was never seen)"
+	if rec.BytesPossiblyLost != nil {
+		lost = fmt.Sprintf("%d bytes of WAL", *rec.BytesPossiblyLost)
+	}
+	s.Event(false, "FailedOver", fmt.Sprintf("%s is the primary in place of %s; possibly lost: %s", rec.To, rec.From, lost))
+	return nil
+}

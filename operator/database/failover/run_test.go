@@ -1,0 +1,132 @@
+package failover_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// fakeChannel answers for pods by name (a unit test's fake; the host test
+// in operator/database/postgres runs the real agents).
+type fakeChannel struct {
+	statuses    map[string]instance.Status
+	unreachable map[string]bool
+	calls       []string
+}
+
+var errUnreachable = errors.New("dial tcp: i/o timeout")
+
+func (f *fakeChannel) Status(_ context.Context, pod string) (instance.Status, error) {
+	if f.unreachable[pod] {
+		return instance.Status{}, errUnreachable
+	}
+	return f.statuses[pod], nil
+}
+
+func (f *fakeChannel) Fence(_ context.Context, pod string) (instance.ActionResult, error) {
+	f.calls = append(f.calls, "fence "+pod)
+	if f.unreachable[pod] {
+		return instance.ActionResult{}, errUnreachable
+	}
+	return instance.ActionResult{Done: "fenced"}, nil
+}
+
+func (f *fakeChannel) Promote(_ context.Context, pod string) (instance.Status, error) {
+	f.calls = append(f.calls, "promote "+pod)
+	if f.unreachable[pod] {
+		return instance.Status{}, errUnreachable
+	}
+	st := f.statuses[pod]
+	if st.Role == instance.RolePrimary {
+		return st, instance.ErrAlreadyPrimary
+	}
+	st.Role = instance.RolePrimary
+	f.statuses[pod] = st
+	return st, nil
+}
+
+func standbyAt(lsn instance.LSN) instance.Status {
+	return instance.Status{ServerUp: true, Role: instance.RoleStandby, Timeline: 1, ReplayLSN: lsn, ReceiveLSN: lsn}
+}
+
+type saved struct {
+	recs   []dbv1.FailoverRecord
+	events []string
+	fail   bool
+}
+
+func (s *saved) steps(ch failover.Channel) failover.Steps {
+	return failover.Steps{
+		Channel: ch, Host: func(pod string) string { return pod }, Pods: []string{"db-0", "db-1", "db-2"},
+		Save: func(_ context.Context, rec *dbv1.FailoverRecord) error {
+			if s.fail {
+				return errors.New("conflict")
+			}
+			s.recs = append(s.recs, *rec.DeepCopy())
+			return nil
+		},
+		Event: func(_ bool, reason, _ string) { s.events = append(s.events, reason) },
+		Now:   time.Now,
+	}
+}
+
+// An old primary whose agent is not reached is recorded as not fenced,
+// and the most advanced standby is promoted all the same; what the new
+// primary never replayed is counted.
+func TestAnUnreachablePrimaryIsRecordedUnfencedAndTheBestStandbyPromoted(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	rec := failover.Start("db-0", 0x3800, time.Now())
+	require.NoError(t, s.steps(ch).Run(context.Background(), rec, false))
+
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Equal(t, "db-1", rec.To)
+	assert.False(t, rec.Fenced)
+	assert.Contains(t, rec.FenceMessage, "i/o timeout")
+	require.NotNil(t, rec.BytesPossiblyLost)
+	assert.Equal(t, int64(0x800), *rec.BytesPossiblyLost)
+	assert.Equal(t, []string{"PrimaryGone", "FenceFailed", "Promoting", "FailedOver"}, s.events)
+	phases := []dbv1.FailoverPhase{}
+	for _, r := range s.recs {
+		phases = append(phases, r.Phase)
+	}
+	assert.Equal(t, []dbv1.FailoverPhase{dbv1.FailoverFencing, dbv1.FailoverPromoting, dbv1.FailoverCompleted}, phases, "each step saved before the next")
+}
+
+// A failover resumed at Promoting promotes the standby its record names,
+// or nothing: never another, even a better one that is reachable.
+func TestAResumedPromotionNeverPromotesAnotherStandby(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x2000), "db-2": standbyAt(0x9000)},
+		unreachable: map[string]bool{"db-1": true},
+	}
+	s := &saved{}
+	rec := &dbv1.FailoverRecord{Phase: dbv1.FailoverPromoting, From: "db-0", To: "db-1"}
+	err := s.steps(ch).Run(context.Background(), rec, true)
+	require.Error(t, err)
+	assert.Equal(t, []string{"promote db-1"}, ch.calls)
+	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase)
+	assert.Equal(t, "db-1", rec.To)
+	assert.Equal(t, []string{"PromoteFailed"}, s.events)
+}
+
+// A failover whose first record cannot be saved does nothing at all.
+func TestNothingIsDoneBeforeTheFailoverIsRecorded(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x2000)}}
+	s := &saved{fail: true}
+	err := s.steps(ch).Run(context.Background(), failover.Start("db-0", 0, time.Now()), false)
+	require.ErrorContains(t, err, "conflict")
+	assert.Empty(t, ch.calls, "nothing fenced or promoted")
+}

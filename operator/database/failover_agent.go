@@ -1,0 +1,221 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// The instance channel wired into a Database with spec.failover.enabled:
+// the agent in every pod, its two Secrets, and the operator's client.
+// What the operator does with it when the primary dies is in
+// failover.go.
+
+// failoverOn: the Database asks for automatic failover (PostgreSQL only:
+// the agent speaks to PostgreSQL).
+func failoverOn(db *Cluster) bool {
+	return db.Spec.Failover != nil && db.Spec.Failover.Enabled && engineOf(db) == dbv1.EnginePostgreSQL
+}
+
+// instanceSecretNames are the operator's Secret (never mounted) and the
+// pods' Secret (mounted in every pod).
+func instanceSecretNames(db *Cluster) (operator, pods string) {
+	return db.Name + "-instance-operator", db.Name + "-instance-tls"
+}
+
+// withAgent adds the agent to the desired StatefulSet. A new StatefulSet
+// starts its pods in parallel: OrderedReady starts ordinal 0 first and
+// waits for it to be ready, and a standby is ready only while it streams,
+// so with the primary at a higher ordinal a restart of every pod would
+// wait forever. The policy cannot change in place: an existing
+// StatefulSet keeps its own (docs/database.md, Failover).
+func withAgent(db *Cluster, desired, existing *appsv1.StatefulSet, operatorImage string) error {
+	desired.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	if existing != nil && existing.Spec.PodManagementPolicy != "" {
+		desired.Spec.PodManagementPolicy = existing.Spec.PodManagementPolicy
+	}
+	_, pods := instanceSecretNames(db)
+	spec := &desired.Spec.Template.Spec
+	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name})
+}
+
+// instanceHosts are the instances of the Database's ordinals, by the
+// names their certificates carry.
+func instanceHosts(db *Cluster) []instance.Instance {
+	headless := namesOf(db).Headless
+	var out []instance.Instance
+	for ordinal := range replicasOf(db) {
+		pod := podName(db, ordinal)
+		out = append(out, instance.Instance{Pod: pod, Hosts: instance.PodHosts(pod, headless, db.Namespace)})
+	}
+	return out
+}
+
+// channels keeps each Database's client, made again when its operator
+// Secret changes.
+type channels struct {
+	mu sync.Mutex
+	by map[types.UID]*channelOf
+}
+
+type channelOf struct {
+	opVersion, podsVersion string
+	op, pods               map[string][]byte
+	client                 *instance.Client
+}
+
+// ensureInstanceSecrets writes the channel's two Secrets as
+// instance.SecretData says (made once, renewed when due, a pod added or
+// removed), and returns the operator's client for the Database. The
+// Secrets' data is read from the API server only when their
+// resourceVersion (in the owned cache) changed since the last read.
+func (r *Reconciler) ensureInstanceSecrets(ctx context.Context, db *Cluster) (*instance.Client, error) {
+	opName, podsName := instanceSecretNames(db)
+	ch, err := r.channelData(ctx, db, opName, podsName)
+	if err != nil {
+		return nil, err
+	}
+	op, pods, changed, err := instance.SecretData(ch.op, ch.pods, db.Namespace, db.Name, instanceHosts(db), r.now())
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		for _, s := range []struct {
+			name string
+			data map[string][]byte
+			old  map[string][]byte
+		}{{opName, op, ch.op}, {podsName, pods, ch.pods}} {
+			if err := r.writeInstanceSecret(ctx, db, s.name, s.data, s.old != nil); err != nil {
+				return nil, err
+			}
+		}
+		r.normal(db, "InstanceCredentials", "Apply", "Secrets %s and %s of the instance channel written (certificates issued or renewed)", opName, podsName)
+		ch.op, ch.pods, ch.client = op, pods, nil
+	}
+	if ch.client == nil {
+		tlsConfig, err := instance.ClientTLSConfig(op[instance.CACertKey], op[instance.ClientCertKey], op[instance.ClientKeyKey])
+		if err != nil {
+			return nil, err
+		}
+		var opts []instance.ClientOption
+		if r.InstanceDial != nil {
+			opts = append(opts, instance.WithDialContext(r.InstanceDial))
+		}
+		ch.client = instance.NewClient(tlsConfig, instance.DefaultPort, opts...)
+	}
+	return ch.client, nil
+}
+
+// channelData is the Database's kept channel, its Secrets read again when
+// they changed.
+func (r *Reconciler) channelData(ctx context.Context, db *Cluster, opName, podsName string) (*channelOf, error) {
+	r.channels.mu.Lock()
+	defer r.channels.mu.Unlock()
+	if r.channels.by == nil {
+		r.channels.by = map[types.UID]*channelOf{}
+	}
+	ch := r.channels.by[db.UID]
+	if ch == nil {
+		ch = &channelOf{}
+		r.channels.by[db.UID] = ch
+	}
+	opVersion, err := r.secretVersion(ctx, db, opName)
+	if err != nil {
+		return nil, err
+	}
+	podsVersion, err := r.secretVersion(ctx, db, podsName)
+	if err != nil {
+		return nil, err
+	}
+	if opVersion == ch.opVersion && podsVersion == ch.podsVersion && (ch.op != nil || opVersion == "") {
+		return ch, nil
+	}
+	ch.op, ch.pods, ch.client = nil, nil, nil
+	for _, s := range []struct {
+		name string
+		into *map[string][]byte
+	}{{opName, &ch.op}, {podsName, &ch.pods}} {
+		var secret corev1.Secret
+		err := r.API.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: s.name}, &secret)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Secret %s: %w", s.name, err)
+		}
+		if !metav1.IsControlledBy(&secret, db) {
+			return nil, &notOwnedError{Kind: "Secret", Name: s.name, Owner: db.Kind.clusterKind()}
+		}
+		*s.into = secret.Data
+	}
+	ch.opVersion, ch.podsVersion = opVersion, podsVersion
+	return ch, nil
+}
+
+// secretVersion is the resourceVersion of the Database's Secret in the
+// owned cache, "" when it is not there.
+func (r *Reconciler) secretVersion(ctx context.Context, db *Cluster, name string) (string, error) {
+	m := secretMetadata()
+	err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, m)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	return m.ResourceVersion, err
+}
+
+// writeInstanceSecret creates or replaces one Secret's data (never
+// logged: it holds keys).
+func (r *Reconciler) writeInstanceSecret(ctx context.Context, db *Cluster, name string, data map[string][]byte, exists bool) error {
+	s := &corev1.Secret{ObjectMeta: secretMeta(db, name, nil), Type: corev1.SecretTypeOpaque, Data: data}
+	if !exists {
+		if err := r.Client.Create(ctx, s, client.FieldOwner(db.Kind.FieldManager)); err != nil {
+			return fmt.Errorf("creating Secret %s: %w", name, err)
+		}
+		return nil
+	}
+	// A merge patch of data: keys no longer wanted (a removed pod's) are
+	// set to null.
+	var cur corev1.Secret
+	if err := r.API.Get(ctx, client.ObjectKeyFromObject(s), &cur); err != nil {
+		return fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	before := cur.DeepCopy()
+	cur.Data = data
+	if err := r.Client.Patch(ctx, &cur, client.MergeFrom(before), client.FieldOwner(db.Kind.FieldManager)); err != nil {
+		return fmt.Errorf("writing Secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// wireInstanceChannel, when failover is on, writes the channel's Secrets
+// and adds the agent to the desired StatefulSet. An operator that does not
+// know its own image cannot: it says so and leaves the pods as they are.
+func (r *Reconciler) wireInstanceChannel(ctx context.Context, db *Cluster, desired *appsv1.StatefulSet, l *live) error {
+	if !failoverOn(db) {
+		return nil
+	}
+	if r.OperatorImage == "" {
+		msg := "spec.failover.enabled is set but the operator does not know its own image (DECKHAND_OPERATOR_IMAGE), from which the pods copy the instance agent: no failover"
+		r.warn(db, ConditionFailover, "AgentImageUnknown", msg)
+		r.setCondition(db, ConditionFailover, false, "AgentImageUnknown", msg)
+		return nil
+	}
+	if _, err := r.ensureInstanceSecrets(ctx, db); err != nil {
+		return err
+	}
+	var existing *appsv1.StatefulSet
+	if l.has("StatefulSet", namesOf(db).StatefulSet) {
+		existing = &l.statefulSet
+	}
+	return withAgent(db, desired, existing, r.OperatorImage)
+}

@@ -1,0 +1,192 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// With spec.failover.enabled, a new Database's pods carry the instance
+// agent (its init container copies it from the operator's image), the
+// StatefulSet starts its pods in parallel (a primary at any ordinal
+// starts after a restart of every pod), and the channel's two Secrets
+// exist: the operator's (never mounted) and the pods' (a server
+// certificate per pod).
+func TestFailoverEnabledRunsTheInstanceAgentInEveryPod(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test"})
+	db := newDatabase(ns, "fo", 2)
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true}
+	require.NoError(t, c.Create(context.Background(), db))
+
+	sts := get(t, c, ns, "fo", &appsv1.StatefulSet{})
+	assert.Equal(t, appsv1.ParallelPodManagement, sts.Spec.PodManagementPolicy)
+	spec := sts.Spec.Template.Spec
+	var names []string
+	for _, ctr := range spec.Containers {
+		names = append(names, ctr.Name)
+	}
+	assert.Contains(t, names, instance.AgentContainer)
+	require.Len(t, spec.InitContainers, 1)
+	assert.Equal(t, "example.org/deckhand:test", spec.InitContainers[0].Image)
+	mounted := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			mounted[v.Secret.SecretName] = true
+		}
+	}
+	assert.True(t, mounted["fo-instance-tls"], "the pods' Secret is mounted")
+	assert.False(t, mounted["fo-instance-operator"], "the operator's Secret is never mounted")
+
+	var op, pods corev1.Secret
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "fo-instance-operator"}, &op))
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "fo-instance-tls"}, &pods))
+	}, wait, 100*time.Millisecond)
+	assert.NotEmpty(t, op.Data[instance.CAKeyKey])
+	assert.NotEmpty(t, op.Data[instance.ClientKeyKey])
+	assert.NotContains(t, pods.Data, instance.CAKeyKey, "the CA's key stays with the operator")
+	for _, pod := range []string{"fo-0", "fo-1"} {
+		assert.NotEmpty(t, pods.Data[instance.ServerCertKey(pod)], pod)
+	}
+	opVersion, podsVersion := op.ResourceVersion, pods.ResourceVersion
+
+	// A steady state rewrites neither Secret.
+	waitFor(t, c, db, "Ready", ready)
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "fo-instance-operator"}, &op))
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "fo-instance-tls"}, &pods))
+	assert.Equal(t, opVersion, op.ResourceVersion)
+	assert.Equal(t, podsVersion, pods.ResourceVersion)
+}
+
+// Without the field nothing changes: no agent, ordered start, no Secrets.
+func TestFailoverOffByDefault(t *testing.T) {
+	t.Parallel()
+	c, ns, _ := readyDatabase(t, "nofo", 1)
+	sts := get(t, c, ns, "nofo", &appsv1.StatefulSet{})
+	assert.Equal(t, appsv1.OrderedReadyPodManagement, sts.Spec.PodManagementPolicy)
+	assert.Len(t, sts.Spec.Template.Spec.Containers, 1)
+	var s corev1.Secret
+	err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "nofo-instance-tls"}, &s)
+	assert.True(t, client.IgnoreNotFound(err) == nil && err != nil, "no channel Secret: %v", err)
+}
+
+// agents serves, on 127.0.0.1, an agent per pod of the Database with the
+// pods' Secret the operator wrote, for pods whose servers are not running
+// (kwok pods run nothing); dial sends each pod's name to its agent.
+type agents struct {
+	mu    sync.Mutex
+	addrs map[string]string // pod host -> 127.0.0.1:port
+}
+
+func (a *agents) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	local, ok := a.addrs[host]
+	a.mu.Unlock()
+	if !ok {
+		return nil, errors.New("no agent for " + host)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, local)
+}
+
+func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
+	t.Helper()
+	dataDir := filepath.Join(t.TempDir(), "pgdata")
+	require.NoError(t, os.MkdirAll(dataDir, 0o700))
+	agent, err := instance.New(instance.Config{Pod: pod, SocketDir: t.TempDir(), Port: 5432, DataDir: dataDir})
+	require.NoError(t, err)
+	tlsConfig, err := instance.ServerTLSConfig(tlsDir, pod)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Serve(ctx, l, tlsConfig) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		agent.Close()
+	})
+	a.mu.Lock()
+	a.addrs[host] = l.Addr().String()
+	a.mu.Unlock()
+}
+
+// A primary whose server is down, with no healthy standby to take its
+// place, is reported and left alone: never fenced (that would turn an
+// outage it may come back from into one it cannot), nothing promoted,
+// status.currentPrimary unchanged.
+func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	a := &agents{addrs: map[string]string{}}
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.dial})
+	db := newDatabase(ns, "lone", 2)
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Second}}
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+
+	var pods corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lone-instance-tls"}, &pods))
+	tlsDir := t.TempDir()
+	for name, data := range pods.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
+	}
+	hosts := map[string]string{}
+	for _, pod := range []string{"lone-0", "lone-1"} {
+		hosts[pod] = instance.PodHosts(pod, "lone-headless", ns)[0]
+		a.start(t, tlsDir, pod, hosts[pod])
+	}
+
+	got := waitFor(t, c, db, "failover blocked", func(ct *assert.CollectT, d *dbv1.Database) {
+		cond := condition(d, database.ConditionFailover)
+		require.Equal(ct, "FailoverBlocked", cond.Reason, "%+v", cond)
+		assert.Contains(ct, cond.Message, "its server is down")
+		assert.Contains(ct, cond.Message, "no healthy standby")
+	})
+	assert.Equal(t, "lone-0", got.Status.CurrentPrimary)
+	assert.Empty(t, got.Status.Failovers, "no failover was begun")
+	assertEvent(t, c, ns, "lone", corev1.EventTypeWarning, "FailoverBlocked")
+
+	oc := operatorClient(t, c, ns, "lone", a)
+	st, err := oc.Status(context.Background(), hosts["lone-0"])
+	require.NoError(t, err)
+	assert.False(t, st.Fenced, "the primary was not fenced")
+}
+
+// operatorClient is a client with the operator's certificate, as the
+// operator's Secret holds it.
+func operatorClient(t *testing.T, c client.Client, ns, name string, a *agents) *instance.Client {
+	t.Helper()
+	var op corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-instance-operator"}, &op))
+	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
+	require.NoError(t, err)
+	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.dial))
+}

@@ -1,0 +1,270 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
+)
+
+// hostAgents sends each pod's name to its agent on 127.0.0.1 (the
+// operator's Options.InstanceDial).
+type hostAgents struct {
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+func (a *hostAgents) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	local, ok := a.addrs[host]
+	a.mu.Unlock()
+	if !ok {
+		return nil, errors.New("no agent for " + host)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, local)
+}
+
+// startServer runs the Database's ordinal on the host from its
+// StatefulSet and ConfigMap as they are now; primaryPort is where its
+// primary listens ("" for the primary itself).
+func (e *endToEnd) startServer(db string, ordinal int, primaryPort string) (*pgtest.Server, string, string) {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	var sts appsv1.StatefulSet
+	var cm corev1.ConfigMap
+	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: db}, &sts))
+	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: db + "-scripts"}, &cm))
+	pod := db + "-" + strconv.Itoa(ordinal)
+	scripts := e.u.WriteScripts(t, e.u.Dir(t, e.root, "servers", pod), cm.Data)
+	server := sts.Spec.Template.Spec.Containers[0]
+	env := pgtest.ContainerEnv(t, server, pod, e.secret)
+	port := pgtest.FreePort(t)
+	if primaryPort == "" {
+		primaryPort = port
+	}
+	pgdata := filepath.Join(e.runner.ClaimDir("data-"+pod), "pgdata")
+	env["PGDATA"] = pgdata
+	env["PATH"] = e.bin + ":/usr/bin:/bin"
+	env["PGPORT"], env["PRIMARY_PORT"], env["PRIMARY_HOST"] = port, primaryPort, "127.0.0.1"
+	env["LISTEN_ADDRESSES"] = "127.0.0.1"
+	return e.u.StartServer(t, e.bin, env, pgtest.HostCommand(t, server, scripts)), port, pgdata
+}
+
+// startAgent runs the agent binary for pod beside its server, as the
+// servers' user, with the pods' Secret the operator wrote.
+func (e *endToEnd) startAgent(a *hostAgents, binary, db, pod, pgdata, port string) {
+	t := e.t
+	t.Helper()
+	var s corev1.Secret
+	require.NoError(t, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: db + "-instance-tls"}, &s))
+	dir := e.u.Dir(t, e.root, "instance-tls-"+pod)
+	for name, data := range s.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o400))
+		if e.u != nil {
+			require.NoError(t, os.Chown(filepath.Join(dir, name), e.u.UID, e.u.GID))
+		}
+	}
+	listen := "127.0.0.1:" + pgtest.FreePort(t)
+	cmd := e.u.Command(map[string]string{"PATH": e.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
+		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen})
+	log := &pgtest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Logf("agent %s:\n%s", pod, log.String())
+	})
+	a.mu.Lock()
+	a.addrs[instance.PodHosts(pod, db+"-headless", e.ns)[0]] = listen
+	a.mu.Unlock()
+}
+
+// failoverSetup is a Database "fo" of two replicas with failover on (a
+// 2 s bound): its primary and streaming standby on the host, the agent
+// beside each, Ready, a row 1 committed and replicated, the primary
+// watched.
+type failoverSetup struct {
+	e                        *endToEnd
+	agents                   *hostAgents
+	primary                  *pgtest.Server
+	primaryPort, standbyPort string
+	superuser                string
+}
+
+func newFailoverSetup(t *testing.T) *failoverSetup {
+	agents := &hostAgents{addrs: map[string]string{}}
+	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.dial})
+	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
+	out, err := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	selector := map[string]dbv1.LabelValue{}
+	for k, v := range e.runner.NodeSelector() {
+		selector[k] = dbv1.LabelValue(v)
+	}
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "fo", Namespace: e.ns},
+		Spec: dbv1.DatabaseSpec{
+			Name: appDatabase, Port: e.freePort(), StorageSize: "1Gi", Replicas: 2, Image: e.image,
+			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
+			Failover:    &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
+		},
+	}
+	require.NoError(t, e.c.Create(context.Background(), db))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var s corev1.Secret
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo-instance-tls"}, &s))
+		var sts appsv1.StatefulSet
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo"}, &sts))
+	}, time.Minute, 100*time.Millisecond)
+	primary, primaryPort, primaryData := e.startServer("fo", 0, "")
+	e.servers["fo"] = primaryPort
+	e.runner.Serve("fo-rw", "127.0.0.1:"+primaryPort)
+	e.runner.Serve("fo-0", "127.0.0.1:"+primaryPort)
+	_, standbyPort, standbyData := e.startServer("fo", 1, primaryPort)
+	e.startAgent(agents, binary, "fo", "fo-0", primaryData, primaryPort)
+	e.startAgent(agents, binary, "fo", "fo-1", standbyData, standbyPort)
+	e.waitReady("fo")
+	e.sql("fo", "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	superuser := e.secret("fo-superuser", "password")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		out, err := pgtest.PSQL(e.bin, standbyPort, "postgres", superuser, appDatabase, "SELECT count(*) FROM rows")
+		assert.NoError(ct, err, out)
+		assert.Equal(ct, "1", out)
+	}, time.Minute, 200*time.Millisecond, "the standby streams")
+	waitDatabase(t, e, "the primary watched", func(ct *assert.CollectT, d *dbv1.Database) {
+		c := conditionOf(d, database.ConditionFailover)
+		require.NotNil(ct, c)
+		assert.Equal(ct, "PrimaryHealthy", c.Reason, c.Message)
+	})
+
+	return &failoverSetup{e: e, agents: agents, primary: primary, primaryPort: primaryPort, standbyPort: standbyPort, superuser: superuser}
+}
+
+// TestTheOperatorFailsOverARealPrimary: the reconciler itself, on the
+// kwok cluster, with a real primary and its streaming standby on the host
+// and the agent binary beside each (pods' names dialled at 127.0.0.1):
+// the primary's server killed and not restarted, the operator fences it,
+// promotes the standby, names it in status.currentPrimary, the ConfigMap
+// and the role labels, and records the failover; the new primary takes
+// writes and holds every committed row.
+func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
+	f := newFailoverSetup(t)
+	e, primary, standbyPort, superuser := f.e, f.primary, f.standbyPort, f.superuser
+	require.NoError(t, syscall.Kill(-primary.Cmd.Process.Pid, syscall.SIGKILL))
+	primary.Stop(t)
+
+	got := waitDatabase(t, e, "failed over", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotEmpty(ct, d.Status.Failovers)
+		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
+	})
+	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
+	assert.Equal(t, "fo-0", rec.From)
+	assert.Equal(t, "fo-1", rec.To)
+	assert.True(t, rec.Fenced, rec.FenceMessage)
+	assert.NotEmpty(t, rec.ToLSN)
+	assert.Len(t, got.Status.Failovers, 1, "one failover")
+	assert.Equal(t, "fo-1", got.Status.CurrentPrimary)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var cm corev1.ConfigMap
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo-scripts"}, &cm))
+		assert.Equal(ct, "fo-1", cm.Data[database.ScriptsPrimaryKey])
+		var p corev1.Pod
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo-1"}, &p))
+		assert.Equal(ct, "primary", p.Labels[database.LabelRole])
+	}, time.Minute, 200*time.Millisecond)
+	out2, err := pgtest.PSQL(e.bin, standbyPort, "postgres", superuser, appDatabase, "INSERT INTO rows VALUES (2); SELECT string_agg(id::text, ',' ORDER BY id) FROM rows")
+	require.NoError(t, err, "the new primary takes writes: %s", out2)
+	assert.Contains(t, out2, "1,2")
+}
+
+func conditionOf(d *dbv1.Database, kind string) *metav1.Condition {
+	for i := range d.Status.Conditions {
+		if d.Status.Conditions[i].Type == kind {
+			return &d.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func waitDatabase(t *testing.T, e *endToEnd, what string, check func(*assert.CollectT, *dbv1.Database)) *dbv1.Database {
+	t.Helper()
+	var cur dbv1.Database
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo"}, &cur))
+		check(ct, &cur)
+	}, 2*time.Minute, 200*time.Millisecond, "Database fo: %s", what)
+	return &cur
+}
+
+// An operator that stopped mid-failover left its record at Promoting
+// (the old primary fenced, the standby promoted, the promotion not yet
+// recorded): the operator resumes from the status, promotes nothing
+// again (the standby's timeline is 2: one promotion), and completes the
+// record, naming the standby the primary.
+func TestTheOperatorResumesAFailoverItsPredecessorBeganWithoutASecondPromotion(t *testing.T) {
+	f := newFailoverSetup(t)
+	e := f.e
+	ctx := context.Background()
+	var op corev1.Secret
+	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo-instance-operator"}, &op))
+	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
+	require.NoError(t, err)
+	predecessor := instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(f.agents.dial))
+	host := func(pod string) string { return instance.PodHosts(pod, "fo-headless", e.ns)[0] }
+
+	// What the stopped operator did and recorded.
+	started := metav1.NewTime(time.Now())
+	_, err = predecessor.Fence(ctx, host("fo-0"))
+	require.NoError(t, err)
+	st, err := predecessor.Promote(ctx, host("fo-1"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Timeline)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo"}, &cur); err != nil {
+			return err
+		}
+		cur.Status.Failovers = []dbv1.FailoverRecord{{Started: started, Phase: dbv1.FailoverPromoting, From: "fo-0", To: "fo-1", Fenced: true, Reason: "the predecessor's choice"}}
+		return e.c.Status().Update(ctx, &cur)
+	}))
+
+	got := waitDatabase(t, e, "the failover completed", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.Len(ct, d.Status.Failovers, 1)
+		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[0].Phase)
+		assert.Equal(ct, "fo-1", d.Status.CurrentPrimary)
+	})
+	assert.Equal(t, "fo-1", got.Status.Failovers[0].To)
+	st, err = predecessor.Status(ctx, host("fo-1"))
+	require.NoError(t, err)
+	assert.Equal(t, instance.RolePrimary, st.Role)
+	assert.Equal(t, int64(2), st.Timeline, "promoted once")
+	out, err := pgtest.PSQL(e.bin, f.standbyPort, "postgres", f.superuser, appDatabase, "INSERT INTO rows VALUES (2); SELECT count(*) FROM rows")
+	require.NoError(t, err, "%s", out)
+}
