@@ -196,7 +196,7 @@ func (r *BackupReconciler) startVerification(ctx context.Context, b *Backup, db 
 		}
 		return reconcile.Result{}, nil
 	}
-	if v == nil || v.Outcome != "" {
+	if v == nil || v.Outcome != "" || v.RequestTime == nil {
 		now := metav1.NewTime(r.now())
 		b.Status.Verification = &dbv1.BackupVerification{RequestTime: &now}
 		v = b.Status.Verification
@@ -397,12 +397,22 @@ func (r *BackupReconciler) observeVerifyJob(ctx context.Context, b *Backup, db *
 	if started {
 		return reconcile.Result{}, nil
 	}
-	waited := r.now().Sub(b.Status.Verification.RequestTime.Time)
+	waited := r.now().Sub(verifyRequestTime(b, job))
 	if waited > s.StartTimeout {
 		r.verified(b, db, dbv1.VerificationError, nil, "NotStarted", fmt.Sprintf("the pod of verification Job %s did not start within %s (startTimeout): no node with room, or its scratch volume was not provisioned", job.Name, s.StartTimeout))
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{RequeueAfter: s.StartTimeout - waited + time.Second}, nil
+}
+
+// verifyRequestTime is when the verification job runs for was asked for:
+// the status's request time, or the Job's creation when an operator
+// stopped between creating the Job and recording the request.
+func verifyRequestTime(b *Backup, job *batchv1.Job) time.Time {
+	if v := b.Status.Verification; v != nil && v.RequestTime != nil {
+		return v.RequestTime.Time
+	}
+	return job.CreationTimestamp.Time
 }
 
 // jobPodStarted: a pod of the Job runs or ran.

@@ -117,13 +117,13 @@ func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
 
-	run := func(t *testing.T, podPhase corev1.PodPhase) (*dbv1.DatabaseBackup, client.Client) {
+	runWith := func(t *testing.T, backup *dbv1.DatabaseBackup, job *batchv1.Job, podPhase corev1.PodPhase) (*dbv1.DatabaseBackup, client.Client) {
 		scheme := runtime.NewScheme()
 		require.NoError(t, clientgoscheme.AddToScheme(scheme))
 		require.NoError(t, dbv1.AddToScheme(scheme))
 		pod := pending.DeepCopy()
 		pod.Status.Phase = podPhase
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup.DeepCopy(), job.DeepCopy(), db.DeepCopy(), pod).
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, job, db.DeepCopy(), pod).
 			WithStatusSubresource(&dbv1.DatabaseBackup{}).Build()
 		r := &BackupReconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
 		_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "first"}})
@@ -131,6 +131,9 @@ func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
 		var got dbv1.DatabaseBackup
 		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(backup), &got))
 		return &got, c
+	}
+	run := func(t *testing.T, podPhase corev1.PodPhase) (*dbv1.DatabaseBackup, client.Client) {
+		return runWith(t, backup.DeepCopy(), job.DeepCopy(), podPhase)
 	}
 
 	t.Run("pending past startTimeout", func(t *testing.T) {
@@ -149,6 +152,17 @@ func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
 		require.NoError(t, err)
 		err = c.Get(context.Background(), client.ObjectKeyFromObject(job), &batchv1.Job{})
 		assert.True(t, apierrors.IsNotFound(err), "the Job goes once its result is recorded: %v", err)
+	})
+	t.Run("its request never recorded", func(t *testing.T) {
+		// An operator killed after creating the Job and before writing the
+		// request to the status: the Job's own creation time stands in.
+		b, j := backup.DeepCopy(), job.DeepCopy()
+		b.Status.Verification = nil
+		j.CreationTimestamp = requested
+		got, _ := runWith(t, b, j, corev1.PodPending)
+		require.NotNil(t, got.Status.Verification)
+		assert.Equal(t, dbv1.VerificationError, got.Status.Verification.Outcome)
+		assert.Contains(t, got.Status.Verification.Message, "did not start within 1h0m0s (startTimeout)")
 	})
 	t.Run("running however long", func(t *testing.T) {
 		got, _ := run(t, corev1.PodRunning)
