@@ -45,6 +45,9 @@ sets=(--set=crds.keep=false
 # The cluster's own release holds the CRDs; its operator pauses meanwhile.
 if helm status deckhand -n deckhand-system >/dev/null 2>&1; then
   sets+=(--set=crds.enabled=false)
+  # It holds only its enabled controllers' CRDs; the ci values enable
+  # others (all-controllers-values.yaml: every one), so it installs all.
+  helm upgrade deckhand "$root/charts/deckhand" -n deckhand-system --reuse-values --set=crds.installAll=true >/dev/null
   replicas=$(kubectl -n deckhand-system get deployment deckhand -o jsonpath='{.spec.replicas}')
   trap 'kubectl -n deckhand-system scale deployment deckhand --replicas "$replicas" >/dev/null' EXIT
   kubectl -n deckhand-system scale deployment deckhand --replicas 0 >/dev/null
