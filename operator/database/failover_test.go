@@ -2,11 +2,9 @@ package database_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,22 +93,7 @@ func TestFailoverOffByDefault(t *testing.T) {
 // pods' Secret the operator wrote, for pods whose servers are not running
 // (kwok pods run nothing); dial sends each pod's name to its agent.
 type agents struct {
-	mu    sync.Mutex
-	addrs map[string]string // pod host -> 127.0.0.1:port
-}
-
-func (a *agents) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	local, ok := a.addrs[host]
-	a.mu.Unlock()
-	if !ok {
-		return nil, errors.New("no agent for " + host)
-	}
-	return (&net.Dialer{}).DialContext(ctx, network, local)
+	testenv.LocalDialer
 }
 
 func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
@@ -131,9 +114,7 @@ func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
 		<-done
 		agent.Close()
 	})
-	a.mu.Lock()
-	a.addrs[host] = l.Addr().String()
-	a.mu.Unlock()
+	a.Route(host, l.Addr().String())
 }
 
 // A primary whose server is down, with no healthy standby to take its
@@ -145,8 +126,8 @@ func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	a := &agents{addrs: map[string]string{}}
-	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.dial})
+	a := &agents{}
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
 	db := newDatabase(ns, "lone", 2)
 	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Second}}
 	require.NoError(t, c.Create(context.Background(), db))
@@ -188,5 +169,5 @@ func operatorClient(t *testing.T, c client.Client, ns, name string, a *agents) *
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-instance-operator"}, &op))
 	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
 	require.NoError(t, err)
-	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.dial))
+	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.DialContext))
 }

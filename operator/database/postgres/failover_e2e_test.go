@@ -2,13 +2,10 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,32 +18,12 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
-
-// hostAgents sends each pod's name to its agent on 127.0.0.1 (the
-// operator's Options.InstanceDial).
-type hostAgents struct {
-	mu    sync.Mutex
-	addrs map[string]string
-}
-
-func (a *hostAgents) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	local, ok := a.addrs[host]
-	a.mu.Unlock()
-	if !ok {
-		return nil, errors.New("no agent for " + host)
-	}
-	return (&net.Dialer{}).DialContext(ctx, network, local)
-}
 
 // startServer runs the Database's ordinal on the host from its
 // StatefulSet and ConfigMap as they are now; primaryPort is where its
@@ -77,7 +54,7 @@ func (e *endToEnd) startServer(db string, ordinal int, primaryPort string) (*pgt
 
 // startAgent runs the agent binary for pod beside its server, as the
 // servers' user, with the pods' Secret the operator wrote.
-func (e *endToEnd) startAgent(a *hostAgents, binary, db, pod, pgdata, port string) {
+func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, port string) {
 	t := e.t
 	t.Helper()
 	var s corev1.Secret
@@ -100,9 +77,7 @@ func (e *endToEnd) startAgent(a *hostAgents, binary, db, pod, pgdata, port strin
 		_ = cmd.Wait()
 		t.Logf("agent %s:\n%s", pod, log.String())
 	})
-	a.mu.Lock()
-	a.addrs[instance.PodHosts(pod, db+"-headless", e.ns)[0]] = listen
-	a.mu.Unlock()
+	a.Route(instance.PodHosts(pod, db+"-headless", e.ns)[0], listen)
 }
 
 // failoverSetup is a Database "fo" of two replicas with failover on (a
@@ -111,15 +86,15 @@ func (e *endToEnd) startAgent(a *hostAgents, binary, db, pod, pgdata, port strin
 // watched.
 type failoverSetup struct {
 	e                        *endToEnd
-	agents                   *hostAgents
+	agents                   *testenv.LocalDialer
 	primary                  *pgtest.Server
 	primaryPort, standbyPort string
 	superuser                string
 }
 
 func newFailoverSetup(t *testing.T) *failoverSetup {
-	agents := &hostAgents{addrs: map[string]string{}}
-	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.dial})
+	agents := &testenv.LocalDialer{}
+	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
 	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
 	out, err := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -236,7 +211,7 @@ func TestTheOperatorResumesAFailoverItsPredecessorBeganWithoutASecondPromotion(t
 	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo-instance-operator"}, &op))
 	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
 	require.NoError(t, err)
-	predecessor := instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(f.agents.dial))
+	predecessor := instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(f.agents.DialContext))
 	host := func(pod string) string { return instance.PodHosts(pod, "fo-headless", e.ns)[0] }
 
 	// What the stopped operator did and recorded.
