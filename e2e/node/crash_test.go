@@ -19,7 +19,7 @@ import (
 // a crash or the kernel's OOM killer would: SIGKILL to its task through
 // containerd (hack/node.sh ctr), so the server gets no chance to shut down
 // cleanly. It returns the killed container's ID.
-func crashContainer(ctx context.Context, t *testing.T, cs clientset, ns, name string) (killed string, restarts int32) {
+func crashContainer(ctx context.Context, t testing.TB, cs clientset, ns, name string) (killed string, restarts int32) {
 	t.Helper()
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -35,7 +35,7 @@ func crashContainer(ctx context.Context, t *testing.T, cs clientset, ns, name st
 // waitContainerRestarted waits for the kubelet to have restarted the
 // pod's first container after crashContainer (a new container ID, one
 // more restart) and for it to be ready again.
-func waitContainerRestarted(ctx context.Context, t *testing.T, cs clientset, ns, name, killed string, restarts int32) {
+func waitContainerRestarted(ctx context.Context, t testing.TB, cs clientset, ns, name, killed string, restarts int32) {
 	t.Helper()
 	var status corev1.ContainerStatus
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -71,7 +71,7 @@ type replicatedStore struct {
 // node: no clean shutdown), waits for the kubelet to restart it and the
 // cluster to be Ready again, and checks that every committed row is there
 // and that the primary takes writes again. It returns the rows now.
-func survivesPrimaryCrash(ctx context.Context, t *testing.T, cs clientset, s replicatedStore, token, rows string) string {
+func survivesPrimaryCrash(ctx context.Context, t testing.TB, cs clientset, s replicatedStore, token, rows string) string {
 	t.Helper()
 	primary := servedBy(ctx, t, cs, s.ns, s.name+"-rw")
 	killed, restarts := crashContainer(ctx, t, cs, s.ns, primary)
@@ -85,7 +85,7 @@ func survivesPrimaryCrash(ctx context.Context, t *testing.T, cs clientset, s rep
 // standbyCatchesUpAfterCrash kills the standby's container, commits a row
 // on the primary while the standby is down, and checks that the restarted
 // standby has every row, read through <name>-ro.
-func standbyCatchesUpAfterCrash(ctx context.Context, t *testing.T, cs clientset, s replicatedStore, token, rows string) string {
+func standbyCatchesUpAfterCrash(ctx context.Context, t testing.TB, cs clientset, s replicatedStore, token, rows string) string {
 	t.Helper()
 	standby := servedBy(ctx, t, cs, s.ns, s.name+"-ro")
 	killed, restarts := crashContainer(ctx, t, cs, s.ns, standby)
@@ -100,7 +100,7 @@ func standbyCatchesUpAfterCrash(ctx context.Context, t *testing.T, cs clientset,
 
 // servedBy names the one pod the Service selects (<name>-rw: the
 // primary; <name>-ro: the standby of a two-replica cluster).
-func servedBy(ctx context.Context, t *testing.T, cs clientset, ns, service string) string {
+func servedBy(ctx context.Context, t testing.TB, cs clientset, ns, service string) string {
 	t.Helper()
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, service, metav1.GetOptions{})
 	require.NoError(t, err)

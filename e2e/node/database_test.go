@@ -109,7 +109,7 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 
 // crClient is a controller-runtime client for the Database kinds and
 // PrometheusJmxExporters.
-func crClient(t *testing.T, cfg *rest.Config) client.Client {
+func crClient(t testing.TB, cfg *rest.Config) client.Client {
 	t.Helper()
 	// controller-runtime prints a stack trace at the first client made
 	// without a logger; the client logs nothing the test needs.
@@ -129,7 +129,7 @@ func crClient(t *testing.T, cfg *rest.Config) client.Client {
 // startPostgresClient runs the postgres image itself as a client pod,
 // with the app Secret mounted at /app (the uri is read from there, so it
 // is never in a command line or a test's output).
-func startPostgresClient(ctx context.Context, t *testing.T, cs clientset, ns, db, name string) *corev1.Pod {
+func startPostgresClient(ctx context.Context, t testing.TB, cs clientset, ns, db, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -158,7 +158,7 @@ func psqlCommand(service, sql string) []string {
 		`exec psql "$uri" -X -A -t -q -v ON_ERROR_STOP=1 -c "$2"`, "psql", service, sql}
 }
 
-func psql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql string) string {
+func psql(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql string) string {
 	t.Helper()
 	out, err := tryExec(ctx, cfg, cs, pod, psqlCommand(service, sql)...)
 	require.NoError(t, err, "psql (%s) %q:\n%s", service, sql, out)
@@ -167,7 +167,7 @@ func psql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod
 
 // eventuallyPsql runs sql until it prints want (a standby replays the
 // primary's writes within moments).
-func eventuallyPsql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql, want string) string {
+func eventuallyPsql(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, pod *corev1.Pod, service, sql, want string) string {
 	t.Helper()
 	var out string
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -178,7 +178,7 @@ func eventuallyPsql(ctx context.Context, t *testing.T, cfg *rest.Config, cs clie
 	return out
 }
 
-func waitDatabaseReady(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+func waitDatabaseReady(ctx context.Context, t testing.TB, c client.Client, ns, name string) {
 	t.Helper()
 	var db dbv1.Database
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -190,7 +190,7 @@ func waitDatabaseReady(ctx context.Context, t *testing.T, c client.Client, ns, n
 	require.NoError(t, err, "Database %s not Ready: phase %q, ready %s, conditions %+v", name, db.Status.Phase, db.Status.Ready, db.Status.Conditions)
 }
 
-func waitBackupCompleted(ctx context.Context, t *testing.T, c client.Client, ns, name string) dbv1.DatabaseBackup {
+func waitBackupCompleted(ctx context.Context, t testing.TB, c client.Client, ns, name string) dbv1.DatabaseBackup {
 	t.Helper()
 	var b dbv1.DatabaseBackup
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -206,7 +206,7 @@ func waitBackupCompleted(ctx context.Context, t *testing.T, c client.Client, ns,
 
 // waitFinalBackup waits for the final backup a Snapshot deletion makes
 // (<name>-final-<uid>) to complete, and returns its name.
-func waitFinalBackup(ctx context.Context, t *testing.T, c client.Client, ns, db string) string {
+func waitFinalBackup(ctx context.Context, t testing.TB, c client.Client, ns, db string) string {
 	t.Helper()
 	var final string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -226,7 +226,7 @@ func waitFinalBackup(ctx context.Context, t *testing.T, c client.Client, ns, db 
 	return final
 }
 
-func waitGone(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+func waitGone(ctx context.Context, t testing.TB, c client.Client, ns, name string) {
 	t.Helper()
 	var db dbv1.Database
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -56,7 +56,7 @@ type frontend struct {
 
 // frontendState is the Flask Deployment's revision and its running pods,
 // once the rollout in progress (if any) has finished.
-func frontendState(ctx context.Context, t *testing.T, cs clientset) frontend {
+func frontendState(ctx context.Context, t testing.TB, cs clientset) frontend {
 	t.Helper()
 	s := settledDeployment(ctx, t, cs, operatorNamespace, "frontend")
 	f := frontend{revision: s.revision}
@@ -66,7 +66,7 @@ func frontendState(ctx context.Context, t *testing.T, cs clientset) frontend {
 	return f
 }
 
-func helmUpgrade(ctx context.Context, t *testing.T, args ...string) {
+func helmUpgrade(ctx context.Context, t testing.TB, args ...string) {
 	t.Helper()
 	cmd := append([]string{"--kubeconfig", kubeconfigPath(), "-n", operatorNamespace, "upgrade", "deckhand",
 		"../../charts/deckhand", "--reuse-values", "--wait", "--timeout", "3m"}, args...)

@@ -27,7 +27,7 @@ const AgentImageEnv = "DECKHAND_NODE_AGENT_IMAGE"
 
 // agentImage is the operator image the init container copies the agent
 // from: the installed operator's, as the StatefulSet will use.
-func agentImage(ctx context.Context, t *testing.T) string {
+func agentImage(ctx context.Context, t testing.TB) string {
 	t.Helper()
 	if img := os.Getenv(AgentImageEnv); img != "" {
 		return img

@@ -154,7 +154,7 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 // stand-in agent; a release of an image without it is installed again
 // (hack/node.sh operator). The controller is switched off again, and the
 // namespace removed from the release, before the namespace is deleted.
-func jmxNamespace(ctx context.Context, t *testing.T, cs clientset) string {
+func jmxNamespace(ctx context.Context, t testing.TB, cs clientset) string {
 	t.Helper()
 	d := operatorDeployment(ctx, t, cs)
 	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, "-standin-agent") {
@@ -174,14 +174,14 @@ func jmxNamespace(ctx context.Context, t *testing.T, cs clientset) string {
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and
 // the default capabilities), with another command when given, and waits
 // until the JVM has started.
-func startJDKApp(ctx context.Context, t *testing.T, cs clientset, ns, name, app string, command ...string) *corev1.Pod {
+func startJDKApp(ctx context.Context, t testing.TB, cs clientset, ns, name, app string, command ...string) *corev1.Pod {
 	t.Helper()
 	nonRoot := true
 	return startJDKPod(ctx, t, cs, ns, name, app, &corev1.SecurityContext{RunAsNonRoot: &nonRoot}, command...)
 }
 
 // startJDKPod is startJDKApp with the container's security context given.
-func startJDKPod(ctx context.Context, t *testing.T, cs clientset, ns, name, app string, sc *corev1.SecurityContext, command ...string) *corev1.Pod {
+func startJDKPod(ctx context.Context, t testing.TB, cs clientset, ns, name, app string, sc *corev1.SecurityContext, command ...string) *corev1.Pod {
 	t.Helper()
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
@@ -204,7 +204,7 @@ func startJDKPod(ctx context.Context, t *testing.T, cs clientset, ns, name, app 
 
 // waitJVMStarted waits for the app's first line, generously: a JVM may
 // take many seconds to start on a loaded machine.
-func waitJVMStarted(ctx context.Context, t *testing.T, cs clientset, ns, name string) {
+func waitJVMStarted(ctx context.Context, t testing.TB, cs clientset, ns, name string) {
 	t.Helper()
 	var logs string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -217,7 +217,7 @@ func waitJVMStarted(ctx context.Context, t *testing.T, cs clientset, ns, name st
 
 // createExporter makes a PrometheusJmxExporter selecting app=<app>, with a
 // ConfigMap holding the configuration (every MBean attribute).
-func createExporter(ctx context.Context, t *testing.T, c client.Client, ns, name, app string) {
+func createExporter(ctx context.Context, t testing.TB, c client.Client, ns, name, app string) {
 	t.Helper()
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-jmx", Namespace: ns},
@@ -236,7 +236,7 @@ func createExporter(ctx context.Context, t *testing.T, c client.Client, ns, name
 // waitAttached waits until the exporter lists the pod's container
 // instance containerID as a metrics endpoint, and returns the exporter.
 // On failure it shows the status, the pod's Events and the operator's log.
-func waitAttached(ctx context.Context, t *testing.T, c client.Client, cs clientset, ns, name, pod, containerID string) jmxv1.PrometheusJmxExporter {
+func waitAttached(ctx context.Context, t testing.TB, c client.Client, cs clientset, ns, name, pod, containerID string) jmxv1.PrometheusJmxExporter {
 	t.Helper()
 	var ex jmxv1.PrometheusJmxExporter
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -263,7 +263,7 @@ func waitAttached(ctx context.Context, t *testing.T, c client.Client, cs clients
 
 // metricsAnswer fetches the agent's metrics at the pod's address from
 // another pod on the node.
-func metricsAnswer(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, from, app *corev1.Pod) {
+func metricsAnswer(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, from, app *corev1.Pod) {
 	t.Helper()
 	url := fmt.Sprintf("http://%s:%d/metrics", app.Status.PodIP, jmxPort)
 	got := eventually(ctx, t, cfg, cs, from, "timeout 10 wget -q -O- "+url, "jmx_exporter_build_info")
@@ -275,7 +275,7 @@ func metricsAnswer(ctx context.Context, t *testing.T, cfg *rest.Config, cs clien
 // jvmLivesOn checks that the pod's container is still the instance
 // containerID, restarted restarts times, and that its JVM answers on the
 // app's port from another pod.
-func jvmLivesOn(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, from *corev1.Pod, ns, name, containerID string, restarts int32) {
+func jvmLivesOn(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, from *corev1.Pod, ns, name, containerID string, restarts int32) {
 	t.Helper()
 	p := getPod(ctx, t, cs, ns, name)
 	st := p.Status.ContainerStatuses[0]
@@ -288,7 +288,7 @@ func jvmLivesOn(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientse
 
 // waitRestarted waits for the pod's container to run again as another
 // instance than before, and returns its ID.
-func waitRestarted(ctx context.Context, t *testing.T, cs clientset, ns, name, before string) string {
+func waitRestarted(ctx context.Context, t testing.TB, cs clientset, ns, name, before string) string {
 	t.Helper()
 	var id string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -305,7 +305,7 @@ func waitRestarted(ctx context.Context, t *testing.T, cs clientset, ns, name, be
 	return id
 }
 
-func getPod(ctx context.Context, t *testing.T, cs clientset, ns, name string) *corev1.Pod {
+func getPod(ctx context.Context, t testing.TB, cs clientset, ns, name string) *corev1.Pod {
 	t.Helper()
 	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -314,7 +314,7 @@ func getPod(ctx context.Context, t *testing.T, cs clientset, ns, name string) *c
 
 // podJMXState is the operator's record on the pod
 // (jmxexporter.deckhand.dev/state), as JSON fields.
-func podJMXState(t *testing.T, p *corev1.Pod) map[string]any {
+func podJMXState(t testing.TB, p *corev1.Pod) map[string]any {
 	t.Helper()
 	state := map[string]any{}
 	if raw, ok := p.Annotations["jmxexporter.deckhand.dev/state"]; ok {
@@ -324,7 +324,7 @@ func podJMXState(t *testing.T, p *corev1.Pod) map[string]any {
 }
 
 // podEvents lists the pod's Events, one "Reason: message" a line.
-func podEvents(ctx context.Context, t *testing.T, cs clientset, ns, name string) string {
+func podEvents(ctx context.Context, t testing.TB, cs clientset, ns, name string) string {
 	t.Helper()
 	events, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	require.NoError(t, err)

@@ -106,7 +106,7 @@ func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
 // startMariaDBClient runs the mariadb image as a client pod with the root
 // Secret mounted at /secret (the password is read from there, never put
 // on a command line).
-func startMariaDBClient(ctx context.Context, t *testing.T, cs clientset, ns, name, secret string) *corev1.Pod {
+func startMariaDBClient(ctx context.Context, t testing.TB, cs clientset, ns, name, secret string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -134,14 +134,14 @@ func sqlCommand(host, sql string) []string {
 	return []string{"sh", "-c", `MYSQL_PWD=$(cat /secret/password) exec mariadb -h "$1" -u root -N -B -e "$2"`, "sql", host, sql}
 }
 
-func sqlAs(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql string) string {
+func sqlAs(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql string) string {
 	t.Helper()
 	out, err := tryExec(ctx, cfg, cs, pod, sqlCommand(host, sql)...)
 	require.NoError(t, err, "mariadb (%s) %q:\n%s", host, sql, out)
 	return strings.TrimSpace(out)
 }
 
-func eventuallySQL(ctx context.Context, t *testing.T, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql, want string) string {
+func eventuallySQL(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql, want string) string {
 	t.Helper()
 	var out string
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -152,7 +152,7 @@ func eventuallySQL(ctx context.Context, t *testing.T, cfg *rest.Config, cs clien
 	return out
 }
 
-func waitClusterReady(ctx context.Context, t *testing.T, c client.Client, ns, name string) {
+func waitClusterReady(ctx context.Context, t testing.TB, c client.Client, ns, name string) {
 	t.Helper()
 	var mc mcv1.MySQLCluster
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -164,7 +164,7 @@ func waitClusterReady(ctx context.Context, t *testing.T, c client.Client, ns, na
 	require.NoError(t, err, "MySQLCluster %s not Ready: phase %q, conditions %+v", name, mc.Status.Phase, mc.Status.Conditions)
 }
 
-func waitInstanceCompleted(ctx context.Context, t *testing.T, c client.Client, ns, name string) mcv1.MySQLBackupInstance {
+func waitInstanceCompleted(ctx context.Context, t testing.TB, c client.Client, ns, name string) mcv1.MySQLBackupInstance {
 	t.Helper()
 	var b mcv1.MySQLBackupInstance
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -180,7 +180,7 @@ func waitInstanceCompleted(ctx context.Context, t *testing.T, c client.Client, n
 
 // waitFinalInstance waits for the final backup of a Snapshot deletion
 // (<name>-final-<uid>) to complete, and returns its name.
-func waitFinalInstance(ctx context.Context, t *testing.T, c client.Client, ns, cluster string) string {
+func waitFinalInstance(ctx context.Context, t testing.TB, c client.Client, ns, cluster string) string {
 	t.Helper()
 	var final string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

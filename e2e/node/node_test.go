@@ -112,7 +112,7 @@ func TestRealNodeServicesByAddressAndName(t *testing.T) {
 
 // eventually runs a shell command in the pod until its output holds want
 // (kube-proxy and CoreDNS pick up a new Service within a second or two).
-func eventually(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd, want string) string {
+func eventually(ctx context.Context, t testing.TB, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd, want string) string {
 	t.Helper()
 	var out string
 	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -130,7 +130,7 @@ func eventually(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kuberne
 type clientset = *kubernetes.Clientset
 
 // startPod runs a busybox pod with a shell command and waits for it to run.
-func startPod(ctx context.Context, t *testing.T, cs clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+func startPod(ctx context.Context, t testing.TB, cs clientset, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
 	t.Helper()
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, busyboxPod(t, ns, name, labels, script, env...), metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func startPod(ctx context.Context, t *testing.T, cs clientset, ns, name string, 
 }
 
 // busyboxPod is a pod running a shell command in the node's busybox image.
-func busyboxPod(t *testing.T, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
+func busyboxPod(t testing.TB, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -155,7 +155,7 @@ func busyboxPod(t *testing.T, ns, name string, labels map[string]string, script 
 
 func kubeconfigPath() string { return os.Getenv(KubeconfigEnv) }
 
-func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
+func clientFor(t testing.TB) (*rest.Config, *kubernetes.Clientset) {
 	t.Helper()
 	path := kubeconfigPath()
 	if path == "" {
@@ -169,17 +169,17 @@ func clientFor(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
 }
 
 // busyboxImage is the busybox image hack/node.sh imports into the node.
-func busyboxImage(t *testing.T) string { return imageRef(t, "busybox") }
+func busyboxImage(t testing.TB) string { return imageRef(t, "busybox") }
 
 // imageRef is the reference of one of the images hack/node.sh imports.
-func imageRef(t *testing.T, name string) string {
+func imageRef(t testing.TB, name string) string {
 	t.Helper()
 	out, err := exec.Command("../../hack/node/images.sh", "ref", name).Output()
 	require.NoError(t, err, "hack/node/images.sh ref %s", name)
 	return strings.TrimSpace(string(out))
 }
 
-func readyNode(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) corev1.Node {
+func readyNode(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) corev1.Node {
 	t.Helper()
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func readyNode(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) core
 	return corev1.Node{}
 }
 
-func namespace(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) string {
+func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) string {
 	t.Helper()
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-"},
@@ -208,7 +208,7 @@ func namespace(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) stri
 
 // runningPod waits for the pod to run, and fails with its events if it
 // does not, since they say why (image, sandbox, CNI).
-func runningPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name string) *corev1.Pod {
+func runningPod(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, name string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -230,7 +230,7 @@ func runningPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns,
 	return pod
 }
 
-func waitForLogs(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns, name, want string) string {
+func waitForLogs(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, name, want string) string {
 	t.Helper()
 	var logs string
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -246,7 +246,7 @@ func waitForLogs(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, ns
 
 // execIn runs a command in the pod's first container through the API
 // server and the kubelet, as kubectl exec does.
-func execIn(ctx context.Context, t *testing.T, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) string {
+func execIn(ctx context.Context, t testing.TB, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) string {
 	t.Helper()
 	out, err := tryExec(ctx, cfg, cs, pod, cmd...)
 	require.NoError(t, err, "exec %v", cmd)

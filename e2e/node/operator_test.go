@@ -75,7 +75,7 @@ func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
 // operatorDeployment is the chart's operator Deployment, installed first
 // (hack/node.sh operator: image build, import, helm upgrade --install) if
 // the release is not there.
-func operatorDeployment(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) *appsv1.Deployment {
+func operatorDeployment(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) *appsv1.Deployment {
 	t.Helper()
 	d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "deckhand", metav1.GetOptions{})
 	if err == nil {
@@ -89,7 +89,7 @@ func operatorDeployment(ctx context.Context, t *testing.T, cs *kubernetes.Client
 	return d
 }
 
-func helmBinary(t *testing.T) string {
+func helmBinary(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("../../hack/tools.sh", "dir", "helm").Output()
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestRealNodeVolumeOutlivesItsPod(t *testing.T) {
 }
 
 // claim makes a 1Mi claim of the default StorageClass.
-func claim(ctx context.Context, t *testing.T, cs clientset, ns, name string) {
+func claim(ctx context.Context, t testing.TB, cs clientset, ns, name string) {
 	t.Helper()
 	_, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -49,7 +49,7 @@ func claim(ctx context.Context, t *testing.T, cs clientset, ns, name string) {
 }
 
 // startPodWithClaim is startPod with the claim mounted at /data.
-func startPodWithClaim(ctx context.Context, t *testing.T, cs clientset, ns, name, claim, script string, env ...corev1.EnvVar) *corev1.Pod {
+func startPodWithClaim(ctx context.Context, t testing.TB, cs clientset, ns, name, claim, script string, env ...corev1.EnvVar) *corev1.Pod {
 	t.Helper()
 	pod := busyboxPod(t, ns, name, nil, script, env...)
 	withClaim(pod, claim)

@@ -133,7 +133,7 @@ func TestRealNodeTDSetBoundaryChangesRunningContainers(t *testing.T) {
 
 // configDeployment runs two busybox pods that print the ConfigMap's msg
 // they started with, labelled app=<name>.
-func configDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
+func configDeployment(t testing.TB, ns, name string) *appsv1.Deployment {
 	pod := busyboxPod(t, ns, name, map[string]string{"app": name}, `echo "config: $(cat /config/msg)"; exec sleep 3600`)
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/config"}}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
@@ -152,7 +152,7 @@ func configDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
 // waitMonitorSettled waits for the ConfigMonitor to be Ready with an
 // observed hash other than previous and nothing pending: the change has
 // been rolled out to every workload it selects.
-func waitMonitorSettled(ctx context.Context, t *testing.T, c client.Client, ns, name, previous string) magalixv1.ConfigMonitor {
+func waitMonitorSettled(ctx context.Context, t testing.TB, c client.Client, ns, name, previous string) magalixv1.ConfigMonitor {
 	t.Helper()
 	var m magalixv1.ConfigMonitor
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -186,7 +186,7 @@ type deploymentState struct {
 
 // settledDeployment waits for the Deployment's rollout in progress (if
 // any) to finish, every pod of it running and no old one terminating.
-func settledDeployment(ctx context.Context, t *testing.T, cs clientset, ns, name string) deploymentState {
+func settledDeployment(ctx context.Context, t testing.TB, cs clientset, ns, name string) deploymentState {
 	t.Helper()
 	var s deploymentState
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -253,7 +253,7 @@ func podUIDs(pods []corev1.Pod) []types.UID {
 }
 
 // assertPodsGone checks that none of the pods exists any more.
-func assertPodsGone(ctx context.Context, t *testing.T, cs clientset, ns string, pods []corev1.Pod) {
+func assertPodsGone(ctx context.Context, t testing.TB, cs clientset, ns string, pods []corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		got, err := cs.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
@@ -265,7 +265,7 @@ func assertPodsGone(ctx context.Context, t *testing.T, cs clientset, ns string, 
 
 // waitTDSetTarget waits for the TDSet to run its Deployment and to report
 // the window's boundary as its next transition, and returns the Deployment.
-func waitTDSetTarget(ctx context.Context, t *testing.T, c client.Client, ns, name string, boundary time.Time) *appsv1.Deployment {
+func waitTDSetTarget(ctx context.Context, t testing.TB, c client.Client, ns, name string, boundary time.Time) *appsv1.Deployment {
 	t.Helper()
 	var td schedulev1.TDSet
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -294,7 +294,7 @@ func ptrValue(p *int32) int32 {
 // waitRunningContainers waits until exactly want of the Deployment's pods
 // run a container (and none is starting or stopping), and returns their
 // container IDs.
-func waitRunningContainers(ctx context.Context, t *testing.T, cs clientset, d *appsv1.Deployment, want int) []string {
+func waitRunningContainers(ctx context.Context, t testing.TB, cs clientset, d *appsv1.Deployment, want int) []string {
 	t.Helper()
 	var ids []string
 	var seen string

@@ -1,0 +1,508 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// serverContainer is the PostgreSQL container of a Database's pod (the
+// agent's, deckhand-instance, sorts before it in the pod's status).
+const serverContainer = "postgres"
+
+// failoverCluster is a Database with failover on, run by the chart's
+// operator on the real node, and what the tests need to hurt it and
+// watch it.
+type failoverCluster struct {
+	t      testing.TB
+	ctx    context.Context
+	cfg    *rest.Config
+	cs     clientset
+	c      client.Client
+	ns     string
+	name   string
+	agents *instance.Client
+}
+
+// startFailoverCluster makes a PostgreSQL Database with failover on
+// (primaryGoneAfter its default unless gone is set) and waits for it to be
+// Ready with every pod running the agent.
+func startFailoverCluster(ctx context.Context, t testing.TB, replicas int32, gone time.Duration) *failoverCluster {
+	t.Helper()
+	cfg, cs := clientFor(t)
+	operatorDeployment(ctx, t, cs)
+	helmUpgrade(ctx, t, "--set", "controllers.database.enabled=true")
+	f := &failoverCluster{t: t, ctx: ctx, cfg: cfg, cs: cs, c: crClient(t, cfg), ns: namespace(ctx, t, cs), name: "pay"}
+	spec := &dbv1.FailoverSpec{Enabled: true}
+	if gone > 0 {
+		spec.PrimaryGoneAfter = &metav1.Duration{Duration: gone}
+	}
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: f.ns},
+		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "64Mi", Image: imageRef(t, "postgres"),
+			Replicas: replicas, Failover: spec},
+	}
+	require.NoError(t, f.c.Create(ctx, db))
+	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
+	f.waitWatching()
+	f.agents = f.agentClient()
+	return f
+}
+
+// waitWatching waits for the operator to watch the primary (condition
+// Failover True, PrimaryHealthy): the pods run the agent and no rollout is
+// under way, so a fault from now on is a fault, not a restart on purpose.
+func (f *failoverCluster) waitWatching() {
+	f.t.Helper()
+	var db dbv1.Database
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db); err != nil {
+			return false, nil
+		}
+		for _, c := range db.Status.Conditions {
+			if c.Type == "Failover" {
+				return c.Status == metav1.ConditionTrue && c.Reason == "PrimaryHealthy", nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(f.t, err, "the operator does not watch the primary: %+v", db.Status.Conditions)
+}
+
+func (f *failoverCluster) database() dbv1.Database {
+	f.t.Helper()
+	var db dbv1.Database
+	require.NoError(f.t, f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db))
+	return db
+}
+
+func (f *failoverCluster) primary() string {
+	f.t.Helper()
+	p := f.database().Status.CurrentPrimary
+	require.NotEmpty(f.t, p, "status.currentPrimary")
+	return p
+}
+
+func (f *failoverCluster) pods() []string {
+	var out []string
+	for i := int32(0); i < f.database().Spec.Replicas; i++ {
+		out = append(out, fmt.Sprintf("%s-%d", f.name, i))
+	}
+	return out
+}
+
+// agentClient asks the pods' agents with the operator's own certificate
+// (the Secret the operator wrote), at each pod's address, checking the
+// pod's name as the operator does.
+func (f *failoverCluster) agentClient() *instance.Client {
+	f.t.Helper()
+	var op corev1.Secret
+	require.NoError(f.t, f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: f.name + "-instance-operator"}, &op))
+	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
+	require.NoError(f.t, err)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, _ := net.SplitHostPort(addr)
+		pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, strings.SplitN(host, ".", 2)[0], metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !podRange.Contains(net.ParseIP(pod.Status.PodIP)) {
+			return nil, fmt.Errorf("pod %s has no address in the node's pod range (%q)", pod.Name, pod.Status.PodIP)
+		}
+		return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(instance.DefaultPort)))
+	}
+	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(dial))
+}
+
+func (f *failoverCluster) agentStatus(pod string) (instance.Status, error) {
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	return f.agents.Status(ctx, instance.PodHosts(pod, f.name+"-headless", f.ns)[0])
+}
+
+// dataDir is the host directory of the pod's PGDATA (the node's hostPath
+// PersistentVolume of its claim, then pgdata).
+func (f *failoverCluster) dataDir(pod string) string {
+	f.t.Helper()
+	pvc, err := f.cs.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, "data-"+pod, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	pv, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	require.NotNil(f.t, pv.Spec.HostPath, "PersistentVolume %s is not a hostPath", pv.Name)
+	return filepath.Join(pv.Spec.HostPath.Path, "pgdata")
+}
+
+// killServer kills the pod's PostgreSQL container from the node's side
+// (SIGKILL to its task through containerd, as a crash or the OOM killer
+// would). It returns the killed container's ID and its restart count.
+func (f *failoverCluster) killServer(pod string) (string, int32) {
+	f.t.Helper()
+	p, err := f.cs.CoreV1().Pods(f.ns).Get(f.ctx, pod, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name != serverContainer {
+			continue
+		}
+		id, ok := strings.CutPrefix(s.ContainerID, "containerd://")
+		require.True(f.t, ok, "container %q", s.ContainerID)
+		out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
+		require.NoError(f.t, err, "killing %s of %s:\n%s", serverContainer, pod, out)
+		return s.ContainerID, s.RestartCount
+	}
+	require.FailNow(f.t, "no server container", "pod %s", pod)
+	return "", 0
+}
+
+// waitFailedOver waits for a completed failover record after the first
+// `before` records, and returns it.
+func (f *failoverCluster) waitFailedOver(before int) dbv1.FailoverRecord {
+	f.t.Helper()
+	var db dbv1.Database
+	err := wait.PollUntilContextTimeout(f.ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db); err != nil {
+			return false, nil
+		}
+		n := len(db.Status.Failovers)
+		return n > before && db.Status.Failovers[n-1].Phase == dbv1.FailoverCompleted, nil
+	})
+	require.NoError(f.t, err, "no completed failover: %+v, conditions %+v", db.Status.Failovers, db.Status.Conditions)
+	return db.Status.Failovers[len(db.Status.Failovers)-1]
+}
+
+// eventReasons are the reasons of the Database's Events.
+func (f *failoverCluster) eventReasons() map[string]string {
+	f.t.Helper()
+	events, err := f.cs.CoreV1().Events(f.ns).List(f.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Database,involvedObject.name=" + f.name})
+	require.NoError(f.t, err)
+	out := map[string]string{}
+	for _, e := range events.Items {
+		out[e.Reason] = e.Message
+	}
+	return out
+}
+
+// writer is a client pod that inserts numbered rows through <name>-rw in a
+// loop, one connection each (as an application reconnecting after an
+// error would), and logs each outcome with the time: "ack N <unix time>"
+// once the commit returned, "fail N <unix time> <error>" otherwise.
+type writer struct {
+	f   *failoverCluster
+	pod *corev1.Pod
+}
+
+// writerScript: a psql that does not return in 5 s counts as failed
+// (a connection to an address that no longer answers).
+const writerScript = `uri=$(cat /app/uri)
+export PGCONNECT_TIMEOUT=3
+until psql "$uri" -X -q -c 'CREATE TABLE IF NOT EXISTS acks (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())' 2>/dev/null; do sleep 1; done
+echo started
+i=0
+while [ ! -e /tmp/stop ]; do
+	i=$((i + 1))
+	if err=$(timeout 5 psql "$uri" -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO acks (id) VALUES ($i)" 2>&1); then
+		echo "ack $i $(date +%s.%N)"
+	else
+		echo "fail $i $(date +%s.%N) $(echo "$err" | tr '\n' ' ' | cut -c 1-160)"
+	fi
+	sleep 0.05
+done
+echo stopped
+exec sleep 3600`
+
+func (f *failoverCluster) startWriter(name string) *writer {
+	f.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "writer", Image: imageRef(f.t, "postgres"),
+				Command:      []string{"sh", "-c", writerScript},
+				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "app", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: f.name + "-app"},
+			}}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	_, err := f.cs.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{})
+	require.NoError(f.t, err)
+	w := &writer{f: f, pod: runningPod(f.ctx, f.t, f.cs, f.ns, name)}
+	w.waitAcks(3)
+	return w
+}
+
+// writeOutcome is one write of the writer's log.
+type writeOutcome struct {
+	id   int
+	ok   bool
+	at   time.Time
+	fail string
+}
+
+func (w *writer) log() []writeOutcome {
+	w.f.t.Helper()
+	b, err := w.f.cs.CoreV1().Pods(w.f.ns).GetLogs(w.pod.Name, &corev1.PodLogOptions{}).DoRaw(w.f.ctx)
+	require.NoError(w.f.t, err)
+	var out []writeOutcome
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		fields := strings.SplitN(sc.Text(), " ", 4)
+		if len(fields) < 3 || (fields[0] != "ack" && fields[0] != "fail") {
+			continue
+		}
+		id, err1 := strconv.Atoi(fields[1])
+		secs, err2 := strconv.ParseFloat(fields[2], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		o := writeOutcome{id: id, ok: fields[0] == "ack", at: time.Unix(0, int64(secs*1e9))}
+		if len(fields) == 4 {
+			o.fail = fields[3]
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// waitAcks waits for n more acknowledged writes than now.
+func (w *writer) waitAcks(n int) {
+	w.f.t.Helper()
+	base := countAcks(w.log())
+	err := wait.PollUntilContextTimeout(w.f.ctx, 500*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return countAcks(w.log()) >= base+n, nil
+	})
+	require.NoError(w.f.t, err, "the writer got no %d more acknowledged writes through -rw; its last outcomes: %+v", n, lastOutcomes(w.log(), 5))
+}
+
+// stop ends the loop and returns its outcomes.
+func (w *writer) stop() []writeOutcome {
+	w.f.t.Helper()
+	_, err := tryExec(w.f.ctx, w.f.cfg, w.f.cs, w.pod, "touch", "/tmp/stop")
+	require.NoError(w.f.t, err)
+	require.Contains(w.f.t, waitForLogs(w.f.ctx, w.f.t, w.f.cs, w.f.ns, w.pod.Name, "stopped"), "stopped")
+	return w.log()
+}
+
+// committedIDs are the rows the table holds now, read through -rw.
+func (w *writer) committedIDs() map[int]bool {
+	w.f.t.Helper()
+	out := psql(w.f.ctx, w.f.t, w.f.cfg, w.f.cs, w.pod, "rw", "SELECT string_agg(id::text, ',') FROM acks")
+	ids := map[int]bool{}
+	for _, s := range strings.Split(out, ",") {
+		if id, err := strconv.Atoi(s); err == nil {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+func countAcks(log []writeOutcome) int {
+	n := 0
+	for _, o := range log {
+		if o.ok {
+			n++
+		}
+	}
+	return n
+}
+
+func lastOutcomes(log []writeOutcome, n int) []writeOutcome {
+	if len(log) > n {
+		return log[len(log)-n:]
+	}
+	return log
+}
+
+// outage is the write outage the writer saw after a fault at `at`: from
+// its first failed write after `at` to its first acknowledged write after
+// that failure. Zero when no write failed.
+func outage(log []writeOutcome, at time.Time) (time.Duration, writeOutcome) {
+	var first *writeOutcome
+	for i := range log {
+		o := log[i]
+		if o.at.Before(at) {
+			continue
+		}
+		if first == nil && !o.ok {
+			first = &log[i]
+			continue
+		}
+		if first != nil && o.ok {
+			return o.at.Sub(first.at), *first
+		}
+	}
+	if first != nil {
+		return -1, *first
+	}
+	return 0, writeOutcome{}
+}
+
+// lostAcks are the acknowledged writes the table does not hold.
+func lostAcks(log []writeOutcome, committed map[int]bool) []writeOutcome {
+	var lost []writeOutcome
+	for _, o := range log {
+		if o.ok && !committed[o.id] {
+			lost = append(lost, o)
+		}
+	}
+	return lost
+}
+
+// primaryWatcher asks every pod's agent, over and over, whether its
+// server accepts writes (up, a primary, not fenced) and remembers every
+// moment two did.
+type primaryWatcher struct {
+	mu      sync.Mutex
+	samples int
+	two     []string
+	stop    func()
+	done    chan struct{}
+}
+
+func (f *failoverCluster) watchPrimaries() *primaryWatcher {
+	ctx, cancel := context.WithCancel(f.ctx)
+	w := &primaryWatcher{stop: cancel, done: make(chan struct{})}
+	pods := f.pods()
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			var writable []string
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for _, pod := range pods {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st, err := f.agentStatus(pod)
+					if err == nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced {
+						mu.Lock()
+						writable = append(writable, pod)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			w.mu.Lock()
+			w.samples++
+			if len(writable) > 1 {
+				w.two = append(w.two, time.Now().Format(time.RFC3339Nano)+" "+strings.Join(writable, ","))
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// finish stops the watch and returns how many rounds it took and the
+// moments two servers accepted writes.
+func (w *primaryWatcher) finish() (int, []string) {
+	w.stop()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.samples, w.two
+}
+
+// logf prints a measurement both to the test log and, when
+// DECKHAND_FAILOVER_REPORT names a file, appends it there.
+func logf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	t.Logf(format, args...)
+	if path := os.Getenv("DECKHAND_FAILOVER_REPORT"); path != "" {
+		if fh, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(fh, format+"\n", args...)
+			_ = fh.Close()
+		}
+	}
+}
+
+// A primary that cannot come back: its PostgreSQL container killed
+// (SIGKILL from the node) and its restart prevented by making its data
+// directory unreadable on the host (chmod 000 of the volume's pgdata, as a
+// failed disk would: the kubelet restarts the container, and bootstrap.sh
+// cannot start the server). A client pod writes numbered rows through
+// <name>-rw throughout. The operator fences the old primary, promotes the
+// most advanced standby, and -rw takes writes again; status.failovers
+// records it, with Events; every write acknowledged more than a second
+// before the kill is on the new primary (replication is asynchronous:
+// the last moment's are measured, not promised); no two servers accepted
+// writes at any moment the agents were asked.
+func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 3, 0)
+	old := f.primary()
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+
+	data := f.dataDir(old)
+	require.NoError(t, os.Chmod(data, 0))
+	t.Cleanup(func() { _ = os.Chmod(data, 0o700) })
+	killedAt := time.Now()
+	f.killServer(old)
+
+	rec := f.waitFailedOver(0)
+	w.waitAcks(5)
+	log := w.stop()
+	samples, two := watch.finish()
+
+	assert.Equal(t, old, rec.From)
+	assert.NotEqual(t, old, rec.To)
+	assert.Equal(t, rec.To, f.primary(), "status.currentPrimary names the promoted standby")
+	assert.Equal(t, rec.To, servedBy(ctx, t, f.cs, f.ns, f.name+"-rw"), "-rw selects the new primary")
+	assert.True(t, rec.Fenced, "the old primary's agent fenced it: %s", rec.FenceMessage)
+	assert.NotEmpty(t, rec.ToLSN)
+	reasons := f.eventReasons()
+	for _, r := range []string{"PrimaryGone", "Promoting", "FailedOver"} {
+		assert.Contains(t, reasons, r, "Event %s", r)
+	}
+	st, err := f.agentStatus(old)
+	if assert.NoError(t, err, "the old primary's agent") {
+		assert.True(t, st.Fenced, "the old primary stays fenced")
+		assert.False(t, st.ServerUp)
+	}
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+
+	committed := w.committedIDs()
+	lost := lostAcks(log, committed)
+	for _, o := range lost {
+		assert.True(t, o.at.After(killedAt.Add(-time.Second)), "write %d, acknowledged at %s (the kill at %s), is not on the new primary", o.id, o.at, killedAt)
+	}
+	down, firstFail := outage(log, killedAt.Add(-time.Second))
+	require.Positive(t, down, "writes failed from %+v and never came back", firstFail)
+	logf(t, "primary that cannot come back (3 replicas, primaryGoneAfter 10s): write outage %s (first failed write %.1fs after the kill: %s); failover started %.1fs and finished %.1fs after the kill; %d acknowledged writes, %d lost; bytesPossiblyLost %v; %d agent rounds, %d with two writable",
+		down.Round(100*time.Millisecond), firstFail.at.Sub(killedAt).Seconds(), firstFail.fail,
+		rec.Started.Sub(killedAt).Seconds(), rec.Finished.Sub(killedAt).Seconds(), countAcks(log), len(lost), ptrString(rec.BytesPossiblyLost), samples, len(two))
+}
+
+func ptrString(p *int64) string {
+	if p == nil {
+		return "unknown"
+	}
+	return strconv.FormatInt(*p, 10)
+}
