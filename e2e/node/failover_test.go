@@ -495,9 +495,66 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 	}
 	down, firstFail := outage(log, killedAt.Add(-time.Second))
 	require.Positive(t, down, "writes failed from %+v and never came back", firstFail)
-	logf(t, "primary that cannot come back (3 replicas, primaryGoneAfter 10s): write outage %s (first failed write %.1fs after the kill: %s); failover started %.1fs and finished %.1fs after the kill; %d acknowledged writes, %d lost; bytesPossiblyLost %v; %d agent rounds, %d with two writable",
+	logf(t, "primary that cannot come back (3 replicas, primaryGoneAfter 10s): write outage %s (first failed write %.1fs after the kill: %s); failover started %.1fs and finished %.1fs after the kill, -rw took writes %.1fs after the promotion; %d acknowledged writes, %d lost; bytesPossiblyLost %v; %d agent rounds, %d with two writable",
 		down.Round(100*time.Millisecond), firstFail.at.Sub(killedAt).Seconds(), firstFail.fail,
-		rec.Started.Sub(killedAt).Seconds(), rec.Finished.Sub(killedAt).Seconds(), countAcks(log), len(lost), ptrString(rec.BytesPossiblyLost), samples, len(two))
+		rec.Started.Sub(killedAt).Seconds(), rec.Finished.Sub(killedAt).Seconds(),
+		firstFail.at.Add(down).Sub(rec.Finished.Time).Seconds(), countAcks(log), len(lost), ptrString(rec.BytesPossiblyLost), samples, len(two))
+
+	// The standby not promoted follows the new primary (timeline 2).
+	for _, pod := range f.pods() {
+		if pod != old && pod != rec.To {
+			f.waitFollowing(pod, rec.To)
+		}
+	}
+	// The disk comes back: once the fence is lifted, the old primary
+	// rejoins as a standby of the new one (pg_rewind) and the Database is
+	// Ready with every replica.
+	require.NoError(t, os.Chmod(data, 0o700))
+	f.liftFence(old, rec.To)
+	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
+	f.waitFollowing(old, rec.To)
+	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
+}
+
+// waitFollowing waits for the pod's server to be a standby streaming on
+// the new primary's timeline.
+func (f *failoverCluster) waitFollowing(pod, primary string) {
+	f.t.Helper()
+	want, err := f.agentStatus(primary)
+	require.NoError(f.t, err, "the primary's agent")
+	var st instance.Status
+	err = wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		st, err = f.agentStatus(pod)
+		return err == nil && st.ServerUp && st.Role == instance.RoleStandby && st.Streaming && st.Timeline == want.Timeline, nil
+	})
+	require.NoError(f.t, err, "%s does not stream from %s on timeline %d: %+v", pod, primary, want.Timeline, st)
+}
+
+// liftFence lifts the fence of the old primary through its agent, as a
+// person does today (docs/database.md), once its pod reads the new
+// primary's name: lifted before, it would start as a primary again.
+func (f *failoverCluster) liftFence(old, primary string) {
+	f.t.Helper()
+	pod, err := f.cs.CoreV1().Pods(f.ns).Get(f.ctx, old, metav1.GetOptions{})
+	require.NoError(f.t, err)
+	var named string
+	err = wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := tryExecIn(ctx, f.cfg, f.cs, pod, serverContainer, "cat", "/deckhand/scripts/primary")
+		named = strings.TrimSpace(out)
+		return err == nil && named == primary, nil
+	})
+	require.NoError(f.t, err, "%s still reads %q as the primary", old, named)
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	_, err = f.agents.Unfence(ctx, instance.PodHosts(old, f.name+"-headless", f.ns)[0])
+	require.NoError(f.t, err)
+}
+
+func (f *failoverCluster) serverLog(pod string) string {
+	f.t.Helper()
+	b, err := f.cs.CoreV1().Pods(f.ns).GetLogs(pod, &corev1.PodLogOptions{Container: serverContainer}).DoRaw(f.ctx)
+	require.NoError(f.t, err)
+	return string(b)
 }
 
 func ptrString(p *int64) string {

@@ -254,9 +254,14 @@ func execIn(ctx context.Context, t testing.TB, cfg *rest.Config, cs *kubernetes.
 }
 
 func tryExec(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, cmd ...string) (string, error) {
+	return tryExecIn(ctx, cfg, cs, pod, pod.Spec.Containers[0].Name, cmd...)
+}
+
+// tryExecIn runs a command in the pod's container of that name.
+func tryExecIn(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, pod *corev1.Pod, container string, cmd ...string) (string, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
-		Container: pod.Spec.Containers[0].Name, Command: cmd, Stdout: true, Stderr: true,
+		Container: container, Command: cmd, Stdout: true, Stderr: true,
 	}, scheme.ParameterCodec)
 	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
 	if err != nil {
