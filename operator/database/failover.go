@@ -235,7 +235,8 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 			}
 			r.normal(db, reason, "Failover", "%s", msg)
 		},
-		Now: r.now,
+		Now:   r.now,
+		Slots: func(to string) []string { return slotsForNewPrimary(db, to) },
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
 		return err

@@ -17,7 +17,7 @@ import (
 type Channel interface {
 	Status(ctx context.Context, host string) (instance.Status, error)
 	Fence(ctx context.Context, host string) (instance.ActionResult, error)
-	Promote(ctx context.Context, host string) (instance.Status, error)
+	Promote(ctx context.Context, host string, slots ...string) (instance.Status, error)
 }
 
 // Steps carries out one Database's failover. Its record
@@ -41,6 +41,10 @@ type Steps struct {
 	Now   func() time.Time
 	// MaxLag is ChooseStandby's bound (0: DefaultMaxLag).
 	MaxLag uint64
+	// Slots are the replication slots the promoted instance to must hold
+	// for the others (the old primary's among them); the agent makes
+	// them before it promotes (instance.PromoteRequest). Nil: none.
+	Slots func(to string) []string
 }
 
 // Start is the record of a failover of from, the primary last seen
@@ -141,7 +145,11 @@ func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
 // primary already (promoted by an operator that stopped before it
 // recorded so) is done.
 func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
-	_, err := s.Channel.Promote(ctx, s.Host(rec.To))
+	var slots []string
+	if s.Slots != nil {
+		slots = s.Slots(rec.To)
+	}
+	_, err := s.Channel.Promote(ctx, s.Host(rec.To), slots...)
 	if err != nil && !errors.Is(err, instance.ErrAlreadyPrimary) {
 		s.Event(true, "PromoteFailed", fmt.Sprintf("promoting %s failed (tried again; no other standby is promoted): %v", rec.To, err))
 		return fmt.Errorf("promoting %s: %w", rec.To, err)

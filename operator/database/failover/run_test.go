@@ -39,7 +39,7 @@ func (f *fakeChannel) Fence(_ context.Context, pod string) (instance.ActionResul
 	return instance.ActionResult{Done: "fenced"}, nil
 }
 
-func (f *fakeChannel) Promote(_ context.Context, pod string) (instance.Status, error) {
+func (f *fakeChannel) Promote(_ context.Context, pod string, _ ...string) (instance.Status, error) {
 	f.calls = append(f.calls, "promote "+pod)
 	if f.unreachable[pod] {
 		return instance.Status{}, errUnreachable

@@ -2,10 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,19 +83,35 @@ func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, p
 	a.Route(instance.PodHosts(pod, db+"-headless", e.ns)[0], listen)
 }
 
-// failoverSetup is a Database "fo" of two replicas with failover on (a
-// 2 s bound): its primary and streaming standby on the host, the agent
-// beside each, Ready, a row 1 committed and replicated, the primary
-// watched.
+// failoverSetup is a Database "fo" with failover on (a 2 s bound): its
+// primary fo-0 and streaming standbys on the host, the agent beside each,
+// Ready, a row 1 committed and replicated, the primary watched. The
+// standbys follow fo-rw, which (as the Service does by its selector)
+// sends each new connection to the pod the operator labels primary.
 type failoverSetup struct {
 	e                        *endToEnd
 	agents                   *testenv.LocalDialer
+	agentBinary              string
 	primary                  *pgtest.Server
 	primaryPort, standbyPort string
 	superuser                string
+	// rwPort is fo-rw's port on 127.0.0.1; ports and data are each
+	// pod's server port and PGDATA.
+	rwPort      string
+	mu          sync.Mutex
+	ports, data map[string]string
 }
 
-func newFailoverSetup(t *testing.T) *failoverSetup {
+// started records pod's server port and PGDATA.
+func (f *failoverSetup) started(pod, port, data string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ports[pod], f.data[pod] = port, data
+}
+
+func newFailoverSetup(t *testing.T) *failoverSetup { return newFailoverSetupOf(t, 2) }
+
+func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
 	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
@@ -106,7 +125,7 @@ func newFailoverSetup(t *testing.T) *failoverSetup {
 	db := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: "fo", Namespace: e.ns},
 		Spec: dbv1.DatabaseSpec{
-			Name: appDatabase, Port: e.freePort(), StorageSize: "1Gi", Replicas: 2, Image: e.image,
+			Name: appDatabase, Port: e.freePort(), StorageSize: "1Gi", Replicas: replicas, Image: e.image,
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
 			Failover:    &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
 		},
@@ -118,28 +137,108 @@ func newFailoverSetup(t *testing.T) *failoverSetup {
 		var sts appsv1.StatefulSet
 		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo"}, &sts))
 	}, time.Minute, 100*time.Millisecond)
+	f := &failoverSetup{e: e, agents: agents, agentBinary: binary, ports: map[string]string{}, data: map[string]string{}}
+	f.rwPort = f.serveReadWrite()
 	primary, primaryPort, primaryData := e.startServer("fo", 0, "")
+	f.primary, f.primaryPort = primary, primaryPort
+	f.started("fo-0", primaryPort, primaryData)
 	e.servers["fo"] = primaryPort
-	e.runner.Serve("fo-rw", "127.0.0.1:"+primaryPort)
+	e.runner.Serve("fo-rw", "127.0.0.1:"+f.rwPort)
 	e.runner.Serve("fo-0", "127.0.0.1:"+primaryPort)
-	_, standbyPort, standbyData := e.startServer("fo", 1, primaryPort)
 	e.startAgent(agents, binary, "fo", "fo-0", primaryData, primaryPort)
-	e.startAgent(agents, binary, "fo", "fo-1", standbyData, standbyPort)
+	for ordinal := 1; ordinal < int(replicas); ordinal++ {
+		pod := "fo-" + strconv.Itoa(ordinal)
+		_, port, data := e.startServer("fo", ordinal, f.rwPort)
+		f.started(pod, port, data)
+		e.startAgent(agents, binary, "fo", pod, data, port)
+	}
+	f.standbyPort = f.portOf("fo-1")
 	e.waitReady("fo")
 	e.sql("fo", "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
-	superuser := e.secret("fo-superuser", "password")
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		out, err := pgtest.PSQL(e.bin, standbyPort, "postgres", superuser, appDatabase, "SELECT count(*) FROM rows")
-		assert.NoError(ct, err, out)
-		assert.Equal(ct, "1", out)
-	}, time.Minute, 200*time.Millisecond, "the standby streams")
+	f.superuser = e.secret("fo-superuser", "password")
+	for ordinal := 1; ordinal < int(replicas); ordinal++ {
+		f.waitRows("fo-"+strconv.Itoa(ordinal), "1")
+	}
 	waitDatabase(t, e, "the primary watched", func(ct *assert.CollectT, d *dbv1.Database) {
 		c := conditionOf(d, database.ConditionFailover)
 		require.NotNil(ct, c)
 		assert.Equal(ct, "PrimaryHealthy", c.Reason, c.Message)
 	})
+	return f
+}
 
-	return &failoverSetup{e: e, agents: agents, primary: primary, primaryPort: primaryPort, standbyPort: standbyPort, superuser: superuser}
+// waitRows waits until pod's server holds exactly the rows ids (ordered,
+// comma-separated): a standby has streamed them.
+func (f *failoverSetup) waitRows(pod, ids string) {
+	f.e.t.Helper()
+	require.EventuallyWithT(f.e.t, func(ct *assert.CollectT) {
+		out, err := f.psql(pod, "SELECT string_agg(id::text, ',' ORDER BY id) FROM rows")
+		assert.NoError(ct, err, out)
+		assert.Equal(ct, ids, out)
+	}, 2*time.Minute, 200*time.Millisecond, "%s holds rows %s", pod, ids)
+}
+
+// psql runs sql as the superuser on pod's server.
+func (f *failoverSetup) psql(pod, sql string) (string, error) {
+	return pgtest.PSQL(f.e.bin, f.portOf(pod), "postgres", f.superuser, appDatabase, sql)
+}
+
+// serveReadWrite listens for fo-rw on 127.0.0.1 and returns its port:
+// each connection goes to the server of the pod labelled primary when it
+// is made, as the read-write Service's endpoints do (its selector is the
+// role label); none labelled, or its server not reached: the connection
+// is closed.
+func (f *failoverSetup) serveReadWrite() string {
+	t := f.e.t
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go f.forwardToPrimary(conn)
+		}
+	}()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	require.NoError(t, err)
+	return port
+}
+
+func (f *failoverSetup) forwardToPrimary(conn net.Conn) {
+	defer conn.Close()
+	var pods corev1.PodList
+	if err := f.e.c.List(context.Background(), &pods, client.InNamespace(f.e.ns), client.MatchingLabels{database.LabelRole: "primary"}); err != nil {
+		return
+	}
+	var target string
+	for _, p := range pods.Items {
+		if port := f.portOf(p.Name); port != "" {
+			target = "127.0.0.1:" + port
+		}
+	}
+	if target == "" {
+		return
+	}
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+	<-done
+}
+
+// portOf is pod's server port ("" before it was started; the proxy reads
+// it while servers start).
+func (f *failoverSetup) portOf(pod string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ports[pod]
 }
 
 // TestTheOperatorFailsOverARealPrimary: the reconciler itself, on the

@@ -23,8 +23,8 @@ type countingChannel struct {
 	promoted []string
 }
 
-func (c *countingChannel) Promote(ctx context.Context, host string) (instance.Status, error) {
-	st, err := c.Client.Promote(ctx, host)
+func (c *countingChannel) Promote(ctx context.Context, host string, slots ...string) (instance.Status, error) {
+	st, err := c.Client.Promote(ctx, host, slots...)
 	if err == nil {
 		c.mu.Lock()
 		c.promoted = append(c.promoted, host)

@@ -212,6 +212,11 @@ type ActionResult struct {
 // already promoted by an earlier call still under way), 409 when it was
 // a primary before the call or is fenced, 503 when its server is down.
 func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
+	req, err := readPromoteRequest(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ActionResult{Error: err.Error(), Status: a.Status(r.Context())})
+		return
+	}
 	a.actions.Lock()
 	defer a.actions.Unlock()
 	before := a.Status(r.Context())
@@ -222,18 +227,26 @@ func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
 	case !before.ServerUp:
 		writeJSON(w, http.StatusServiceUnavailable, ActionResult{Error: "the server is down: " + before.Error, Status: before})
 		return
-	case before.Role == RolePrimary:
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PromoteTimeout+2*time.Second)
+	defer cancel()
+	// Before the promotion (see slots.go); a primary already (promoted
+	// by an earlier call, or by its entrypoint) gets its missing slots
+	// too.
+	if err := ensureSlots(ctx, a.db, req.Slots); err != nil {
+		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: describe(ctx, err), Status: a.Status(r.Context())})
+		return
+	}
+	if before.Role == RolePrimary {
 		writeJSON(w, http.StatusConflict, ActionResult{Error: "the instance is already a primary: nothing to promote", Status: before})
 		return
 	}
-	a.cfg.Log.Info("promoting the standby", "pod", a.cfg.Pod, "replayLSN", before.ReplayLSN.String(), "timeline", before.Timeline)
-	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PromoteTimeout+2*time.Second)
-	defer cancel()
+	a.cfg.Log.Info("promoting the standby", "pod", a.cfg.Pod, "replayLSN", before.ReplayLSN.String(), "timeline", before.Timeline, "slots", req.Slots)
 	// pg_promote(wait) returns once the server accepts writes, or false
 	// after wait_seconds; a second call while a promotion is under way
 	// signals the same promotion again, so retries are harmless.
 	var promoted bool
-	err := a.db.QueryRowContext(ctx, "SELECT pg_catalog.pg_promote(true, $1)", int(a.cfg.PromoteTimeout/time.Second)).Scan(&promoted)
+	err = a.db.QueryRowContext(ctx, "SELECT pg_catalog.pg_promote(true, $1)", int(a.cfg.PromoteTimeout/time.Second)).Scan(&promoted)
 	after := a.Status(context.Background())
 	switch {
 	case err != nil && after.Role == RolePrimary:

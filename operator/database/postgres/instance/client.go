@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -74,7 +75,7 @@ func (c *Client) Status(ctx context.Context, host string) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, StatusTimeout)
 	defer cancel()
 	var st Status
-	code, err := c.do(ctx, http.MethodGet, host, "/status", &st)
+	code, err := c.do(ctx, http.MethodGet, host, "/status", nil, &st)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("instance %s: status answered %d", host, code)
 	}
@@ -85,10 +86,14 @@ func (c *Client) Status(ctx context.Context, host string) (Status, error) {
 // ErrAlreadyPrimary: it was a primary before (nothing changed); the
 // caller that promoted it earlier (an operator restarted mid-failover)
 // treats that as done.
-func (c *Client) Promote(ctx context.Context, host string) (Status, error) {
+//
+// slots are the physical replication slots the agent makes first (those
+// missing), so the other instances can stream from it once it is the
+// primary (see slots.go).
+func (c *Client) Promote(ctx context.Context, host string, slots ...string) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, PromoteTimeout)
 	defer cancel()
-	res, err := c.action(ctx, http.MethodPost, host, "/promote")
+	res, err := c.actionWith(ctx, http.MethodPost, host, "/promote", PromoteRequest{Slots: slots})
 	return res.Status, err
 }
 
@@ -109,8 +114,13 @@ func (c *Client) Unfence(ctx context.Context, host string) (ActionResult, error)
 }
 
 func (c *Client) action(ctx context.Context, method, host, path string) (ActionResult, error) {
+	return c.actionWith(ctx, method, host, path, nil)
+}
+
+// actionWith sends body (nil: none) as JSON.
+func (c *Client) actionWith(ctx context.Context, method, host, path string, body any) (ActionResult, error) {
 	var res ActionResult
-	code, err := c.do(ctx, method, host, path, &res)
+	code, err := c.do(ctx, method, host, path, body, &res)
 	switch {
 	case err != nil:
 		return res, err
@@ -126,22 +136,33 @@ func (c *Client) action(ctx context.Context, method, host, path string) (ActionR
 }
 
 // do sends the request and decodes a JSON answer of any status code.
-func (c *Client) do(ctx context.Context, method, host, path string, into any) (int, error) {
+func (c *Client) do(ctx context.Context, method, host, path string, body, into any) (int, error) {
 	url := "https://" + net.JoinHostPort(host, strconv.Itoa(c.port)) + path
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	var reader io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		reader = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, reader)
 	if err != nil {
 		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("instance %s: %w", host, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("instance %s: %w", host, err)
 	}
-	if err := json.Unmarshal(body, into); err != nil {
+	if err := json.Unmarshal(answer, into); err != nil {
 		return resp.StatusCode, fmt.Errorf("instance %s: %s %s answered %d, not JSON: %w", host, method, path, resp.StatusCode, err)
 	}
 	return resp.StatusCode, nil
