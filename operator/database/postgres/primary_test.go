@@ -104,6 +104,43 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 	assert.Equal(t, "deckhand_standby_0 true", h.sql(primary.Port, "postgres", "SELECT slot_name || ' ' || active FROM pg_replication_slots"))
 }
 
+// TestAFormerPrimaryRejoinsAStandbyPromotedOnlineMomentsAgo: a failover
+// promotes the standby online (the agent's pg_promote, no restart), so
+// the new primary's control file still names the old timeline until its
+// next checkpoint; pg_rewind reads it there. The old primary, crashed,
+// restarted moments after the promotion and told it is a standby, must
+// still be rewound and follow the new primary on its timeline (on the
+// real node, before bootstrap.sh asked the primary for a checkpoint,
+// pg_rewind said "no rewind required" and the old primary, its WAL past
+// the fork, never followed).
+func TestAFormerPrimaryRejoinsAStandbyPromotedOnlineMomentsAgo(t *testing.T) {
+	h := newHost(t)
+	old := h.primary("data-0")
+	h.init(old.Port)
+	out, err := h.appSQL(old.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	require.NoError(t, err, out)
+	standby := h.standby(1, "data-1", old.Port)
+	waitForStreaming(t, h, old.Port, "deckhand_replication name-of-database-1 streaming")
+	// Buffers the standby replayed and has not written yet: the
+	// checkpoint its promotion requests is spread over minutes
+	// (checkpoint_completion_target), as under an application's writes.
+	out, err = h.appSQL(old.Port, "INSERT INTO rows SELECT generate_series(100, 20000)")
+	require.NoError(t, err, out)
+	waitForRow(t, h, standby.Port, "20000")
+
+	kill(t, old)
+	h.namePrimary(1)
+	require.Equal(t, "t", h.sql(standby.Port, "postgres", "SELECT pg_promote()"), "promoted online, as the agent does")
+	out, err = h.appSQL(standby.Port, "INSERT INTO rows VALUES (3)")
+	require.NoError(t, err, out)
+
+	rejoined := h.server(h.scripts, 0, "data-0", standby.Port)
+	assert.Contains(t, rejoined.Log.String(), "it starts as a standby of name-of-database-1")
+	assert.Equal(t, "t", inRecovery(h, rejoined.Port))
+	waitForRow(t, h, rejoined.Port, "3")
+	assert.Equal(t, "2", h.sql(rejoined.Port, "postgres", "SELECT received_tli FROM pg_stat_wal_receiver"), "it follows the new primary's timeline")
+}
+
 // TestAPodNotNamedPrimaryNeverRunsAsOne: the pod the operator names
 // (ordinal 1 here) initialises an empty volume; ordinal 0 on an empty
 // volume clones it; a data directory of another system without

@@ -244,6 +244,14 @@ rejoin() {
 	wait_for_primary
 	log "$1 was a primary's (no standby.signal), but the operator names $named_primary the primary: rewinding it to follow $named_primary (pg_rewind)"
 	ensure_slot || log "could not make replication slot $slot on the primary (above)"
+	# pg_rewind reads the source's timeline from its control file, which a
+	# standby promoted online (pg_promote, as a failover does) updates only
+	# at the checkpoint its promotion requests, spread over minutes: until
+	# then pg_rewind says "no rewind required" and this directory, its WAL
+	# past the fork, could never follow. A checkpoint first (the
+	# superuser's; the replication role may not) makes the timeline current.
+	PGCONNECT_TIMEOUT=10 psql -X -q -v ON_ERROR_STOP=1 -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" -d postgres --no-password -c CHECKPOINT >&2 ||
+		fail "could not ask the primary $PRIMARY_HOST:$PRIMARY_PORT for a checkpoint before pg_rewind (above): not rewinding against a timeline that may not be current"
 	source="host=$(conninfo_value "$PRIMARY_HOST") port=$(conninfo_value "$PRIMARY_PORT") user=$(conninfo_value "$REPLICATION_USER") dbname=postgres connect_timeout=10"
 	if PGPASSWORD=$REPLICATION_PASSWORD pg_rewind --target-pgdata="$1" --source-server="$source" --progress >&2; then
 		: >"$1/standby.signal"
