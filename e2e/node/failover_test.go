@@ -173,20 +173,33 @@ func (f *failoverCluster) killServer(pod string) (string, int32) {
 	return "", 0
 }
 
-// waitFailedOver waits for a completed failover record after the first
-// `before` records, and returns it.
-func (f *failoverCluster) waitFailedOver(before int) dbv1.FailoverRecord {
+// waitFailedOver waits for a completed failover begun after `since`, and
+// returns its record.
+func (f *failoverCluster) waitFailedOver(since time.Time) dbv1.FailoverRecord {
 	f.t.Helper()
 	var db dbv1.Database
+	var recs []dbv1.FailoverRecord
 	err := wait.PollUntilContextTimeout(f.ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db); err != nil {
 			return false, nil
 		}
-		n := len(db.Status.Failovers)
-		return n > before && db.Status.Failovers[n-1].Phase == dbv1.FailoverCompleted, nil
+		recs = failoversSince(db.Status.Failovers, since)
+		return len(recs) > 0 && recs[len(recs)-1].Phase == dbv1.FailoverCompleted, nil
 	})
 	require.NoError(f.t, err, "no completed failover: %+v, conditions %+v", db.Status.Failovers, db.Status.Conditions)
-	return db.Status.Failovers[len(db.Status.Failovers)-1]
+	return recs[len(recs)-1]
+}
+
+// failoversSince are the records of failovers begun after `since`
+// (status.failovers keeps the last ten).
+func failoversSince(recs []dbv1.FailoverRecord, since time.Time) []dbv1.FailoverRecord {
+	var out []dbv1.FailoverRecord
+	for _, r := range recs {
+		if r.Started.After(since) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // eventReasons are the reasons of the Database's Events.
@@ -466,7 +479,7 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 	killedAt := time.Now()
 	f.killServer(old)
 
-	rec := f.waitFailedOver(0)
+	rec := f.waitFailedOver(killedAt.Add(-time.Minute))
 	w.waitAcks(5)
 	log := w.stop()
 	samples, two := watch.finish()
@@ -562,4 +575,92 @@ func ptrString(p *int64) string {
 		return "unknown"
 	}
 	return strconv.FormatInt(*p, 10)
+}
+
+// waitOutageOver waits for the writer to have failed a write after `at`
+// and to have been acknowledged one after that, and returns the outage.
+func (w *writer) waitOutageOver(at time.Time) (time.Duration, writeOutcome) {
+	w.f.t.Helper()
+	var down time.Duration
+	var first writeOutcome
+	err := wait.PollUntilContextTimeout(w.f.ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+		down, first = outage(w.log(), at)
+		return down > 0, nil
+	})
+	require.NoError(w.f.t, err, "writes through -rw did not come back after %s (first failure %+v)", at, first)
+	return down, first
+}
+
+// checkNoAckLost fails the test for every acknowledged write the table
+// does not hold, but those acknowledged within a second before a fault
+// (asynchronous replication may lose them); it returns how many of those
+// were lost.
+func checkNoAckLost(t testing.TB, log []writeOutcome, committed map[int]bool, faults ...time.Time) int {
+	t.Helper()
+	lost := 0
+	for _, o := range lostAcks(log, committed) {
+		excused := false
+		for _, at := range faults {
+			excused = excused || (o.at.After(at.Add(-time.Second)) && !o.at.After(at.Add(time.Minute)))
+		}
+		assert.True(t, excused, "write %d, acknowledged at %s, is not on the primary (faults at %v)", o.id, o.at, faults)
+		lost++
+	}
+	return lost
+}
+
+// The primary's PostgreSQL container killed once (SIGKILL from the node;
+// the kubelet restarts it, the server recovers from its WAL), then the
+// primary's pod deleted (the StatefulSet makes it again on the same
+// volume), with a client writing through <name>-rw throughout: writes
+// come back after each, either on the same primary (it came back within
+// primaryGoneAfter) or after one clean failover; no acknowledged write
+// older than a second before a fault is lost; no two servers accepted
+// writes at any moment the agents were asked.
+func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+
+	primary := f.primary()
+	killedAt := time.Now()
+	f.killServer(primary)
+	down, _ := w.waitOutageOver(killedAt)
+	afterKill := f.database().Status
+	logf(t, "primary's container killed once (2 replicas): write outage %s; primary now %s (was %s), %d failovers",
+		down.Round(100*time.Millisecond), afterKill.CurrentPrimary, primary, len(afterKill.Failovers))
+	f.checkFailoversClean(afterKill.Failovers)
+
+	primary = f.primary()
+	deletedAt := time.Now()
+	require.NoError(t, f.cs.CoreV1().Pods(f.ns).Delete(ctx, primary, metav1.DeleteOptions{}))
+	down, _ = w.waitOutageOver(deletedAt)
+	afterDelete := f.database().Status
+	logf(t, "primary's pod deleted (2 replicas): write outage %s; primary now %s (was %s), %d failovers",
+		down.Round(100*time.Millisecond), afterDelete.CurrentPrimary, primary, len(afterDelete.Failovers))
+	f.checkFailoversClean(afterDelete.Failovers)
+
+	w.waitAcks(3)
+	log := w.stop()
+	samples, two := watch.finish()
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+	lost := checkNoAckLost(t, log, w.committedIDs(), killedAt, deletedAt)
+	logf(t, "restart and deletion: %d acknowledged writes, %d lost; %d agent rounds, %d with two writable", countAcks(log), lost, samples, len(two))
+}
+
+// checkFailoversClean: each failover recorded is completed, its old
+// primary fenced, and no pod was promoted twice.
+func (f *failoverCluster) checkFailoversClean(recs []dbv1.FailoverRecord) {
+	f.t.Helper()
+	promoted := map[string]int{}
+	for _, r := range recs {
+		assert.Equal(f.t, dbv1.FailoverCompleted, r.Phase, "failover %+v", r)
+		assert.True(f.t, r.Fenced, "failover %+v: the old primary fenced", r)
+		promoted[r.To]++
+	}
+	for pod, n := range promoted {
+		assert.LessOrEqual(f.t, n, 1, "%s promoted %d times", pod, n)
+	}
 }

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RunsEnv sets how many times BenchmarkFailover repeats each fault
+// (default 10, as issue 25 asks).
+const RunsEnv = "DECKHAND_FAILOVER_RUNS"
+
+// BenchmarkFailover measures the write outage through <name>-rw, as a
+// client that reconnects for every write sees it (from its first failed
+// write to its first acknowledged write after it), for each fault
+// repeated DECKHAND_FAILOVER_RUNS times on one 3-replica Database with
+// failover on (primaryGoneAfter 10s, the default), on the real node:
+//
+//   - ContainerKilledOnce: the primary's PostgreSQL container SIGKILLed
+//     from the node; the kubelet restarts it.
+//   - PodDeleted: the primary's pod deleted; the StatefulSet makes it
+//     again.
+//   - PrimaryCannotComeBack: its data directory made unreadable, then its
+//     container SIGKILLed: the operator fails over. Between runs the
+//     directory is made readable and the fence lifted, and the old
+//     primary rejoins as a standby.
+//
+// It prints the median and worst outage, the acknowledged writes lost,
+// and the moments two servers accepted writes (every pod's agent asked
+// every 200 ms), next to the floor: the median time between two
+// acknowledged writes with no fault (one psql connection and insert).
+// Skipped without the node (DECKHAND_NODE_KUBECONFIG); not part of make
+// test:
+//
+//	DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=Failover
+func BenchmarkFailover(b *testing.B) {
+	runs := 10
+	if s := os.Getenv(RunsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(b, err, "%s=%q", RunsEnv, s)
+		runs = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, b, 3, 0)
+	w := f.startWriter("writer")
+	w.waitAcks(20)
+	floor := medianAckInterval(w.log())
+
+	faults := []struct {
+		name  string
+		fault func() (at time.Time, recover func())
+	}{
+		{"ContainerKilledOnce", func() (time.Time, func()) {
+			at := time.Now()
+			f.killServer(f.primary())
+			return at, func() {}
+		}},
+		{"PodDeleted", func() (time.Time, func()) {
+			at := time.Now()
+			require.NoError(b, f.cs.CoreV1().Pods(f.ns).Delete(ctx, f.primary(), metav1.DeleteOptions{}))
+			return at, func() {}
+		}},
+		{"PrimaryCannotComeBack", func() (time.Time, func()) {
+			old := f.primary()
+			data := f.dataDir(old)
+			require.NoError(b, os.Chmod(data, 0))
+			at := time.Now()
+			f.killServer(old)
+			return at, func() {
+				f.waitFailedOver(at.Add(-time.Second))
+				require.NoError(b, os.Chmod(data, 0o700))
+			}
+		}},
+	}
+	for _, fc := range faults {
+		b.Run(fc.name, func(b *testing.B) {
+			f.t = b
+			watch := f.watchPrimaries()
+			var outages []time.Duration
+			var at []time.Time
+			began := time.Now()
+			for i := 0; i < runs; i++ {
+				waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
+				f.waitWatching()
+				w.waitAcks(3)
+				t0, recover := fc.fault()
+				down, _ := w.waitOutageOver(t0)
+				recover()
+				// A failover's old primary stays fenced: it rejoins as a
+				// standby once the fence is lifted (as a person does).
+				for _, rec := range failoversSince(f.database().Status.Failovers, t0.Add(-time.Second)) {
+					f.liftFence(rec.From, rec.To)
+				}
+				outages = append(outages, down)
+				at = append(at, t0)
+				logf(b, "failover bench %s run %d: write outage %s", fc.name, i+1, down.Round(100*time.Millisecond))
+			}
+			waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
+			w.waitAcks(3)
+			samples, two := watch.finish()
+			lost := 0
+			committed := w.committedIDs()
+			for _, o := range lostAcks(w.log(), committed) {
+				for _, t0 := range at {
+					if o.at.After(t0.Add(-time.Minute)) && o.at.Before(t0.Add(time.Minute)) {
+						lost++
+						break
+					}
+				}
+			}
+			slices.Sort(outages)
+			median, worst := outages[len(outages)/2], outages[len(outages)-1]
+			failovers := len(failoversSince(f.database().Status.Failovers, began))
+			b.ReportMetric(median.Seconds(), "outage-median-s")
+			b.ReportMetric(worst.Seconds(), "outage-worst-s")
+			b.ReportMetric(float64(lost), "acked-rows-lost")
+			b.ReportMetric(float64(len(two)), "two-writable-moments")
+			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d",
+				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples)
+		})
+	}
+	w.stop()
+}
+
+// medianAckInterval is the median time between two consecutive
+// acknowledged writes.
+func medianAckInterval(log []writeOutcome) time.Duration {
+	var gaps []time.Duration
+	for i := 1; i < len(log); i++ {
+		if log[i].ok && log[i-1].ok {
+			gaps = append(gaps, log[i].at.Sub(log[i-1].at))
+		}
+	}
+	if len(gaps) == 0 {
+		return 0
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
+}
