@@ -592,21 +592,25 @@ func (w *writer) waitOutageOver(at time.Time) (time.Duration, writeOutcome) {
 }
 
 // checkNoAckLost fails the test for every acknowledged write the table
-// does not hold, but those acknowledged within a second before a fault
-// (asynchronous replication may lose them); it returns how many of those
-// were lost.
+// does not hold, but those acknowledged from a second before a fault to
+// the first write that failed after it (asynchronous replication may
+// lose them); it returns how many were lost.
 func checkNoAckLost(t testing.TB, log []writeOutcome, committed map[int]bool, faults ...time.Time) int {
 	t.Helper()
-	lost := 0
-	for _, o := range lostAcks(log, committed) {
+	lost := lostAcks(log, committed)
+	for _, o := range lost {
 		excused := false
 		for _, at := range faults {
-			excused = excused || (o.at.After(at.Add(-time.Second)) && !o.at.After(at.Add(time.Minute)))
+			_, firstFail := outage(log, at)
+			excused = excused || (o.at.After(at.Add(-time.Second)) && o.at.Before(firstFail.at))
 		}
-		assert.True(t, excused, "write %d, acknowledged at %s, is not on the primary (faults at %v)", o.id, o.at, faults)
-		lost++
+		var since []string
+		for _, at := range faults {
+			since = append(since, fmt.Sprintf("%+.1fs", o.at.Sub(at).Seconds()))
+		}
+		assert.True(t, excused, "write %d, acknowledged %s after the faults, is not on the primary", o.id, strings.Join(since, "/"))
 	}
-	return lost
+	return len(lost)
 }
 
 // The primary's PostgreSQL container killed once (SIGKILL from the node;
@@ -633,6 +637,17 @@ func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
 		down.Round(100*time.Millisecond), afterKill.CurrentPrimary, primary, len(afterKill.Failovers))
 	f.checkFailoversClean(afterKill.Failovers)
 
+	// The next fault once the Database is Ready again (its standby
+	// streams): a standby still reconnecting to a primary that restarted
+	// moments ago (wal_retrieve_retry_interval, 5 s) has not received
+	// what it took since, and a failover to it then loses those writes
+	// (the first runs here lost 8 to 10, acknowledged in the second
+	// after the restart and before the pod's deletion; docs/database.md).
+	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
+	if len(afterKill.Failovers) == 0 {
+		f.waitWatching()
+	}
+	w.waitAcks(3)
 	primary = f.primary()
 	deletedAt := time.Now()
 	require.NoError(t, f.cs.CoreV1().Pods(f.ns).Delete(ctx, primary, metav1.DeleteOptions{}))
@@ -647,6 +662,14 @@ func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
 	samples, two := watch.finish()
 	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
 	lost := checkNoAckLost(t, log, w.committedIDs(), killedAt, deletedAt)
+	if lost > 0 {
+		for _, r := range f.database().Status.Failovers {
+			t.Logf("failover %+v", r)
+		}
+		for _, pod := range f.pods() {
+			t.Logf("%s:\n%s", pod, f.serverLog(pod))
+		}
+	}
 	logf(t, "restart and deletion: %d acknowledged writes, %d lost; %d agent rounds, %d with two writable", countAcks(log), lost, samples, len(two))
 }
 
