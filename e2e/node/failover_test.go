@@ -466,6 +466,7 @@ func logf(t testing.TB, format string, args ...any) {
 // the last moment's are measured, not promised); no two servers accepted
 // writes at any moment the agents were asked.
 func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 3, 0)
@@ -622,6 +623,7 @@ func checkNoAckLost(t testing.TB, log []writeOutcome, committed map[int]bool, fa
 // older than a second before a fault is lost; no two servers accepted
 // writes at any moment the agents were asked.
 func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
