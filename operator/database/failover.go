@@ -138,7 +138,11 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return failoverRecheck, nil
 	}
 	if !failover.PrimaryGone(o, w.lastHealthy, w.since, now, primaryGoneAfter(db)) {
-		r.setCondition(db, ConditionFailover, true, "PrimaryUnhealthy", fmt.Sprintf("primary %s is not healthy (%s); failed over if it stays so for %s", primary, whyUnhealthy(o, statusErr), primaryGoneAfter(db)))
+		bound := primaryGoneAfter(db)
+		if failover.ServerBackAsPrimary(o) {
+			bound *= 2 // see ServerBackAsPrimary
+		}
+		r.setCondition(db, ConditionFailover, true, "PrimaryUnhealthy", fmt.Sprintf("primary %s is not healthy (%s); failed over if it stays so for %s", primary, whyUnhealthy(o, statusErr), bound))
 		return failoverRecheck, nil
 	}
 	// Nothing is fenced unless a standby could take its place now: a

@@ -62,11 +62,29 @@ func PrimaryGone(primary Observation, lastHealthy, since, now time.Time, after t
 	if after == 0 {
 		after = DefaultPrimaryGoneAfter
 	}
+	if ServerBackAsPrimary(primary) {
+		after *= 2
+	}
 	from := lastHealthy
 	if from.IsZero() || from.Before(since) {
 		from = since
 	}
 	return now.Sub(from) > after
+}
+
+// ServerBackAsPrimary: the primary's agent says its server is up, an
+// unfenced primary, but its pod is not ready (yet): a container the
+// kubelet restarted, whose crash recovery is done, waiting for its next
+// readiness probe. It gets twice the bound before it is failed over. On
+// the real node, under load, such restarts took 10 to 17 s; fenced the
+// moment it was back, the primary had already acknowledged writes its
+// standbys, which reconnect only every wal_retrieve_retry_interval (5 s),
+// had not received, and the failover lost them (BenchmarkFailover, 12
+// writes in 5 runs). A server that stays up and never ready is still
+// failed over.
+func ServerBackAsPrimary(o Observation) bool {
+	st := o.Status
+	return !o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced
 }
 
 // StandbyHealthy: the standby can be promoted: its agent answered, its

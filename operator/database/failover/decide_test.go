@@ -156,10 +156,18 @@ func TestPrimaryGone(t *testing.T) {
 	bound := failover.DefaultPrimaryGoneAfter
 
 	assert.False(t, failover.PrimaryGone(primary("db-0"), seen, start, seen.Add(time.Hour), 0), "a healthy primary is never gone")
-	for name, o := range map[string]failover.Observation{"unreachable": down, "not ready": notReady, "fenced": fenced, "not a primary": demoted} {
+	for name, o := range map[string]failover.Observation{"unreachable": down, "fenced": fenced, "not a primary": demoted} {
 		assert.False(t, failover.PrimaryGone(o, seen, start, seen.Add(bound), 0), "%s: not past the bound", name)
 		assert.True(t, failover.PrimaryGone(o, seen, start, seen.Add(bound+time.Millisecond), 0), "%s: past the bound", name)
 	}
+	// Its server back up as a primary, its pod not ready yet (a restarted
+	// container): fencing it now could lose writes it already took.
+	assert.False(t, failover.PrimaryGone(notReady, seen, start, seen.Add(bound+time.Millisecond), 0), "a server back as the primary: not past twice the bound")
+	assert.False(t, failover.PrimaryGone(notReady, seen, start, seen.Add(2*bound), 0))
+	assert.True(t, failover.PrimaryGone(notReady, seen, start, seen.Add(2*bound+time.Millisecond), 0), "one that never becomes ready is failed over")
+	serverDown := with(primary("db-0"), func(s *instance.Status) { s.ServerUp = false })
+	serverDown.PodReady = false
+	assert.True(t, failover.PrimaryGone(serverDown, seen, start, seen.Add(bound+time.Millisecond), 0), "a server still down: the bound")
 	assert.True(t, failover.PrimaryGone(down, seen, start, seen.Add(3*time.Second), 2*time.Second), "the bound is a parameter")
 	// An operator that just started has never seen the primary healthy:
 	// the wait counts from when it began watching.
