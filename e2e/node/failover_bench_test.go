@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +83,7 @@ func BenchmarkFailover(b *testing.B) {
 	for _, fc := range faults {
 		b.Run(fc.name, func(b *testing.B) {
 			f.t = b
+			loadBefore := loadAverage()
 			watch := f.watchPrimaries()
 			var outages []time.Duration
 			var at []time.Time
@@ -122,11 +124,21 @@ func BenchmarkFailover(b *testing.B) {
 			b.ReportMetric(worst.Seconds(), "outage-worst-s")
 			b.ReportMetric(float64(lost), "acked-rows-lost")
 			b.ReportMetric(float64(len(two)), "two-writable-moments")
-			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d",
-				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples)
+			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d; /proc/loadavg before %s, after %s",
+				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples, loadBefore, loadAverage())
 		})
 	}
 	w.stop()
+}
+
+// loadAverage is /proc/loadavg's first three fields: the machine's load
+// while measuring (it is shared).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // medianAckInterval is the median time between two consecutive
