@@ -38,6 +38,19 @@ func lostDirectories(h *host, dataVolume string) []string {
 	return kept
 }
 
+// primaryAndStreamingStandby: the named primary on data-0, its app table
+// "rows" holding row 1, and a standby on data-1 streaming from it.
+func primaryAndStreamingStandby(t *testing.T, h *host) (primary, standby *pgtest.Server) {
+	t.Helper()
+	primary = h.primary("data-0")
+	h.init(primary.Port)
+	out, err := h.appSQL(primary.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	require.NoError(t, err, out)
+	standby = h.standby(1, "data-1", primary.Port)
+	waitForStreaming(t, h, primary.Port, "deckhand_replication name-of-database-1 streaming")
+	return primary, standby
+}
+
 // TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWrites:
 // the operator names the standby the primary (as a failover will): until
 // each restarts, the readiness probes of both fail (no Service routes to
@@ -48,12 +61,7 @@ func lostDirectories(h *host, dataVolume string) []string {
 func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWrites(t *testing.T) {
 	h := newHost(t)
 	ready := postgres.Engine{}.ServerPod(h.cluster).Container.ReadinessProbe
-	old := h.primary("data-0")
-	h.init(old.Port)
-	out, err := h.appSQL(old.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
-	require.NoError(t, err, out)
-	standby := h.standby(1, "data-1", old.Port)
-	waitForStreaming(t, h, old.Port, "deckhand_replication name-of-database-1 streaming")
+	old, standby := primaryAndStreamingStandby(t, h)
 	waitForRow(t, h, standby.Port, "1")
 	out, ok := h.probe(ready, 0, "data-0", "", nil)
 	require.True(t, ok, "the named primary is ready: %s", out)
@@ -77,7 +85,7 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 
 	// The old primary still runs (nothing fenced it yet) and takes a write
 	// the new primary never sees, then crashes.
-	out, err = h.appSQL(old.Port, "INSERT INTO rows VALUES (2)")
+	out, err := h.appSQL(old.Port, "INSERT INTO rows VALUES (2)")
 	require.NoError(t, err, out)
 	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (3)")
 	require.NoError(t, err, out)
@@ -115,16 +123,11 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 // the fork, never followed).
 func TestAFormerPrimaryRejoinsAStandbyPromotedOnlineMomentsAgo(t *testing.T) {
 	h := newHost(t)
-	old := h.primary("data-0")
-	h.init(old.Port)
-	out, err := h.appSQL(old.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
-	require.NoError(t, err, out)
-	standby := h.standby(1, "data-1", old.Port)
-	waitForStreaming(t, h, old.Port, "deckhand_replication name-of-database-1 streaming")
+	old, standby := primaryAndStreamingStandby(t, h)
 	// Buffers the standby replayed and has not written yet: the
 	// checkpoint its promotion requests is spread over minutes
 	// (checkpoint_completion_target), as under an application's writes.
-	out, err = h.appSQL(old.Port, "INSERT INTO rows SELECT generate_series(100, 20000)")
+	out, err := h.appSQL(old.Port, "INSERT INTO rows SELECT generate_series(100, 20000)")
 	require.NoError(t, err, out)
 	waitForRow(t, h, standby.Port, "20000")
 
