@@ -89,8 +89,7 @@ func BenchmarkFailover(b *testing.B) {
 			var at []time.Time
 			began := time.Now()
 			for i := 0; i < runs; i++ {
-				waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
-				f.waitWatching()
+				f.waitSteady()
 				w.waitAcks(3)
 				t0, recover := fc.fault()
 				down, _ := w.waitOutageOver(t0)

@@ -532,6 +532,22 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
 }
 
+// waitSteady waits for the state a fault should find: the Database Ready,
+// the operator watching its primary, and every standby streaming from it,
+// as their agents say now (the Database's status may still be the one
+// from before a restart that just ended).
+func (f *failoverCluster) waitSteady() {
+	f.t.Helper()
+	waitDatabaseReady(f.ctx, f.t, f.c, f.ns, f.name)
+	f.waitWatching()
+	primary := f.primary()
+	for _, pod := range f.pods() {
+		if pod != primary {
+			f.waitFollowing(pod, primary)
+		}
+	}
+}
+
 // waitFollowing waits for the pod's server to be a standby streaming on
 // the new primary's timeline.
 func (f *failoverCluster) waitFollowing(pod, primary string) {
@@ -647,15 +663,16 @@ func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
 		down.Round(100*time.Millisecond), afterKill.CurrentPrimary, primary, len(afterKill.Failovers))
 	f.checkFailoversClean(afterKill.Failovers)
 
-	// The next fault once the Database is Ready again (its standby
-	// streams): a standby still reconnecting to a primary that restarted
+	// The next fault once the Database is Ready again and its standby
+	// streams, as its agent says: a standby still reconnecting to a primary that restarted
 	// moments ago (wal_retrieve_retry_interval, 5 s) has not received
 	// what it took since, and a failover to it then loses those writes
 	// (the first runs here lost 8 to 10, acknowledged in the second
 	// after the restart and before the pod's deletion; docs/database.md).
-	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
 	if len(afterKill.Failovers) == 0 {
-		f.waitWatching()
+		f.waitSteady()
+	} else {
+		waitDatabaseReady(ctx, t, f.c, f.ns, f.name) // the old primary stays fenced: no standby
 	}
 	w.waitAcks(3)
 	primary = f.primary()
