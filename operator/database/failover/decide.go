@@ -75,13 +75,14 @@ func PrimaryGone(primary Observation, lastHealthy, since, now time.Time, after t
 // ServerBackAsPrimary: the primary's agent says its server is up, an
 // unfenced primary, but its pod is not ready (yet): a container the
 // kubelet restarted, whose crash recovery is done, waiting for its next
-// readiness probe. It gets twice the bound before it is failed over. On
-// the real node, under load, such restarts took 10 to 17 s; fenced the
-// moment it was back, the primary had already acknowledged writes its
-// standbys, which reconnect only every wal_retrieve_retry_interval (5 s),
-// had not received, and the failover lost them (BenchmarkFailover, 12
-// writes in 5 runs). A server that stays up and never ready is still
-// failed over.
+// readiness probe, or the StatefulSet's new pod after a deletion. It
+// gets twice the bound before it is failed over: fenced the moment it is
+// back, it may have acknowledged writes its standbys, which reconnect
+// only every wal_retrieve_retry_interval (5 s), have not received, and
+// the failover would lose them. On the real node every deletion of the
+// primary's pod was failed over (5 of 5 in BenchmarkFailover, the new
+// pod's server fenced while it ran); with twice the bound, none was. A
+// server that stays up and never ready is still failed over.
 func ServerBackAsPrimary(o Observation) bool {
 	st := o.Status
 	return !o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced
