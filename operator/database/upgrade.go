@@ -102,22 +102,8 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 	if plan.Action == versionchange.Continue {
 		return r.majorUpgrade(ctx, db, eng, l)
 	}
-	if plan.CancelUpgrade {
-		// Nothing was touched yet (but writes may be fenced, which the
-		// unfence Job lifts). Only on the newest status: an older cached
-		// one would cancel (and announce it) twice.
-		if err := r.requireFresh(ctx, db); err != nil {
-			return serverPlan{Keep: true}, err
-		}
-		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, db.Status.Upgrade.ToImage, db.Status.Upgrade.Backup)
-		db.Status.Upgrade = nil
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-	}
-	if plan.ClearFailure {
-		// A new attempt starts when spec.image changes again.
-		r.normal(db, "UpgradeFailureCleared", "Upgrade", "spec.image is %s again: condition UpgradeFailed cleared", wanted)
-		db.Status.Upgrade = nil
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	if err := r.endPastUpgrade(ctx, db, plan, wanted); err != nil {
+		return serverPlan{Keep: true}, err
 	}
 	switch plan.Action {
 	case versionchange.Steady:
@@ -146,6 +132,29 @@ func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.E
 	}
 	image, err := r.backupBeforeRoll(ctx, db, running, wanted)
 	return steadyPlan(db, image), err
+}
+
+// endPastUpgrade ends the upgrade status the plan leaves behind: one
+// cancelled by a new spec.image, or a failure spec.image went back from.
+func (r *Reconciler) endPastUpgrade(ctx context.Context, db *Cluster, plan versionchange.Plan, wanted string) error {
+	if plan.CancelUpgrade {
+		// Nothing was touched yet (but writes may be fenced, which the
+		// unfence Job lifts). Only on the newest status: an older cached
+		// one would cancel (and announce it) twice.
+		if err := r.requireFresh(ctx, db); err != nil {
+			return err
+		}
+		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, db.Status.Upgrade.ToImage, db.Status.Upgrade.Backup)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+	}
+	if plan.ClearFailure {
+		// A new attempt starts when spec.image changes again.
+		r.normal(db, "UpgradeFailureCleared", "Upgrade", "spec.image is %s again: condition UpgradeFailed cleared", wanted)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	}
+	return nil
 }
 
 // versionChangeInput is what versionchange.Decide reads of the Database.
