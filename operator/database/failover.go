@@ -134,6 +134,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	}
 	if failover.PrimaryHealthy(o) {
 		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		r.fenceStrayPrimaries(ctx, db, ch, primary)
 		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
 		return failoverRecheck, nil
 	}
@@ -201,6 +202,27 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 		out = append(out, o)
 	}
 	return out
+}
+
+// fenceStrayPrimaries fences every other instance whose server runs as
+// an unfenced primary beside the healthy one. A failover whose fence did
+// not reach the old primary (its agent cut off from the operator, not
+// from its clients) leaves it taking writes on its open connections and
+// at its pod's address; on the real node it still did 40 s after its
+// agent was reachable again. Once its agent answers it is fenced, and it
+// rejoins as a standby when the fence is lifted (pg_rewind removes what
+// it took alone).
+func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string) {
+	for _, o := range r.standbyObservations(ctx, db, ch, primary) {
+		if st := o.Status; st == nil || !st.ServerUp || st.Role != instance.RolePrimary || st.Fenced {
+			continue
+		}
+		if _, err := ch.Fence(ctx, r.instanceHost(db, o.Pod)); err != nil {
+			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "StrayPrimaryFenceFailed", "Failover", "%s runs as a primary beside %s and could not be fenced: %v", o.Pod, primary, err)
+			continue
+		}
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "StrayPrimaryFenced", "Failover", "%s ran as a primary beside %s: fenced (what it took alone is never served)", o.Pod, primary)
+	}
 }
 
 // whyUnhealthy says what the operator sees of an unhealthy primary.
