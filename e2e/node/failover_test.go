@@ -715,3 +715,86 @@ func (f *failoverCluster) checkFailoversClean(recs []dbv1.FailoverRecord) {
 		assert.LessOrEqual(f.t, n, 1, "%s promoted %d times", pod, n)
 	}
 }
+
+// An old primary cut off from the operator but not from its clients: its
+// agent's port dropped inside its pod's network namespace (iptables
+// through nsenter, from the node), so the operator sees it gone, fails
+// over, and its fence does not reach it. It still runs as a primary: a
+// write through its own socket succeeds after the failover (the
+// split-brain window; -rw no longer routes to it). Once its agent is
+// reachable again the operator fences it, and when the fence is lifted it
+// rejoins as a standby: the row it took alone is never served, neither
+// by -rw nor by it.
+func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	w := f.startWriter("writer")
+	old := f.primary()
+	pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, old, metav1.GetOptions{})
+	require.NoError(t, err)
+
+	agent := f.agentTask(pod)
+	require.NoError(t, dropAgentPort(ctx, agent, "-I"))
+	cut := time.Now()
+	rec := f.waitFailedOver(cut.Add(-time.Second))
+	assert.False(t, rec.Fenced, "the fence reached an agent that was cut off: %+v", rec)
+	w.waitAcks(3)
+
+	rogue := "INSERT INTO acks (id) VALUES (-1) RETURNING id"
+	out, err := tryExecIn(ctx, f.cfg, f.cs, pod, serverContainer, "psql", "-X", "-A", "-t", "-U", "postgres", "-d", "ledger", "-c", rogue)
+	require.NoError(t, err, "the cut-off old primary took no write: %s", out)
+
+	require.NoError(t, dropAgentPort(ctx, agent, "-D"))
+	var st instance.Status
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		st, err = f.agentStatus(old)
+		return err == nil && st.Fenced && !st.ServerUp, nil
+	})
+	require.NoError(t, err, "the old primary, reachable again, still runs: %+v", st)
+	assert.Contains(t, f.eventReasons(), "StrayPrimaryFenced")
+
+	f.liftFence(old, rec.To)
+	f.waitFollowing(old, rec.To)
+	log := w.stop()
+	assert.Equal(t, "0", psql(ctx, t, f.cfg, f.cs, w.pod, "rw", "SELECT count(*) FROM acks WHERE id < 0"), "-rw serves the row the old primary took alone")
+	out, err = tryExecIn(ctx, f.cfg, f.cs, pod, serverContainer, "psql", "-X", "-A", "-t", "-U", "postgres", "-d", "ledger", "-c", "SELECT count(*) FROM acks WHERE id < 0")
+	require.NoError(t, err, out)
+	assert.Equal(t, "0", strings.TrimSpace(out), "the rejoined old primary holds the row it took alone")
+	down, _ := outage(log, cut)
+	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut, write outage through -rw %s, %d acknowledged writes lost (acknowledged by the old primary before -rw left it)",
+		rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), len(lostAcks(log, w.committedIDs())))
+}
+
+// agentTask is the node's process ID of the pod's agent container (its
+// network namespace is the pod's).
+func (f *failoverCluster) agentTask(pod *corev1.Pod) string {
+	f.t.Helper()
+	var id string
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == instance.AgentContainer {
+			id = strings.TrimPrefix(s.ContainerID, "containerd://")
+		}
+	}
+	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr", "tasks", "ls").CombinedOutput()
+	require.NoError(f.t, err, "%s", out)
+	for _, l := range strings.Split(string(out), "\n") {
+		if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == id {
+			return fs[1]
+		}
+	}
+	require.FailNow(f.t, "no task of the agent container", "%s in:\n%s", id, out)
+	return ""
+}
+
+// dropAgentPort adds (-I) or removes (-D) the rule that drops connections
+// to the agent's port inside the network namespace of the process pid.
+func dropAgentPort(ctx context.Context, pid, op string) error {
+	args := []string{"-t", pid, "-n", "--", "iptables", op, "INPUT", "-p", "tcp", "--dport", strconv.Itoa(instance.DefaultPort), "-j", "DROP"}
+	out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nsenter %v: %w: %s", args, err, out)
+	}
+	return nil
+}
