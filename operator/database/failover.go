@@ -108,6 +108,12 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if rec := failoverUnderway(db); rec != nil {
 		return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, true)
 	}
+	// The old primary's return (rejoin.go) never holds up the watch of
+	// the new one: an old primary that never comes back must not keep
+	// the next failover from happening.
+	if err := r.rejoinOldPrimary(ctx, db, ch); err != nil {
+		return failoverRecheck, err
+	}
 	if why := notWatchedNow(db, l); why != "" {
 		// A primary restarted on purpose is not gone: the watch starts
 		// again, a whole bound, once this is over.
@@ -134,6 +140,10 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	}
 	if failover.PrimaryHealthy(o) {
 		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		r.failoverPending(db, false)
+		if asked, err := r.maybeSwitchover(ctx, db, eng, ch, o); asked || err != nil {
+			return failoverRecheck, err
+		}
 		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
 		return failoverRecheck, nil
 	}
@@ -146,6 +156,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary), 0); err != nil {
 		msg := fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err)
 		r.warn(db, ConditionFailover, "FailoverBlocked", msg)
+		r.failoverPending(db, true)
 		r.setCondition(db, ConditionFailover, false, "FailoverBlocked", msg)
 		return failoverRecheck, nil
 	}
@@ -239,6 +250,9 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		Slots: func(to string) []string { return slotsForNewPrimary(db, to) },
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
+		if r.catchingUp(db, rec, err) {
+			return nil
+		}
 		return err
 	}
 	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
@@ -266,16 +280,19 @@ func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.Fa
 		list = list[len(list)-maxFailoverRecords:]
 	}
 	db.Status.Failovers = list
-	switch rec.Phase {
-	case dbv1.FailoverCompleted:
+	if rec.Phase == dbv1.FailoverCompleted {
 		db.Status.CurrentPrimary = rec.To
-		r.setCondition(db, ConditionFailover, true, "FailedOver", fmt.Sprintf("%s is the primary in place of %s (%s)", rec.To, rec.From, rec.Reason))
-	case dbv1.FailoverPromoting:
-		r.setCondition(db, ConditionFailover, false, "Promoting", fmt.Sprintf("promoting %s in place of %s; %s", rec.To, rec.From, rec.FenceMessage))
-	default:
-		r.setCondition(db, ConditionFailover, false, "Fencing", fmt.Sprintf("primary %s is gone: fencing it and choosing a standby", rec.From))
 	}
-	return r.saveStatus(ctx, db)
+	ok, reason, msg := failoverCondition(rec)
+	r.setCondition(db, ConditionFailover, ok, reason, msg)
+	if err := r.saveStatus(ctx, db); err != nil {
+		return err
+	}
+	r.failoverPending(db, rec.Phase != dbv1.FailoverCompleted)
+	if rec.Phase == dbv1.FailoverCompleted {
+		r.countFailover(db, rec)
+	}
+	return nil
 }
 
 // saveStatus writes the status now, in the middle of a pass (a failover

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
@@ -46,7 +47,7 @@ func withAgent(db *Cluster, desired, existing *appsv1.StatefulSet, operatorImage
 	}
 	_, pods := instanceSecretNames(db)
 	spec := &desired.Spec.Template.Spec
-	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name})
+	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name, ScriptsVolume: engine.ScriptsVolume})
 }
 
 // instanceHosts are the instances of the Database's ordinals, by the

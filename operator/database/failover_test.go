@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -153,6 +154,7 @@ func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing
 	})
 	assert.Equal(t, "lone-0", got.Status.CurrentPrimary)
 	assert.Empty(t, got.Status.Failovers, "no failover was begun")
+	assert.Equal(t, 1.0, gaugeValue(t, "deckhand_database_failover_pending", ns, "lone"), "the primary is gone and not replaced: the alert's gauge")
 	assertEvent(t, c, ns, "lone", corev1.EventTypeWarning, "FailoverBlocked")
 
 	oc := operatorClient(t, c, ns, "lone", a)
@@ -170,4 +172,27 @@ func operatorClient(t *testing.T, c client.Client, ns, name string, a *agents) *
 	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
 	require.NoError(t, err)
 	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.DialContext))
+}
+
+// gaugeValue is the operator's gauge name for the Database ns/name (the
+// operator runs in this process); -1 when absent.
+func gaugeValue(t *testing.T, name, ns, db string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			if have["namespace"] == ns && have["database"] == db {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

@@ -50,7 +50,7 @@ type Steps struct {
 // Start is the record of a failover of from, the primary last seen
 // writing at fromLSN (0: never seen).
 func Start(from string, fromLSN instance.LSN, now time.Time) *dbv1.FailoverRecord {
-	rec := &dbv1.FailoverRecord{Started: metav1.NewTime(now), Phase: dbv1.FailoverFencing, From: from}
+	rec := &dbv1.FailoverRecord{Kind: dbv1.KindFailover, Started: metav1.NewTime(now), Phase: dbv1.FailoverFencing, From: from}
 	if fromLSN != 0 {
 		rec.FromLSN = fromLSN.String()
 	}
@@ -66,13 +66,21 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 		if err := s.Save(ctx, rec); err != nil {
 			return fmt.Errorf("recording the failover of %s: %w", rec.From, err)
 		}
-		s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
+		if rec.Kind == dbv1.KindSwitchover {
+			s.Event(false, "Switchover", fmt.Sprintf("switching over from %s to %s", rec.From, rec.To))
+		} else {
+			s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
+		}
 	}
 	for rec.Phase != dbv1.FailoverCompleted {
 		var err error
 		switch rec.Phase {
 		case dbv1.FailoverFencing:
-			err = s.fenceAndChoose(ctx, rec)
+			if rec.Kind == dbv1.KindSwitchover {
+				err = s.fenceForSwitchover(ctx, rec)
+			} else {
+				err = s.fenceAndChoose(ctx, rec)
+			}
 		case dbv1.FailoverPromoting:
 			err = s.promote(ctx, rec)
 		default:
@@ -161,6 +169,10 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	lost := "unknown (the old primary's last position was never seen)"
 	if rec.BytesPossiblyLost != nil {
 		lost = fmt.Sprintf("%d bytes of WAL", *rec.BytesPossiblyLost)
+	}
+	if rec.Kind == dbv1.KindSwitchover {
+		s.Event(false, "SwitchedOver", fmt.Sprintf("%s is the primary in place of %s; nothing lost (it replayed past %s's last record)", rec.To, rec.From, rec.From))
+		return nil
 	}
 	s.Event(false, "FailedOver", fmt.Sprintf("%s is the primary in place of %s; possibly lost: %s", rec.To, rec.From, lost))
 	return nil

@@ -47,6 +47,12 @@ type Status struct {
 	// Fenced: the fence marker is in place (POST /fence): the server is
 	// stopped and must not be started until the operator lifts it.
 	Fenced bool `json:"fenced"`
+	// NamedPrimary is the primary the pod's scripts ConfigMap names now,
+	// as its server's entrypoint reads it at its next start (the kubelet
+	// refreshes a mounted ConfigMap at its own pace); "" when the agent
+	// has no scripts mounted. The operator lifts an old primary's fence
+	// only once it names another pod (rejoin.go).
+	NamedPrimary string `json:"namedPrimary,omitempty"`
 	// Error says why the server is not up (connection refused, timeout).
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"`
