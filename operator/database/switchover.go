@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/failover"
@@ -81,7 +80,6 @@ func failoverCondition(rec *dbv1.FailoverRecord) (status bool, reason, msg strin
 		return false, "Fencing", fmt.Sprintf("primary %s is gone: fencing it and choosing a standby", rec.From)
 	}
 }
-
 
 // failoverPending sets the failover_pending gauge: the primary is gone
 // and not replaced (a record under way, or blocked).
