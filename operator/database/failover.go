@@ -141,6 +141,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if failover.PrimaryHealthy(o) {
 		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
 		r.failoverPending(db, false)
+		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
+			return failoverRecheck, err
+		}
 		if asked, err := r.maybeSwitchover(ctx, db, eng, ch, o); asked || err != nil {
 			return failoverRecheck, err
 		}

@@ -128,6 +128,12 @@ func (f *failoverSetup) started(pod, port, data string) {
 func newFailoverSetup(t *testing.T) *failoverSetup { return newFailoverSetupOf(t, 2) }
 
 func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
+	return newFailoverSetupWith(t, replicas, nil)
+}
+
+// newFailoverSetupWith is newFailoverSetupOf with change made to the
+// Database before it is created.
+func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Database)) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
 	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
@@ -145,6 +151,9 @@ func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
 			Failover:    &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
 		},
+	}
+	if change != nil {
+		change(db)
 	}
 	require.NoError(t, e.c.Create(context.Background(), db))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {

@@ -197,6 +197,32 @@ type DatabaseSpec struct {
 	// on the host's PostgreSQL, not yet on a real node.
 	// +optional
 	Failover *FailoverSpec `json:"failover,omitempty"`
+
+	// Replication: how the standbys replicate (docs/database.md,
+	// Synchronous replication).
+	// +optional
+	Replication *ReplicationSpec `json:"replication,omitempty"`
+}
+
+// ReplicationSpec says how the standbys replicate.
+type ReplicationSpec struct {
+	// Synchronous: a commit returns only once standbys have it.
+	// +optional
+	Synchronous *SynchronousSpec `json:"synchronous,omitempty"`
+}
+
+// SynchronousSpec turns on synchronous replication.
+type SynchronousSpec struct {
+	// MinStandbys is how many standbys must have flushed a commit's WAL
+	// before the commit returns (synchronous_standby_names = 'ANY n
+	// (<the streaming standbys>)'); 0 (default): asynchronous. While
+	// fewer standbys stream, the operator lowers it to those that do
+	// (writes stay available; the docs say what that risks). Needs
+	// failover.enabled (the instance agent sets it on the primary).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31
+	// +optional
+	MinStandbys int32 `json:"minStandbys,omitempty"`
 }
 
 // FailoverSpec turns on automatic failover.
@@ -635,6 +661,8 @@ type BackupStatus struct {
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet's pods and Services add suffixes to it and must stay within 63"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.failover) || !has(self.spec.failover.switchoverTo) || size(self.spec.failover.switchoverTo) == 0 || (self.spec.failover.switchoverTo.startsWith(self.metadata.name + '-') && self.spec.failover.switchoverTo.substring(size(self.metadata.name) + 1).matches('^(0|[1-9][0-9]?)$') && int(self.spec.failover.switchoverTo.substring(size(self.metadata.name) + 1)) < (has(self.spec.replicas) ? self.spec.replicas : 1))",messageExpression="'spec.failover.switchoverTo must name an instance of this Database, ' + self.metadata.name + '-<ordinal> with an ordinal below spec.replicas, not \"' + self.spec.failover.switchoverTo + '\"'"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.failover) || !has(self.spec.failover.switchoverTo) || size(self.spec.failover.switchoverTo) == 0 || (has(self.spec.failover.enabled) && self.spec.failover.enabled)",message="spec.failover.switchoverTo needs spec.failover.enabled: true (the switchover runs through the instance agent)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || !has(self.spec.replication.synchronous.minStandbys) || self.spec.replication.synchronous.minStandbys == 0 || self.spec.replication.synchronous.minStandbys < (has(self.spec.replicas) ? self.spec.replicas : 1)",message="spec.replication.synchronous.minStandbys must be below spec.replicas: there are replicas - 1 standbys"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || !has(self.spec.replication.synchronous.minStandbys) || self.spec.replication.synchronous.minStandbys == 0 || (has(self.spec.failover) && has(self.spec.failover.enabled) && self.spec.failover.enabled)",message="spec.replication.synchronous.minStandbys needs spec.failover.enabled: true (the instance agent sets synchronous_standby_names on the primary)"
 type Database struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

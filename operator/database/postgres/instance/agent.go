@@ -142,6 +142,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /promote", a.servePromote)
 	mux.HandleFunc("POST /fence", a.serveFence)
 	mux.HandleFunc("DELETE /fence", a.serveUnfence)
+	mux.HandleFunc("POST /synchronous", a.serveSynchronous)
 	return mux
 }
 
