@@ -57,6 +57,9 @@ type watched struct {
 	primary            string
 	since, lastHealthy time.Time
 	lastLSN            instance.LSN
+	// lastSynchronous are the standbys its synchronous_standby_names
+	// named then (syncrep.go).
+	lastSynchronous []string
 }
 
 func (w *primaryWatch) forget(uid types.UID) {
@@ -139,7 +142,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		o.Status = &st
 	}
 	if failover.PrimaryHealthy(o) {
-		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		w.lastHealthy, w.lastLSN, w.lastSynchronous = now, st.CurrentLSN, synchronousNames(st.SynchronousStandbyNames)
 		r.failoverPending(db, false)
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
 			return failoverRecheck, err
@@ -156,7 +159,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	}
 	// Nothing is fenced unless a standby could take its place now: a
 	// primary with no healthy standby is left to come back by itself.
-	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary), 0); err != nil {
+	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary, w.lastSynchronous), 0); err != nil {
 		msg := fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err)
 		r.warn(db, ConditionFailover, "FailoverBlocked", msg)
 		r.failoverPending(db, true)
@@ -164,6 +167,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return failoverRecheck, nil
 	}
 	rec := failover.Start(primary, w.lastLSN, now)
+	rec.SynchronousStandbys = w.lastSynchronous
 	return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, false)
 }
 
@@ -198,10 +202,10 @@ func hasAgent(sts *appsv1.StatefulSet) bool {
 }
 
 // standbyObservations are the other instances' statuses now.
-func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string) []failover.Observation {
+func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string, synchronous []string) []failover.Observation {
 	var out []failover.Observation
 	for _, inst := range instanceHosts(db) {
-		if inst.Pod == primary {
+		if inst.Pod == primary || !failover.MayBePromoted(synchronous, inst.Pod) {
 			continue
 		}
 		o := failover.Observation{Pod: inst.Pod}

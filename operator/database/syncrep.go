@@ -81,3 +81,21 @@ func (r *Reconciler) ensureSynchronous(ctx context.Context, db *Cluster, ch *ins
 	r.normal(db, "SynchronousStandbys", "Replication", "%s", fmt.Sprintf("synchronous_standby_names on %s is now %q", currentPrimary(db), want))
 	return nil
 }
+
+// synchronousNames are the pods a synchronous_standby_names value the
+// operator wrote names (its quoted names); none for "".
+func synchronousNames(value string) []string {
+	var names []string
+	for {
+		_, rest, ok := strings.Cut(value, `"`)
+		if !ok {
+			return names
+		}
+		name, after, ok := strings.Cut(rest, `"`)
+		if !ok {
+			return names
+		}
+		names = append(names, name)
+		value = after
+	}
+}

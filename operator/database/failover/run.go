@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +101,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 	s.fence(ctx, rec)
 	var obs []Observation
 	for _, pod := range s.Pods {
-		if pod == rec.From {
+		if pod == rec.From || !MayBePromoted(rec.SynchronousStandbys, pod) {
 			continue
 		}
 		o := Observation{Pod: pod}
@@ -176,4 +177,11 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	}
 	s.Event(false, "FailedOver", fmt.Sprintf("%s is the primary in place of %s; possibly lost: %s", rec.To, rec.From, lost))
 	return nil
+}
+
+// MayBePromoted: with synchronous standbys (the old primary's, when last
+// seen) only one of them may be promoted: an acknowledged commit is on
+// them, not necessarily on the others. None: asynchronous, any may.
+func MayBePromoted(synchronous []string, pod string) bool {
+	return len(synchronous) == 0 || slices.Contains(synchronous, pod)
 }

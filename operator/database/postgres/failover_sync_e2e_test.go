@@ -71,6 +71,7 @@ func TestWithSynchronousReplicationAFailoverLosesNoCommittedRow(t *testing.T) {
 		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
 	})
 	assert.Equal(t, "fo-1", got.Status.CurrentPrimary)
+	assert.Equal(t, []string{"fo-1"}, got.Status.Failovers[0].SynchronousStandbys, "the record names the synchronous standbys, the only ones that may be promoted")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		out, err := f.psql("fo-1", "SELECT current_setting('synchronous_standby_names')")
 		require.NoError(ct, err, out)

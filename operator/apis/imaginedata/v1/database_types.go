@@ -324,6 +324,14 @@ type FailoverRecord struct {
 	// fromLSN is unknown.
 	// +optional
 	BytesPossiblyLost *int64 `json:"bytesPossiblyLost,omitempty"`
+	// SynchronousStandbys are the standbys in the old primary's
+	// synchronous_standby_names when it was last seen healthy: with
+	// synchronous replication only one of them is promoted (the others
+	// may lack acknowledged commits). Empty: asynchronous, any standby.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	SynchronousStandbys []string `json:"synchronousStandbys,omitempty"`
 	// Reason says why the standby was chosen.
 	// +optional
 	Reason string `json:"reason,omitempty"`

@@ -503,6 +503,11 @@ func (in *FailoverRecord) DeepCopyInto(out *FailoverRecord) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.SynchronousStandbys != nil {
+		in, out := &in.SynchronousStandbys, &out.SynchronousStandbys
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.FenceLifted != nil {
 		in, out := &in.FenceLifted, &out.FenceLifted
 		*out = (*in).DeepCopy()
