@@ -89,6 +89,11 @@ func TestASwitchoverHandsOverWithoutLosingACommittedRow(t *testing.T) {
 	assert.Equal(t, 0.0, metricValue(t, "deckhand_database_failover_pending", map[string]string{"namespace": e.ns, "database": "fo"}))
 }
 
+// readWriteDSN connects to fo-rw as the superuser.
+func (f *failoverSetup) readWriteDSN() string {
+	return fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=%s sslmode=disable connect_timeout=5", f.rwPort, quoteDSN(f.superuser), quoteDSN(appDatabase))
+}
+
 // quoteDSN is v as a libpq key=value string value.
 func quoteDSN(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
@@ -122,7 +127,7 @@ type writer struct {
 
 func (f *failoverSetup) startWriter() *writer {
 	w := &writer{done: make(chan struct{}), finished: make(chan struct{})}
-	dsn := fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=%s sslmode=disable connect_timeout=5", f.rwPort, quoteDSN(f.superuser), quoteDSN(appDatabase))
+	dsn := f.readWriteDSN()
 	go func() {
 		defer close(w.finished)
 		for id := 1000; ; id++ {

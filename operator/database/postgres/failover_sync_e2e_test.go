@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strconv"
 	"syscall"
 	"testing"
@@ -93,8 +92,7 @@ func TestWithSynchronousReplicationAFailoverLosesNoCommittedRow(t *testing.T) {
 // commitThroughReadWrite commits row id through fo-rw within bound: nil
 // once the commit is acknowledged.
 func (f *failoverSetup) commitThroughReadWrite(id int, bound time.Duration) error {
-	dsn := fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=%s sslmode=disable connect_timeout=5", f.rwPort, quoteDSN(f.superuser), quoteDSN(appDatabase))
-	db, err := sql.Open("postgres", dsn)
+	db, err := sql.Open("postgres", f.readWriteDSN())
 	if err != nil {
 		return err
 	}
