@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -127,7 +126,6 @@ type writer struct {
 
 func (f *failoverSetup) startWriter() *writer {
 	w := &writer{done: make(chan struct{}), finished: make(chan struct{})}
-	dsn := f.readWriteDSN()
 	go func() {
 		defer close(w.finished)
 		for id := 1000; ; id++ {
@@ -136,7 +134,7 @@ func (f *failoverSetup) startWriter() *writer {
 				return
 			default:
 			}
-			if err := w.insert(dsn, id); err == nil {
+			if err := f.commitThroughReadWrite(id, 10*time.Second); err == nil {
 				w.mu.Lock()
 				w.committed = append(w.committed, id)
 				w.mu.Unlock()
@@ -151,20 +149,6 @@ func (f *failoverSetup) startWriter() *writer {
 	}()
 	f.e.t.Cleanup(func() { w.stop() })
 	return w
-}
-
-// insert commits one row on a connection of its own: nil once the
-// commit is acknowledged.
-func (w *writer) insert(dsn string, id int) error {
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = db.ExecContext(ctx, "INSERT INTO rows VALUES ($1)", id)
-	return err
 }
 
 func (w *writer) committedCount() int {
