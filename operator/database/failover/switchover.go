@@ -74,8 +74,7 @@ func (s Steps) fenceForSwitchover(ctx context.Context, rec *dbv1.FailoverRecord)
 			s.Event(true, "FenceFailed", fmt.Sprintf("switchover: fencing %s failed (tried again; nothing is promoted meanwhile): %v", rec.From, err))
 			return fmt.Errorf("fencing %s: %w", rec.From, err)
 		case res.FinalLSN == 0:
-			s.Event(true, "FenceFailed", fmt.Sprintf("switchover: %s did not stop cleanly, its last position is unknown: nothing is promoted (tried again)", rec.From))
-			return fmt.Errorf("fencing %s: no clean shutdown", rec.From)
+			return s.fallBackToFailover(ctx, rec)
 		}
 		rec.Fenced, rec.FromLSN = true, res.FinalLSN.String()
 		rec.FenceMessage = fmt.Sprintf("fenced: stopped cleanly, its last record at %s; it stays stopped until the operator lifts the fence", res.FinalLSN)
@@ -101,4 +100,18 @@ func (s Steps) fenceForSwitchover(ctx context.Context, rec *dbv1.FailoverRecord)
 	}
 	s.Event(false, "Promoting", fmt.Sprintf("switchover: %s replayed to %s, past %s's last record (%s): promoting it", rec.To, st.ReplayLSN, rec.From, final))
 	return nil
+}
+
+// fallBackToFailover: the old primary is stopped but not cleanly, so its
+// last position is unknown; the switchover goes on as a failover would
+// (the old primary is fenced, stopped: it is gone).
+func (s Steps) fallBackToFailover(ctx context.Context, rec *dbv1.FailoverRecord) error {
+	target := rec.To
+	rec.To = ""
+	s.Event(true, "SwitchoverFellBack", fmt.Sprintf("switchover: %s did not stop cleanly (its last position is unknown): going on as a failover, the most advanced standby is promoted rather than %s", rec.From, target))
+	if err := s.fenceAndChoose(ctx, rec); err != nil {
+		return err
+	}
+	rec.Reason = fmt.Sprintf("switchover to %s, but %s did not stop cleanly: as a failover, %s", target, rec.From, rec.Reason)
+	return s.Save(ctx, rec)
 }
