@@ -585,6 +585,16 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		"bad storage": {func() client.Object { m := newCluster(ns, "b", "s", 1); m.Spec.Storage = "lots"; return m }(), `storage must be a quantity such as 1Gi or 500M, not "lots"`},
 		"bad time": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns},
 			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "every night"}}, `time must be five cron fields`},
+		"node label value with a space": {func() client.Object {
+			m := newCluster(ns, "f", "s", 1)
+			m.Spec.NodeSelector = map[string]grtlv1.NodeLabelValue{"disktype": "fast ssd"}
+			return m
+		}(), `nodeSelector: "fast ssd" is not a label value`},
+		"node label key with a space": {func() client.Object {
+			m := newCluster(ns, "g", "s", 1)
+			m.Spec.NodeSelector = map[string]grtlv1.NodeLabelValue{"disk type": "ssd"}
+			return m
+		}(), "nodeSelector: each key must be a label key"},
 		"root user": {func() client.Object { m := newCluster(ns, "e", "s", 1); m.Spec.RunAsUser = ptr.To(int64(0)); return m }(), "runAsUser must be more than 0"},
 		"empty retention": {&grtlv1.MySQLBackupSchedule{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: ns},
 			Spec: grtlv1.MySQLBackupScheduleSpec{Cluster: "a", Time: "@daily", Retention: &grtlv1.Retention{}}}, "retention needs keepLast, maxAge or both"},
