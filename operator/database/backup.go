@@ -455,10 +455,9 @@ func backupJob(db *Cluster, eng engine.Engine, b *Backup, image string, spec eng
 	c.Image = image
 	pod := eng.BackupPod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup})
-	job := lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
-	// A verification may read the same ReadWriteOnce volume meanwhile.
-	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, spec.ClaimName)
-	return job
+	// A verification may read the same ReadWriteOnce volume meanwhile
+	// (lifecycleJob places them together).
+	return lifecycleJob(db.Kind, backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
@@ -468,10 +467,13 @@ func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
 	}
 }
 
-// lifecycleJob is the shape of backup, restore, upgrade and delete Jobs:
-// one pod of the engine's, a few retries with the Job controller's
-// exponential backoff, and a deadline so a Job that never starts fails.
-func lifecycleJob(name, namespace string, labels map[string]string, owner metav1.OwnerReference, pod engine.Pod, placement *dbv1.PodTemplate, retries int32, scripts string) *batchv1.Job {
+// lifecycleJob is the shape of backup, restore, upgrade, verification and
+// delete Jobs: one pod of the engine's, a few retries with the Job
+// controller's exponential backoff, and a deadline so a Job that never
+// starts fails. One that mounts a backup claim runs beside that claim's
+// other users (sameNodeAsBackupVolumeUsers): every such Job gets it here,
+// so none can forget it.
+func lifecycleJob(kind *Kind, name, namespace string, labels map[string]string, owner metav1.OwnerReference, pod engine.Pod, placement *dbv1.PodTemplate, retries int32, scripts string) *batchv1.Job {
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
 		Containers:         []corev1.Container{pod.Container},
@@ -491,7 +493,7 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 	if placement != nil {
 		spec.Affinity = placement.Affinity
 	}
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: namespace, Labels: labels,
@@ -506,6 +508,8 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 			},
 		},
 	}
+	sameNodeAsBackupVolumeUsers(kind, &job.Spec.Template, backupClaimOf(job))
+	return job
 }
 
 // observeJob records the result of the backup's Job. The Job is deleted
@@ -734,9 +738,7 @@ func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batch
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
-	job := lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, "")
-	sameNodeAsBackupVolumeUsers(r.Kind, &job.Spec.Template, b.Status.ClaimName)
-	return job, nil
+	return lifecycleJob(r.Kind, deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
 }
 
 // fileOwner is the UID a backup's file was written as: the one its status

@@ -298,9 +298,7 @@ func verifyJob(db *Cluster, verifier engine.Verifier, b *Backup, s verifySetting
 	pod := verifier.VerifyPod(c, engine.Verify{File: b.Status.File, SHA256: b.Status.SHA256, ClaimName: b.Status.ClaimName, UserCheck: s.UserCheck})
 	pod.Volumes = append(pod.Volumes, scratchVolume(db, b.Status.Size))
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentVerify})
-	job := lifecycleJob(verifyJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, false), pod, db.Spec.PodTemplate, 0, namesOf(db).Scripts)
-	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, b.Status.ClaimName)
-	return job
+	return lifecycleJob(db.Kind, verifyJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, false), pod, db.Spec.PodTemplate, 0, namesOf(db).Scripts)
 }
 
 // scratchVolume is a generic ephemeral volume: a claim made with the pod
@@ -327,9 +325,10 @@ func scratchVolume(db *Cluster, dumpSize int64) corev1.Volume {
 // claim they mount.
 const labelBackupClaimSuffix = "backup-claim"
 
-// sameNodeAsBackupVolumeUsers makes a pod that mounts the cluster's
-// ReadWriteOnce backup claim run on the node of any other pod mounting it
-// (a backup or a verification): a ReadWriteOnce volume can be mounted by
+// sameNodeAsBackupVolumeUsers makes a pod that mounts a ReadWriteOnce
+// backup claim run on the node of any other pod mounting it (a backup, a
+// verification, a restore, an upgrade, a file's deletion; lifecycleJob
+// applies it to each): a ReadWriteOnce volume can be mounted by
 // several pods of one node, never of two. The first of them goes
 // anywhere (a required pod affinity that only the pod itself matches is
 // ignored), the next joins it, so neither waits for the other.
