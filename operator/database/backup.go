@@ -738,7 +738,20 @@ func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batch
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
-	return lifecycleJob(r.Kind, deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, ""), nil
+	return lifecycleJob(r.Kind, deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, r.placementOf(ctx, b), 3, ""), nil
+}
+
+// placementOf is where the Job that deletes b's file may run: the pod
+// template (nodeSelector, tolerations, affinity, priority) of the cluster
+// of b's name. A later cluster of that name counts too: it uses the same
+// backup claim, so its nodes are the ones that claim's users run on. With
+// no cluster, nothing says: the scheduler's choice (nil).
+func (r *BackupReconciler) placementOf(ctx context.Context, b *Backup) *dbv1.PodTemplate {
+	db, err := r.Kind.getCluster(ctx, r.Client, client.ObjectKey{Namespace: b.Namespace, Name: b.Cluster})
+	if err != nil {
+		return nil
+	}
+	return db.Spec.PodTemplate
 }
 
 // fileOwner is the UID a backup's file was written as: the one its status
