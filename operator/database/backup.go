@@ -54,6 +54,16 @@ const (
 // finishes, so on a real cluster it is there at once.
 const reportGrace = time.Minute
 
+// reportWait is how much longer the grace for a succeeded Job's report
+// lasts. It is measured on the wall clock, not the reconciler's (a test's
+// may run days ahead): the Job controller stamped the Job's completion
+// with the real time, and what the grace waits for (the pod's status in
+// the cache) takes real time.
+func reportWait(job *batchv1.Job) time.Duration {
+	done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
+	return time.Until(done.Add(reportGrace))
+}
+
 // pendingRecheck is how often a waiting backup looks again: what it waits
 // for (another backup's Job going, a server becoming ready) belongs to
 // other objects.
@@ -525,8 +535,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.SHA256 == "" || report.File == "" {
-			done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
-			if wait := done.Add(reportGrace).Sub(r.now()); wait > 0 {
+			if wait := reportWait(job); wait > 0 {
 				status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "WaitingForReport",
 					fmt.Sprintf("Job %s succeeded; waiting for its report (file, size, checksum)", job.Name))
 				return reconcile.Result{RequeueAfter: wait}, nil

@@ -156,7 +156,13 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	}
 	switch {
 	case ours && v != nil && v.Outcome != "":
-		// Recorded and read back: the Job goes.
+		// Recorded and read back: the Job goes. Unless this read of the
+		// backup is stale: the Job may then be a newer verification's
+		// (same name, same owner), started after the outcome this read
+		// shows, and deleting it would lose that verification (JobLost).
+		if r.stale(ctx, b) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
 		if job.DeletionTimestamp.IsZero() {
 			return reconcile.Result{}, r.deleteJob(ctx, &job)
 		}
@@ -257,10 +263,7 @@ func (r *BackupReconciler) verifyRequested(b *Backup, db *Cluster, s verifySetti
 		if err != nil {
 			return false, 0
 		}
-		since := b.Status.CompletionTime.Time
-		if v != nil && v.RequestTime != nil && v.RequestTime.After(since) {
-			since = v.RequestTime.Time
-		}
+		since := scheduledSince(b)
 		now := r.now()
 		if _, due := lastDue(sched, loc, since, now); due {
 			return true, 0
@@ -268,6 +271,25 @@ func (r *BackupReconciler) verifyRequested(b *Backup, db *Cluster, s verifySetti
 		return false, sched.Next(now.In(loc)).Sub(now) + time.Second
 	}
 	return false, 0
+}
+
+// scheduledSince is when the Scheduled mode last had b verified: the
+// newest of the backup's completion, its last verification's request and
+// that verification's end. Schedule times that pass while a verification
+// runs are covered by it (it verified this same backup), so none starts
+// another, then or after it.
+func scheduledSince(b *Backup) time.Time {
+	since := b.Status.CompletionTime.Time
+	v := b.Status.Verification
+	if v == nil {
+		return since
+	}
+	for _, t := range []*metav1.Time{v.RequestTime, v.CompletionTime} {
+		if t != nil && t.After(since) {
+			since = t.Time
+		}
+	}
+	return since
 }
 
 // cannotVerify says why a verification must wait ("" when it may start).
@@ -371,8 +393,7 @@ func (r *BackupReconciler) observeVerifyJob(ctx context.Context, b *Backup, db *
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.Verification == nil || len(report.Verification.Checks) == 0 {
-			done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
-			if wait := done.Add(reportGrace).Sub(r.now()); wait > 0 {
+			if wait := reportWait(job); wait > 0 {
 				return reconcile.Result{RequeueAfter: wait}, nil
 			}
 			r.verified(b, db, dbv1.VerificationError, nil, "NoReport", fmt.Sprintf("verification Job %s succeeded but its pod reported no checks", job.Name))
