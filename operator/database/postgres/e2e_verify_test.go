@@ -245,7 +245,7 @@ func labelsOf(m *dto.Metric) map[string]string {
 func TestScheduledVerificationVerifiesTheNewestBackupOncePerScheduleTime(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	noon := time.Now().UTC().Truncate(24*time.Hour).Add(36 * time.Hour)
+	noon := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
 	offset.Store(int64(time.Until(noon)))
 	e := newEndToEnd(t, database.Options{Now: now})
 	ctx := context.Background()
