@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,8 +67,17 @@ func frontendState(ctx context.Context, t *testing.T, cs clientset) frontend {
 	return f
 }
 
+// releaseMu serialises upgrades of the cluster's release: the tests that
+// run in parallel each switch their controller on, and Helm refuses an
+// upgrade while another is under way ("release: already exists").
+var releaseMu sync.Mutex
+
+// helmUpgrade upgrades the cluster's release with args on top of its
+// values, waiting for the operator to be Available again.
 func helmUpgrade(ctx context.Context, t *testing.T, args ...string) {
 	t.Helper()
+	releaseMu.Lock()
+	defer releaseMu.Unlock()
 	cmd := append([]string{"--kubeconfig", kubeconfigPath(), "-n", operatorNamespace, "upgrade", "deckhand",
 		"../../charts/deckhand", "--reuse-values", "--wait", "--timeout", "3m"}, args...)
 	out, err := exec.CommandContext(ctx, helmBinary(t), cmd...).CombinedOutput()

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +37,7 @@ const jmxPort = 9404
 // JVM keeps running in the same container, and after the JVM is killed
 // (the container restarts) the new JVM is attached again.
 func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -99,6 +102,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 // reports SignalNotHandled and does not signal it. Both containers keep
 // running, never restarted.
 func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -152,23 +156,53 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 // it (controllers.jmxExporter.namespaces: the chart's least-privilege way),
 // on the chart's operator from the node's image, which carries the
 // stand-in agent; a release of an image without it is installed again
-// (hack/node.sh operator). The controller is switched off again, and the
-// namespace removed from the release, before the namespace is deleted.
+// (hack/node.sh operator). The JMX tests run in parallel, so the release
+// lists every JMX test's namespace at once (jmxNamespaces); when a test ends
+// its namespace leaves the list, and the last one switches the controller
+// off, before the namespace is deleted.
 func jmxNamespace(ctx context.Context, t *testing.T, cs clientset) string {
 	t.Helper()
+	jmxMu.Lock()
 	d := operatorDeployment(ctx, t, cs)
 	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, "-standin-agent") {
 		out, err := exec.CommandContext(ctx, "../../hack/node.sh", "operator").CombinedOutput()
 		require.NoError(t, err, "hack/node.sh operator:\n%s", out)
 	}
+	jmxMu.Unlock()
 	ns := namespace(ctx, t, cs)
-	helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=true",
-		"--set", "controllers.jmxExporter.namespaces={"+ns+"}")
-	t.Cleanup(func() {
-		helmUpgrade(context.Background(), t, "--set", "controllers.jmxExporter.enabled=false",
-			"--set", "controllers.jmxExporter.namespaces=null")
-	})
+	watchJMX(ctx, t, ns, true)
+	t.Cleanup(func() { watchJMX(context.Background(), t, ns, false) })
 	return ns
+}
+
+var (
+	jmxMu      sync.Mutex
+	jmxWatched = map[string]bool{} // the namespaces the release's JMX controller watches
+)
+
+// watchJMX adds ns to the JMX controller's namespaces (on) or takes it
+// out, switching the controller off when none is left.
+func watchJMX(ctx context.Context, t *testing.T, ns string, on bool) {
+	t.Helper()
+	jmxMu.Lock()
+	defer jmxMu.Unlock()
+	if on {
+		jmxWatched[ns] = true
+	} else {
+		delete(jmxWatched, ns)
+	}
+	if len(jmxWatched) == 0 {
+		helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=false",
+			"--set", "controllers.jmxExporter.namespaces=null")
+		return
+	}
+	names := make([]string, 0, len(jmxWatched))
+	for n := range jmxWatched {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=true",
+		"--set", "controllers.jmxExporter.namespaces={"+strings.Join(names, ",")+"}")
 }
 
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and

@@ -29,6 +29,7 @@ import (
 // the cluster completes its final backup (Snapshot, the default); the
 // cluster made again from it has the rows.
 func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -3,8 +3,17 @@
 // containers, unlike the kwok cluster every other test uses.
 //
 // The tests run only when DECKHAND_NODE_KUBECONFIG names that cluster's
-// kubeconfig (hack/node.sh kubeconfig); make test does not start the node
-// yet, so it does not run them.
+// kubeconfig (hack/node.sh kubeconfig); make test starts the node and runs
+// them (hack/gotest.sh's node group).
+//
+// Tests that change what others share run alone, before the rest: chart
+// testing (it scales the cluster's operator to 0 while ct runs), seed 000's
+// demo (a helm upgrade of the cluster's release), the operator's own checks
+// and the node's basics. The tests of one workload each (PostgreSQL, MariaDB,
+// the JVMs, ConfigMonitor, TDSet, the instance agent) call t.Parallel first
+// thing: each has a namespace of its own and mostly waits on containers, a
+// server or the real clock, so together they take about as long as the
+// longest of them.
 package node
 
 import (

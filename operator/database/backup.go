@@ -741,9 +741,7 @@ func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batch
 	pod.Container.EnvFrom = nil
 	pod.Container.Args = nil
 	file := path.Join(mount, path.Clean("/"+b.Status.File))
-	// The backup script writes <file>.owner (the Job that wrote the file)
-	// and <file>.counts (its row counts) beside it; all go.
-	pod.Container.Command = []string{"rm", "-f", "--", file, file + ".owner", file + engine.CountsSuffix}
+	pod.Container.Command = append([]string{"rm", "-f", "--"}, engine.BackupFiles(file)...)
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})

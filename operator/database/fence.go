@@ -135,8 +135,8 @@ func (r *Reconciler) liftFence(ctx context.Context, db *Cluster, eng engine.Engi
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionWritesFenced)
 		r.normal(db, "FenceLifted", "Upgrade", "Job %s lifted the write fence: role %s logs in again", job.Name, appUser(db))
 	case jobFinished(&job, batchv1.JobFailed):
-		msg := fmt.Sprintf("Job %s could not lift the write fence (%s): role %s still cannot log in. Delete Job %s to try again, or run ALTER ROLE ... LOGIN as the superuser",
-			job.Name, jobFailure(ctx, r, &job), appUser(db), job.Name)
+		msg := fmt.Sprintf("Job %s could not lift the write fence (%s): role %s still cannot log in. Delete Job %s to try again, or run %s as the superuser",
+			job.Name, jobFailure(ctx, r, &job), appUser(db), job.Name, fencer.LiftByHand(appUser(db)))
 		if fence.Reason != reasonLiftFailed {
 			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, reasonLiftFailed, "Upgrade", "%s", msg)
 		}

@@ -2,8 +2,6 @@ package database
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/versionchange"
 )
 
 // A major-version upgrade, step by step (status.upgrade.step records where
@@ -87,9 +86,9 @@ func steadyPlan(db *Cluster, image string) serverPlan {
 // stopped: no server runs, on the image given (kept for the Jobs to come).
 func stopped(image string) serverPlan { return serverPlan{Image: image} }
 
-func upgradeRunning(u *dbv1.UpgradeStatus) bool {
-	return u != nil && u.Step != dbv1.UpgradeCompleted && u.Step != dbv1.UpgradeFailed
-}
+// upgradeRunning: an upgrade is under way (versionchange decides it; the
+// backup, hold, fence and failover files ask it by this name).
+var upgradeRunning = versionchange.InProgress
 
 func upgradeTimeoutOf(db *Cluster) time.Duration {
 	if db.Spec.UpgradeTimeout != nil {
@@ -98,25 +97,14 @@ func upgradeTimeoutOf(db *Cluster) time.Duration {
 	return defaultUpgradeTimeout
 }
 
-// upgradeAttempt is the same for every reconcile of one change of
-// spec.image, and differs for a later attempt at the same image (after a
-// failure, spec.image goes back and forth: two new generations), so each
-// attempt takes a backup of its own.
-func upgradeAttempt(db *Cluster, image string) string {
-	// The UID: a later Database of the same name (generations start
-	// again at 1) must not find this one's backup.
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", db.UID, image, db.Generation))
-	return hex.EncodeToString(sum[:4])
-}
-
 // startMajorUpgrade records a new upgrade at its first step.
 func (r *Reconciler) startMajorUpgrade(db *Cluster, eng engine.Engine, running, wanted, fromV, toV string) {
-	attempt := upgradeAttempt(db, wanted)
+	attempt := attemptHash(db, wanted)
 	db.Status.Upgrade = &dbv1.UpgradeStatus{
 		Attempt:   attempt,
 		FromImage: running, FromVersion: fromV,
 		ToImage: wanted, ToVersion: toV,
-		Backup: fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt),
+		Backup: preUpgradeBackupOf(db, attempt),
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
 	if fenceOwed(db) {
@@ -225,8 +213,11 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 	if !l.has("StatefulSet", namesOf(db).StatefulSet) {
 		running = serverPlan{Image: u.FromImage, Replicas: replicasOf(db)}
 	}
-	b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: u.Backup})
-	if apierrors.IsNotFound(err) {
+	b, gate, why, err := r.backupGate(ctx, db, u.Backup, func(b *Backup) string { return notThisAttempt(db, b) })
+	switch {
+	case err != nil:
+		return running, err
+	case gate == versionchange.TakeBackup:
 		// No write after the dump starts: the fence first.
 		if fenced, err := r.fenceWrites(ctx, db, eng); err != nil || !fenced {
 			return running, err
@@ -238,19 +229,12 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 		r.setUpgrading(db, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s runs before the servers stop for the upgrade to %s", u.Backup, u.ToImage))
 		return running, nil
-	}
-	if err != nil {
-		return running, err
-	}
-	if why := notThisAttempt(db, b); why != "" {
-		r.blockUpgrade(db, "PreUpgradeBackupNotBound", fmt.Sprintf(
-			"DatabaseBackup %s %s, so the upgrade from %s to %s does not use it; the servers keep %s. Delete it to let the operator take its own",
-			b.Name, why, u.FromImage, u.ToImage, u.FromImage))
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+	case gate.Refuses():
+		// Nothing was touched: the servers keep running; deleting the
+		// backup makes a new one.
+		r.refuseOnBackup(db, gate, b, why, fmt.Sprintf("upgrade from %s to %s", u.FromImage, u.ToImage), u.FromImage)
 		return running, nil
-	}
-	switch b.Status.Phase {
-	case dbv1.BackupCompleted:
+	case gate == versionchange.BackupDone:
 		// Held from now until the upgrade ends: retention must not prune
 		// the only copy the upgrade restores.
 		if err := r.hold(ctx, b, db, holdUpgrade, fmt.Sprintf("%s %s restores it in its upgrade from %s to %s (attempt %s)", r.Kind.clusterKind(), db.Name, u.FromImage, u.ToImage, u.Attempt)); err != nil {
@@ -264,14 +248,6 @@ func (r *Reconciler) upgradeBackup(ctx context.Context, db *Cluster, eng engine.
 		}
 		r.toStep(db, dbv1.UpgradeScalingDown, "DatabaseBackup %s completed (%s): the servers stop for the upgrade from %s to %s", b.Name, b.Status.File, u.FromVersion, u.ToVersion)
 		return r.upgradeScaleDown(ctx, db, eng, l)
-	case dbv1.BackupFailed:
-		// Nothing was touched: the servers keep running; deleting the
-		// backup makes a new one.
-		r.blockUpgrade(db, "PreUpgradeBackupFailed", fmt.Sprintf(
-			"the backup before the upgrade from %s to %s (DatabaseBackup %s) failed; the servers keep %s. Delete DatabaseBackup %s to try again",
-			u.FromImage, u.ToImage, b.Name, u.FromImage, b.Name))
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-		return running, nil
 	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 	r.setUpgrading(db, string(dbv1.UpgradeBackingUp), fmt.Sprintf("DatabaseBackup %s (%s) runs before the servers stop for the upgrade to %s", b.Name, phaseOrPending(b.Status.Phase), u.ToImage))
@@ -317,13 +293,7 @@ func (r *Reconciler) serversGone(ctx context.Context, db *Cluster, l *live) (boo
 // it is): it must have been made for this Database (its UID) and this
 // attempt.
 func notThisAttempt(db *Cluster, b *Backup) string {
-	if b.Annotations[db.Kind.Keys.ClusterUID] != string(db.UID) {
-		return fmt.Sprintf("was not made for this %s (annotation %s is not its UID %s)", db.Kind.clusterKind(), db.Kind.Keys.ClusterUID, db.UID)
-	}
-	if got := b.Labels[db.Kind.Keys.UpgradeAttempt]; got != db.Status.Upgrade.Attempt {
-		return fmt.Sprintf("was taken for another upgrade attempt (%q, not %q)", got, db.Status.Upgrade.Attempt)
-	}
-	return ""
+	return notOurBackup(db, b, "upgrade attempt", b.Labels[db.Kind.Keys.UpgradeAttempt], db.Status.Upgrade.Attempt)
 }
 
 // preUpgradeBackupGone says why the upgrade can no longer use its backup

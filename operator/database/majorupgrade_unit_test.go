@@ -1,6 +1,9 @@
 package database
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,9 +46,23 @@ func TestOldDataRemovalStaysOnAfterAnUpgradeOnly(t *testing.T) {
 
 func TestEachAttemptHasItsOwnName(t *testing.T) {
 	db := &Cluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Generation: 4}}
-	first := upgradeAttempt(db, "postgres:18.0")
-	assert.Equal(t, first, upgradeAttempt(db, "postgres:18.0"), "the same change: the same attempt")
+	first := attemptHash(db, "postgres:18.0")
+	assert.Equal(t, first, attemptHash(db, "postgres:18.0"), "the same change: the same attempt")
 	db.Generation = 6
-	assert.NotEqual(t, first, upgradeAttempt(db, "postgres:18.0"), "image back and forth: a new attempt")
-	assert.NotEqual(t, upgradeAttempt(db, "postgres:18.1"), upgradeAttempt(db, "postgres:18.0"))
+	assert.NotEqual(t, first, attemptHash(db, "postgres:18.0"), "image back and forth: a new attempt")
+	assert.NotEqual(t, attemptHash(db, "postgres:18.1"), attemptHash(db, "postgres:18.0"))
+}
+
+// The names of the backups already taken stay what they were when one
+// function made both: an operator upgraded during a change finds the
+// backup the previous one started.
+func TestAttemptNamesAreTheOnesEarlierOperatorsGave(t *testing.T) {
+	db := &Cluster{ObjectMeta: metav1.ObjectMeta{Name: "db", UID: "0c1d", Generation: 4}}
+	old := func(format string, args ...any) string {
+		sum := sha256.Sum256(fmt.Appendf(nil, format, args...))
+		return hex.EncodeToString(sum[:4])
+	}
+	assert.Equal(t, old("%s\x00%s\x00%d", db.UID, "postgres:18.0", db.Generation), attemptHash(db, "postgres:18.0"))
+	assert.Equal(t, "db-pre-upgrade-"+old("%s\x00%s\x00%s\x00%d", db.UID, "postgres:17.6", "postgres:17.7", db.Generation),
+		preUpgradeBackupName(db, "postgres:17.6", "postgres:17.7"))
 }

@@ -259,24 +259,10 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	}
 }
 
-// ScriptsReplicasKey is the scripts ConfigMap's key holding the number of
-// replicas: the primary's probe drops the replication slots of standbys
-// beyond it. A mounted ConfigMap changes without a restart (an environment
-// variable would restart the primary at every scale), and scriptsHash
-// leaves it out, so scaling rolls nothing.
-const ScriptsReplicasKey = "replicas"
-
-// ScriptsPrimaryKey is the scripts ConfigMap's key holding the pod the
-// operator names the primary (status.currentPrimary): each server takes
-// its role from it at start (the bootstrap script), and its readiness
-// probe fails while its role disagrees. Mounted, it changes in the pods
-// without a restart; scriptsHash leaves it out.
-const ScriptsPrimaryKey = "primary"
-
 func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
 	data := eng.Scripts()
-	data[ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
-	data[ScriptsPrimaryKey] = currentPrimary(db)
+	data[engine.ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
+	data[engine.ScriptsPrimaryKey] = currentPrimary(db)
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),

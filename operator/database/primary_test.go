@@ -13,6 +13,7 @@ import (
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 // roles are the role labels of a Database's server pods, by pod name.
@@ -46,7 +47,7 @@ func TestThePrimaryIsThePodTheStatusNames(t *testing.T) {
 	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var cm corev1.ConfigMap
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "named-scripts"}, &cm))
-		assert.Equal(ct, "named-0", cm.Data[database.ScriptsPrimaryKey])
+		assert.Equal(ct, "named-0", cm.Data[engine.ScriptsPrimaryKey])
 		assert.Equal(ct, map[string]string{"named-0": "primary", "named-1": "standby", "named-2": "standby"}, roles(ct, c, ns, "named"))
 	}, wait, 100*time.Millisecond)
 	var rw corev1.Service
@@ -65,7 +66,7 @@ func TestThePrimaryIsThePodTheStatusNames(t *testing.T) {
 	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var cm corev1.ConfigMap
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "named-scripts"}, &cm))
-		assert.Equal(ct, "named-2", cm.Data[database.ScriptsPrimaryKey])
+		assert.Equal(ct, "named-2", cm.Data[engine.ScriptsPrimaryKey])
 		assert.Equal(ct, map[string]string{"named-0": "standby", "named-1": "standby", "named-2": "primary"}, roles(ct, c, ns, "named"))
 	}, wait, 100*time.Millisecond, "the pods' roles and the ConfigMap follow status.currentPrimary")
 	waitFor(t, c, db, "status.primary follows", func(ct *assert.CollectT, d *dbv1.Database) {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 // Every question about the primary goes to status.currentPrimary: where a
@@ -29,7 +30,7 @@ func TestWhoIsPrimaryIsTheStatusNotAnOrdinal(t *testing.T) {
 	assert.Equal(t, "db-2", sourcePod(db, "db-rw"))
 	assert.Equal(t, rolePrimary, roleOf(db, "db-2"))
 	assert.Equal(t, roleStandby, roleOf(db, "db-0"))
-	assert.Equal(t, "db-2", scriptsConfigMap(db, DatabaseKind.Engines[dbv1.EnginePostgreSQL]).Data[ScriptsPrimaryKey])
+	assert.Equal(t, "db-2", scriptsConfigMap(db, DatabaseKind.Engines[dbv1.EnginePostgreSQL]).Data[engine.ScriptsPrimaryKey])
 
 	pods := map[string]*corev1.Pod{}
 	for _, name := range []string{"db-0", "db-1", "db-2"} {

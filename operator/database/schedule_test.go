@@ -75,14 +75,6 @@ func TestRetentionKeepsTheNewestAndWhatARestoreUses(t *testing.T) {
 	assert.ElementsMatch(t, []string{"f3", "d4"}, toPrune(backups, 2, 0, now), "a backup a restore uses is kept")
 }
 
-func TestVersionsCompareNumerically(t *testing.T) {
-	assert.Equal(t, -1, compareVersions("9", "10"))
-	assert.Equal(t, 1, compareVersions("18", "17"))
-	assert.Equal(t, 0, compareVersions("17", "17"))
-	assert.Equal(t, -1, compareVersions("8.0", "8.4"))
-	assert.Equal(t, 1, compareVersions("8.4", "8"))
-}
-
 // Completion times have a resolution of a second and the list comes from a
 // cache in no set order: backups finishing in the same second are ordered
 // by creation, so retention prunes the same one whatever the order.

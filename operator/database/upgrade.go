@@ -16,6 +16,7 @@ import (
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/versionchange"
 )
 
 // Upgrade names.
@@ -52,8 +53,25 @@ func liveImage(sts *appsv1.StatefulSet) string {
 // change and the generation that asked for it, so going back and forth
 // between two images takes a new backup each time.
 func preUpgradeBackupName(db *Cluster, running, wanted string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d", db.UID, running, wanted, db.Generation))
-	return fmt.Sprintf("%s-pre-upgrade-%s", db.Name, hex.EncodeToString(sum[:4]))
+	return preUpgradeBackupOf(db, attemptHash(db, running, wanted))
+}
+
+// preUpgradeBackupOf names the backup of one attempt at a change.
+func preUpgradeBackupOf(db *Cluster, attempt string) string {
+	return fmt.Sprintf("%s-pre-upgrade-%s", db.Name, attempt)
+}
+
+// attemptHash is the same for every reconcile of one attempt at a change
+// of spec.image (the images it is between) and differs for a later one:
+// the Database's UID (a later Database of the same name, whose
+// generations start again at 1, must not find this one's backup) and the
+// generation that asked for it (going back and forth between two images
+// makes a new attempt each time).
+func attemptHash(db *Cluster, images ...string) string {
+	fields := append([]string{string(db.UID)}, images...)
+	fields = append(fields, strconv.FormatInt(db.Generation, 10))
+	sum := sha256.Sum256([]byte(strings.Join(fields, "\x00")))
+	return hex.EncodeToString(sum[:4])
 }
 
 // imageChange is the AnnotationImageChange value of a change.
@@ -66,103 +84,91 @@ func forgetImageChange(db *Cluster) {
 	}
 }
 
-// serversToRun decides what the StatefulSet runs. A cluster that holds
-// data changes image only after a backup of it has completed; a new major
-// version goes through majorUpgrade (the servers stop, a Job upgrades the
-// primary's data) for Kinds that record its steps. A major-version
-// downgrade, and an image whose version cannot be read (without
-// AnnotationAllowUnknownVersion), are refused with UpgradeBlocked and the
+// serversToRun decides what the StatefulSet runs. versionchange.Decide
+// says what a change of spec.image is; this acts on it. A cluster that
+// holds data changes image only after a backup of it has completed; a new
+// major version goes through majorUpgrade (the servers stop, a Job
+// upgrades the primary's data) for Kinds that record its steps. A refused
+// change (a major-version downgrade, an image whose version cannot be
+// read without AnnotationAllowUnknownVersion) sets UpgradeBlocked and the
 // servers keep their image.
 func (r *Reconciler) serversToRun(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {
 	wanted := imageOf(db, eng)
-	if u := db.Status.Upgrade; upgradeRunning(u) {
-		if u.Step != dbv1.UpgradeBackingUp || u.ToImage == wanted {
-			// Once the servers stop, the upgrade finishes or is rolled
-			// back before spec.image is looked at again.
-			return r.majorUpgrade(ctx, db, eng, l)
-		}
-		// Nothing was touched yet (but writes may be fenced, which the
-		// unfence Job lifts): a new spec.image replaces the upgrade. Only
-		// on the newest status: an older cached one would cancel (and
-		// announce it) twice.
-		if err := r.requireFresh(ctx, db); err != nil {
-			return serverPlan{Keep: true}, err
-		}
-		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, u.ToImage, u.Backup)
-		db.Status.Upgrade = nil
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-	}
 	running := ""
 	if l.has("StatefulSet", namesOf(db).StatefulSet) {
 		running = liveImage(&l.statefulSet)
 	}
-	if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && running == wanted {
-		// The user set spec.image back to what runs: the failure is dealt
-		// with; a new attempt starts when spec.image changes again.
-		r.normal(db, "UpgradeFailureCleared", "Upgrade", "spec.image is %s again: condition UpgradeFailed cleared", wanted)
-		db.Status.Upgrade = nil
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	plan := versionchange.Decide(versionChangeInput(r, db, running, wanted), eng)
+	if plan.Action == versionchange.Continue {
+		return r.majorUpgrade(ctx, db, eng, l)
 	}
-	if running == "" || running == wanted || !meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized) {
-		// Nothing runs yet, nothing changes, or no data to protect yet
-		// (a failed init's image can be fixed freely).
+	if err := r.endPastUpgrade(ctx, db, plan, wanted); err != nil {
+		return serverPlan{Keep: true}, err
+	}
+	switch plan.Action {
+	case versionchange.Steady:
 		forgetImageChange(db)
 		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
 		if !upgradeRunning(db.Status.Upgrade) {
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
 		}
 		return steadyPlan(db, wanted), nil
-	}
-	fromV, fromOK := db.Status.CurrentVersion, db.Status.CurrentVersion != "" && db.Status.CurrentImage == running
-	if !fromOK {
-		fromV, fromOK = eng.VersionFromImage(running)
-	}
-	toV, toOK := eng.VersionFromImage(wanted)
-	if (!fromOK || !toOK) && db.Annotations[db.Kind.Keys.AllowUnknownVersion] != "true" {
-		unknown := wanted
-		if !fromOK {
-			unknown = running
-		}
-		r.blockUpgrade(db, "VersionUnreadable", fmt.Sprintf(
-			"image %s has no readable version, so the operator cannot tell a minor update from a major upgrade or a downgrade; the servers keep %s. Use an image tagged with its version, or annotate the Database %s=true to roll after a backup",
-			unknown, running, db.Kind.Keys.AllowUnknownVersion))
+	case versionchange.Refused:
+		r.blockUpgrade(db, plan.Reason, plan.Message)
 		return steadyPlan(db, running), nil
 	}
-	if fromOK && toOK {
-		fromM, okF := eng.MajorVersion(fromV)
-		toM, okT := eng.MajorVersion(toV)
-		switch {
-		case !okF || !okT:
-			r.blockUpgrade(db, "VersionUnreadable", fmt.Sprintf("versions %s and %s are not %s versions; the servers keep %s", fromV, toV, eng.Name(), running))
-			return steadyPlan(db, running), nil
-		case compareVersions(toM, fromM) < 0:
-			r.blockUpgrade(db, "Downgrade", fmt.Sprintf(
-				"%s %s to %s is a major-version downgrade, which a data directory cannot take: refused, nothing changed; the servers keep %s. Set spec.image back to %s, or restore a backup into a new Database of the older version",
-				eng.Name(), fromV, toV, running, running))
-			return steadyPlan(db, running), nil
-		case compareVersions(toM, fromM) > 0 && !db.Kind.MajorUpgrades:
-			r.blockUpgrade(db, "MajorUpgradeNotAutomated", fmt.Sprintf(
-				"%s %s to %s is a major upgrade; upgrade Jobs are not automated yet: the servers keep %s. Take a DatabaseBackup and restore it into a new Database with image %s (fromBackup)",
-				eng.Name(), fromV, toV, running, wanted))
-			return steadyPlan(db, running), nil
-		case compareVersions(toM, fromM) > 0 || (r.MajorPathWithinMajor && db.Kind.MajorUpgrades):
-			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
-			if u := db.Status.Upgrade; u != nil && u.Step == dbv1.UpgradeFailed && u.ToImage == wanted {
-				// Rolled back: no new attempt until spec.image changes.
-				return steadyPlan(db, running), nil
-			}
-			if err := r.requireFresh(ctx, db); err != nil {
-				// An upgrade may have started already: its status is not
-				// in the cache yet.
-				return serverPlan{Keep: true}, err
-			}
-			r.startMajorUpgrade(db, eng, running, wanted, fromV, toV)
-			return r.majorUpgrade(ctx, db, eng, l)
-		}
-	}
 	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeBlocked)
+	switch plan.Action {
+	case versionchange.RolledBack:
+		return steadyPlan(db, running), nil
+	case versionchange.Major:
+		if err := r.requireFresh(ctx, db); err != nil {
+			// An upgrade may have started already: its status is not
+			// in the cache yet.
+			return serverPlan{Keep: true}, err
+		}
+		r.startMajorUpgrade(db, eng, running, wanted, plan.FromVersion, plan.ToVersion)
+		return r.majorUpgrade(ctx, db, eng, l)
+	}
 	image, err := r.backupBeforeRoll(ctx, db, running, wanted)
 	return steadyPlan(db, image), err
+}
+
+// endPastUpgrade ends the upgrade status the plan leaves behind: one
+// cancelled by a new spec.image, or a failure spec.image went back from.
+func (r *Reconciler) endPastUpgrade(ctx context.Context, db *Cluster, plan versionchange.Plan, wanted string) error {
+	if plan.CancelUpgrade {
+		// Nothing was touched yet (but writes may be fenced, which the
+		// unfence Job lifts). Only on the newest status: an older cached
+		// one would cancel (and announce it) twice.
+		if err := r.requireFresh(ctx, db); err != nil {
+			return err
+		}
+		r.normal(db, "UpgradeCancelled", "Upgrade", "spec.image is now %s: the upgrade to %s is cancelled before the servers were touched (DatabaseBackup %s is kept)", wanted, db.Status.Upgrade.ToImage, db.Status.Upgrade.Backup)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
+	}
+	if plan.ClearFailure {
+		// A new attempt starts when spec.image changes again.
+		r.normal(db, "UpgradeFailureCleared", "Upgrade", "spec.image is %s again: condition UpgradeFailed cleared", wanted)
+		db.Status.Upgrade = nil
+		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgradeFailed)
+	}
+	return nil
+}
+
+// versionChangeInput is what versionchange.Decide reads of the Database.
+func versionChangeInput(r *Reconciler, db *Cluster, running, wanted string) versionchange.Input {
+	return versionchange.Input{
+		Running: running, Wanted: wanted,
+		Initialized:  meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized),
+		CurrentImage: db.Status.CurrentImage, CurrentVersion: db.Status.CurrentVersion,
+		Upgrade:                db.Status.Upgrade,
+		AllowUnknownVersion:    db.Annotations[db.Kind.Keys.AllowUnknownVersion] == "true",
+		AllowUnknownVersionKey: db.Kind.Keys.AllowUnknownVersion,
+		MajorUpgrades:          db.Kind.MajorUpgrades,
+		MajorPathWithinMajor:   r.MajorPathWithinMajor,
+	}
 }
 
 // backupBeforeRoll returns the new image once a backup taken with the old
@@ -175,62 +181,82 @@ func (r *Reconciler) backupBeforeRoll(ctx context.Context, db *Cluster, running,
 		db.Status.Backup = &dbv1.BackupStatus{}
 	}
 	name := db.Status.Backup.PreUpgradeBackup
-	var b *Backup
-	var err error
 	if name != "" {
-		b, err = r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+		if b, err := r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name}); err == nil && b.Annotations[db.Kind.Keys.ImageChange] != imageChange(running, wanted) {
+			name = "" // The recorded attempt was for another change.
+		}
 	}
-	if name == "" || (err == nil && b.Annotations[db.Kind.Keys.ImageChange] != imageChange(running, wanted)) {
-		// No attempt yet, or the recorded one was for another change.
+	if name == "" {
 		name = preUpgradeBackupName(db, running, wanted)
-		b, err = r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	}
 	db.Status.Backup.PreUpgradeBackup = name
-	if apierrors.IsNotFound(err) {
+	b, gate, why, err := r.backupGate(ctx, db, name, func(b *Backup) string { return notThisChange(db, b, running, wanted) })
+	switch {
+	case err != nil:
+		return running, err
+	case gate == versionchange.TakeBackup:
 		if _, err := r.createBackup(ctx, db, name, reasonPreUpgrade, nil, map[string]string{db.Kind.Keys.ImageChange: imageChange(running, wanted)}); err != nil {
 			return running, err
 		}
 		r.normal(db, "Upgrading", "Upgrade", "image %s to %s: DatabaseBackup %s first, then the servers roll (standbys first)", running, wanted, name)
-		r.setCondition(db, ConditionUpgrading, true, "BackingUp", fmt.Sprintf("DatabaseBackup %s runs before the servers roll from %s to %s", name, running, wanted))
+	case gate.Refuses():
+		r.refuseOnBackup(db, gate, b, why, fmt.Sprintf("change from %s to %s", running, wanted), running)
 		return running, nil
-	}
-	if err != nil {
-		return running, err
-	}
-	if why := notThisChange(db, b, running, wanted); why != "" {
-		r.blockUpgrade(db, "PreUpgradeBackupNotBound", fmt.Sprintf(
-			"DatabaseBackup %s %s, so it is not used as the backup before the change from %s to %s; the servers keep %s. Delete it to let the operator take its own",
-			name, why, running, wanted, running))
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-		return running, nil
-	}
-	switch b.Status.Phase {
-	case dbv1.BackupCompleted:
+	case gate == versionchange.BackupDone:
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgrading); c == nil || c.Reason != "Rolling" {
 			r.normal(db, "Upgrading", "Upgrade", "DatabaseBackup %s completed: the servers roll from %s to %s", name, running, wanted)
 		}
 		r.setCondition(db, ConditionUpgrading, true, "Rolling", fmt.Sprintf("rolling from %s to %s after DatabaseBackup %s", running, wanted, name))
 		return wanted, nil
-	case dbv1.BackupFailed:
-		r.blockUpgrade(db, "PreUpgradeBackupFailed", fmt.Sprintf(
-			"the backup before the change from %s to %s (DatabaseBackup %s) failed; the servers keep %s. Delete DatabaseBackup %s to try again",
-			running, wanted, name, running, name))
-		meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
-		return running, nil
-	default:
-		r.setCondition(db, ConditionUpgrading, true, "BackingUp", fmt.Sprintf("DatabaseBackup %s runs before the servers roll from %s to %s", name, running, wanted))
-		return running, nil
 	}
+	r.setCondition(db, ConditionUpgrading, true, "BackingUp", fmt.Sprintf("DatabaseBackup %s runs before the servers roll from %s to %s", name, running, wanted))
+	return running, nil
+}
+
+// backupGate reads a change's backup (a roll's or a major upgrade
+// attempt's) and says where the change stands with it: b is nil when there
+// is none yet; why says why a DatabaseBackup of that name is not the
+// change's own (notOurs), and it is then never trusted.
+func (r *Reconciler) backupGate(ctx context.Context, db *Cluster, name string, notOurs func(*Backup) string) (b *Backup, gate versionchange.Gate, why string, err error) {
+	b, err = r.Kind.getBackup(ctx, r.Client, client.ObjectKey{Namespace: db.Namespace, Name: name})
+	if apierrors.IsNotFound(err) {
+		return nil, versionchange.GateOn(versionchange.Backup{}), "", nil
+	}
+	if err != nil {
+		return nil, "", "", err
+	}
+	why = notOurs(b)
+	return b, versionchange.GateOn(versionchange.Backup{Found: true, NotOurs: why, Phase: b.Status.Phase}), why, nil
+}
+
+// refuseOnBackup blocks a change whose backup gate refuses it: b is
+// another's (why says how), or failed. Deleting it lets the operator take
+// a new one.
+func (r *Reconciler) refuseOnBackup(db *Cluster, gate versionchange.Gate, b *Backup, why, change, running string) {
+	msg := fmt.Sprintf("the backup before the %s (DatabaseBackup %s) failed; the servers keep %s. Delete DatabaseBackup %s to try again", change, b.Name, running, b.Name)
+	if gate == versionchange.BackupNotBound {
+		msg = fmt.Sprintf("DatabaseBackup %s %s, so it is not used as the backup before the %s; the servers keep %s. Delete it to let the operator take its own",
+			b.Name, why, change, running)
+	}
+	r.blockUpgrade(db, string(gate), msg)
+	meta.RemoveStatusCondition(&db.Status.Conditions, ConditionUpgrading)
 }
 
 // notThisChange says why b is not the backup of this Database for the
 // change from running to wanted ("" when it is).
 func notThisChange(db *Cluster, b *Backup, running, wanted string) string {
+	return notOurBackup(db, b, "image change", b.Annotations[db.Kind.Keys.ImageChange], imageChange(running, wanted))
+}
+
+// notOurBackup says why b is not this Database's backup for one change
+// ("" when it is): made for this Database (its UID: a former one of the
+// same name does not count) and marked with the change's own value.
+func notOurBackup(db *Cluster, b *Backup, what, got, want string) string {
 	if b.Annotations[db.Kind.Keys.ClusterUID] != string(db.UID) {
 		return fmt.Sprintf("was not made for this %s (annotation %s is not its UID %s)", db.Kind.clusterKind(), db.Kind.Keys.ClusterUID, db.UID)
 	}
-	if got := b.Annotations[db.Kind.Keys.ImageChange]; got != imageChange(running, wanted) {
-		return fmt.Sprintf("was taken for another image change (%q)", got)
+	if got != want {
+		return fmt.Sprintf("was taken for another %s (%q, not %q)", what, got, want)
 	}
 	return ""
 }
@@ -240,25 +266,4 @@ func (r *Reconciler) blockUpgrade(db *Cluster, reason, msg string) {
 		r.Recorder.Eventf(db.Object, nil, "Warning", reason, "Upgrade", "%s", msg)
 	}
 	r.setCondition(db, ConditionUpgradeBlocked, true, reason, msg)
-}
-
-// compareVersions compares dotted numbers ("17" < "18", "8.0" < "8.4").
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) || i < len(bs); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
 }

@@ -28,6 +28,22 @@ const (
 	BackupVolume = "backup"
 )
 
+// Keys the controller adds to the scripts ConfigMap beside Scripts(), for
+// the engine's scripts to read as files beside them. Mounted, they change
+// in the pods without a restart; the scripts' hash (which rolls the
+// servers) is of Scripts() alone, so neither rolls anything.
+const (
+	// ScriptsReplicasKey holds the number of replicas: PostgreSQL's
+	// primary probe drops the replication slots of standbys beyond it (an
+	// environment variable would restart the primary at every scale).
+	ScriptsReplicasKey = "replicas"
+	// ScriptsPrimaryKey holds the pod the operator names the primary
+	// (status.currentPrimary): each server takes its role from it at start
+	// (PostgreSQL's bootstrap script), and its readiness probe fails while
+	// its role disagrees.
+	ScriptsPrimaryKey = "primary"
+)
+
 // Cluster is what an engine needs to know about one set of database
 // servers, whichever API asked for it (Database today, MySQLCluster later).
 type Cluster struct {
@@ -143,6 +159,10 @@ type Fencer interface {
 	// works. With lift it lets the app user log in again. Both are
 	// idempotent. Its Report carries ServerVersion and SessionsEnded.
 	FencePod(c Cluster, lift bool) Pod
+	// LiftByHand is what a person runs as the superuser to let appUser log
+	// in again when the lifting Job cannot (the way out a LiftFailed
+	// condition gives).
+	LiftByHand(appUser string) string
 }
 
 // Verifier is an engine whose backups can be proven by restoring them
@@ -185,6 +205,18 @@ const (
 // the same snapshot the dump reads. Written and fsynced before the dump
 // is renamed to its final name, so a dump always has its counts.
 const CountsSuffix = ".counts"
+
+// OwnerSuffix names the record a backup Job writes beside its dump before
+// it: the Job that wrote the file, so a file a retried Job finds is
+// reported only when it wrote it.
+const OwnerSuffix = ".owner"
+
+// BackupFiles are the files one backup's file leaves on BackupVolume: the
+// dump, its owner record and its row counts. Deleting a backup's file
+// deletes them all.
+func BackupFiles(file string) []string {
+	return []string{file, file + OwnerSuffix, file + CountsSuffix}
+}
 
 // Verify is one verification for VerifyPod.
 type Verify struct {

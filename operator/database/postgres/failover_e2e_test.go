@@ -21,6 +21,7 @@ import (
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
@@ -169,7 +170,7 @@ func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var cm corev1.ConfigMap
 		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo-scripts"}, &cm))
-		assert.Equal(ct, "fo-1", cm.Data[database.ScriptsPrimaryKey])
+		assert.Equal(ct, "fo-1", cm.Data[engine.ScriptsPrimaryKey])
 		var p corev1.Pod
 		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo-1"}, &p))
 		assert.Equal(ct, "primary", p.Labels[database.LabelRole])

@@ -133,3 +133,24 @@ func TestFenceEndsAppSessionsAndRefusesAppLoginsUntilLifted(t *testing.T) {
 	require.NoError(t, err, out, "a second lift changes nothing")
 	server.Stop(t)
 }
+
+// The way out a LiftFailed condition names (engine.Fencer's LiftByHand),
+// run by hand as the superuser on a real fenced server, lets the app log
+// in again.
+func TestTheLiftByHandTheConditionNamesLetsTheAppLogInAgain(t *testing.T) {
+	h := newHost(t)
+	server := h.primary("data-0")
+	h.init(server.Port)
+	_, out, err := h.fence(server.Port, false)
+	require.NoError(t, err, out)
+	out, err = h.appSQL(server.Port, "SELECT 1")
+	require.Error(t, err)
+	assert.Contains(t, out, "not permitted to log in")
+
+	statement := postgres.Engine{}.LiftByHand(h.cluster.AppUser)
+	h.sql(server.Port, h.cluster.Database, statement)
+	out, err = h.appSQL(server.Port, "SELECT 2")
+	require.NoError(t, err, "after %s: %s", statement, out)
+	assert.Equal(t, "2", out)
+	server.Stop(t)
+}

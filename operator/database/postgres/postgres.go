@@ -328,6 +328,16 @@ func (e Engine) FencePod(c engine.Cluster, lift bool) engine.Pod {
 	return jobPod(c, name, FenceScript, env, "", nil)
 }
 
+// LiftByHand is fence.sh's lift, as SQL a person can paste.
+func (Engine) LiftByHand(appUser string) string {
+	return "ALTER ROLE " + quoteIdent(appUser) + " LOGIN"
+}
+
+// quoteIdent quotes a PostgreSQL identifier (format's %I, always quoted).
+func quoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
 // VerifyPod runs verify.sh: the dump restored into a scratch cluster of
 // the Job's own (initdb in the scratch volume, served on 127.0.0.1 only)
 // and checked. The pod carries no Secret: the scratch cluster's roles get
