@@ -248,16 +248,7 @@ func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 
 	require.NoError(t, c.Delete(ctx, mc))
 	waitGone(t, c, mc, wait)
-	// No pod may start, so the delete Job stays to be read.
-	quota := testenv.PodQuota(t, c, ns, 0)
-	require.NoError(t, c.Delete(ctx, b))
-	var job batchv1.Job
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var jobs batchv1.JobList
-		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
-		require.Len(ct, jobs.Items, 1)
-		job = jobs.Items[0]
-	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	job, quota := deleteInstanceHoldingItsJob(t, c, b)
 	sc := job.Spec.Template.Spec.SecurityContext
 	require.NotNil(t, sc)
 	assert.Equal(t, []int64{uid, uid, uid}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)})
@@ -284,18 +275,27 @@ func TestTheJobThatDeletesAnInstancesFileRunsWhereTheClustersPodsRun(t *testing.
 	require.NoError(t, c.Create(ctx, b))
 	b = completeBackup(t, c, ns, "placed", "one", 100)
 
-	// No pod may start for now, so the delete Job stays to be read.
-	quota := testenv.PodQuota(t, c, ns, 0)
-	require.NoError(t, c.Delete(ctx, b))
-	var job batchv1.Job
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var jobs batchv1.JobList
-		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
-		require.Len(ct, jobs.Items, 1)
-		job = jobs.Items[0]
-	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	job, quota := deleteInstanceHoldingItsJob(t, c, b)
 	spec := job.Spec.Template.Spec
 	assert.Equal(t, map[string]string{corev1.LabelHostname: "kwok-node-1"}, spec.NodeSelector)
 	assert.Equal(t, []corev1.Toleration{toleration}, spec.Tolerations)
 	require.NoError(t, c.Delete(ctx, quota))
+}
+
+// deleteInstanceHoldingItsJob deletes the instance while no pod may start
+// (a pod quota of 0, returned for the test to delete), so the Job that
+// deletes its file stays to be read; it returns that Job.
+func deleteInstanceHoldingItsJob(t *testing.T, c client.Client, b *grtlv1.MySQLBackupInstance) (batchv1.Job, *corev1.ResourceQuota) {
+	t.Helper()
+	ctx := context.Background()
+	quota := testenv.PodQuota(t, c, b.Namespace, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		job = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	return job, quota
 }
