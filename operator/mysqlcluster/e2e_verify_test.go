@@ -2,7 +2,6 @@ package mysqlcluster_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -217,11 +216,7 @@ func TestTheOperatorVerifiesMySQLBackupsByRestoringThemWithARealMariaDB(t *testi
 		require.Equal(ct, grtlv1.BackupCompleted, b.Status.Phase, "conditions: %+v", b.Status.Conditions)
 	})
 	assert.Nil(t, corrupted.Status.Verification, "mode Off verifies nothing by itself")
-	file := filepath.Join(e.runner.ClaimDir(corrupted.Status.ClaimName), corrupted.Status.File)
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	b[len(b)/2] ^= 0xff
-	require.NoError(t, os.WriteFile(file, b, 0o644))
+	e.runner.CorruptFile(corrupted.Status.ClaimName, corrupted.Status.File)
 	patch := []byte(`{"metadata":{"annotations":{"` + mysqlcluster.Keys.Verify + `":"now"}}}`)
 	require.NoError(t, e.c.Patch(ctx, corrupted, client.RawPatch("application/merge-patch+json", patch)))
 	bad := e.waitVerified("corrupted")

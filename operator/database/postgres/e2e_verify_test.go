@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -83,11 +81,7 @@ func TestTheOperatorVerifiesBackupsByRestoringThemWithARealPostgreSQL(t *testing
 	e.backup("corrupted")
 	corrupted := e.waitCompleted("corrupted")
 	assert.Nil(t, corrupted.Status.Verification, "mode Off verifies nothing by itself")
-	file := filepath.Join(e.runner.ClaimDir(corrupted.Status.ClaimName), corrupted.Status.File)
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	b[len(b)/2] ^= 0xff
-	require.NoError(t, os.WriteFile(file, b, 0o644))
+	e.runner.CorruptFile(corrupted.Status.ClaimName, corrupted.Status.File)
 	patch := []byte(`{"metadata":{"annotations":{"` + database.AnnotationVerify + `":"now"}}}`)
 	require.NoError(t, e.c.Patch(ctx, corrupted, client.RawPatch("application/merge-patch+json", patch)))
 	bad := e.waitVerified("corrupted")
