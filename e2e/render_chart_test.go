@@ -184,7 +184,7 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	assert.Equal(t, "prometheus", rule.GetLabels()["release"])
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
-		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed"}
+		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete"}
 	assert.ElementsMatch(t, append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), keys(alerts))
 	for name, expr := range alerts {
 		assert.Contains(t, expr, `service="`+svc.Name+`"`, name)
@@ -202,6 +202,7 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	assert.Contains(t, alerts["DeckhandDatabaseBackupFailed"], `result="failed"`, "the backups counter's failure result")
 	assert.Contains(t, alerts["DeckhandDatabaseVerifiedBackupTooOld"], "deckhand_database_backup_verified_stale", "the BackupVerified condition's gauge")
 	assert.Contains(t, alerts["DeckhandDatabaseBackupVerificationFailed"], `result=~"failed|error"`, "the verifications counter's results")
+	assert.Contains(t, alerts["DeckhandDatabaseFailoverIncomplete"], "deckhand_database_failover_pending", "the gauge of a primary gone and not replaced")
 
 	// Alerts follow the controllers: none for a controller the release does not run.
 	noJMX := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "controllers.jmxExporter.enabled=false", "controllers.configMonitor.enabled=false", "controllers.database.enabled=false"))
@@ -233,6 +234,7 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 		}
 	}
 	assertKnownMetrics(t, strings.Join(exprs, "\n"), "the dashboard")
+	assert.Contains(t, strings.Join(exprs, "\n"), "deckhand_database_failovers_total", "the dashboard shows failovers")
 
 	np := Into[networkingv1.NetworkPolicy](t, on.One(t, "NetworkPolicy"))
 	var ports []int32

@@ -93,6 +93,7 @@ func serve(args []string) error {
 	socketDir := fs.String("socket-dir", "/var/run/postgresql", "the server's unix socket directory")
 	user := fs.String("user", "postgres", "the local superuser (pg_hba.conf: local trust)")
 	pgCtl := fs.String("pg-ctl", "pg_ctl", "pg_ctl to stop the server with")
+	scriptsDir := fs.String("scripts-dir", "", "the scripts ConfigMap as mounted (its file primary names the primary); empty: not mounted")
 	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
 	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
 	if err := fs.Parse(args); err != nil {
@@ -111,7 +112,7 @@ func serve(args []string) error {
 	}
 	agent, err := instance.New(instance.Config{
 		Pod: *pod, SocketDir: *socketDir, Port: *port, User: *user,
-		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, Log: log,
+		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, ScriptsDir: *scriptsDir, Log: log,
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -87,6 +88,13 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	first := waitBackupCompleted(ctx, t, c, ns, "first")
 	assert.True(t, strings.HasPrefix(first.Status.Version, "15."), "backup of PostgreSQL %q", first.Status.Version)
 	assert.NotEmpty(t, first.Status.SHA256)
+	// Each backup is verified (EachBackup, the default): the verification
+	// Job restores it into a scratch server in a real container.
+	waitVerified(ctx, t, "DatabaseBackup first", func() (*dbv1.BackupVerification, error) {
+		var b dbv1.DatabaseBackup
+		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "first"}, &b)
+		return b.Status.Verification, err
+	})
 
 	psql(ctx, t, cfg, cs, client, "rw", "INSERT INTO notes VALUES ('three "+token+"')")
 	require.NoError(t, c.Delete(ctx, db))
@@ -203,6 +211,31 @@ func waitBackupCompleted(ctx context.Context, t testing.TB, c client.Client, ns,
 	require.NoError(t, err, "DatabaseBackup %s did not end: %+v", name, b.Status)
 	require.Equal(t, dbv1.BackupCompleted, b.Status.Phase, "DatabaseBackup %s: %+v", name, b.Status)
 	return b
+}
+
+// waitVerified waits for a backup's verification to end, and requires
+// it Verified with its restore and row counts checked. It logs how long
+// the wait added to the test.
+func waitVerified(ctx context.Context, t *testing.T, what string, get func() (*dbv1.BackupVerification, error)) {
+	t.Helper()
+	start := time.Now()
+	var v *dbv1.BackupVerification
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := get()
+		if err != nil || cur == nil {
+			return false, nil
+		}
+		v = cur
+		return v.Outcome != "", nil
+	})
+	require.NoError(t, err, "%s never verified: %+v", what, v)
+	require.Equal(t, dbv1.VerificationVerified, v.Outcome, "%s: %+v", what, v)
+	var checks []string
+	for _, c := range v.Checks {
+		checks = append(checks, c.Name)
+	}
+	assert.Subset(t, checks, []string{"checksum", "restore", "rowCounts"}, "%s", what)
+	t.Logf("%s verified (%v in its Job); waiting for it added %s", what, v.Duration, time.Since(start).Round(time.Second))
 }
 
 // waitFinalBackup waits for the final backup a Snapshot deletion makes

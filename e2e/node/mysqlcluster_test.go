@@ -10,12 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mcv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // A MySQLCluster on the real node with the MariaDB image built from
@@ -84,6 +86,13 @@ func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
 	}))
 	first := waitInstanceCompleted(ctx, t, c, ns, "first")
 	assert.True(t, strings.HasPrefix(first.Status.Version, "10.11."), "backup of MariaDB %q", first.Status.Version)
+	// Each backup is verified (EachBackup, the default): the verification
+	// Job restores it into a scratch MariaDB in a real container.
+	waitVerified(ctx, t, "MySQLBackupInstance first", func() (*dbv1.BackupVerification, error) {
+		var b mcv1.MySQLBackupInstance
+		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "first"}, &b)
+		return b.Status.Verification, err
+	})
 
 	sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw", "INSERT INTO orders.notes VALUES ('three "+token+"')")
 	require.NoError(t, c.Delete(ctx, mc))

@@ -118,6 +118,24 @@ func (r *HostRunner) ClaimDir(claim string) string {
 	return r.opts.Dir(r.root, "claims", claim)
 }
 
+// CorruptFile flips one byte in the middle of a file on a claim, as a
+// disk or a careless hand would: its size stays, its checksum does not.
+func (r *HostRunner) CorruptFile(claim, file string) {
+	r.t.Helper()
+	path := filepath.Join(r.ClaimDir(claim), file)
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) == 0 {
+		err = fmt.Errorf("%s is empty", path)
+	}
+	if err == nil {
+		b[len(b)/2] ^= 0xff
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		r.t.Fatalf("corrupting %s: %v", path, err)
+	}
+}
+
 func (r *HostRunner) loop() {
 	defer close(r.done)
 	tick := time.NewTicker(200 * time.Millisecond)

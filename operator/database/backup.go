@@ -54,6 +54,16 @@ const (
 // finishes, so on a real cluster it is there at once.
 const reportGrace = time.Minute
 
+// reportWait is how much longer the grace for a succeeded Job's report
+// lasts. It is measured on the wall clock, not the reconciler's (a test's
+// may run days ahead): the Job controller stamped the Job's completion
+// with the real time, and what the grace waits for (the pod's status in
+// the cache) takes real time.
+func reportWait(job *batchv1.Job) time.Duration {
+	done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
+	return time.Until(done.Add(reportGrace))
+}
+
 // pendingRecheck is how often a waiting backup looks again: what it waits
 // for (another backup's Job going, a server becoming ready) belongs to
 // other objects.
@@ -455,10 +465,9 @@ func backupJob(db *Cluster, eng engine.Engine, b *Backup, image string, spec eng
 	c.Image = image
 	pod := eng.BackupPod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentBackup})
-	job := lifecycleJob(backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
-	// A verification may read the same ReadWriteOnce volume meanwhile.
-	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, spec.ClaimName)
-	return job
+	// A verification may read the same ReadWriteOnce volume meanwhile
+	// (lifecycleJob places them together).
+	return lifecycleJob(db.Kind, backupJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, true), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
@@ -468,10 +477,13 @@ func backupOwner(kind *Kind, b *Backup, block bool) metav1.OwnerReference {
 	}
 }
 
-// lifecycleJob is the shape of backup, restore, upgrade and delete Jobs:
-// one pod of the engine's, a few retries with the Job controller's
-// exponential backoff, and a deadline so a Job that never starts fails.
-func lifecycleJob(name, namespace string, labels map[string]string, owner metav1.OwnerReference, pod engine.Pod, placement *dbv1.PodTemplate, retries int32, scripts string) *batchv1.Job {
+// lifecycleJob is the shape of backup, restore, upgrade, verification and
+// delete Jobs: one pod of the engine's, a few retries with the Job
+// controller's exponential backoff, and a deadline so a Job that never
+// starts fails. One that mounts a backup claim runs beside that claim's
+// other users (sameNodeAsBackupVolumeUsers): every such Job gets it here,
+// so none can forget it.
+func lifecycleJob(kind *Kind, name, namespace string, labels map[string]string, owner metav1.OwnerReference, pod engine.Pod, placement *dbv1.PodTemplate, retries int32, scripts string) *batchv1.Job {
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
 		Containers:         []corev1.Container{pod.Container},
@@ -491,7 +503,7 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 	if placement != nil {
 		spec.Affinity = placement.Affinity
 	}
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: namespace, Labels: labels,
@@ -506,6 +518,8 @@ func lifecycleJob(name, namespace string, labels map[string]string, owner metav1
 			},
 		},
 	}
+	sameNodeAsBackupVolumeUsers(kind, &job.Spec.Template, backupClaimOf(job))
+	return job
 }
 
 // observeJob records the result of the backup's Job. The Job is deleted
@@ -521,8 +535,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.SHA256 == "" || report.File == "" {
-			done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
-			if wait := done.Add(reportGrace).Sub(r.now()); wait > 0 {
+			if wait := reportWait(job); wait > 0 {
 				status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, false, "WaitingForReport",
 					fmt.Sprintf("Job %s succeeded; waiting for its report (file, size, checksum)", job.Name))
 				return reconcile.Result{RequeueAfter: wait}, nil
@@ -732,9 +745,20 @@ func (r *BackupReconciler) deleteFileJob(ctx context.Context, b *Backup) (*batch
 	pod.Container.Resources = corev1.ResourceRequirements{}
 	labels := withLabels(objectLabels(&Cluster{ObjectMeta: metav1.ObjectMeta{Name: b.Cluster}, Kind: r.Kind}),
 		map[string]string{r.Kind.Keys.Component: componentBackupDelete})
-	job := lifecycleJob(deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, nil, 3, "")
-	sameNodeAsBackupVolumeUsers(r.Kind, &job.Spec.Template, b.Status.ClaimName)
-	return job, nil
+	return lifecycleJob(r.Kind, deleteJobName(b), b.Namespace, labels, backupOwner(r.Kind, b, false), pod, r.placementOf(ctx, b), 3, ""), nil
+}
+
+// placementOf is where the Job that deletes b's file may run: the pod
+// template (nodeSelector, tolerations, affinity, priority) of the cluster
+// of b's name. A later cluster of that name counts too: it uses the same
+// backup claim, so its nodes are the ones that claim's users run on. With
+// no cluster, nothing says: the scheduler's choice (nil).
+func (r *BackupReconciler) placementOf(ctx context.Context, b *Backup) *dbv1.PodTemplate {
+	db, err := r.Kind.getCluster(ctx, r.Client, client.ObjectKey{Namespace: b.Namespace, Name: b.Cluster})
+	if err != nil {
+		return nil
+	}
+	return db.Spec.PodTemplate
 }
 
 // fileOwner is the UID a backup's file was written as: the one its status

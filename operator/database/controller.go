@@ -197,7 +197,8 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 	if err := b.Complete(r); err != nil {
 		return nil, err
 	}
-	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Kind: kind}
+	// The backups' clock is the schedules' (verification schedules).
+	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Kind: kind, Now: o.Now}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name + "-backup").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).

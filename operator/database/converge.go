@@ -45,11 +45,14 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	}
 	if !plan.Keep {
 		desired := statefulSetRunning(db, eng, claims, plan)
-		if err := r.wireInstanceChannel(ctx, db, desired, l); err != nil {
+		skip, err := r.wireInstanceChannel(ctx, db, desired, l)
+		if err != nil {
 			return err
 		}
-		if err := r.applyOne(ctx, db, desired, &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
-			return err
+		if !skip {
+			if err := r.applyOne(ctx, db, desired, &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := r.liftFence(ctx, db, eng); err != nil {

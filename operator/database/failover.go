@@ -57,6 +57,9 @@ type watched struct {
 	primary            string
 	since, lastHealthy time.Time
 	lastLSN            instance.LSN
+	// lastSynchronous are the standbys its synchronous_standby_names
+	// named then (syncrep.go).
+	lastSynchronous []string
 }
 
 func (w *primaryWatch) forget(uid types.UID) {
@@ -108,6 +111,12 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if rec := failoverUnderway(db); rec != nil {
 		return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, true)
 	}
+	// The old primary's return (rejoin.go) never holds up the watch of
+	// the new one: an old primary that never comes back must not keep
+	// the next failover from happening.
+	if err := r.rejoinOldPrimary(ctx, db, ch); err != nil {
+		return failoverRecheck, err
+	}
 	if why := notWatchedNow(db, l); why != "" {
 		// A primary restarted on purpose is not gone: the watch starts
 		// again, a whole bound, once this is over.
@@ -133,8 +142,15 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		o.Status = &st
 	}
 	if failover.PrimaryHealthy(o) {
-		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		w.lastHealthy, w.lastLSN, w.lastSynchronous = now, st.CurrentLSN, synchronousNames(st.SynchronousStandbyNames)
+		r.failoverPending(db, false)
 		r.fenceStrayPrimaries(ctx, db, ch, primary)
+		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
+			return failoverRecheck, err
+		}
+		if asked, err := r.maybeSwitchover(ctx, db, eng, ch, o); asked || err != nil {
+			return failoverRecheck, err
+		}
 		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
 		return failoverRecheck, nil
 	}
@@ -148,13 +164,15 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	}
 	// Nothing is fenced unless a standby could take its place now: a
 	// primary with no healthy standby is left to come back by itself.
-	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary), 0); err != nil {
+	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary, w.lastSynchronous), 0); err != nil {
 		msg := fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err)
 		r.warn(db, ConditionFailover, "FailoverBlocked", msg)
+		r.failoverPending(db, true)
 		r.setCondition(db, ConditionFailover, false, "FailoverBlocked", msg)
 		return failoverRecheck, nil
 	}
 	rec := failover.Start(primary, w.lastLSN, now)
+	rec.SynchronousStandbys = w.lastSynchronous
 	return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, false)
 }
 
@@ -189,10 +207,10 @@ func hasAgent(sts *appsv1.StatefulSet) bool {
 }
 
 // standbyObservations are the other instances' statuses now.
-func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string) []failover.Observation {
+func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string, synchronous []string) []failover.Observation {
 	var out []failover.Observation
 	for _, inst := range instanceHosts(db) {
-		if inst.Pod == primary {
+		if inst.Pod == primary || !failover.MayBePromoted(synchronous, inst.Pod) {
 			continue
 		}
 		o := failover.Observation{Pod: inst.Pod}
@@ -208,12 +226,12 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 // an unfenced primary beside the healthy one. A failover whose fence did
 // not reach the old primary (its agent cut off from the operator, not
 // from its clients) leaves it taking writes on its open connections and
-// at its pod's address; on the real node it still did 40 s after its
+// at its pod's address; on the real node it still did 2 minutes after its
 // agent was reachable again. Once its agent answers it is fenced, and it
 // rejoins as a standby when the fence is lifted (pg_rewind removes what
 // it took alone).
 func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string) {
-	for _, o := range r.standbyObservations(ctx, db, ch, primary) {
+	for _, o := range r.standbyObservations(ctx, db, ch, primary, nil) { // every other instance
 		if st := o.Status; st == nil || !st.ServerUp || st.Role != instance.RolePrimary || st.Fenced {
 			continue
 		}
@@ -265,6 +283,9 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		Slots: func(to string) []string { return slotsForNewPrimary(db, to) },
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
+		if r.catchingUp(db, rec, err) {
+			return nil
+		}
 		return err
 	}
 	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
@@ -292,16 +313,19 @@ func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.Fa
 		list = list[len(list)-maxFailoverRecords:]
 	}
 	db.Status.Failovers = list
-	switch rec.Phase {
-	case dbv1.FailoverCompleted:
+	if rec.Phase == dbv1.FailoverCompleted {
 		db.Status.CurrentPrimary = rec.To
-		r.setCondition(db, ConditionFailover, true, "FailedOver", fmt.Sprintf("%s is the primary in place of %s (%s)", rec.To, rec.From, rec.Reason))
-	case dbv1.FailoverPromoting:
-		r.setCondition(db, ConditionFailover, false, "Promoting", fmt.Sprintf("promoting %s in place of %s; %s", rec.To, rec.From, rec.FenceMessage))
-	default:
-		r.setCondition(db, ConditionFailover, false, "Fencing", fmt.Sprintf("primary %s is gone: fencing it and choosing a standby", rec.From))
 	}
-	return r.saveStatus(ctx, db)
+	ok, reason, msg := failoverCondition(rec)
+	r.setCondition(db, ConditionFailover, ok, reason, msg)
+	if err := r.saveStatus(ctx, db); err != nil {
+		return err
+	}
+	r.failoverPending(db, rec.Phase != dbv1.FailoverCompleted)
+	if rec.Phase == dbv1.FailoverCompleted {
+		r.countFailover(db, rec)
+	}
+	return nil
 }
 
 // saveStatus writes the status now, in the middle of a pass (a failover

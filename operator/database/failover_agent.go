@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
@@ -33,20 +34,17 @@ func instanceSecretNames(db *Cluster) (operator, pods string) {
 	return db.Name + "-instance-operator", db.Name + "-instance-tls"
 }
 
-// withAgent adds the agent to the desired StatefulSet. A new StatefulSet
-// starts its pods in parallel: OrderedReady starts ordinal 0 first and
-// waits for it to be ready, and a standby is ready only while it streams,
-// so with the primary at a higher ordinal a restart of every pod would
-// wait forever. The policy cannot change in place: an existing
-// StatefulSet keeps its own (docs/database.md, Failover).
-func withAgent(db *Cluster, desired, existing *appsv1.StatefulSet, operatorImage string) error {
+// withAgent adds the agent to the desired StatefulSet, which starts its
+// pods in parallel: OrderedReady starts ordinal 0 first and waits for it
+// to be ready, and a standby is ready only while it streams, so with the
+// primary at a higher ordinal a restart of every pod would wait forever.
+// An existing StatefulSet that is not Parallel was recreated first
+// (parallel.go).
+func withAgent(db *Cluster, desired *appsv1.StatefulSet, operatorImage string) error {
 	desired.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
-	if existing != nil && existing.Spec.PodManagementPolicy != "" {
-		desired.Spec.PodManagementPolicy = existing.Spec.PodManagementPolicy
-	}
 	_, pods := instanceSecretNames(db)
 	spec := &desired.Spec.Template.Spec
-	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name})
+	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name, ScriptsVolume: engine.ScriptsVolume})
 }
 
 // instanceHosts are the instances of the Database's ordinals, by the
@@ -200,22 +198,28 @@ func (r *Reconciler) writeInstanceSecret(ctx context.Context, db *Cluster, name 
 // wireInstanceChannel, when failover is on, writes the channel's Secrets
 // and adds the agent to the desired StatefulSet. An operator that does not
 // know its own image cannot: it says so and leaves the pods as they are.
-func (r *Reconciler) wireInstanceChannel(ctx context.Context, db *Cluster, desired *appsv1.StatefulSet, l *live) error {
+//
+// It reports whether the StatefulSet must not be written this pass: one
+// that is not Parallel is recreated (parallel.go).
+func (r *Reconciler) wireInstanceChannel(ctx context.Context, db *Cluster, desired *appsv1.StatefulSet, l *live) (bool, error) {
 	if !failoverOn(db) {
-		return nil
+		return false, nil
 	}
 	if r.OperatorImage == "" {
 		msg := "spec.failover.enabled is set but the operator does not know its own image (DECKHAND_OPERATOR_IMAGE), from which the pods copy the instance agent: no failover"
 		r.warn(db, ConditionFailover, "AgentImageUnknown", msg)
 		r.setCondition(db, ConditionFailover, false, "AgentImageUnknown", msg)
-		return nil
+		return false, nil
 	}
 	if _, err := r.ensureInstanceSecrets(ctx, db); err != nil {
-		return err
+		return false, err
 	}
 	var existing *appsv1.StatefulSet
 	if l.has("StatefulSet", namesOf(db).StatefulSet) {
 		existing = &l.statefulSet
 	}
-	return withAgent(db, desired, existing, r.OperatorImage)
+	if skip, err := r.recreateForParallel(ctx, db, existing); skip || err != nil {
+		return true, err
+	}
+	return false, withAgent(db, desired, r.OperatorImage)
 }

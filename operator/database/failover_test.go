@@ -13,7 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -153,6 +155,7 @@ func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing
 	})
 	assert.Equal(t, "lone-0", got.Status.CurrentPrimary)
 	assert.Empty(t, got.Status.Failovers, "no failover was begun")
+	assert.Equal(t, 1.0, gaugeValue(t, "deckhand_database_failover_pending", ns, "lone"), "the primary is gone and not replaced: the alert's gauge")
 	assertEvent(t, c, ns, "lone", corev1.EventTypeWarning, "FailoverBlocked")
 
 	oc := operatorClient(t, c, ns, "lone", a)
@@ -170,4 +173,78 @@ func operatorClient(t *testing.T, c client.Client, ns, name string, a *agents) *
 	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
 	require.NoError(t, err)
 	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(a.DialContext))
+}
+
+// gaugeValue is the operator's gauge name for the Database ns/name (the
+// operator runs in this process); -1 when absent.
+func gaugeValue(t *testing.T, name, ns, db string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			if have["namespace"] == ns && have["database"] == db {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// Turning failover on for an existing Database recreates its OrderedReady
+// StatefulSet as Parallel (a primary at a non-zero ordinal would deadlock
+// OrderedReady after a restart of every pod): the old one deleted with
+// its pods orphaned, a new one made, the same data volumes, Ready again,
+// an Event.
+func TestTurningFailoverOnRecreatesAnOrderedReadyStatefulSetAsParallel(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test"})
+	db := newDatabase(ns, "late", 2)
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+	old := get(t, c, ns, "late", &appsv1.StatefulSet{})
+	require.Equal(t, appsv1.OrderedReadyPodManagement, old.Spec.PodManagementPolicy)
+	claims := map[string]string{}
+	for _, claim := range []string{"data-late-0", "data-late-1"} {
+		claims[claim] = string(get(t, c, ns, claim, &corev1.PersistentVolumeClaim{}).UID)
+	}
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Failover = &dbv1.FailoverSpec{Enabled: true}
+		return c.Update(context.Background(), &cur)
+	}))
+	var sts appsv1.StatefulSet
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "late"}, &sts))
+		assert.NotEqual(ct, old.UID, sts.UID, "made again")
+		assert.Equal(ct, appsv1.ParallelPodManagement, sts.Spec.PodManagementPolicy)
+	}, wait, 100*time.Millisecond)
+	assertEvent(t, c, ns, "late", corev1.EventTypeNormal, "StatefulSetRecreated")
+	waitFor(t, c, db, "Ready again", ready)
+	for claim, uid := range claims {
+		assert.Equal(t, uid, string(get(t, c, ns, claim, &corev1.PersistentVolumeClaim{}).UID), "%s kept", claim)
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		for _, pod := range []string{"late-0", "late-1"} {
+			var p corev1.Pod
+			require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &p))
+			owner := metav1.GetControllerOf(&p)
+			require.NotNil(ct, owner, pod)
+			assert.Equal(ct, sts.UID, owner.UID, "%s belongs to the new StatefulSet", pod)
+		}
+	}, wait, 100*time.Millisecond)
 }

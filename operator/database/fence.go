@@ -176,7 +176,7 @@ func fenceJob(db *Cluster, eng engine.Engine, fencer engine.Fencer, lift bool, i
 	if u := db.Status.Upgrade; u != nil {
 		labels[LabelUpgradeAttempt] = u.Attempt
 	}
-	return lifecycleJob(name, db.Namespace, labels, ownerReference(db), fencer.FencePod(c, lift), db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	return lifecycleJob(db.Kind, name, db.Namespace, labels, ownerReference(db), fencer.FencePod(c, lift), db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 // jobIdle: the Job of that name has finished or is gone. One still at

@@ -77,11 +77,19 @@ func startOperatorWith(t *testing.T, ns string, o database.Options) {
 	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }
 
+// newDatabase is a Database for the kwok tests. Its backups are not
+// verified (spec.backup.verify.mode Off): kwok ends every Job pod with
+// exit 0 and no termination message, so a verification there could only
+// end NoReport a minute later, with a Warning, a metric and a Job of its
+// own in the middle of a test about something else. Verification is
+// proven where its Job really runs: the HostRunner tests (postgres
+// package, mysqlcluster) and the real node.
 func newDatabase(ns, name string, replicas int32) *dbv1.Database {
 	return &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: dbv1.DatabaseSpec{
 			Name: "name-of-database", Port: 5432, StorageSize: "1Gi", Replicas: replicas,
+			Backup: &dbv1.BackupSpec{Verify: &dbv1.BackupVerify{Mode: dbv1.VerifyOff}},
 		},
 	}
 }
@@ -395,6 +403,26 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		{"long metadata.name", func(d *dbv1.Database) { d.Name = strings.Repeat("d", 53) }, "metadata.name must be at most 52 characters"},
 		{"dotted metadata.name", func(d *dbv1.Database) { d.Name = "my.db" }, "metadata.name must be a DNS label"},
 		{"runAsUser root", func(d *dbv1.Database) { d.Spec.PodTemplate = &dbv1.PodTemplate{RunAsUser: ptr.To(int64(0))} }, "podTemplate.runAsUser must be more than 0"},
+		{"switchover to another Database's pod", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "other-1"}
+		}, `spec.failover.switchoverTo must name an instance of this Database, bad-<ordinal> with an ordinal below spec.replicas, not "other-1"`},
+		{"switchover beyond the replicas", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "bad-2"}
+		}, "spec.failover.switchoverTo must name an instance of this Database"},
+		{"switchover to a non-ordinal", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "bad-x"}
+		}, "spec.failover.switchoverTo must name an instance of this Database"},
+		{"switchover without failover", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{SwitchoverTo: "bad-1"}
+		}, "spec.failover.switchoverTo needs spec.failover.enabled: true"},
+		{"synchronous standbys as many as replicas", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true}
+			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}
+		}, "spec.replication.synchronous.minStandbys must be below spec.replicas"},
+		{"synchronous without failover", func(d *dbv1.Database) {
+			d.Spec.Replicas = 2
+			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
+		}, "spec.replication.synchronous.minStandbys needs spec.failover.enabled: true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDatabase(ns, "bad", 1)
@@ -410,6 +438,11 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 	ok := newDatabase(ns, "fine", 1)
 	ok.Spec.Name = strings.Repeat("é", 31) + "x"
 	require.NoError(t, c.Create(ctx, ok))
+	// A switchover to an instance, synchronous standbys below replicas.
+	wanted := newDatabase(ns, "wanted", 3)
+	wanted.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "wanted-2"}
+	wanted.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}
+	require.NoError(t, c.Create(ctx, wanted))
 
 	for _, tc := range []struct {
 		name   string

@@ -203,6 +203,14 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+VERIFIED\s+AGE$`, out)
 	assert.Regexp(t, `(?m)^first\s+shop\s+Completed\s+123456\s+17\.6\s`, out)
+
+	// kwok cannot run a verification (its pods end with no report): the
+	// kwok tests' Databases verify nothing (newDatabase), so no
+	// verification Job runs and none ends NoReport in the middle of a test.
+	var done dbv1.DatabaseBackup
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &done))
+	assert.Nil(t, done.Status.Verification)
+	assert.True(t, apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-verify"}, &batchv1.Job{})), "no verification Job")
 }
 
 func TestAFailedBackupShowsOnTheDatabase(t *testing.T) {
@@ -296,7 +304,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 
 	// The operator is down while the schedule passes a dozen times.
 	db := newDatabase(ns, "nightly", 1)
-	db.Spec.Backup = &dbv1.BackupSpec{Schedule: "0 */2 * * *", Retention: &dbv1.Retention{KeepLast: ptr.To(int32(2))}}
+	db.Spec.Backup.Schedule, db.Spec.Backup.Retention = "0 */2 * * *", &dbv1.Retention{KeepLast: ptr.To(int32(2))}
 	require.NoError(t, c.Create(ctx, db))
 	hourAgo := metav1.NewTime(time.Now().Add(-9 * time.Hour).Truncate(time.Second))
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &hourAgo}
@@ -399,7 +407,7 @@ func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
 	ctx := context.Background()
 
 	db := newDatabase(ns, "busy", 1)
-	db.Spec.Backup = &dbv1.BackupSpec{Schedule: "@hourly"}
+	db.Spec.Backup.Schedule = "@hourly"
 	require.NoError(t, c.Create(ctx, db))
 	waitFor(t, c, db, "Ready", ready)
 

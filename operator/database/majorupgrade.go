@@ -499,7 +499,7 @@ func upgradeJob(db *Cluster, eng engine.Engine, b *Backup, rollback bool) *batch
 	}
 	pod := eng.UpgradePod(c, spec)
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: component, LabelUpgradeAttempt: u.Attempt})
-	return lifecycleJob(name, db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	return lifecycleJob(db.Kind, name, db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 func (r *Reconciler) upgradeStart(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (serverPlan, error) {

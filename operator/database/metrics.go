@@ -23,6 +23,8 @@ type metrics struct {
 	verifications       *prometheus.CounterVec
 	lastVerifiedBackup  *prometheus.GaugeVec
 	verifiedStale       *prometheus.GaugeVec
+	failovers           *prometheus.CounterVec
+	failoverPending     *prometheus.GaugeVec
 	// names of the above, for MetricNames.
 	names []string
 }
@@ -76,6 +78,14 @@ func newMetrics(name, kind, label string) *metrics {
 			Name: named("backup_verified_stale"),
 			Help: "1 when the " + kind + "'s BackupVerified condition is False: its newest verified backup is older than backup.verify.maxAge, or none is verified and its oldest completed backup is that old; else 0.",
 		}, []string{"namespace", label}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: named("failovers_total"),
+			Help: "Primary changes completed, by " + kind + " and kind (failover: a primary that was gone; switchover: asked for by spec.failover.switchoverTo).",
+		}, []string{"namespace", label, "kind"}),
+		failoverPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: named("failover_pending"),
+			Help: "1 while the " + kind + "'s primary is gone and not replaced: a failover or switchover under way (not completed) or blocked (no healthy standby); else 0. The Failover condition says why.",
+		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("ready"),
 			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
@@ -93,6 +103,8 @@ func newMetrics(name, kind, label string) *metrics {
 	m.verifications = register(m.verifications)
 	m.lastVerifiedBackup = register(m.lastVerifiedBackup)
 	m.verifiedStale = register(m.verifiedStale)
+	m.failovers = register(m.failovers)
+	m.failoverPending = register(m.failoverPending)
 	return m
 }
 

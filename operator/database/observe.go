@@ -398,4 +398,5 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.nextScheduledBackup.DeleteLabelValues(namespace, name)
 	k.metrics.lastVerifiedBackup.DeleteLabelValues(namespace, name)
 	k.metrics.verifiedStale.DeleteLabelValues(namespace, name)
+	k.metrics.failoverPending.DeleteLabelValues(namespace, name)
 }

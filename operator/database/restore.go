@@ -102,7 +102,7 @@ func (r *Reconciler) notRestored(db *Cluster, reason, msg string) {
 func restoreJob(db *Cluster, eng engine.Engine, b *Backup) *batchv1.Job {
 	pod := eng.RestorePod(clusterOf(db, eng), engine.Restore{File: b.Status.File, SHA256: b.Status.SHA256, ClaimName: b.Status.ClaimName})
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentRestore})
-	return lifecycleJob(restoreJobName(db), db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
+	return lifecycleJob(db.Kind, restoreJobName(db), db.Namespace, labels, ownerReference(db), pod, db.Spec.PodTemplate, 2, namesOf(db).Scripts)
 }
 
 // restoreProblem is the Restored condition when it keeps the Database from

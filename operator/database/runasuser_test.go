@@ -168,17 +168,7 @@ func TestTheJobThatDeletesABackupFileRunsAsTheUserWhoWroteIt(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})
 		require.True(ct, apierrors.IsNotFound(err), "the Database is still there")
 	}, wait, 100*time.Millisecond)
-	// No pod may start for now, so the Job stays to be read (done, it
-	// would go with the DatabaseBackup).
-	quota := testenv.PodQuota(t, c, ns, 0)
-	require.NoError(t, c.Delete(ctx, b))
-	var deleteJob batchv1.Job
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var jobs batchv1.JobList
-		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{database.LabelComponent: "backup-delete"}))
-		require.Len(ct, jobs.Items, 1)
-		deleteJob = jobs.Items[0]
-	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	deleteJob, quota := deleteBackupHoldingItsJob(t, c, b)
 	assertRunsAs(t, &deleteJob, uid, "the Job that deletes the file")
 
 	// Its command, as its pod's user, on a backup directory as the
@@ -222,4 +212,53 @@ func assertRunsAs(t *testing.T, job *batchv1.Job, uid int64, what string) {
 	assert.Equal(t, uid, ptr.Deref(sc.RunAsUser, -1), "%s runs as the Database's user", what)
 	assert.Equal(t, uid, ptr.Deref(sc.RunAsGroup, -1), "%s runs with the Database's group", what)
 	assert.Equal(t, uid, ptr.Deref(sc.FSGroup, -1), "%s owns its volumes with the Database's group", what)
+}
+
+// The Job that deletes a backup's file runs where the Database's pods may
+// run (issue 21): its nodeSelector and tolerations. Without them it could
+// land on a node the Database's user never meant (or, with every node
+// tainted, on none: the DatabaseBackup would never go).
+func TestTheJobThatDeletesABackupFileRunsWhereTheDatabasesPodsRun(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns)
+	ctx := context.Background()
+	toleration := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	db := newDatabase(ns, "placed", 1)
+	db.Spec.PodTemplate = &dbv1.PodTemplate{
+		NodeSelector: map[string]dbv1.LabelValue{corev1.LabelHostname: "kwok-node-1"},
+		Tolerations:  []corev1.Toleration{toleration},
+	}
+	require.NoError(t, c.Create(ctx, db))
+	waitFor(t, c, db, "Ready", ready)
+	require.NoError(t, c.Create(ctx, newBackup(ns, "one", "placed")))
+	reportBackup(t, c, ns, "placed", "one", 1000)
+	b := waitForBackup(t, c, ns, "one", "Completed", backupPhase(dbv1.BackupCompleted))
+
+	deleteJob, quota := deleteBackupHoldingItsJob(t, c, b)
+	spec := deleteJob.Spec.Template.Spec
+	assert.Equal(t, map[string]string{corev1.LabelHostname: "kwok-node-1"}, spec.NodeSelector)
+	assert.Equal(t, []corev1.Toleration{toleration}, spec.Tolerations)
+	require.NoError(t, c.Delete(ctx, quota))
+}
+
+// deleteBackupHoldingItsJob deletes the backup while no pod may start (a
+// pod quota of 0, returned for the test to delete), so the Job that
+// deletes its file stays to be read (done, it would go with the
+// DatabaseBackup); it returns that Job.
+func deleteBackupHoldingItsJob(t *testing.T, c client.Client, b *dbv1.DatabaseBackup) (batchv1.Job, *corev1.ResourceQuota) {
+	t.Helper()
+	ctx := context.Background()
+	quota := testenv.PodQuota(t, c, b.Namespace, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingLabels{database.LabelComponent: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		job = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	return job, quota
 }

@@ -156,7 +156,13 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 	}
 	switch {
 	case ours && v != nil && v.Outcome != "":
-		// Recorded and read back: the Job goes.
+		// Recorded and read back: the Job goes. Unless this read of the
+		// backup is stale: the Job may then be a newer verification's
+		// (same name, same owner), started after the outcome this read
+		// shows, and deleting it would lose that verification (JobLost).
+		if r.stale(ctx, b) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
 		if job.DeletionTimestamp.IsZero() {
 			return reconcile.Result{}, r.deleteJob(ctx, &job)
 		}
@@ -257,10 +263,7 @@ func (r *BackupReconciler) verifyRequested(b *Backup, db *Cluster, s verifySetti
 		if err != nil {
 			return false, 0
 		}
-		since := b.Status.CompletionTime.Time
-		if v != nil && v.RequestTime != nil && v.RequestTime.After(since) {
-			since = v.RequestTime.Time
-		}
+		since := scheduledSince(b)
 		now := r.now()
 		if _, due := lastDue(sched, loc, since, now); due {
 			return true, 0
@@ -268,6 +271,25 @@ func (r *BackupReconciler) verifyRequested(b *Backup, db *Cluster, s verifySetti
 		return false, sched.Next(now.In(loc)).Sub(now) + time.Second
 	}
 	return false, 0
+}
+
+// scheduledSince is when the Scheduled mode last had b verified: the
+// newest of the backup's completion, its last verification's request and
+// that verification's end. Schedule times that pass while a verification
+// runs are covered by it (it verified this same backup), so none starts
+// another, then or after it.
+func scheduledSince(b *Backup) time.Time {
+	since := b.Status.CompletionTime.Time
+	v := b.Status.Verification
+	if v == nil {
+		return since
+	}
+	for _, t := range []*metav1.Time{v.RequestTime, v.CompletionTime} {
+		if t != nil && t.After(since) {
+			since = t.Time
+		}
+	}
+	return since
 }
 
 // cannotVerify says why a verification must wait ("" when it may start).
@@ -298,9 +320,7 @@ func verifyJob(db *Cluster, verifier engine.Verifier, b *Backup, s verifySetting
 	pod := verifier.VerifyPod(c, engine.Verify{File: b.Status.File, SHA256: b.Status.SHA256, ClaimName: b.Status.ClaimName, UserCheck: s.UserCheck})
 	pod.Volumes = append(pod.Volumes, scratchVolume(db, b.Status.Size))
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentVerify})
-	job := lifecycleJob(verifyJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, false), pod, db.Spec.PodTemplate, 0, namesOf(db).Scripts)
-	sameNodeAsBackupVolumeUsers(db.Kind, &job.Spec.Template, b.Status.ClaimName)
-	return job
+	return lifecycleJob(db.Kind, verifyJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, false), pod, db.Spec.PodTemplate, 0, namesOf(db).Scripts)
 }
 
 // scratchVolume is a generic ephemeral volume: a claim made with the pod
@@ -327,9 +347,10 @@ func scratchVolume(db *Cluster, dumpSize int64) corev1.Volume {
 // claim they mount.
 const labelBackupClaimSuffix = "backup-claim"
 
-// sameNodeAsBackupVolumeUsers makes a pod that mounts the cluster's
-// ReadWriteOnce backup claim run on the node of any other pod mounting it
-// (a backup or a verification): a ReadWriteOnce volume can be mounted by
+// sameNodeAsBackupVolumeUsers makes a pod that mounts a ReadWriteOnce
+// backup claim run on the node of any other pod mounting it (a backup, a
+// verification, a restore, an upgrade, a file's deletion; lifecycleJob
+// applies it to each): a ReadWriteOnce volume can be mounted by
 // several pods of one node, never of two. The first of them goes
 // anywhere (a required pod affinity that only the pod itself matches is
 // ignored), the next joins it, so neither waits for the other.
@@ -372,8 +393,7 @@ func (r *BackupReconciler) observeVerifyJob(ctx context.Context, b *Backup, db *
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.Verification == nil || len(report.Verification.Checks) == 0 {
-			done := jobCondition(job, batchv1.JobComplete).LastTransitionTime.Time
-			if wait := done.Add(reportGrace).Sub(r.now()); wait > 0 {
+			if wait := reportWait(job); wait > 0 {
 				return reconcile.Result{RequeueAfter: wait}, nil
 			}
 			r.verified(b, db, dbv1.VerificationError, nil, "NoReport", fmt.Sprintf("verification Job %s succeeded but its pod reported no checks", job.Name))

@@ -56,11 +56,10 @@ type Options struct {
 // Setup registers the MySQLCluster, MySQLBackupInstance and
 // MySQLBackupSchedule controllers with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces})
+	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces, Now: o.Now})
 	if err != nil {
 		return err
 	}
-	core.Now = o.Now
 	s := &ScheduleReconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("deckhand-" + Name + "-schedule"), Now: o.Now}
 	return s.setup(mgr)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -247,19 +248,54 @@ func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 
 	require.NoError(t, c.Delete(ctx, mc))
 	waitGone(t, c, mc, wait)
-	// No pod may start, so the delete Job stays to be read.
-	quota := testenv.PodQuota(t, c, ns, 0)
-	require.NoError(t, c.Delete(ctx, b))
-	var job batchv1.Job
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var jobs batchv1.JobList
-		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
-		require.Len(ct, jobs.Items, 1)
-		job = jobs.Items[0]
-	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	job, quota := deleteInstanceHoldingItsJob(t, c, b)
 	sc := job.Spec.Template.Spec.SecurityContext
 	require.NotNil(t, sc)
 	assert.Equal(t, []int64{uid, uid, uid}, []int64{ptr.Deref(sc.RunAsUser, 0), ptr.Deref(sc.RunAsGroup, 0), ptr.Deref(sc.FSGroup, 0)})
 	require.NoError(t, c.Delete(ctx, quota))
 	waitGone(t, c, b, 2*wait)
+}
+
+// The Job that deletes an instance's file runs where the cluster's pods
+// may run: its spec.nodeSelector and spec.tolerations (issue 21).
+func TestTheJobThatDeletesAnInstancesFileRunsWhereTheClustersPodsRun(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+	toleration := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	mc := newCluster(ns, "placed", "placed-root", 1)
+	mc.Spec.NodeSelector = map[string]grtlv1.NodeLabelValue{corev1.LabelHostname: "kwok-node-1"}
+	mc.Spec.Tolerations = []corev1.Toleration{toleration}
+	require.NoError(t, c.Create(ctx, mc))
+	waitFor(t, c, ns, "placed", "Ready", ready)
+	b := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "placed"}}
+	require.NoError(t, c.Create(ctx, b))
+	b = completeBackup(t, c, ns, "placed", "one", 100)
+
+	job, quota := deleteInstanceHoldingItsJob(t, c, b)
+	spec := job.Spec.Template.Spec
+	assert.Equal(t, map[string]string{corev1.LabelHostname: "kwok-node-1"}, spec.NodeSelector)
+	assert.Equal(t, []corev1.Toleration{toleration}, spec.Tolerations)
+	require.NoError(t, c.Delete(ctx, quota))
+}
+
+// deleteInstanceHoldingItsJob deletes the instance while no pod may start
+// (a pod quota of 0, returned for the test to delete), so the Job that
+// deletes its file stays to be read; it returns that Job.
+func deleteInstanceHoldingItsJob(t *testing.T, c client.Client, b *grtlv1.MySQLBackupInstance) (batchv1.Job, *corev1.ResourceQuota) {
+	t.Helper()
+	ctx := context.Background()
+	quota := testenv.PodQuota(t, c, b.Namespace, 0)
+	require.NoError(t, c.Delete(ctx, b))
+	var job batchv1.Job
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(ct, c.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingLabels{mysqlcluster.Keys.Component: "backup-delete"}))
+		require.Len(ct, jobs.Items, 1)
+		job = jobs.Items[0]
+	}, wait, 100*time.Millisecond, "the Job that deletes the file")
+	return job, quota
 }

@@ -86,9 +86,10 @@ func (clusters) View(obj client.Object) *database.Cluster {
 			Engine:         EngineMySQL,
 			FromBackup:     mc.Spec.FromBackup,
 			DeletionPolicy: dbv1.DeletionPolicy(mc.Spec.DeletionPolicy),
-			// grtl's spec has no pod template: runAsUser is its only pod
-			// setting (nil: the default).
-			PodTemplate: &dbv1.PodTemplate{RunAsUser: mc.Spec.RunAsUser},
+			// grtl's spec has no pod template: its pod settings (runAsUser,
+			// nodeSelector, tolerations) sit in the spec itself, with a
+			// Database's names and meaning.
+			PodTemplate: podTemplateOf(mc),
 			Backup:      backupSpec,
 		},
 		Secrets: database.ClusterSecrets{
@@ -148,6 +149,18 @@ func (c clusters) List(ctx context.Context, r client.Reader, namespace string) (
 		out[i] = c.View(&list.Items[i])
 	}
 	return out, nil
+}
+
+// podTemplateOf is the Database pod template a MySQLCluster's spec says.
+func podTemplateOf(mc *grtlv1.MySQLCluster) *dbv1.PodTemplate {
+	t := &dbv1.PodTemplate{RunAsUser: mc.Spec.RunAsUser, Tolerations: mc.Spec.Tolerations}
+	if len(mc.Spec.NodeSelector) > 0 {
+		t.NodeSelector = make(map[string]dbv1.LabelValue, len(mc.Spec.NodeSelector))
+		for k, v := range mc.Spec.NodeSelector {
+			t.NodeSelector[k] = dbv1.LabelValue(v)
+		}
+	}
+	return t
 }
 
 func imageOf(mc *grtlv1.MySQLCluster) string {

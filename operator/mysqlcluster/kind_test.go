@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	grtlv1 "github.com/deckhand-dev/deckhand/operator/apis/grtl/v1"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -33,6 +35,21 @@ func TestAMySQLClusterIsACoreClusterWithTheMySQLEngine(t *testing.T) {
 	assert.Equal(t, "MySQLBackupInstance b (spec.fromBackup) does not exist; storage is 1Gi; the MySQLCluster waits", mc.Status.Conditions[0].Message)
 	assert.Equal(t, "DatabaseBackup b (spec.fromBackup) does not exist; storage-size is 1Gi; the Database waits", c.Status.Conditions[0].Message,
 		"the core's own copy is left as it was")
+}
+
+// A MySQLCluster's scheduling fields are a Database's podTemplate ones,
+// which the core applies to the servers and to every Job.
+func TestAMySQLClustersNodeSelectorAndTolerationsPlaceItsPods(t *testing.T) {
+	toleration := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	mc := &grtlv1.MySQLCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "my-cluster", Namespace: "ns"},
+		Spec: grtlv1.MySQLClusterSpec{Secret: "my-secret", Storage: "1Gi", RunAsUser: ptr.To(int64(1001)),
+			NodeSelector: map[string]grtlv1.NodeLabelValue{"disktype": "ssd"}, Tolerations: []corev1.Toleration{toleration}},
+	}
+	c := Kind.Clusters.View(mc)
+	assert.Equal(t, &dbv1.PodTemplate{
+		NodeSelector: map[string]dbv1.LabelValue{"disktype": "ssd"}, Tolerations: []corev1.Toleration{toleration}, RunAsUser: ptr.To(int64(1001)),
+	}, c.Spec.PodTemplate)
 }
 
 func TestGrtlsBackupPhasesMapOntoTheCoresBothWays(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +51,7 @@ type Steps struct {
 // Start is the record of a failover of from, the primary last seen
 // writing at fromLSN (0: never seen).
 func Start(from string, fromLSN instance.LSN, now time.Time) *dbv1.FailoverRecord {
-	rec := &dbv1.FailoverRecord{Started: metav1.NewTime(now), Phase: dbv1.FailoverFencing, From: from}
+	rec := &dbv1.FailoverRecord{Kind: dbv1.KindFailover, Started: metav1.NewTime(now), Phase: dbv1.FailoverFencing, From: from}
 	if fromLSN != 0 {
 		rec.FromLSN = fromLSN.String()
 	}
@@ -66,13 +67,21 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 		if err := s.Save(ctx, rec); err != nil {
 			return fmt.Errorf("recording the failover of %s: %w", rec.From, err)
 		}
-		s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
+		if rec.Kind == dbv1.KindSwitchover {
+			s.Event(false, "Switchover", fmt.Sprintf("switching over from %s to %s", rec.From, rec.To))
+		} else {
+			s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
+		}
 	}
 	for rec.Phase != dbv1.FailoverCompleted {
 		var err error
 		switch rec.Phase {
 		case dbv1.FailoverFencing:
-			err = s.fenceAndChoose(ctx, rec)
+			if rec.Kind == dbv1.KindSwitchover {
+				err = s.fenceForSwitchover(ctx, rec)
+			} else {
+				err = s.fenceAndChoose(ctx, rec)
+			}
 		case dbv1.FailoverPromoting:
 			err = s.promote(ctx, rec)
 		default:
@@ -92,7 +101,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 	s.fence(ctx, rec)
 	var obs []Observation
 	for _, pod := range s.Pods {
-		if pod == rec.From {
+		if pod == rec.From || !MayBePromoted(rec.SynchronousStandbys, pod) {
 			continue
 		}
 		o := Observation{Pod: pod}
@@ -162,6 +171,17 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	if rec.BytesPossiblyLost != nil {
 		lost = fmt.Sprintf("%d bytes of WAL", *rec.BytesPossiblyLost)
 	}
+	if rec.Kind == dbv1.KindSwitchover {
+		s.Event(false, "SwitchedOver", fmt.Sprintf("%s is the primary in place of %s; nothing lost (it replayed past %s's last record)", rec.To, rec.From, rec.From))
+		return nil
+	}
 	s.Event(false, "FailedOver", fmt.Sprintf("%s is the primary in place of %s; possibly lost: %s", rec.To, rec.From, lost))
 	return nil
+}
+
+// MayBePromoted: with synchronous standbys (the old primary's, when last
+// seen) only one of them may be promoted: an acknowledged commit is on
+// them, not necessarily on the others. None: asynchronous, any may.
+func MayBePromoted(synchronous []string, pod string) bool {
+	return len(synchronous) == 0 || slices.Contains(synchronous, pod)
 }

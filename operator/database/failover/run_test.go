@@ -130,3 +130,39 @@ func TestNothingIsDoneBeforeTheFailoverIsRecorded(t *testing.T) {
 	require.ErrorContains(t, err, "conflict")
 	assert.Empty(t, ch.calls, "nothing fenced or promoted")
 }
+
+// With synchronous replication the failover promotes only a standby that
+// was synchronous when the primary was last seen (its record names them),
+// even when an asynchronous one replayed further; with none of them
+// healthy nothing is promoted.
+func TestWithSynchronousStandbysOnlyOneOfThemIsPromoted(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x9000), "db-2": standbyAt(0x3000)}}
+	s := &saved{}
+	rec := failover.Start("db-0", 0x3000, time.Now())
+	rec.SynchronousStandbys = []string{"db-2"}
+	require.NoError(t, s.steps(ch).Run(context.Background(), rec, false))
+	assert.Equal(t, "db-2", rec.To)
+	assert.Equal(t, []string{"fence db-0", "promote db-2"}, ch.calls)
+
+	ch = &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x9000)}, unreachable: map[string]bool{"db-2": true}}
+	s = &saved{}
+	rec = failover.Start("db-0", 0x3000, time.Now())
+	rec.SynchronousStandbys = []string{"db-2"}
+	require.ErrorIs(t, s.steps(ch).Run(context.Background(), rec, false), failover.ErrNoHealthyStandby)
+	assert.Equal(t, []string{"fence db-0"}, ch.calls, "the asynchronous standby is never promoted")
+}
+
+// A switchover whose primary did not stop cleanly (its last position
+// unknown) does not wait for ever with the primary fenced: it goes on as
+// a failover, choosing the most advanced standby, and says so.
+func TestASwitchoverWhosePrimaryDidNotStopCleanlyGoesOnAsAFailover(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x9000), "db-2": standbyAt(0x3000)}}
+	s := &saved{}
+	rec := failover.StartSwitchover("db-0", "db-2", time.Now())
+	require.NoError(t, s.steps(ch).Run(context.Background(), rec, false))
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Equal(t, "db-1", rec.To, "the most advanced standby, as a failover chooses")
+	assert.Equal(t, dbv1.KindSwitchover, rec.Kind)
+	assert.Contains(t, rec.Reason, "did not stop cleanly")
+	assert.Contains(t, s.events, "SwitchoverFellBack")
+}

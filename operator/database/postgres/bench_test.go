@@ -26,7 +26,7 @@ func BenchmarkBackup1GB(b *testing.B) {
 	h := newHost(b)
 	source := h.primary("data-source")
 	h.init(source.Port)
-	size := h.fill1GB(source.Port)
+	size := h.fill(source.Port, benchRows(b))
 	dir := h.volume("backup")
 	for i := 0; b.Loop(); i++ {
 		file := "bench-" + strconv.Itoa(i) + ".dump"

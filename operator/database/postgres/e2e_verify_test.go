@@ -2,9 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
 )
@@ -81,11 +81,7 @@ func TestTheOperatorVerifiesBackupsByRestoringThemWithARealPostgreSQL(t *testing
 	e.backup("corrupted")
 	corrupted := e.waitCompleted("corrupted")
 	assert.Nil(t, corrupted.Status.Verification, "mode Off verifies nothing by itself")
-	file := filepath.Join(e.runner.ClaimDir(corrupted.Status.ClaimName), corrupted.Status.File)
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	b[len(b)/2] ^= 0xff
-	require.NoError(t, os.WriteFile(file, b, 0o644))
+	e.runner.CorruptFile(corrupted.Status.ClaimName, corrupted.Status.File)
 	patch := []byte(`{"metadata":{"annotations":{"` + database.AnnotationVerify + `":"now"}}}`)
 	require.NoError(t, e.c.Patch(ctx, corrupted, client.RawPatch("application/merge-patch+json", patch)))
 	bad := e.waitVerified("corrupted")
@@ -228,4 +224,104 @@ func labelsOf(m *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
+}
+
+// Mode Scheduled, through the operator with the host's PostgreSQL: each
+// schedule time verifies the newest completed backup once (an older one
+// never), and schedule times that pass while a verification runs start
+// none, then or after it. The test controls time with the operator's
+// clock (database.Options.Now: the real clock plus an offset the test
+// moves), which the schedules and the backup reconciler read; it starts
+// at noon UTC of a day to come, 16 hours before the schedule's 04:00, so
+// real time passing during the test never reaches a schedule time. A
+// verification "runs" while its pod cannot start (a pod quota of 0; the
+// startTimeout is longer than the days the clock jumps).
+func TestScheduledVerificationVerifiesTheNewestBackupOncePerScheduleTime(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	noon := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	offset.Store(int64(time.Until(noon)))
+	e := newEndToEnd(t, database.Options{Now: now})
+	ctx := context.Background()
+	// jump moves the clock to the next 04:00 UTC and a minute, and makes
+	// the operator look at the backups (nothing else would wake it: it
+	// asked to be woken at the schedule time, in real time).
+	jump := func(names ...string) time.Time {
+		due := now().UTC().Truncate(24 * time.Hour).Add(28 * time.Hour)
+		offset.Store(int64(time.Until(due.Add(time.Minute))))
+		for _, name := range names {
+			e.poke(name)
+		}
+		return due
+	}
+
+	e.database("db", dbv1.DeletionDelete, "")
+	e.waitReady("db")
+	e.sql("db", "CREATE TABLE notes (v text); INSERT INTO notes VALUES ('one')")
+	e.setVerify("db", func(v *dbv1.BackupSpec) {
+		v.Verify = &dbv1.BackupVerify{Mode: dbv1.VerifyScheduled, Schedule: "0 4 * * *", StartTimeout: &metav1.Duration{Duration: 240 * time.Hour}}
+	})
+	e.backup("older")
+	e.waitCompleted("older")
+	e.backup("newest")
+	assert.Nil(t, e.waitCompleted("newest").Status.Verification, "no schedule time has come")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var db dbv1.Database
+		require.NoError(ct, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "db"}, &db))
+		require.NotNil(ct, db.Status.Backup)
+		require.Equal(ct, "newest", db.Status.Backup.LastSuccessfulBackup)
+	}, 2*time.Minute, 200*time.Millisecond, "the Database's newest backup")
+
+	// The first schedule time: the newest backup's verification starts,
+	// and runs (its pod cannot start yet).
+	quota := testenv.PodQuota(t, e.c, e.ns, 0)
+	first := jump("older", "newest")
+	running := e.waitVerification("newest", "started", func(ct *assert.CollectT, v *dbv1.BackupVerification) {
+		require.NotNil(ct, v.StartTime)
+		require.Empty(ct, v.Outcome)
+	})
+	assert.False(t, running.RequestTime.Time.Before(first), "requested at the schedule time: %s", running.RequestTime)
+
+	// A second schedule time passes while it runs; then it ends.
+	jump("older", "newest")
+	require.NoError(t, e.c.Delete(ctx, quota))
+	done := e.waitVerified("newest").Status.Verification
+	require.Equal(t, dbv1.VerificationVerified, done.Outcome, "%+v", done)
+	assert.Equal(t, running.RequestTime, done.RequestTime, "the same verification")
+	e.assertNoVerifyJob("db")
+
+	// The third schedule time verifies it again: the second, missed
+	// while one ran, did not start one of its own.
+	third := jump("older", "newest")
+	again := e.waitVerification("newest", "verified again", func(ct *assert.CollectT, v *dbv1.BackupVerification) {
+		require.False(ct, v.RequestTime.Time.Before(third), "requested at %s, before the third schedule time", v.RequestTime)
+		require.NotEmpty(ct, v.Outcome)
+	})
+	assert.Equal(t, dbv1.VerificationVerified, again.Outcome, "%+v", again)
+	assert.Equal(t, 2.0, verificationCount(t, e.ns, "verified"), "one verification per schedule time that found none running")
+
+	var older dbv1.DatabaseBackup
+	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "older"}, &older))
+	assert.Nil(t, older.Status.Verification, "only the newest backup is verified on schedule")
+}
+
+// poke changes an annotation of the backup, so the operator reconciles it.
+func (e *endToEnd) poke(name string) {
+	e.t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"test.deckhand.dev/poke":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
+	require.NoError(e.t, e.c.Patch(context.Background(), &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}},
+		client.RawPatch("application/merge-patch+json", patch)))
+}
+
+// waitVerification waits until the backup's status.verification passes
+// check.
+func (e *endToEnd) waitVerification(name, what string, check func(*assert.CollectT, *dbv1.BackupVerification)) *dbv1.BackupVerification {
+	e.t.Helper()
+	var cur dbv1.DatabaseBackup
+	require.EventuallyWithT(e.t, func(ct *assert.CollectT) {
+		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, &cur))
+		require.NotNil(ct, cur.Status.Verification, "status: %+v", cur.Status)
+		check(ct, cur.Status.Verification)
+	}, 3*time.Minute, 200*time.Millisecond, "DatabaseBackup %s: verification %s", name, what)
+	return cur.Status.Verification
 }

@@ -33,6 +33,11 @@ import (
 // StatefulSet and ConfigMap as they are now; primaryPort is where its
 // primary listens ("" for the primary itself).
 func (e *endToEnd) startServer(db string, ordinal int, primaryPort string) (*pgtest.Server, string, string) {
+	return e.startServerOnPort(db, ordinal, primaryPort, "")
+}
+
+// startServerOnPort is startServer on port ("": a free one).
+func (e *endToEnd) startServerOnPort(db string, ordinal int, primaryPort, port string) (*pgtest.Server, string, string) {
 	t := e.t
 	t.Helper()
 	ctx := context.Background()
@@ -42,9 +47,12 @@ func (e *endToEnd) startServer(db string, ordinal int, primaryPort string) (*pgt
 	require.NoError(t, e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: db + "-scripts"}, &cm))
 	pod := db + "-" + strconv.Itoa(ordinal)
 	scripts := e.u.WriteScripts(t, e.u.Dir(t, e.root, "servers", pod), cm.Data)
+	require.Equal(t, scriptsDir(e.root, pod), scripts)
 	server := sts.Spec.Template.Spec.Containers[0]
 	env := pgtest.ContainerEnv(t, server, pod, e.secret)
-	port := pgtest.FreePort(t)
+	if port == "" {
+		port = pgtest.FreePort(t)
+	}
 	if primaryPort == "" {
 		primaryPort = port
 	}
@@ -54,6 +62,13 @@ func (e *endToEnd) startServer(db string, ordinal int, primaryPort string) (*pgt
 	env["PGPORT"], env["PRIMARY_PORT"], env["PRIMARY_HOST"] = port, primaryPort, "127.0.0.1"
 	env["LISTEN_ADDRESSES"] = "127.0.0.1"
 	return e.u.StartServer(t, e.bin, env, pgtest.HostCommand(t, server, scripts)), port, pgdata
+}
+
+// scriptsDir is where startServer writes pod's scripts ConfigMap (its
+// mount): written again at each start, as a restarted pod would see the
+// ConfigMap then.
+func scriptsDir(root, pod string) string {
+	return filepath.Join(root, "servers", pod, "scripts")
 }
 
 // startAgent runs the agent binary for pod beside its server, as the
@@ -72,7 +87,7 @@ func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, p
 	}
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := e.u.Command(map[string]string{"PATH": e.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen})
+		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod)})
 	log := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -113,6 +128,12 @@ func (f *failoverSetup) started(pod, port, data string) {
 func newFailoverSetup(t *testing.T) *failoverSetup { return newFailoverSetupOf(t, 2) }
 
 func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
+	return newFailoverSetupWith(t, replicas, nil)
+}
+
+// newFailoverSetupWith is newFailoverSetupOf with change made to the
+// Database before it is created.
+func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Database)) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
 	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
@@ -130,6 +151,9 @@ func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
 			Failover:    &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
 		},
+	}
+	if change != nil {
+		change(db)
 	}
 	require.NoError(t, e.c.Create(context.Background(), db))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {

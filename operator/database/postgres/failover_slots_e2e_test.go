@@ -51,4 +51,5 @@ func TestAfterAFailoverTheOtherStandbyStreamsFromTheNewPrimaryThroughItsSlot(t *
 	timeline, err := f.psql(other, "SELECT received_tli FROM pg_stat_wal_receiver")
 	require.NoError(t, err, timeline)
 	assert.Equal(t, "2", timeline, "%s follows the new primary's timeline", other)
+	assert.Equal(t, 1.0, metricValue(t, "deckhand_database_failovers_total", map[string]string{"namespace": e.ns, "database": "fo", "kind": "failover"}))
 }

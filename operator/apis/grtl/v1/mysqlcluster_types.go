@@ -1,6 +1,7 @@
 package v1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -106,11 +107,33 @@ type MySQLClusterSpec struct {
 	// +optional
 	RunAsUser *int64 `json:"runAsUser,omitempty"`
 
+	// NodeSelector restricts the cluster's pods (its servers and every Job
+	// it runs: init, backup, restore, upgrade, verification and the one
+	// that deletes a backup's file) to nodes with these labels, as a
+	// Database's spec.podTemplate.nodeSelector.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && size(k) <= 317)",message="nodeSelector: each key must be a label key such as disktype or topology.kubernetes.io/zone (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+	// +optional
+	NodeSelector map[string]NodeLabelValue `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the cluster's pods (servers and Jobs) run on tainted
+	// nodes, as a Database's spec.podTemplate.tolerations.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
 	// Backup: how the cluster's MySQLBackupInstances are verified (the
 	// schedules themselves are MySQLBackupSchedules).
 	// +optional
 	Backup *ClusterBackup `json:"backup,omitempty"`
 }
+
+// NodeLabelValue is the value of a node label (a Database's
+// podTemplate.nodeSelector value, with this spec's field name in the
+// message).
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",messageExpression="'nodeSelector: \"' + self + '\" is not a label value (at most 63 letters, digits, \\'-\\', \\'_\\' and \\'.\\', starting and ending with a letter or digit; may be empty)'"
+type NodeLabelValue string
 
 // ClusterBackup is what a MySQLCluster says about its backups.
 type ClusterBackup struct {

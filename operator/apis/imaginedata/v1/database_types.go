@@ -197,6 +197,32 @@ type DatabaseSpec struct {
 	// on the host's PostgreSQL, not yet on a real node.
 	// +optional
 	Failover *FailoverSpec `json:"failover,omitempty"`
+
+	// Replication: how the standbys replicate (docs/database.md,
+	// Synchronous replication).
+	// +optional
+	Replication *ReplicationSpec `json:"replication,omitempty"`
+}
+
+// ReplicationSpec says how the standbys replicate.
+type ReplicationSpec struct {
+	// Synchronous: a commit returns only once standbys have it.
+	// +optional
+	Synchronous *SynchronousSpec `json:"synchronous,omitempty"`
+}
+
+// SynchronousSpec turns on synchronous replication.
+type SynchronousSpec struct {
+	// MinStandbys is how many standbys must have flushed a commit's WAL
+	// before the commit returns (synchronous_standby_names = 'ANY n
+	// (<the streaming standbys>)'); 0 (default): asynchronous. While
+	// fewer standbys stream, the operator lowers it to those that do
+	// (writes stay available; the docs say what that risks). Needs
+	// failover.enabled (the instance agent sets it on the primary).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=31
+	// +optional
+	MinStandbys int32 `json:"minStandbys,omitempty"`
 }
 
 // FailoverSpec turns on automatic failover.
@@ -218,7 +244,32 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="failover.primaryGoneAfter must be at most 1h"
 	// +optional
 	PrimaryGoneAfter *metav1.Duration `json:"primaryGoneAfter,omitempty"`
+
+	// SwitchoverTo names the instance (a pod of this Database,
+	// <name>-<ordinal>) to be the primary: when it is a healthy standby
+	// streaming from the primary and another instance is the primary, the
+	// operator hands over cleanly (the primary stopped and fenced, the
+	// standby replays up to its last record, then is promoted: no
+	// committed row lost) and records it in status.failovers (kind
+	// switchover). Kept after the handover: it names the wanted primary,
+	// so a later failover away from it is switched back once it is a
+	// streaming standby again. Empty (default): no switchover. Needs
+	// enabled.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	SwitchoverTo string `json:"switchoverTo,omitempty"`
 }
+
+// FailoverKind says why a primary changed.
+// +kubebuilder:validation:Enum=failover;switchover
+type FailoverKind string
+
+// Failover kinds: an automatic failover of a primary that is gone, or a
+// switchover asked for by spec.failover.switchoverTo.
+const (
+	KindFailover   FailoverKind = "failover"
+	KindSwitchover FailoverKind = "switchover"
+)
 
 // FailoverPhase is where a failover is.
 // +kubebuilder:validation:Enum=Fencing;Promoting;Completed
@@ -235,7 +286,12 @@ const (
 // FailoverRecord is one failover: what was decided, and what it may have
 // cost.
 type FailoverRecord struct {
-	// Started is when the primary was declared gone.
+	// Kind: failover (absent in records made before the field) or
+	// switchover.
+	// +optional
+	Kind FailoverKind `json:"kind,omitempty"`
+	// Started is when the primary was declared gone (a switchover: when
+	// it began).
 	Started metav1.Time `json:"started"`
 	// Finished is when the standby was promoted; absent while under way.
 	// +optional
@@ -268,9 +324,27 @@ type FailoverRecord struct {
 	// fromLSN is unknown.
 	// +optional
 	BytesPossiblyLost *int64 `json:"bytesPossiblyLost,omitempty"`
+	// SynchronousStandbys are the standbys in the old primary's
+	// synchronous_standby_names when it was last seen healthy: with
+	// synchronous replication only one of them is promoted (the others
+	// may lack acknowledged commits). Empty: asynchronous, any standby.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	SynchronousStandbys []string `json:"synchronousStandbys,omitempty"`
 	// Reason says why the standby was chosen.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// FenceLifted is when the operator lifted the old primary's fence:
+	// once its pod read the new primary's name, so its server starts as
+	// a standby (rewound by pg_rewind), never as a primary. Absent while
+	// it stays fenced.
+	// +optional
+	FenceLifted *metav1.Time `json:"fenceLifted,omitempty"`
+	// Rejoined is when the old primary was first seen streaming as a
+	// standby of the new one.
+	// +optional
+	Rejoined *metav1.Time `json:"rejoined,omitempty"`
 }
 
 // DeletionPolicy is what deleting a Database does with its data.
@@ -593,6 +667,10 @@ type BackupStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it names the Database's Services"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet's pods and Services add suffixes to it and must stay within 63"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.failover) || !has(self.spec.failover.switchoverTo) || size(self.spec.failover.switchoverTo) == 0 || (self.spec.failover.switchoverTo.startsWith(self.metadata.name + '-') && self.spec.failover.switchoverTo.substring(size(self.metadata.name) + 1).matches('^(0|[1-9][0-9]?)$') && int(self.spec.failover.switchoverTo.substring(size(self.metadata.name) + 1)) < (has(self.spec.replicas) ? self.spec.replicas : 1))",messageExpression="'spec.failover.switchoverTo must name an instance of this Database, ' + self.metadata.name + '-<ordinal> with an ordinal below spec.replicas, not \"' + self.spec.failover.switchoverTo + '\"'"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.failover) || !has(self.spec.failover.switchoverTo) || size(self.spec.failover.switchoverTo) == 0 || (has(self.spec.failover.enabled) && self.spec.failover.enabled)",message="spec.failover.switchoverTo needs spec.failover.enabled: true (the switchover runs through the instance agent)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || !has(self.spec.replication.synchronous.minStandbys) || self.spec.replication.synchronous.minStandbys == 0 || self.spec.replication.synchronous.minStandbys < (has(self.spec.replicas) ? self.spec.replicas : 1)",message="spec.replication.synchronous.minStandbys must be below spec.replicas: there are replicas - 1 standbys"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || !has(self.spec.replication.synchronous.minStandbys) || self.spec.replication.synchronous.minStandbys == 0 || (has(self.spec.failover) && has(self.spec.failover.enabled) && self.spec.failover.enabled)",message="spec.replication.synchronous.minStandbys needs spec.failover.enabled: true (the instance agent sets synchronous_standby_names on the primary)"
 type Database struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

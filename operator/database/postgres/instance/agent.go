@@ -58,6 +58,10 @@ type Config struct {
 	DataDir string
 	// PgCtl is the pg_ctl to run ("pg_ctl": the one on PATH).
 	PgCtl string
+	// ScriptsDir is the scripts ConfigMap as the pod mounts it (its file
+	// "primary" names the primary, as the server's entrypoint reads it);
+	// "": not mounted (Status.NamedPrimary stays empty).
+	ScriptsDir string
 
 	StatusTimeout, PromoteTimeout, StopTimeout time.Duration
 	Log                                        *slog.Logger
@@ -138,6 +142,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /promote", a.servePromote)
 	mux.HandleFunc("POST /fence", a.serveFence)
 	mux.HandleFunc("DELETE /fence", a.serveUnfence)
+	mux.HandleFunc("POST /synchronous", a.serveSynchronous)
 	return mux
 }
 
@@ -172,6 +177,7 @@ func (a *Agent) Status(ctx context.Context) Status {
 	defer cancel()
 	st := a.statusWithin(ctx)
 	st.Fenced = a.fenced()
+	st.NamedPrimary = a.namedPrimary()
 	return st
 }
 
@@ -204,8 +210,13 @@ type ActionResult struct {
 	// shutdown did not end within its bound and it was stopped at once.
 	CleanShutdown bool `json:"cleanShutdown,omitempty"`
 	// WasRunning (a fence): the server was running when the fence began.
-	WasRunning bool   `json:"wasRunning,omitempty"`
-	Status     Status `json:"status"`
+	WasRunning bool `json:"wasRunning,omitempty"`
+	// FinalLSN (a fence of a server stopped cleanly, now or before): its
+	// shutdown checkpoint's location, the last record it wrote; 0 when it
+	// was not stopped cleanly. A switchover promotes its standby only once
+	// it has replayed up to it.
+	FinalLSN LSN    `json:"finalLSN"`
+	Status   Status `json:"status"`
 }
 
 // servePromote promotes a standby: 200 when it is a primary (now, or
@@ -259,6 +270,16 @@ func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusGatewayTimeout, ActionResult{Error: fmt.Sprintf("the promotion did not end within %s", a.cfg.PromoteTimeout), Status: after})
 		return
 	}
+	// A promotion ends recovery without a checkpoint, and the control
+	// file names the new timeline only after the next one: pg_rewind,
+	// which the old primary runs against this server when it rejoins,
+	// reads the timeline there, and before that checkpoint it sees both
+	// on timeline 1, answers "no rewind required", and the old primary,
+	// whose WAL goes past the fork, can never follow (the PostgreSQL
+	// manual's pg_rewind notes). So a checkpoint now, before answering.
+	if _, err := a.db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		a.cfg.Log.Warn("checkpoint after the promotion failed (pg_rewind against this server may see the old timeline until the next one)", "pod", a.cfg.Pod, "error", err.Error())
+	}
 	a.cfg.Log.Info("promoted: the instance is a primary", "pod", a.cfg.Pod, "timeline", after.Timeline)
 	writeJSON(w, http.StatusOK, ActionResult{Done: "promoted", Status: after})
 }
@@ -290,12 +311,15 @@ func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 		// another data directory). Never report such a server fenced.
 		res.Done, res.Error = "", "the server still answers on its socket but the agent sees no postmaster in "+a.cfg.DataDir+": it cannot stop it (is the process namespace shared, and is PGDATA the server's?)"
 	}
+	if res.Error == "" {
+		res.FinalLSN = a.shutdownCheckpoint(r.Context())
+	}
 	if res.Error != "" {
 		a.cfg.Log.Error("fence failed", "pod", a.cfg.Pod, "error", res.Error)
 		writeJSON(w, http.StatusInternalServerError, res)
 		return
 	}
-	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown)
+	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
 	writeJSON(w, http.StatusOK, res)
 }
 
@@ -395,4 +419,20 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ScriptsPrimaryFile is the file of the scripts ConfigMap that names the
+// primary (database.ScriptsPrimaryKey).
+const ScriptsPrimaryFile = "primary"
+
+// namedPrimary reads the pod's view of the primary's name.
+func (a *Agent) namedPrimary() string {
+	if a.cfg.ScriptsDir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(a.cfg.ScriptsDir, ScriptsPrimaryFile))
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
 }

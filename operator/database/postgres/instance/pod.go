@@ -42,6 +42,10 @@ type PodOptions struct {
 	TLSSecret string
 	// Server is the name of the database container in the pod.
 	Server string
+	// ScriptsVolume is the scripts ConfigMap's volume: the agent mounts
+	// it where the server does, read-only, to report the primary the pod
+	// sees (Status.NamedPrimary). "": not mounted.
+	ScriptsVolume string
 }
 
 // AddAgent adds the instance channel to a database pod: an init container
@@ -73,13 +77,13 @@ func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 		SecurityContext: server.SecurityContext.DeepCopy(),
 		Resources:       smallResources(),
 	})
-	spec.Containers = append(spec.Containers, agentContainer(server))
+	spec.Containers = append(spec.Containers, agentContainer(server, opts.ScriptsVolume))
 	return nil
 }
 
 // agentContainer is the sidecar: the server's image, user and data
 // mounts, the agent from the emptyDir.
-func agentContainer(server *corev1.Container) corev1.Container {
+func agentContainer(server *corev1.Container, scriptsVolume string) corev1.Container {
 	env := []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
 	for _, e := range server.Env {
 		if e.Name == "PGDATA" || e.Name == "PGPORT" {
@@ -90,17 +94,24 @@ func agentContainer(server *corev1.Container) corev1.Container {
 		{Name: binVolume, MountPath: binDir, ReadOnly: true},
 		{Name: tlsVolume, MountPath: TLSMountPath, ReadOnly: true},
 	}
+	command := []string{binDir + "/deckhand-instance", "serve", "--tls-dir", TLSMountPath, "--socket-dir", SocketDir, "--listen", ":" + strconv.Itoa(DefaultPort)}
 	for _, m := range server.VolumeMounts {
-		// The data (pg_ctl, the fence marker) and the socket; not the
-		// scripts or /dev/shm.
-		if m.MountPath == SocketDir || isDataMount(server, m) {
+		// The data (pg_ctl, the fence marker), the socket, and the
+		// scripts (read-only: the primary's name the pod sees); not
+		// /dev/shm.
+		switch {
+		case m.MountPath == SocketDir || isDataMount(server, m):
 			mounts = append(mounts, m)
+		case scriptsVolume != "" && m.Name == scriptsVolume:
+			m.ReadOnly = true
+			mounts = append(mounts, m)
+			command = append(command, "--scripts-dir", m.MountPath)
 		}
 	}
 	return corev1.Container{
 		Name:    AgentContainer,
 		Image:   server.Image,
-		Command: []string{binDir + "/deckhand-instance", "serve", "--tls-dir", TLSMountPath, "--socket-dir", SocketDir, "--listen", ":" + strconv.Itoa(DefaultPort)},
+		Command: command,
 		Env:     env,
 		Ports:   []corev1.ContainerPort{{Name: "instance", ContainerPort: DefaultPort, Protocol: corev1.ProtocolTCP}},
 		// Ready once it serves TLS (a TCP check: the agent answers only

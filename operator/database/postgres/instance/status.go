@@ -47,6 +47,19 @@ type Status struct {
 	// Fenced: the fence marker is in place (POST /fence): the server is
 	// stopped and must not be started until the operator lifts it.
 	Fenced bool `json:"fenced"`
+	// NamedPrimary is the primary the pod's scripts ConfigMap names now,
+	// as its server's entrypoint reads it at its next start (the kubelet
+	// refreshes a mounted ConfigMap at its own pace); "" when the agent
+	// has no scripts mounted. The operator lifts an old primary's fence
+	// only once it names another pod (rejoin.go).
+	NamedPrimary string `json:"namedPrimary,omitempty"`
+	// SynchronousStandbyNames is the server's synchronous_standby_names
+	// ("": asynchronous).
+	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`
+	// StreamingStandbys are the application names (pod names) of the
+	// standbys streaming from this server now (a primary's
+	// pg_stat_replication), sorted.
+	StreamingStandbys []string `json:"streamingStandbys,omitempty"`
 	// Error says why the server is not up (connection refused, timeout).
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"`
@@ -68,7 +81,9 @@ SELECT r.rec,
     ELSE coalesce((SELECT received_tli FROM pg_catalog.pg_stat_wal_receiver), (pg_catalog.pg_control_checkpoint()).timeline_id)::int8
   END,
   coalesce((SELECT status FROM pg_catalog.pg_stat_wal_receiver), ''),
-  pg_catalog.current_setting('primary_conninfo')
+  pg_catalog.current_setting('primary_conninfo'),
+  pg_catalog.current_setting('synchronous_standby_names'),
+  coalesce((SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'), '')
 FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r`
 
 // readStatus asks the server through db; on any error the status says the
@@ -80,8 +95,9 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 		current, receive, replay  sql.NullString
 		timeline                  sql.NullInt64
 		receiver, primaryConninfo string
+		syncNames, streamingTo    string
 	)
-	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo)
+	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo)
 	if err != nil {
 		st.Error = describe(ctx, err)
 		return st
@@ -95,6 +111,10 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 	st.Timeline = timeline.Int64
 	st.WALReceiver, st.Streaming = receiver, receiver == "streaming"
 	st.PrimaryHost = ConninfoHost(primaryConninfo)
+	st.SynchronousStandbyNames = syncNames
+	if streamingTo != "" {
+		st.StreamingStandbys = strings.Split(streamingTo, ",")
+	}
 	return st
 }
 

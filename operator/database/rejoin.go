@@ -1,0 +1,96 @@
+package database
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// After a failover the old primary stays fenced: its agent's marker keeps
+// its entrypoint from starting the server. The entrypoint reads its role
+// (the scripts ConfigMap's primary key) only once the fence is gone, and
+// the kubelet refreshes a mounted ConfigMap at its own pace: lifted
+// before its pod sees the new name, the old primary would read its own
+// name and serve as a second primary. So the operator lifts the fence
+// only once the old primary's agent, which mounts the same ConfigMap
+// volume as the server, reports that the pod names the new primary
+// (instance.Status.NamedPrimary). The server then starts, pg_rewind
+// undoes what it wrote after the histories diverged, and it streams from
+// the new primary through the slot the promotion made for it. The last
+// failover record says when the fence was lifted and when the old
+// primary was first seen streaming (Events FenceLifted and Rejoined).
+
+// rejoinOldPrimary takes the last completed failover's old primary
+// through the lift and records its return; asked again every pass of the
+// watch until it is back.
+func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *instance.Client) error {
+	rec := lastRejoinPending(db)
+	if rec == nil {
+		return nil
+	}
+	old := rec.From
+	st, err := ch.Status(ctx, r.instanceHost(db, old))
+	if err != nil {
+		// Its pod may be gone or restarting: asked again next pass.
+		return nil
+	}
+	switch {
+	case rec.FenceLifted == nil && st.Fenced:
+		if st.NamedPrimary != rec.To {
+			// Its pod still reads an older name: lifting now could start
+			// it as a primary.
+			return nil
+		}
+		if _, err := ch.Unfence(ctx, r.instanceHost(db, old)); err != nil {
+			return fmt.Errorf("lifting the fence of %s: %w", old, err)
+		}
+		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
+		r.normal(db, "FenceLifted", "Failover", "%s", fmt.Sprintf("lifted the fence of the old primary %s: its pod names %s the primary, so it starts as its standby (rewound by pg_rewind)", old, rec.To))
+		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s's fence is lifted: it is rejoining as a standby", rec.To, old))
+	case rec.FenceLifted == nil:
+		// Not fenced (never reached by the fence, or lifted by a person):
+		// nothing to lift; its entrypoint reads the new name at its start.
+		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
+		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s is not fenced: it rejoins as a standby at its next start", rec.To, old))
+	case st.ServerUp && st.Role == instance.RoleStandby && st.Streaming:
+		rec.Rejoined = ptr.To(metav1.NewTime(r.now()))
+		r.normal(db, "Rejoined", "Failover", "%s", fmt.Sprintf("the old primary %s streams as a standby of %s", old, rec.To))
+		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
+	}
+	return nil
+}
+
+// lastRejoinPending is the last failover record when it is completed, its
+// new primary is still the current one, and its old primary has not
+// been seen back as a standby.
+func lastRejoinPending(db *Cluster) *dbv1.FailoverRecord {
+	n := len(db.Status.Failovers)
+	if n == 0 {
+		return nil
+	}
+	rec := db.Status.Failovers[n-1]
+	if rec.Phase != dbv1.FailoverCompleted || rec.Rejoined != nil || rec.To != currentPrimary(db) || rec.From == rec.To {
+		return nil
+	}
+	if _, ok := podOrdinal(db, rec.From); !ok {
+		return nil
+	}
+	if ordinal, _ := podOrdinal(db, rec.From); int32(ordinal) >= replicasOf(db) {
+		// Scaled away: nothing comes back.
+		return nil
+	}
+	return rec.DeepCopy()
+}
+
+// saveRejoin writes rec over the last record and the condition, in a
+// locked status write.
+func (r *Reconciler) saveRejoin(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord, reason, msg string) error {
+	db.Status.Failovers[len(db.Status.Failovers)-1] = *rec
+	r.setCondition(db, ConditionFailover, true, reason, msg)
+	return r.saveStatus(ctx, db)
+}

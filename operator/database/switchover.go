@@ -1,0 +1,101 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// Switchover on request (spec.failover.switchoverTo): the reconciler's
+// side. The watch, finding the primary healthy, starts one when the spec
+// names another instance and that instance is a healthy standby
+// streaming from the primary; failover.Steps carries it out
+// (failover/switchover.go) and the old primary comes back as a standby
+// like a failed-over one (rejoin.go).
+
+// switchoverTarget is the instance the spec wants as the primary, ""
+// when none or when it is the primary already.
+func switchoverTarget(db *Cluster) string {
+	f := db.Spec.Failover
+	if f == nil || f.SwitchoverTo == "" || f.SwitchoverTo == currentPrimary(db) {
+		return ""
+	}
+	if ordinal, ok := podOrdinal(db, f.SwitchoverTo); !ok || int32(ordinal) >= replicasOf(db) {
+		return "" // the schema refuses it; a scale-down may leave it
+	}
+	return f.SwitchoverTo
+}
+
+// maybeSwitchover starts the switchover the spec asks for, when its target
+// is ready; primary is the healthy primary's observation. It reports
+// whether a switchover was asked for (the watch's condition is then the
+// switchover's).
+func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engine.Engine, ch *instance.Client, primary failover.Observation) (bool, error) {
+	target := switchoverTarget(db)
+	if target == "" {
+		return false, nil
+	}
+	o := failover.Observation{Pod: target}
+	if st, err := ch.Status(ctx, r.instanceHost(db, target)); err == nil {
+		o.Status = &st
+	}
+	if why := failover.ReadyForSwitchover(primary, o); why != "" {
+		r.setCondition(db, ConditionFailover, true, "SwitchoverWaiting", fmt.Sprintf("switchover to %s asked for; waiting: %s", target, why))
+		return true, nil
+	}
+	rec := failover.StartSwitchover(currentPrimary(db), target, r.now())
+	return true, r.runFailover(ctx, db, eng, ch, rec, false)
+}
+
+// catchingUp: a switchover waits for its target to replay the old
+// primary's last record; not an error (no back-off): asked again in a
+// second.
+func (r *Reconciler) catchingUp(db *Cluster, rec *dbv1.FailoverRecord, err error) bool {
+	if !errors.Is(err, failover.ErrCatchingUp) {
+		return false
+	}
+	r.setCondition(db, ConditionFailover, false, "SwitchoverCatchingUp", fmt.Sprintf("switching over from %s to %s: %v", rec.From, rec.To, err))
+	return true
+}
+
+// failoverCondition is the Failover condition's reason and message for a
+// record saved at its phase.
+func failoverCondition(rec *dbv1.FailoverRecord) (status bool, reason, msg string) {
+	switchover := rec.Kind == dbv1.KindSwitchover
+	switch {
+	case rec.Phase == dbv1.FailoverCompleted && switchover:
+		return true, "SwitchedOver", fmt.Sprintf("%s is the primary in place of %s (switchover)", rec.To, rec.From)
+	case rec.Phase == dbv1.FailoverCompleted:
+		return true, "FailedOver", fmt.Sprintf("%s is the primary in place of %s (%s)", rec.To, rec.From, rec.Reason)
+	case rec.Phase == dbv1.FailoverPromoting:
+		return false, "Promoting", fmt.Sprintf("promoting %s in place of %s; %s", rec.To, rec.From, rec.FenceMessage)
+	case switchover:
+		return false, "SwitchingOver", fmt.Sprintf("switching over from %s to %s: fencing %s", rec.From, rec.To, rec.From)
+	default:
+		return false, "Fencing", fmt.Sprintf("primary %s is gone: fencing it and choosing a standby", rec.From)
+	}
+}
+
+// failoverPending sets the failover_pending gauge: the primary is gone
+// and not replaced (a record under way, or blocked).
+func (r *Reconciler) failoverPending(db *Cluster, pending bool) {
+	v := 0.0
+	if pending {
+		v = 1
+	}
+	r.Kind.metrics.failoverPending.WithLabelValues(db.Namespace, db.Name).Set(v)
+}
+
+// countFailover counts a completed record.
+func (r *Reconciler) countFailover(db *Cluster, rec *dbv1.FailoverRecord) {
+	kind := rec.Kind
+	if kind == "" {
+		kind = dbv1.KindFailover
+	}
+	r.Kind.metrics.failovers.WithLabelValues(db.Namespace, db.Name, string(kind)).Inc()
+}

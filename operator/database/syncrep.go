@@ -1,0 +1,101 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// Synchronous replication (spec.replication.synchronous.minStandbys, n):
+// the primary's synchronous_standby_names is 'ANY k ("<pod>", ...)' over
+// the standbys streaming from it now, k = min(n, how many stream), or ""
+// when none does. Every pass of the watch that finds the primary healthy
+// compares it with what the primary's agent reports and rewrites it
+// through the agent when it differs: after a failover (the promoted
+// standby may carry the old primary's value in its postgresql.auto.conf,
+// naming itself) and whenever a standby stops or starts streaming.
+//
+// The choice, after CloudNativePG issue 5257 (a list naming a standby
+// that is gone makes every commit wait forever): writes stay available.
+// A standby that stops streaming leaves the list, and k drops to the
+// standbys that remain, down to asynchronous with none. What it risks:
+// while fewer than n standbys stream, a commit is on fewer than n
+// standbys (on none without any), and a failover in that window may lose
+// it, as asynchronous replication would. A Warning Event
+// (SynchronousDegraded) says when it happens. Blocking writes instead
+// (keeping n and the names) is not offered.
+//
+// With it on, a failover promotes the most advanced standby as always
+// (failover.ChooseStandby); with n equal to the number of standbys every
+// acknowledged commit is on every streaming standby, so any of them has
+// it.
+
+// synchronousWanted is n (0: asynchronous).
+func synchronousWanted(db *Cluster) int32 {
+	if r := db.Spec.Replication; r != nil && r.Synchronous != nil {
+		return r.Synchronous.MinStandbys
+	}
+	return 0
+}
+
+// synchronousStandbyNames is the value for the standbys streaming now
+// (their application names: the pods' names) from the primary.
+func synchronousStandbyNames(db *Cluster, streaming []string) (value string, k int) {
+	n := int(synchronousWanted(db))
+	if n == 0 {
+		return "", 0
+	}
+	var names []string
+	for _, pod := range streaming {
+		if ordinal, ok := podOrdinal(db, pod); ok && int32(ordinal) < replicasOf(db) && pod != currentPrimary(db) {
+			names = append(names, `"`+pod+`"`)
+		}
+	}
+	if len(names) == 0 {
+		return "", 0
+	}
+	k = min(n, len(names))
+	return fmt.Sprintf("ANY %d (%s)", k, strings.Join(names, ", ")), k
+}
+
+// ensureSynchronous rewrites the primary's synchronous_standby_names
+// when it differs from what the standbys streaming now call for.
+func (r *Reconciler) ensureSynchronous(ctx context.Context, db *Cluster, ch *instance.Client, primary instance.Status) error {
+	want, k := synchronousStandbyNames(db, primary.StreamingStandbys)
+	if primary.SynchronousStandbyNames == want {
+		return nil
+	}
+	if err := ch.SetSynchronous(ctx, r.instanceHost(db, currentPrimary(db)), want); err != nil {
+		return fmt.Errorf("setting synchronous_standby_names on %s: %w", currentPrimary(db), err)
+	}
+	n := int(synchronousWanted(db))
+	if k < n {
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "SynchronousDegraded", "Replication", "%s",
+			fmt.Sprintf("synchronous_standby_names on %s is now %q: %d standby(s) stream, fewer than minStandbys %d; commits wait for %d (writes stay available; a failover now may lose commits that reached fewer standbys)", currentPrimary(db), want, k, n, k))
+		return nil
+	}
+	r.normal(db, "SynchronousStandbys", "Replication", "%s", fmt.Sprintf("synchronous_standby_names on %s is now %q", currentPrimary(db), want))
+	return nil
+}
+
+// synchronousNames are the pods a synchronous_standby_names value the
+// operator wrote names (its quoted names); none for "".
+func synchronousNames(value string) []string {
+	var names []string
+	for {
+		_, rest, ok := strings.Cut(value, `"`)
+		if !ok {
+			return names
+		}
+		name, after, ok := strings.Cut(rest, `"`)
+		if !ok {
+			return names
+		}
+		names = append(names, name)
+		value = after
+	}
+}
