@@ -72,13 +72,22 @@ node_group() {
   DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" "./e2e/node/"
 }
 
+# timed runs a group and notes when it ended (seconds from start), so the
+# run's end says which group was the critical path.
+timed() {
+  local group=$1 rc=0
+  shift
+  "$@" || rc=$?
+  echo "$(($(date +%s) - start))" >"$log/$group.ended"
+  return $rc
+}
 # The e2e group starts first: the fault campaign in it is the longest package.
-(go test "${common[@]}" ./e2e/faults "${e2e_pkgs[@]}" 2>&1 | tee "$log/e2e") & e2e=$!
-(go test -race "${common[@]}" "${raced[@]}" 2>&1 | tee "$log/raced") & raced_pid=$!
+(timed e2e go test "${common[@]}" ./e2e/faults "${e2e_pkgs[@]}" 2>&1 | tee "$log/e2e") & e2e=$!
+(timed raced go test -race "${common[@]}" "${raced[@]}" 2>&1 | tee "$log/raced") & raced_pid=$!
 node_pid=
 if [[ $node != 0 ]]; then
   node_started=1
-  (node_group >"$log/node" 2>&1) & node_pid=$!
+  (timed node node_group >"$log/node" 2>&1) & node_pid=$!
 fi
 status=0
 wait "$raced_pid" || status=$?
@@ -99,6 +108,9 @@ wait "$e2e" || status=$?
 echo
 logs=("$log/raced" "$log/e2e")
 [[ -f $log/node ]] && logs+=("$log/node")
+for group in raced e2e node; do
+  if [[ -f $log/$group.ended ]]; then echo "the $group group ended at $(cat "$log/$group.ended") s"; fi
+done
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
 awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "${logs[@]}" | sort -k2 -g -r
 exit $status
