@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,22 +103,36 @@ func (p *PodExecutor) Exec(ctx context.Context, pod *corev1.Pod, container strin
 }
 
 // boundedBuffer keeps the first max bytes written and drops the rest,
-// never blocking the stream.
+// never blocking the stream. The buffer is a field, not embedded: an
+// embedded bytes.Buffer's ReadFrom would let io.Copy (which the exec
+// stream uses) write past max. The mutex: an exec that times out returns
+// while the stream's copy goroutine may still write (the race detector
+// caught it).
 type boundedBuffer struct {
-	bytes.Buffer
+	mu        sync.Mutex
+	buf       bytes.Buffer
 	max       int
 	truncated bool
 }
 
 func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); room < len(p) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room < len(p) {
 		b.truncated = true
 		if room > 0 {
-			b.Buffer.Write(p[:room])
+			b.buf.Write(p[:room])
 		}
 		return len(p), nil
 	}
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
+}
+
+// String is what was kept so far.
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 var _ io.Writer = (*boundedBuffer)(nil)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"os"
 	"path"
@@ -537,6 +538,13 @@ func TestBoundedBufferKeepsTheStartAndNeverBlocks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "12345678", b.String())
 	assert.True(t, b.truncated)
+
+	// io.Copy, as the exec stream writes, is bounded too (an embedded
+	// bytes.Buffer's ReadFrom took it all).
+	c := &boundedBuffer{max: 8}
+	_, err = io.Copy(c, strings.NewReader("0123456789abcdef"))
+	require.NoError(t, err)
+	assert.Equal(t, "01234567", c.String())
 }
 
 // A failure that loaded nothing (PortNotAllowed, DifferentUser, ...) is
