@@ -77,7 +77,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 	assert.Equal(t, "true", app.Annotations["prometheus.io/scrape"])
 	assert.Equal(t, fmt.Sprint(jmxPort), app.Annotations["prometheus.io/port"])
 	assert.Equal(t, "Attached", podJMXState(t, app)["result"], "the pod's state annotation")
-	assert.Contains(t, podEvents(ctx, t, cs, ns, "app"), "Attached", "an Attached Event on the pod")
+	waitPodEvent(ctx, t, cs, ns, "app", "Attached")
 
 	metricsAnswer(ctx, t, cfg, cs, from, app)
 	jvmLivesOn(ctx, t, cfg, cs, from, ns, "app", first, 0)
@@ -203,6 +203,19 @@ func watchJMX(ctx context.Context, t testing.TB, ns string, on bool) {
 	sort.Strings(names)
 	helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=true",
 		"--set", "controllers.jmxExporter.namespaces={"+strings.Join(names, ",")+"}")
+}
+
+// waitPodEvent waits for an Event of the pod with reason: the operator
+// records it after the state annotation the test read, and the recorder
+// sends it on its own time, seconds later on a loaded machine.
+func waitPodEvent(ctx context.Context, t *testing.T, cs clientset, ns, pod, reason string) {
+	t.Helper()
+	var events string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		events = podEvents(ctx, t, cs, ns, pod)
+		return strings.Contains(events, reason+":"), nil
+	})
+	require.NoError(t, err, "no %s Event on pod %s; its Events: %s", reason, pod, events)
 }
 
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and
