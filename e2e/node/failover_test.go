@@ -214,18 +214,16 @@ func (f *failoverCluster) eventReasons() map[string]string {
 	return out
 }
 
-// waitEvent waits for an Event of the Database with reason: the operator
-// records it after the act the test saw (the agent fenced), and the
-// recorder sends it on its own time, seconds later on a loaded machine.
+// waitEvent waits for an Event of the Database with reason (waitForEvent).
 func (f *failoverCluster) waitEvent(reason string) {
 	f.t.Helper()
-	var reasons map[string]string
-	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		reasons = f.eventReasons()
-		_, ok := reasons[reason]
-		return ok, nil
+	waitForEvent(f.ctx, f.t, "Database "+f.name, reason, func() string {
+		var lines []string
+		for r, m := range f.eventReasons() {
+			lines = append(lines, r+": "+m)
+		}
+		return strings.Join(lines, "\n")
 	})
-	require.NoError(f.t, err, "no %s Event; the Database's Events: %v", reason, reasons)
 }
 
 // writer is a client pod that inserts numbered rows through <name>-rw in a

@@ -77,7 +77,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 	assert.Equal(t, "true", app.Annotations["prometheus.io/scrape"])
 	assert.Equal(t, fmt.Sprint(jmxPort), app.Annotations["prometheus.io/port"])
 	assert.Equal(t, "Attached", podJMXState(t, app)["result"], "the pod's state annotation")
-	waitPodEvent(ctx, t, cs, ns, "app", "Attached")
+	waitForEvent(ctx, t, "pod app", "Attached", func() string { return podEvents(ctx, t, cs, ns, "app") })
 
 	metricsAnswer(ctx, t, cfg, cs, from, app)
 	jvmLivesOn(ctx, t, cfg, cs, from, ns, "app", first, 0)
@@ -205,17 +205,18 @@ func watchJMX(ctx context.Context, t testing.TB, ns string, on bool) {
 		"--set", "controllers.jmxExporter.namespaces={"+strings.Join(names, ",")+"}")
 }
 
-// waitPodEvent waits for an Event of the pod with reason: the operator
-// records it after the state annotation the test read, and the recorder
-// sends it on its own time, seconds later on a loaded machine.
-func waitPodEvent(ctx context.Context, t *testing.T, cs clientset, ns, pod, reason string) {
+// waitForEvent waits until events (one "reason: message" line each) has
+// one with reason: the operator records an Event after the act a test
+// saw, and the recorder sends it on its own time, seconds later on a
+// loaded machine.
+func waitForEvent(ctx context.Context, t testing.TB, of, reason string, events func() string) {
 	t.Helper()
-	var events string
+	var got string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		events = podEvents(ctx, t, cs, ns, pod)
-		return strings.Contains(events, reason+":"), nil
+		got = events()
+		return strings.HasPrefix(got, reason+":") || strings.Contains(got, "\n"+reason+":"), nil
 	})
-	require.NoError(t, err, "no %s Event on pod %s; its Events: %s", reason, pod, events)
+	require.NoError(t, err, "no %s Event of %s; its Events:\n%s", reason, of, got)
 }
 
 // startJDKApp runs the node's JDK 17 app image (its own user, 10001, and
