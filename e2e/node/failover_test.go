@@ -779,15 +779,18 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	var st instance.Status
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		st, err = f.agentStatus(old)
-		return err == nil && st.Fenced && !st.ServerUp, nil
+		return err == nil && (st.Fenced && !st.ServerUp || st.Role == instance.RoleStandby && st.NamedPrimary == rec.To), nil
 	})
-	require.NoError(t, err, "the old primary, reachable again, still runs: %+v", st)
-	// The behaviour that matters is above: it is fenced and stopped. In
-	// two loaded make test runs it was, with no StrayPrimaryFenced Event
-	// within 2 minutes: another path (its pod's restart once the
-	// ConfigMap names another primary, most likely) got there first;
-	// which one is not established yet, so the Event is logged, not
-	// required.
+	require.NoError(t, err, "the old primary, reachable again, still runs as a primary: %+v", st)
+	// The behaviour that matters is above: it stops taking writes, either
+	// fenced and stopped or already a standby of the new primary (in one
+	// CI run the operator had fenced it and lifted the fence, and it had
+	// rejoined, between two polls). In two loaded make test runs it was
+	// stopped with no StrayPrimaryFenced Event within 2 minutes: another
+	// path (its pod's restart once the ConfigMap names another primary,
+	// most likely) got there first; which one is not established yet, so
+	// the Event is logged, not required. The rogue row's absence, checked
+	// below, is what a user sees.
 	_, byOperator := f.eventReasons()["StrayPrimaryFenced"]
 	logf(t, "the old primary was stopped by the operator's stray-primary fence: %t", byOperator)
 
