@@ -784,8 +784,10 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	require.NoError(t, err, "the old primary, reachable again, still runs as a primary: %+v", st)
 	// The behaviour that matters is above: it stops taking writes, either
 	// fenced and stopped or already a standby of the new primary (in one
-	// CI run the operator had fenced it and lifted the fence, and it had
-	// rejoined, between two polls). In two loaded make test runs it was
+	// CI run the first poll that reached its agent found it streaming
+	// from the new primary on its timeline, unfenced: the operator lifts
+	// a fence once the pod names the new primary, fence.go, so the
+	// stopped moment can pass unseen). In two loaded make test runs it was
 	// stopped with no StrayPrimaryFenced Event within 2 minutes: another
 	// path (its pod's restart once the ConfigMap names another primary,
 	// most likely) got there first; which one is not established yet, so
