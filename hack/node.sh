@@ -14,6 +14,8 @@
 #   hack/node.sh operator [HELM ARGS]  build the operator image, import it, install the chart with it
 #   hack/node.sh ctr ARGS    run containerd's ctr on the node's socket, namespace k8s.io (tests kill containers with it)
 #   hack/node.sh operator-tag  print the tag of the operator image that `operator` imports
+#   hack/node.sh apiserver stop|start  kill the node cluster's kube-apiserver (SIGKILL) / start it again (fault tests)
+#   hack/node.sh kubelet stop|start    stop the node's kubelet (its containers keep running) / start it again (fault tests)
 #
 # Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
@@ -583,6 +585,40 @@ app_version() { awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$root/charts
 # (hack/node/ct-install.sh installs its releases with it too).
 operator_tag() { echo "$(app_version)-standin-agent"; }
 
+# --- faults ------------------------------------------------------------------
+
+# The fault tests (e2e/node) stop a part of the running cluster and start
+# it again, the way this script started it, so the rest is untouched.
+
+apiserver_pid() { cat "$KWOK_WORKDIR/clusters/$name/pids/kube-apiserver.pid" 2>/dev/null; }
+
+# apiserver_stop kills the API server as a crash would (SIGKILL: no
+# graceful shutdown, open watches cut), and returns once it is gone.
+apiserver_stop() {
+  local pid i
+  pid=$(apiserver_pid) || { echo "no pid file of the API server of $name" >&2; return 1; }
+  kill -9 "$pid" 2>/dev/null || true
+  for ((i = 0; i < 200; i++)); do
+    [[ -d /proc/$pid && $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 0
+    sleep 0.1
+  done
+  echo "the API server (pid $pid) did not end" >&2
+  return 1
+}
+
+# apiserver_start starts, through kwokctl, every control-plane component
+# not running (the API server; the controller manager and scheduler too
+# when they exited on a lost leader lease), and waits for /readyz.
+apiserver_start() {
+  "$kwokctl" start cluster --name "$name" >&2
+  wait_for "the API server" 120 api_ready
+}
+
+# kubelet_stop ends the kubelet (SIGTERM, as stop_daemon does): no
+# graceful node shutdown is configured, so its pods' containers keep
+# running under containerd.
+kubelet_stop() { stop_daemon kubelet; }
+
 # --- down --------------------------------------------------------------------
 
 # stop_daemon ends a daemon this script started, by the pid it recorded.
@@ -779,5 +815,19 @@ case ${1:-} in
   operator) require_root operator; use_tools; shift; operator_up "$@" ;;
   ctr) require_root ctr; use_tools; shift; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
   operator-tag) operator_tag ;;
-  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag" >&2; exit 2 ;;
+  apiserver)
+    require_root apiserver; use_tools
+    case ${2:-} in
+      stop) apiserver_stop ;;
+      start) apiserver_start ;;
+      *) echo "usage: $0 apiserver stop|start" >&2; exit 2 ;;
+    esac ;;
+  kubelet)
+    require_root kubelet; use_tools
+    case ${2:-} in
+      stop) kubelet_stop ;;
+      start) kubelet_up ;;
+      *) echo "usage: $0 kubelet stop|start" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag | apiserver stop|start | kubelet stop|start" >&2; exit 2 ;;
 esac

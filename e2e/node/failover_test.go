@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -113,23 +114,40 @@ func (f *failoverCluster) pods() []string {
 
 // agentClient asks the pods' agents with the operator's own certificate
 // (the Secret the operator wrote), at each pod's address, checking the
-// pod's name as the operator does.
+// pod's name as the operator does. A pod's address is read from the API
+// server, or, while that does not answer (a test stopped it), the last
+// one read.
 func (f *failoverCluster) agentClient() *instance.Client {
 	f.t.Helper()
 	var op corev1.Secret
 	require.NoError(f.t, f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: f.name + "-instance-operator"}, &op))
 	tlsConfig, err := instance.ClientTLSConfig(op.Data[instance.CACertKey], op.Data[instance.ClientCertKey], op.Data[instance.ClientKeyKey])
 	require.NoError(f.t, err)
+	var mu sync.Mutex
+	lastIP := map[string]string{}
+	podIP := func(ctx context.Context, name string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			lastIP[name] = pod.Status.PodIP
+		case lastIP[name] == "" || apierrors.IsNotFound(err):
+			return "", err
+		}
+		return lastIP[name], nil
+	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, _ := net.SplitHostPort(addr)
-		pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, strings.SplitN(host, ".", 2)[0], metav1.GetOptions{})
+		name := strings.SplitN(host, ".", 2)[0]
+		ip, err := podIP(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		if !podRange.Contains(net.ParseIP(pod.Status.PodIP)) {
-			return nil, fmt.Errorf("pod %s has no address in the node's pod range (%q)", pod.Name, pod.Status.PodIP)
+		if !podRange.Contains(net.ParseIP(ip)) {
+			return nil, fmt.Errorf("pod %s has no address in the node's pod range (%q)", name, ip)
 		}
-		return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(instance.DefaultPort)))
+		return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, net.JoinHostPort(ip, strconv.Itoa(instance.DefaultPort)))
 	}
 	return instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(dial))
 }
@@ -157,20 +175,36 @@ func (f *failoverCluster) dataDir(pod string) string {
 // would). It returns the killed container's ID and its restart count.
 func (f *failoverCluster) killServer(pod string) (string, int32) {
 	f.t.Helper()
+	id, restarts := f.containerID(pod, serverContainer)
+	f.ctr("tasks", "kill", "--signal", "SIGKILL", id)
+	return "containerd://" + id, restarts
+}
+
+// containerID is containerd's ID of the pod's container, and its restart
+// count.
+func (f *failoverCluster) containerID(pod, container string) (string, int32) {
+	f.t.Helper()
 	p, err := f.cs.CoreV1().Pods(f.ns).Get(f.ctx, pod, metav1.GetOptions{})
 	require.NoError(f.t, err)
 	for _, s := range p.Status.ContainerStatuses {
-		if s.Name != serverContainer {
+		if s.Name != container {
 			continue
 		}
 		id, ok := strings.CutPrefix(s.ContainerID, "containerd://")
 		require.True(f.t, ok, "container %q", s.ContainerID)
-		out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
-		require.NoError(f.t, err, "killing %s of %s:\n%s", serverContainer, pod, out)
-		return s.ContainerID, s.RestartCount
+		return id, s.RestartCount
 	}
-	require.FailNow(f.t, "no server container", "pod %s", pod)
+	require.FailNow(f.t, "no such container", "%s in pod %s", container, pod)
 	return "", 0
+}
+
+// ctr runs containerd's ctr on the node (hack/node.sh ctr) and returns
+// its output.
+func (f *failoverCluster) ctr(args ...string) string {
+	f.t.Helper()
+	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", append([]string{"ctr"}, args...)...).CombinedOutput()
+	require.NoError(f.t, err, "hack/node.sh ctr %v:\n%s", args, out)
+	return string(out)
 }
 
 // waitFailedOver waits for a completed failover begun after `since`, and
@@ -812,15 +846,9 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 // network namespace is the pod's).
 func (f *failoverCluster) agentTask(pod *corev1.Pod) string {
 	f.t.Helper()
-	var id string
-	for _, s := range pod.Status.ContainerStatuses {
-		if s.Name == instance.AgentContainer {
-			id = strings.TrimPrefix(s.ContainerID, "containerd://")
-		}
-	}
-	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr", "tasks", "ls").CombinedOutput()
-	require.NoError(f.t, err, "%s", out)
-	for _, l := range strings.Split(string(out), "\n") {
+	id, _ := f.containerID(pod.Name, instance.AgentContainer)
+	out := f.ctr("tasks", "ls")
+	for _, l := range strings.Split(out, "\n") {
 		if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == id {
 			return fs[1]
 		}

@@ -1,0 +1,317 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+)
+
+// The faults of the cluster's own parts during a failover: the operator
+// killed, the API server stopped, the kubelet stopped. Each hurts what
+// every test of the package shares (the one operator, the one API server,
+// the one kubelet), so these tests do not call t.Parallel: they run in the
+// serial phase, before the parallel tests start, and cannot break another
+// test's failover or rollout in the middle (see the package comment).
+//
+// A failover is caught under way by hanging the primary: its PostgreSQL
+// container frozen (ctr tasks pause: the cgroup freezer stops the
+// postmaster and every backend, as a hung disk or a stopped VM would). Its
+// agent, in another container, still answers: the server does not, so
+// the operator declares the primary gone once primaryGoneAfter passes,
+// records the failover (phase Fencing) and asks the agent to fence it. The
+// agent's fast shutdown signals the frozen postmaster and waits for it
+// (instance.DefaultStopTimeout, 20 s): the failover stays in phase Fencing
+// that long, whatever the machine's load, which is when the tests strike.
+// Thawing the container then lets the postmaster act on the shutdown it
+// was sent: it stops cleanly, and the fence marker keeps it stopped.
+
+// freezeServer pauses the pod's PostgreSQL container (every process in
+// it) and returns a function that thaws it, once; the test's cleanup
+// thaws it too.
+func (f *failoverCluster) freezeServer(pod string) (thaw func()) {
+	f.t.Helper()
+	id, _ := f.containerID(pod, serverContainer)
+	f.ctr("tasks", "pause", id)
+	thawed := false
+	thaw = func() {
+		if !thawed {
+			thawed = true
+			f.ctr("tasks", "resume", id)
+		}
+	}
+	f.t.Cleanup(func() {
+		if !thawed {
+			_ = exec.Command("../../hack/node.sh", "ctr", "tasks", "resume", id).Run()
+		}
+	})
+	return thaw
+}
+
+// waitFailoverUnderway waits for a failover begun after `since` that is
+// recorded and not completed, and returns its record.
+func (f *failoverCluster) waitFailoverUnderway(since time.Time) dbv1.FailoverRecord {
+	f.t.Helper()
+	var db dbv1.Database
+	var rec dbv1.FailoverRecord
+	err := wait.PollUntilContextTimeout(f.ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db); err != nil {
+			return false, nil
+		}
+		recs := failoversSince(db.Status.Failovers, since)
+		if len(recs) == 0 {
+			return false, nil
+		}
+		rec = recs[len(recs)-1]
+		return true, nil
+	})
+	require.NoError(f.t, err, "no failover recorded: %+v, conditions %+v", db.Status.Failovers, db.Status.Conditions)
+	return rec
+}
+
+// operatorContainer is the chart's operator pod on the node and
+// containerd's ID of its container.
+func (f *failoverCluster) operatorContainer() (pod, id string) {
+	f.t.Helper()
+	d := operatorDeployment(f.ctx, f.t, f.cs)
+	pods, err := f.cs.CoreV1().Pods(operatorNamespace).List(f.ctx, metav1.ListOptions{
+		LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector),
+	})
+	require.NoError(f.t, err)
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || len(p.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		id, ok := strings.CutPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		if ok && p.Status.ContainerStatuses[0].State.Running != nil {
+			return p.Name, id
+		}
+	}
+	require.FailNow(f.t, "no running operator pod", "%d pods", len(pods.Items))
+	return "", ""
+}
+
+// waitOperatorRestarted waits for the operator pod's container to be a
+// new one (not killed) and ready.
+func (f *failoverCluster) waitOperatorRestarted(pod, killed string) {
+	f.t.Helper()
+	var st corev1.ContainerStatus
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := f.cs.CoreV1().Pods(operatorNamespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, nil
+		}
+		st = p.Status.ContainerStatuses[0]
+		return st.ContainerID != "containerd://"+killed && st.Ready, nil
+	})
+	require.NoError(f.t, err, "the operator's container was not restarted: %+v", st)
+}
+
+// checkOneFailover: exactly one failover began after `since`, completed,
+// its old primary `from` fenced, and it is the record first seen under
+// way (resumed, not begun again).
+func (f *failoverCluster) checkOneFailover(since time.Time, from string, underway dbv1.FailoverRecord) dbv1.FailoverRecord {
+	f.t.Helper()
+	recs := failoversSince(f.database().Status.Failovers, since)
+	require.Len(f.t, recs, 1, "failovers since the fault: %+v", recs)
+	f.checkFailoversClean(recs)
+	rec := recs[0]
+	assert.Equal(f.t, from, rec.From)
+	assert.NotEqual(f.t, from, rec.To)
+	assert.True(f.t, rec.Started.Equal(&underway.Started), "the failover under way (begun %s) was resumed, not another begun (%s)", underway.Started, rec.Started)
+	assert.Equal(f.t, rec.To, f.primary(), "status.currentPrimary names the promoted standby")
+	return rec
+}
+
+// The operator killed in the middle of a failover (SIGKILL to its
+// container from the node, with the record saved in phase Fencing and
+// the fence under way): the kubelet restarts it, the new process takes
+// the leader Lease once the old one's expires, reads the record and
+// resumes it. Exactly one standby is promoted, -rw takes writes again, no
+// two servers accepted writes at any moment the agents were asked, and no
+// write acknowledged more than a second before the primary hung is lost.
+func TestRealNodeResumesAFailoverWhenTheOperatorIsKilled(t *testing.T) {
+	// Serial (no t.Parallel): the operator is every test's.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+	old := f.primary()
+
+	hungAt := time.Now()
+	thaw := f.freezeServer(old)
+	underway := f.waitFailoverUnderway(hungAt.Add(-time.Second))
+	opPod, opID := f.operatorContainer()
+	f.ctr("tasks", "kill", "--signal", "SIGKILL", opID)
+	killedAt := time.Now()
+	require.Equal(t, dbv1.FailoverFencing, underway.Phase, "the failover was caught while fencing: %+v", underway)
+	// Seen after the kill: the record as the killed operator left it.
+	left := failoversSince(f.database().Status.Failovers, hungAt.Add(-time.Second))
+	require.Len(t, left, 1)
+	assert.NotEqual(t, dbv1.FailoverCompleted, left[0].Phase, "the failover completed before the operator was killed")
+	thaw()
+
+	f.waitOperatorRestarted(opPod, opID)
+	rec := f.waitFailedOver(hungAt.Add(-time.Second))
+	down, _ := w.waitOutageOver(hungAt)
+	w.waitAcks(3)
+	log := w.stop()
+	samples, two := watch.finish()
+
+	rec = f.checkOneFailover(hungAt.Add(-time.Second), old, underway)
+	assert.Equal(t, rec.To, servedBy(ctx, t, f.cs, f.ns, f.name+"-rw"), "-rw selects the new primary")
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+	lost := checkNoAckLost(t, log, w.committedIDs(), hungAt)
+	logf(t, "operator killed during a failover (2 replicas, primaryGoneAfter 10s, killed in phase %s %.1fs after the primary hung): failover finished %.1fs after the kill; write outage %s; %d acknowledged writes, %d lost; %d agent rounds, %d with two writable",
+		left[0].Phase, killedAt.Sub(hungAt).Seconds(), rec.Finished.Sub(killedAt).Seconds(), down.Round(100*time.Millisecond), countAcks(log), lost, samples, len(two))
+}
+
+// nodeScript runs hack/node.sh with args (the fault subcommands).
+func nodeScript(ctx context.Context, t testing.TB, args ...string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "../../hack/node.sh", args...).CombinedOutput()
+	require.NoError(t, err, "hack/node.sh %v:\n%s", args, out)
+}
+
+// The node cluster's API server killed in the middle of a failover (the
+// record saved in phase Fencing, the fence under way) and started again
+// 30 s later (hack/node.sh apiserver stop|start). Without it the operator
+// cannot save the next step, and nothing is done after a save that
+// failed: no standby is promoted while it is down (every agent asked),
+// and no server accepts writes beside another. Once it is back the
+// failover completes, once, and -rw takes writes again; how long after
+// the API server's return is measured.
+func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
+	// Serial (no t.Parallel): the API server is every test's.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+	old := f.primary()
+	standby := f.pods()[0]
+	if standby == old {
+		standby = f.pods()[1]
+	}
+
+	hungAt := time.Now()
+	thaw := f.freezeServer(old)
+	underway := f.waitFailoverUnderway(hungAt.Add(-time.Second))
+	require.Equal(t, dbv1.FailoverFencing, underway.Phase, "the failover was caught while fencing: %+v", underway)
+	nodeScript(ctx, t, "apiserver", "stop")
+	stoppedAt := time.Now()
+	t.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "apiserver", "start").Run() })
+	// The fence can end now (the postmaster acts on its shutdown); the
+	// operator cannot record its choice.
+	thaw()
+	var promoted []string
+	for time.Since(stoppedAt) < 30*time.Second {
+		if st, err := f.agentStatus(standby); err == nil && st.ServerUp && st.Role == instance.RolePrimary {
+			promoted = append(promoted, time.Now().Format(time.RFC3339Nano))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	assert.Empty(t, promoted, "the standby %s was promoted while the API server was down (the failover's choice cannot be recorded)", standby)
+	nodeScript(ctx, t, "apiserver", "start")
+	startedAt := time.Now()
+
+	rec := f.waitFailedOver(hungAt.Add(-time.Second))
+	down, firstFail := w.waitOutageOver(hungAt)
+	backAt := firstFail.at.Add(down)
+	w.waitAcks(3)
+	log := w.stop()
+	samples, two := watch.finish()
+
+	rec = f.checkOneFailover(hungAt.Add(-time.Second), old, underway)
+	assert.Equal(t, standby, rec.To)
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+	lost := checkNoAckLost(t, log, w.committedIDs(), hungAt)
+	logf(t, "API server stopped during a failover for %.0fs (2 replicas, primaryGoneAfter 10s, stopped %.1fs after the primary hung): failover finished %.1fs and -rw took writes %.1fs after the API server was started again; write outage %s; %d acknowledged writes, %d lost; %d agent rounds, %d with two writable",
+		startedAt.Sub(stoppedAt).Seconds(), stoppedAt.Sub(hungAt).Seconds(), rec.Finished.Sub(startedAt).Seconds(), backAt.Sub(startedAt).Seconds(),
+		down.Round(100*time.Millisecond), countAcks(log), lost, samples, len(two))
+}
+
+// The node's kubelet stopped for 30 s, three times primaryGoneAfter
+// (hack/node.sh kubelet stop|start): its containers keep running, the
+// primary's agent keeps answering, kube-proxy keeps routing, and the Pod
+// objects keep their last status (the node is marked NotReady only after
+// the controller manager's node-monitor-grace-period). The operator must
+// not fail over a primary that is healthy: no failover, no failed write,
+// no two servers accepting writes; the node is Ready again once the
+// kubelet is back.
+func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
+	// Serial (no t.Parallel): the kubelet runs every test's pods.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+	primary := f.primary()
+
+	nodeScript(ctx, t, "kubelet", "stop")
+	stoppedAt := time.Now()
+	t.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "kubelet", "start").Run() })
+	// For 30 s (the fault's length) the primary's agent answers that it
+	// is healthy and no failover begins. The writer's log cannot be read
+	// now: the kubelet serves it.
+	var unhealthy []string
+	for time.Since(stoppedAt) < 30*time.Second {
+		st, err := f.agentStatus(primary)
+		if err != nil || !st.ServerUp || st.Role != instance.RolePrimary || st.Fenced {
+			unhealthy = append(unhealthy, fmt.Sprintf("%s: %+v %v", time.Now().Format(time.RFC3339Nano), st, err))
+		}
+		require.Empty(t, failoversSince(f.database().Status.Failovers, stoppedAt.Add(-time.Second)), "a failover began while the kubelet was stopped")
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	assert.Empty(t, unhealthy, "the primary's agent, asked while the kubelet was stopped")
+	during := f.database().Status
+	nodeScript(ctx, t, "kubelet", "start")
+	startedAt := time.Now()
+	readyNode(ctx, t, f.cs)
+
+	w.waitAcks(3)
+	f.waitWatching()
+	log := w.stop()
+	samples, two := watch.finish()
+	after := f.database().Status
+	assert.Empty(t, failoversSince(after.Failovers, stoppedAt.Add(-time.Second)), "a failover of a healthy primary whose kubelet stopped")
+	assert.Equal(t, primary, after.CurrentPrimary)
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+	var failed []writeOutcome
+	for _, o := range log {
+		if !o.ok && o.at.After(stoppedAt) {
+			failed = append(failed, o)
+		}
+	}
+	assert.Empty(t, failed, "writes through -rw failed while the kubelet was stopped or after")
+	lost := checkNoAckLost(t, log, w.committedIDs())
+	var cond string
+	for _, c := range during.Conditions {
+		if c.Type == "Failover" {
+			cond = c.Reason + ": " + c.Message
+		}
+	}
+	logf(t, "kubelet stopped for %.0fs (2 replicas, primaryGoneAfter 10s): %d failovers, %d failed writes, %d acknowledged writes, %d lost; %d agent rounds, %d with two writable; Failover condition during: %s",
+		startedAt.Sub(stoppedAt).Seconds(), len(failoversSince(after.Failovers, stoppedAt.Add(-time.Second))), len(failed), countAcks(log), lost, samples, len(two), cond)
+}
