@@ -619,6 +619,16 @@ apiserver_start() {
 # running under containerd.
 kubelet_stop() { stop_daemon kubelet; }
 
+# kubelet_start starts it again and waits for its health endpoint (the
+# Node may still read Ready from before the stop: the controller manager
+# marks it NotReady only after its grace period).
+kubelet_start() {
+  kubelet_up
+  wait_for "the kubelet's healthz" 120 kubelet_healthy
+}
+
+kubelet_healthy() { curl -fsS http://127.0.0.1:10248/healthz >/dev/null 2>&1; }
+
 # --- down --------------------------------------------------------------------
 
 # stop_daemon ends a daemon this script started, by the pid it recorded.
@@ -826,7 +836,7 @@ case ${1:-} in
     require_root kubelet; use_tools
     case ${2:-} in
       stop) kubelet_stop ;;
-      start) kubelet_up ;;
+      start) kubelet_start ;;
       *) echo "usage: $0 kubelet stop|start" >&2; exit 2 ;;
     esac ;;
   *) echo "usage: $0 up | down | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag | apiserver stop|start | kubelet stop|start" >&2; exit 2 ;;

@@ -289,6 +289,13 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 	nodeScript(ctx, t, "kubelet", "start")
 	startedAt := time.Now()
 	readyNode(ctx, t, f.cs)
+	// The Node read Ready throughout (its status is the last the kubelet
+	// wrote): the kubelet is back once it serves the writer's log again.
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := f.cs.CoreV1().Pods(f.ns).GetLogs(w.pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil, nil
+	})
+	require.NoError(t, err, "the kubelet does not serve the writer's log again")
 
 	w.waitAcks(3)
 	f.waitWatching()
