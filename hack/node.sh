@@ -607,11 +607,38 @@ apiserver_stop() {
 }
 
 # apiserver_start starts, through kwokctl, every control-plane component
-# not running (the API server; the controller manager and scheduler too
-# when they exited on a lost leader lease), and waits for /readyz.
+# not running, and returns once the API server is ready and the
+# controller manager and the scheduler lead again. Both exit when they
+# cannot renew their leader Lease (10 s): one may still be on its way out
+# when the API server comes back, so the loop starts whatever is not
+# running until each has renewed its Lease since the start.
 apiserver_start() {
-  "$kwokctl" start cluster --name "$name" >&2
-  wait_for "the API server" 120 api_ready
+  local since i
+  since=$(date -u +%s)
+  for ((i = 0; i < 240; i++)); do
+    control_plane_running || "$kwokctl" start cluster --name "$name" >&2
+    if api_ready && lease_renewed_since kube-controller-manager "$since" &&
+      lease_renewed_since kube-scheduler "$since"; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "the control plane of $name did not come back within 120 s; logs: $KWOK_WORKDIR/clusters/$name/logs" >&2
+  return 1
+}
+
+control_plane_running() {
+  local c pid
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    pid=$(cat "$KWOK_WORKDIR/clusters/$name/pids/$c.pid" 2>/dev/null) || return 1
+    [[ -d /proc/$pid && $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 1
+  done
+}
+
+lease_renewed_since() { # lease, unix seconds
+  local t
+  t=$("$kubectl" --kubeconfig "$kubeconfig" -n kube-system get lease "$1" -o jsonpath='{.spec.renewTime}' 2>/dev/null) || return 1
+  [[ -n $t && $(date -u -d "$t" +%s) -ge $2 ]]
 }
 
 # kubelet_stop ends the kubelet (SIGTERM, as stop_daemon does): no

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
 
 // RunsEnv sets how many times BenchmarkFailover repeats each fault
@@ -31,6 +33,18 @@ const RunsEnv = "DECKHAND_FAILOVER_RUNS"
 //     container SIGKILLed: the operator fails over. Between runs the
 //     directory is made readable and the fence lifted, and the old
 //     primary rejoins as a standby.
+//   - OperatorKilled: the primary hung (its server container frozen),
+//     and the operator's container SIGKILLed once the failover is
+//     recorded and fencing (faults_test.go); the restarted operator
+//     resumes it. The outage includes primaryGoneAfter, the operator's
+//     restart and its wait for the old leader Lease to expire.
+//   - KubeletStopped: the node's kubelet stopped for 30 s (three times
+//     the bound) and started again: no failover is expected, and no
+//     outage (0 when no write failed).
+//   - APIServerStopped: the primary hung, and the API server killed once
+//     the failover is fencing, started again 20 s later. Its runs are
+//     long (kube-proxy's watch backs off): select it alone with
+//     -bench 'Failover/APIServerStopped'.
 //
 // It prints the median and worst outage, the acknowledged writes lost,
 // and the moments two servers accepted writes (every pod's agent asked
@@ -54,21 +68,35 @@ func BenchmarkFailover(b *testing.B) {
 	w.waitAcks(20)
 	floor := medianAckInterval(w.log())
 
-	faults := []struct {
-		name  string
-		fault func() (at time.Time, recover func())
-	}{
-		{"ContainerKilledOnce", func() (time.Time, func()) {
+	// A fault returns when it struck and a function that ends it; a fault
+	// that may cause no outage says so (wantOutage false): its outage is
+	// read from the writer's log once it is over, 0 when no write failed.
+	type fault struct {
+		name       string
+		wantOutage bool
+		strike     func() (at time.Time, recover func())
+	}
+	hang := func(then func()) (time.Time, func()) {
+		at := time.Now()
+		thaw := f.freezeServer(f.primary())
+		underway := f.waitFailoverUnderway(at.Add(-time.Second))
+		require.Equal(b, dbv1.FailoverFencing, underway.Phase)
+		then()
+		thaw()
+		return at, func() { f.waitFailedOver(at.Add(-time.Second)) }
+	}
+	faults := []fault{
+		{"ContainerKilledOnce", true, func() (time.Time, func()) {
 			at := time.Now()
 			f.killServer(f.primary())
 			return at, func() {}
 		}},
-		{"PodDeleted", func() (time.Time, func()) {
+		{"PodDeleted", true, func() (time.Time, func()) {
 			at := time.Now()
 			require.NoError(b, f.cs.CoreV1().Pods(f.ns).Delete(ctx, f.primary(), metav1.DeleteOptions{}))
 			return at, func() {}
 		}},
-		{"PrimaryCannotComeBack", func() (time.Time, func()) {
+		{"PrimaryCannotComeBack", true, func() (time.Time, func()) {
 			old := f.primary()
 			data := f.dataDir(old)
 			require.NoError(b, os.Chmod(data, 0))
@@ -77,6 +105,38 @@ func BenchmarkFailover(b *testing.B) {
 			return at, func() {
 				f.waitFailedOver(at.Add(-time.Second))
 				require.NoError(b, os.Chmod(data, 0o700))
+			}
+		}},
+		{"OperatorKilled", true, func() (time.Time, func()) {
+			var pod, id string
+			at, recover := hang(func() {
+				pod, id = f.operatorContainer()
+				f.ctr("tasks", "kill", "--signal", "SIGKILL", id)
+			})
+			return at, func() {
+				f.waitOperatorRestarted(pod, id)
+				recover()
+			}
+		}},
+		{"KubeletStopped", false, func() (time.Time, func()) {
+			nodeScript(ctx, b, "kubelet", "stop")
+			at := time.Now()
+			return at, func() {
+				waitFor(ctx, at.Add(30*time.Second)) // the fault's length
+				nodeScript(ctx, b, "kubelet", "start")
+				f.waitLogsServed(w.pod.Name)
+			}
+		}},
+		{"APIServerStopped", true, func() (time.Time, func()) {
+			var stopped time.Time
+			at, recover := hang(func() {
+				nodeScript(ctx, b, "apiserver", "stop")
+				stopped = time.Now()
+			})
+			return at, func() {
+				waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
+				nodeScript(ctx, b, "apiserver", "start")
+				recover()
 			}
 		}},
 	}
@@ -91,9 +151,16 @@ func BenchmarkFailover(b *testing.B) {
 			for i := 0; i < runs; i++ {
 				f.waitSteady()
 				w.waitAcks(3)
-				t0, recover := fc.fault()
-				down, _ := w.waitOutageOver(t0)
-				recover()
+				t0, recover := fc.strike()
+				var down time.Duration
+				if fc.wantOutage {
+					down, _ = w.waitOutageOver(t0)
+					recover()
+				} else {
+					recover()
+					w.waitAcks(3)
+					down, _ = outage(w.log(), t0)
+				}
 				// A failover's old primary stays fenced: it rejoins as a
 				// standby once the fence is lifted (as a person does).
 				for _, rec := range failoversSince(f.database().Status.Failovers, t0.Add(-time.Second)) {
@@ -154,4 +221,13 @@ func medianAckInterval(log []writeOutcome) time.Duration {
 	}
 	slices.Sort(gaps)
 	return gaps[len(gaps)/2]
+}
+
+// waitFor returns at `until` or when ctx ends: a fault's length, not a
+// wait for a state.
+func waitFor(ctx context.Context, until time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(until)):
+	}
 }

@@ -188,7 +188,7 @@ func nodeScript(ctx context.Context, t testing.TB, args ...string) {
 
 // The node cluster's API server killed in the middle of a failover (the
 // record saved in phase Fencing, the fence under way) and started again
-// 30 s later (hack/node.sh apiserver stop|start). Without it the operator
+// 20 s later (hack/node.sh apiserver stop|start). Without it the operator
 // cannot save the next step, and nothing is done after a save that
 // failed: no standby is promoted while it is down (every agent asked),
 // and no server accepts writes beside another. Once it is back the
@@ -218,7 +218,7 @@ func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
 	// operator cannot record its choice.
 	thaw()
 	var promoted []string
-	for time.Since(stoppedAt) < 30*time.Second {
+	for time.Since(stoppedAt) < 20*time.Second {
 		if st, err := f.agentStatus(standby); err == nil && st.ServerUp && st.Role == instance.RolePrimary {
 			promoted = append(promoted, time.Now().Format(time.RFC3339Nano))
 		}
@@ -229,8 +229,9 @@ func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
 		}
 	}
 	assert.Empty(t, promoted, "the standby %s was promoted while the API server was down (the failover's choice cannot be recorded)", standby)
-	nodeScript(ctx, t, "apiserver", "start")
 	startedAt := time.Now()
+	nodeScript(ctx, t, "apiserver", "start")
+	t.Logf("hack/node.sh apiserver start (the API server ready, the controller manager and scheduler leading again) took %.1fs", time.Since(startedAt).Seconds())
 
 	rec := f.waitFailedOver(hungAt.Add(-time.Second))
 	down, firstFail := w.waitOutageOver(hungAt)
@@ -246,6 +247,18 @@ func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
 	logf(t, "API server stopped during a failover for %.0fs (2 replicas, primaryGoneAfter 10s, stopped %.1fs after the primary hung): failover finished %.1fs and -rw took writes %.1fs after the API server was started again; write outage %s; %d acknowledged writes, %d lost; %d agent rounds, %d with two writable",
 		startedAt.Sub(stoppedAt).Seconds(), stoppedAt.Sub(hungAt).Seconds(), rec.Finished.Sub(startedAt).Seconds(), backAt.Sub(startedAt).Seconds(),
 		down.Round(100*time.Millisecond), countAcks(log), lost, samples, len(two))
+}
+
+// waitLogsServed waits for the kubelet to serve the pod's log. After the
+// kubelet's restart the Node may read Ready throughout (its status is
+// the last the kubelet wrote): the kubelet is back once it serves logs.
+func (f *failoverCluster) waitLogsServed(pod string) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := f.cs.CoreV1().Pods(f.ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil, nil
+	})
+	require.NoError(f.t, err, "the kubelet does not serve the log of %s again", pod)
 }
 
 // The node's kubelet stopped for 30 s, three times primaryGoneAfter
@@ -289,13 +302,7 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 	nodeScript(ctx, t, "kubelet", "start")
 	startedAt := time.Now()
 	readyNode(ctx, t, f.cs)
-	// The Node read Ready throughout (its status is the last the kubelet
-	// wrote): the kubelet is back once it serves the writer's log again.
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := f.cs.CoreV1().Pods(f.ns).GetLogs(w.pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		return err == nil, nil
-	})
-	require.NoError(t, err, "the kubelet does not serve the writer's log again")
+	f.waitLogsServed(w.pod.Name)
 
 	w.waitAcks(3)
 	f.waitWatching()
