@@ -35,9 +35,10 @@ const RunsEnv = "DECKHAND_FAILOVER_RUNS"
 //     primary rejoins as a standby.
 //   - OperatorKilled: the primary hung (its server container frozen),
 //     and the operator's container SIGKILLed once the failover is
-//     recorded and fencing (faults_test.go); the restarted operator
-//     resumes it. The outage includes primaryGoneAfter, the operator's
-//     restart and its wait for the old leader Lease to expire.
+//     recorded and fencing (faults_test.go), its pod deleted; the new
+//     pod's operator resumes it. The outage includes primaryGoneAfter,
+//     the new pod's start and its wait for the old leader Lease to
+//     expire.
 //   - KubeletStopped: the node's kubelet stopped for 30 s (three times
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).
@@ -108,19 +109,20 @@ func BenchmarkFailover(b *testing.B) {
 			}
 		}},
 		{"OperatorKilled", true, func() (time.Time, func()) {
-			var pod, id string
-			at, recover := hang(func() {
-				pod, id = f.operatorContainer()
+			return hang(func() {
+				pod, id := f.operatorContainer()
 				f.ctr("tasks", "kill", "--signal", "SIGKILL", id)
+				// A new pod each run: the same container killed ten times
+				// in ten minutes would be held back by the kubelet's
+				// CrashLoopBackOff (10 s, doubling to 5 minutes).
+				zero := int64(0)
+				require.NoError(b, f.cs.CoreV1().Pods(operatorNamespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 			})
-			return at, func() {
-				f.waitOperatorRestarted(pod, id)
-				recover()
-			}
 		}},
 		{"KubeletStopped", false, func() (time.Time, func()) {
 			nodeScript(ctx, b, "kubelet", "stop")
 			at := time.Now()
+			b.Cleanup(func() { nodeScript(context.Background(), b, "kubelet", "start") })
 			return at, func() {
 				waitFor(ctx, at.Add(30*time.Second)) // the fault's length
 				nodeScript(ctx, b, "kubelet", "start")
@@ -128,16 +130,17 @@ func BenchmarkFailover(b *testing.B) {
 			}
 		}},
 		{"APIServerStopped", true, func() (time.Time, func()) {
+			// The fault ends before it returns: the writer's log is read
+			// through the API server.
 			var stopped time.Time
 			at, recover := hang(func() {
 				nodeScript(ctx, b, "apiserver", "stop")
 				stopped = time.Now()
+				b.Cleanup(func() { nodeScript(context.Background(), b, "apiserver", "start") })
 			})
-			return at, func() {
-				waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
-				nodeScript(ctx, b, "apiserver", "start")
-				recover()
-			}
+			waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
+			nodeScript(ctx, b, "apiserver", "start")
+			return at, recover
 		}},
 	}
 	for _, fc := range faults {
