@@ -618,7 +618,7 @@ apiserver_start() {
   for ((i = 0; i < 240; i++)); do
     control_plane_running || "$kwokctl" start cluster --name "$name" >&2
     if api_ready && lease_renewed_since kube-controller-manager "$since" &&
-      lease_renewed_since kube-scheduler "$since"; then
+      lease_renewed_since kube-scheduler "$since" && control_plane_running; then
       return 0
     fi
     sleep 0.5
@@ -635,10 +635,15 @@ control_plane_running() {
   done
 }
 
+# lease_renewed_since: the Lease has a holder that renewed it at or after
+# the time (a component giving up its lead on the way out empties the
+# holder, and that write also sets the time).
 lease_renewed_since() { # lease, unix seconds
-  local t
-  t=$("$kubectl" --kubeconfig "$kubeconfig" -n kube-system get lease "$1" -o jsonpath='{.spec.renewTime}' 2>/dev/null) || return 1
-  [[ -n $t && $(date -u -d "$t" +%s) -ge $2 ]]
+  local out holder t
+  out=$("$kubectl" --kubeconfig "$kubeconfig" -n kube-system get lease "$1" \
+    -o jsonpath='{.spec.holderIdentity} {.spec.renewTime}' 2>/dev/null) || return 1
+  read -r holder t <<<"$out"
+  [[ -n $holder && -n $t && $(date -u -d "$t" +%s) -ge $2 ]]
 }
 
 # kubelet_stop ends the kubelet (SIGTERM, as stop_daemon does): no

@@ -87,27 +87,6 @@ func BenchmarkFailover(b *testing.B) {
 		return at, func() { f.waitFailedOver(at.Add(-time.Second)) }
 	}
 	faults := []fault{
-		{"ContainerKilledOnce", true, func() (time.Time, func()) {
-			at := time.Now()
-			f.killServer(f.primary())
-			return at, func() {}
-		}},
-		{"PodDeleted", true, func() (time.Time, func()) {
-			at := time.Now()
-			require.NoError(b, f.cs.CoreV1().Pods(f.ns).Delete(ctx, f.primary(), metav1.DeleteOptions{}))
-			return at, func() {}
-		}},
-		{"PrimaryCannotComeBack", true, func() (time.Time, func()) {
-			old := f.primary()
-			data := f.dataDir(old)
-			require.NoError(b, os.Chmod(data, 0))
-			at := time.Now()
-			f.killServer(old)
-			return at, func() {
-				f.waitFailedOver(at.Add(-time.Second))
-				require.NoError(b, os.Chmod(data, 0o700))
-			}
-		}},
 		{"OperatorKilled", true, func() (time.Time, func()) {
 			return hang(func() {
 				pod, id := f.operatorContainer()
@@ -127,6 +106,27 @@ func BenchmarkFailover(b *testing.B) {
 				waitFor(ctx, at.Add(30*time.Second)) // the fault's length
 				nodeScript(ctx, b, "kubelet", "start")
 				f.waitLogsServed(w.pod.Name)
+			}
+		}},
+		{"ContainerKilledOnce", true, func() (time.Time, func()) {
+			at := time.Now()
+			f.killServer(f.primary())
+			return at, func() {}
+		}},
+		{"PodDeleted", true, func() (time.Time, func()) {
+			at := time.Now()
+			require.NoError(b, f.cs.CoreV1().Pods(f.ns).Delete(ctx, f.primary(), metav1.DeleteOptions{}))
+			return at, func() {}
+		}},
+		{"PrimaryCannotComeBack", true, func() (time.Time, func()) {
+			old := f.primary()
+			data := f.dataDir(old)
+			require.NoError(b, os.Chmod(data, 0))
+			at := time.Now()
+			f.killServer(old)
+			return at, func() {
+				f.waitFailedOver(at.Add(-time.Second))
+				require.NoError(b, os.Chmod(data, 0o700))
 			}
 		}},
 		{"APIServerStopped", true, func() (time.Time, func()) {
