@@ -82,6 +82,15 @@ func (w *primaryWatch) of(uid types.UID, primary string, now time.Time) *watched
 	return s
 }
 
+// switchoverTimeout is the Database's bound on a switchover's handover
+// (0: the default, failover.DefaultSwitchoverTimeout).
+func switchoverTimeout(db *Cluster) time.Duration {
+	if f := db.Spec.Failover; f != nil && f.SwitchoverTimeout != nil {
+		return f.SwitchoverTimeout.Duration
+	}
+	return 0
+}
+
 // primaryGoneAfter is the Database's bound.
 func primaryGoneAfter(db *Cluster) time.Duration {
 	if f := db.Spec.Failover; f != nil && f.PrimaryGoneAfter != nil {
@@ -92,7 +101,7 @@ func primaryGoneAfter(db *Cluster) time.Duration {
 
 // failoverUnderway is the last record when it is not completed.
 func failoverUnderway(db *Cluster) *dbv1.FailoverRecord {
-	if n := len(db.Status.Failovers); n > 0 && db.Status.Failovers[n-1].Phase != dbv1.FailoverCompleted {
+	if n := len(db.Status.Failovers); n > 0 && !db.Status.Failovers[n-1].Phase.Finished() {
 		return db.Status.Failovers[n-1].DeepCopy()
 	}
 	return nil
@@ -279,14 +288,19 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 			}
 			r.normal(db, reason, "Failover", "%s", msg)
 		},
-		Now:   r.now,
-		Slots: func(to string) []string { return slotsForNewPrimary(db, to) },
+		Now:               r.now,
+		Slots:             func(to string) []string { return slotsForNewPrimary(db, to) },
+		SwitchoverTimeout: switchoverTimeout(db),
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
 		if r.catchingUp(db, rec, err) {
 			return nil
 		}
 		return err
+	}
+	if rec.Phase == dbv1.FailoverAborted {
+		logf.FromContext(ctx).Info("switchover aborted", "from", rec.From, "to", rec.To, "why", rec.AbortReason)
+		return nil
 	}
 	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
 	if _, err := r.apply(ctx, scriptsConfigMap(db, eng), nil, false); err != nil {
@@ -304,7 +318,7 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 // in a status write refused when the status changed since it was read.
 func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord) error {
 	list := db.Status.Failovers
-	if n := len(list); n > 0 && list[n-1].Phase != dbv1.FailoverCompleted && list[n-1].Started.Equal(&rec.Started) && list[n-1].From == rec.From {
+	if n := len(list); n > 0 && !list[n-1].Phase.Finished() && list[n-1].Started.Equal(&rec.Started) && list[n-1].From == rec.From {
 		list[n-1] = *rec.DeepCopy()
 	} else {
 		list = append(list, *rec.DeepCopy())
@@ -321,7 +335,7 @@ func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.Fa
 	if err := r.saveStatus(ctx, db); err != nil {
 		return err
 	}
-	r.failoverPending(db, rec.Phase != dbv1.FailoverCompleted)
+	r.failoverPending(db, !rec.Phase.Finished())
 	if rec.Phase == dbv1.FailoverCompleted {
 		r.countFailover(db, rec)
 	}

@@ -19,6 +19,7 @@ type Channel interface {
 	Status(ctx context.Context, host string) (instance.Status, error)
 	Fence(ctx context.Context, host string) (instance.ActionResult, error)
 	Promote(ctx context.Context, host string, slots ...string) (instance.Status, error)
+	Unfence(ctx context.Context, host string) (instance.ActionResult, error)
 }
 
 // Steps carries out one Database's failover. Its record
@@ -46,6 +47,9 @@ type Steps struct {
 	// for the others (the old primary's among them); the agent makes
 	// them before it promotes (instance.PromoteRequest). Nil: none.
 	Slots func(to string) []string
+	// SwitchoverTimeout bounds a switchover's handover before its
+	// promotion (0: DefaultSwitchoverTimeout): see abortSwitchover.
+	SwitchoverTimeout time.Duration
 }
 
 // Start is the record of a failover of from, the primary last seen
@@ -60,7 +64,8 @@ func Start(from string, fromLSN instance.LSN, now time.Time) *dbv1.FailoverRecor
 
 // Run takes rec (Start's, not yet saved, or one read back from the status)
 // through its remaining steps: fence the old primary (best effort), choose
-// the standby, promote it. It returns nil once rec is Completed; an error
+// the standby, promote it. It returns nil once rec is final (Completed,
+// or Aborted: a switchover given up, see abortSwitchover); an error
 // leaves rec at the step that failed, saved, for the next pass to resume.
 func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) error {
 	if !saved {
@@ -73,7 +78,7 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 			s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
 		}
 	}
-	for rec.Phase != dbv1.FailoverCompleted {
+	for !rec.Phase.Finished() {
 		var err error
 		switch rec.Phase {
 		case dbv1.FailoverFencing:

@@ -258,6 +258,24 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	SwitchoverTo string `json:"switchoverTo,omitempty"`
+
+	// SwitchoverTimeout bounds a switchover's handover, counted from its
+	// start: a switchover whose old primary cannot be fenced, or whose
+	// target has not replayed the old primary's last record within it, is
+	// aborted: the old primary's fence is lifted (it serves again as the
+	// primary), the record says Aborted and why (condition Failover
+	// SwitchoverAborted, Warning Event SwitchoverAborted), and it is not
+	// tried again until the Database is annotated
+	// stable.imaginedata.co/retry-switchover. Default 30s: a clean
+	// handover takes a few seconds (the fence, a catch-up of WAL the
+	// target already received, the promotion), and writes are stopped
+	// for all of it; past the issue's 30 s write-outage target, lifting
+	// the fence gives writes back sooner than waiting on. A promotion
+	// already begun (phase Promoting) is never aborted.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="failover.switchoverTimeout must be at least 5s: the old primary's clean shutdown and the target's catch-up take seconds"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="failover.switchoverTimeout must be at most 1h: writes are stopped while a switchover waits"
+	// +optional
+	SwitchoverTimeout *metav1.Duration `json:"switchoverTimeout,omitempty"`
 }
 
 // FailoverKind says why a primary changed.
@@ -272,16 +290,24 @@ const (
 )
 
 // FailoverPhase is where a failover is.
-// +kubebuilder:validation:Enum=Fencing;Promoting;Completed
+// +kubebuilder:validation:Enum=Fencing;Promoting;Completed;Aborted
 type FailoverPhase string
 
 // Failover phases: the record is written before each step is taken, so an
 // operator that restarts resumes it and never promotes a second standby.
+// Completed and Aborted (a switchover given up before any promotion,
+// spec.failover.switchoverTimeout) are final.
 const (
 	FailoverFencing   FailoverPhase = "Fencing"
 	FailoverPromoting FailoverPhase = "Promoting"
 	FailoverCompleted FailoverPhase = "Completed"
+	FailoverAborted   FailoverPhase = "Aborted"
 )
+
+// Finished: the record is final (Completed or Aborted).
+func (p FailoverPhase) Finished() bool {
+	return p == FailoverCompleted || p == FailoverAborted
+}
 
 // FailoverRecord is one failover: what was decided, and what it may have
 // cost.
@@ -293,7 +319,8 @@ type FailoverRecord struct {
 	// Started is when the primary was declared gone (a switchover: when
 	// it began).
 	Started metav1.Time `json:"started"`
-	// Finished is when the standby was promoted; absent while under way.
+	// Finished is when the standby was promoted (an aborted switchover:
+	// when it was given up); absent while under way.
 	// +optional
 	Finished *metav1.Time  `json:"finished,omitempty"`
 	Phase    FailoverPhase `json:"phase"`
@@ -335,6 +362,9 @@ type FailoverRecord struct {
 	// Reason says why the standby was chosen.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// AbortReason says why a switchover was aborted (phase Aborted).
+	// +optional
+	AbortReason string `json:"abortReason,omitempty"`
 	// FenceLifted is when the operator lifted the old primary's fence:
 	// once its pod read the new primary's name, so its server starts as
 	// a standby (rewound by pg_rewind), never as a primary. Absent while
