@@ -60,7 +60,7 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 	err := r.runFailover(ctx, db, eng, ch, rec, false)
 	if retrySwitchoverAsked(db) && abortedSwitchoverTo(db, target) == nil {
 		// The new attempt is recorded: the request is answered.
-		return true, errors.Join(err, r.forgetRetryRequest(ctx, db))
+		return true, errors.Join(err, r.forgetAnnotation(ctx, db, failover.AnnotationRetrySwitchover))
 	}
 	return true, err
 }
@@ -82,20 +82,23 @@ func abortedSwitchoverTo(db *Cluster, target string) *dbv1.FailoverRecord {
 
 // retrySwitchoverAsked: the Database carries the retry annotation.
 func retrySwitchoverAsked(db *Cluster) bool {
-	_, ok := db.Object.GetAnnotations()[failover.AnnotationRetrySwitchover]
+	_, ok := db.Annotations[failover.AnnotationRetrySwitchover]
 	return ok
 }
 
-// forgetRetryRequest removes the retry annotation (a merge patch of the
-// metadata only).
-func (r *Reconciler) forgetRetryRequest(ctx context.Context, db *Cluster) error {
+// forgetAnnotation removes a one-shot request (the retry and force
+// annotations) once it is answered: a merge patch of the metadata only.
+func (r *Reconciler) forgetAnnotation(ctx context.Context, db *Cluster, key string) error {
 	obj := db.Object
+	if _, ok := obj.GetAnnotations()[key]; !ok {
+		return nil
+	}
 	before := obj.DeepCopyObject().(client.Object)
 	annotations := maps.Clone(obj.GetAnnotations())
-	delete(annotations, failover.AnnotationRetrySwitchover)
+	delete(annotations, key)
 	obj.SetAnnotations(annotations)
 	if err := r.Client.Patch(ctx, obj, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("removing the annotation %s: %w", failover.AnnotationRetrySwitchover, err)
+		return fmt.Errorf("removing the annotation %s: %w", key, err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +46,11 @@ type Steps struct {
 	// for the others (the old primary's among them); the agent makes
 	// them before it promotes (instance.PromoteRequest). Nil: none.
 	Slots func(to string) []string
+	// Forced: a person asked to fail over even when too few synchronous
+	// standbys answer (ErrSynchronousQuorum): the most advanced healthy
+	// standby is promoted, and acknowledged commits only the others had
+	// are lost.
+	Forced bool
 	// SwitchoverTimeout bounds a switchover's handover before its
 	// promotion (0: DefaultSwitchoverTimeout): see abortSwitchover.
 	SwitchoverTimeout time.Duration
@@ -106,7 +110,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 	s.fence(ctx, rec)
 	var obs []Observation
 	for _, pod := range s.Pods {
-		if pod == rec.From || !MayBePromoted(rec.SynchronousStandbys, pod) {
+		if pod == rec.From {
 			continue
 		}
 		o := Observation{Pod: pod}
@@ -115,9 +119,20 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		}
 		obs = append(obs, o)
 	}
-	choice, err := ChooseStandby(rec.From, obs, s.MaxLag)
+	sync := SynchronousOf(rec)
+	if s.Forced {
+		sync = Synchronous{}
+	}
+	choice, err := ChooseStandbyUnder(rec.From, obs, sync, s.MaxLag)
+	if s.Forced && err == nil && SynchronousOf(rec).On() {
+		choice.Reason = "forced (" + AnnotationForceFailover + "), acknowledged commits only unreachable synchronous standbys had may be lost: " + choice.Reason
+	}
 	if err != nil {
-		s.Event(true, "FailoverBlocked", fmt.Sprintf("cannot fail over %s: %v", rec.From, err))
+		reason := "FailoverBlocked"
+		if errors.Is(err, ErrSynchronousQuorum) {
+			reason = "FailoverRefused"
+		}
+		s.Event(true, reason, fmt.Sprintf("cannot fail over %s: %v", rec.From, err))
 		if saveErr := s.Save(ctx, rec); saveErr != nil {
 			return errors.Join(err, saveErr)
 		}
@@ -184,9 +199,20 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	return nil
 }
 
-// MayBePromoted: with synchronous standbys (the old primary's, when last
-// seen) only one of them may be promoted: an acknowledged commit is on
-// them, not necessarily on the others. None: asynchronous, any may.
-func MayBePromoted(synchronous []string, pod string) bool {
-	return len(synchronous) == 0 || slices.Contains(synchronous, pod)
+// SynchronousOf is the synchronous replication a failover record says
+// the old primary used.
+// A record made before synchronousQuorum was recorded is read as ANY 1,
+// the weakest guarantee (every named standby must answer).
+func SynchronousOf(rec *dbv1.FailoverRecord) Synchronous {
+	k := int(rec.SynchronousQuorum)
+	if k == 0 && len(rec.SynchronousStandbys) > 0 {
+		k = 1
+	}
+	return Synchronous{Standbys: rec.SynchronousStandbys, Quorum: k}
 }
+
+// AnnotationForceFailover on a Database lets the next failover promote a
+// standby although too few synchronous standbys answer to be sure it has
+// every acknowledged commit (ErrSynchronousQuorum); the operator removes
+// it once that failover is recorded.
+const AnnotationForceFailover = "stable.imaginedata.co/force-failover"

@@ -159,7 +159,7 @@ func TestWithSynchronousStandbysOnlyOneOfThemIsPromoted(t *testing.T) {
 	s = &saved{}
 	rec = failover.Start("db-0", 0x3000, time.Now())
 	rec.SynchronousStandbys = []string{"db-2"}
-	require.ErrorIs(t, s.steps(ch).Run(context.Background(), rec, false), failover.ErrNoHealthyStandby)
+	require.ErrorIs(t, s.steps(ch).Run(context.Background(), rec, false), failover.ErrSynchronousQuorum)
 	assert.Equal(t, []string{"fence db-0"}, ch.calls, "the asynchronous standby is never promoted")
 }
 
@@ -231,4 +231,30 @@ func TestASwitchoverWhoseFenceKeepsFailingIsAbortedPastItsBound(t *testing.T) {
 	assert.Nil(t, rec.FenceLifted)
 	assert.Contains(t, rec.FenceMessage, "the fence could not be lifted")
 	assert.Contains(t, s.events, "UnfenceFailed")
+}
+
+// ANY 1 of two synchronous standbys, one of them unreachable: an
+// acknowledged commit may be on that one alone, so the failover is
+// refused (Event FailoverRefused, the record kept at Fencing to be tried
+// again) rather than promote the other; forced, the reachable one is
+// promoted and the record says what that risks.
+func TestAFailoverThatCouldLoseASynchronousCommitIsRefusedUnlessForced(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x9000)}, unreachable: map[string]bool{"db-2": true}}
+	s := &saved{}
+	rec := failover.Start("db-0", 0x9000, time.Now())
+	rec.SynchronousStandbys, rec.SynchronousQuorum = []string{"db-1", "db-2"}, 1
+	err := s.steps(ch).Run(context.Background(), rec, false)
+	require.ErrorIs(t, err, failover.ErrSynchronousQuorum)
+	assert.ErrorContains(t, err, "2 of them must answer as healthy standbys, 1 do [db-1]")
+	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing promoted")
+	assert.Equal(t, dbv1.FailoverFencing, rec.Phase)
+	assert.Contains(t, s.events, "FailoverRefused")
+
+	steps := s.steps(ch)
+	steps.Forced = true
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, "db-1", rec.To)
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Contains(t, rec.Reason, "forced")
+	assert.Contains(t, rec.Reason, "may be lost")
 }

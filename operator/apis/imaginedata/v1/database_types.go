@@ -359,6 +359,13 @@ type FailoverRecord struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	SynchronousStandbys []string `json:"synchronousStandbys,omitempty"`
+	// SynchronousQuorum is the k of that setting's ANY k: an
+	// acknowledged commit was on k of synchronousStandbys, so a standby
+	// is promoted only while at least len(synchronousStandbys) - k + 1 of
+	// them answer (one of those has every acknowledged commit), unless
+	// the failover is forced (docs/database.md).
+	// +optional
+	SynchronousQuorum int32 `json:"synchronousQuorum,omitempty"`
 	// Reason says why the standby was chosen.
 	// +optional
 	Reason string `json:"reason,omitempty"`
@@ -515,6 +522,19 @@ type StandbyClone struct {
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 }
 
+// SynchronousStatus is a primary's synchronous_standby_names,
+// 'ANY quorum (standbys...)'.
+type SynchronousStatus struct {
+	// Primary is the instance whose setting this is.
+	Primary string `json:"primary"`
+	// Standbys are the standbys the setting names.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Standbys []string `json:"standbys"`
+	// Quorum is how many of them confirm each commit (ANY k).
+	Quorum int32 `json:"quorum"`
+}
+
 // DatabaseStatus is what the operator observed.
 type DatabaseStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -556,6 +576,13 @@ type DatabaseStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
 	Failovers []FailoverRecord `json:"failovers,omitempty"`
+
+	// Synchronous is the synchronous replication the primary was last
+	// seen using (its synchronous_standby_names), recorded before the
+	// operator changes it: a failover promotes only one of these
+	// standbys, also after an operator restart. Absent: asynchronous.
+	// +optional
+	Synchronous *SynchronousStatus `json:"synchronous,omitempty"`
 
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional
