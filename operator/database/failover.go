@@ -116,6 +116,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return 0, err
 	}
 	if rec := failoverUnderway(db); rec != nil {
+		// Whatever comes out of it (a new primary, or the old one back
+		// after an aborted switchover) gets a whole bound to serve.
+		r.failovers.forget(db.UID)
 		return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, true)
 	}
 	// The old primary's return (rejoin.go) never holds up the watch of
