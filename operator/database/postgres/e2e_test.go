@@ -76,16 +76,18 @@ func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
 	}
 	e.opts.WatchNamespaces = []string{ns}
 	e.startOperator()
-	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 	return e
 }
 
 // startOperator starts an operator for the test's namespace: a new one,
-// with none of an earlier one's memory (an operator restarted).
+// with none of an earlier one's memory (an operator restarted). The
+// namespace is released at the test's end while the last one started
+// still runs (cleanups run last first).
 func (e *endToEnd) startOperator() {
 	e.stopOperator = testenv.StartStoppableController(e.t, testenv.ChartRBACConfig(e.t, e.ns, database.Name), func(m ctrl.Manager) error {
 		return database.Setup(m, e.opts)
 	}, e.ns)
+	testenv.ReleaseNamespaceOnCleanup(e.t, e.ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }
 
 // database is a one-replica Database whose pods the runner takes.
