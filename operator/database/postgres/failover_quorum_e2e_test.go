@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
@@ -35,19 +32,6 @@ func TestARestartedOperatorRefusesAFailoverThatCouldLoseASynchronousCommit(t *te
 		db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
 	})
 	e := f.e
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		var cur dbv1.Database
-		_ = e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "fo"}, &cur)
-		t.Logf("status: %+v", cur.Status)
-		var events eventsv1.EventList
-		_ = e.c.List(context.Background(), &events, client.InNamespace(e.ns))
-		for _, ev := range events.Items {
-			t.Logf("event %s %s: %s", ev.EventTime, ev.Reason, ev.Note)
-		}
-	})
 	waitDatabase(t, e, "the synchronous standbys recorded", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.NotNil(ct, d.Status.Synchronous)
 		assert.Equal(ct, dbv1.SynchronousStatus{Primary: "fo-0", Standbys: []string{"fo-1", "fo-2"}, Quorum: 1}, *d.Status.Synchronous)
