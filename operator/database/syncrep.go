@@ -32,10 +32,11 @@ import (
 // (SynchronousDegraded) says when it happens. Blocking writes instead
 // (keeping n and the names) is not offered.
 //
-// With it on, a failover promotes the most advanced standby as always
-// (failover.ChooseStandby); with n equal to the number of standbys every
-// acknowledged commit is on every streaming standby, so any of them has
-// it.
+// With it on, the setting is recorded in status.synchronous before the
+// primary is told (recordSynchronous), and a failover promotes only one
+// of its standbys, and only while enough of them answer to be sure it
+// has every acknowledged commit (failover.Synchronous.Candidates: n-k+1
+// of ANY k of n); otherwise it is refused unless forced.
 
 // synchronousWanted is n (0: asynchronous).
 func synchronousWanted(db *Cluster) int32 {
