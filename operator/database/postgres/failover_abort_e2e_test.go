@@ -76,6 +76,8 @@ func TestASwitchoverWhoseTargetDoesNotCatchUpIsAbortedAndTheOldPrimaryServesAgai
 	require.Len(t, cur.Status.Failovers, 1, "not retried on its own")
 	updateDatabase(t, e, func(d *dbv1.Database) {
 		metav1.SetMetaDataAnnotation(&d.ObjectMeta, failover.AnnotationRetrySwitchover, "now")
+		// The retry must not be aborted by a loaded machine's slow fence.
+		d.Spec.Failover.SwitchoverTimeout = &metav1.Duration{Duration: 5 * time.Minute}
 	})
 	got = waitDatabase(t, e, "switched over on the retry", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Len(ct, d.Status.Failovers, 2)
