@@ -154,6 +154,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if failover.PrimaryHealthy(o) {
 		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
 		r.failoverPending(db, false)
+		if err := r.dropStaleForce(ctx, db); err != nil {
+			return failoverRecheck, err
+		}
 		r.fenceStrayPrimaries(ctx, db, ch, primary)
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
 			return failoverRecheck, err
@@ -216,6 +219,20 @@ func synchronousOf(db *Cluster) failover.Synchronous {
 		return failover.Synchronous{}
 	}
 	return failover.Synchronous{Standbys: s.Standbys, Quorum: int(s.Quorum)}
+}
+
+// dropStaleForce removes a force annotation found while the primary is
+// healthy: it was asked for an outage that is over, and left in place it
+// would force, perhaps weeks later, a failover nobody asked to force.
+func (r *Reconciler) dropStaleForce(ctx context.Context, db *Cluster) error {
+	if !forceFailoverAsked(db) {
+		return nil
+	}
+	if err := r.forgetAnnotation(ctx, db, failover.AnnotationForceFailover); err != nil {
+		return err
+	}
+	r.normal(db, "ForceFailoverDropped", "Failover", "%s", fmt.Sprintf("removed the annotation %s: the primary %s is healthy, nothing to force", failover.AnnotationForceFailover, currentPrimary(db)))
+	return nil
 }
 
 // forceFailoverAsked: the Database carries the force annotation.

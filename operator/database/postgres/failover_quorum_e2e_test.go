@@ -78,6 +78,16 @@ func TestARestartedOperatorRefusesAFailoverThatCouldLoseASynchronousCommit(t *te
 	assert.Contains(t, rec.Reason, "forced")
 	assert.Equal(t, "fo-1", got.Status.CurrentPrimary)
 	require.NoError(t, f.commitThroughReadWrite(3, time.Minute), "fo-1 takes writes")
+
+	// A force asked while the primary is healthy is dropped: left in
+	// place it would force some later failover nobody asked to force.
+	updateDatabase(t, e, func(d *dbv1.Database) {
+		metav1.SetMetaDataAnnotation(&d.ObjectMeta, failover.AnnotationForceFailover, "now")
+	})
+	waitDatabase(t, e, "the stale force dropped", func(ct *assert.CollectT, d *dbv1.Database) {
+		assert.NotContains(ct, d.Annotations, failover.AnnotationForceFailover)
+	})
+	assertEventReason(t, e, "ForceFailoverDropped")
 }
 
 // killServer SIGKILLs pod's postmaster (its PID from postmaster.pid), as
