@@ -187,6 +187,7 @@ func (e *endToEnd) waitCompleted(name string) *dbv1.DatabaseBackup {
 // after the first backup, and a Database restored from that final backup
 // reads it.
 func TestTheOperatorAndItsScriptsBackUpRestoreAndSnapshotARealPostgreSQL(t *testing.T) {
+	t.Parallel()
 	e := newEndToEnd(t)
 	ctx := context.Background()
 

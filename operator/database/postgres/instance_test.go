@@ -139,6 +139,7 @@ func lsn(t *testing.T, h *host, port, expr string) instance.LSN {
 // takes writes, on the next timeline; promoting a primary is refused; a
 // client without this Database's operator certificate is refused.
 func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	primary := h.primary("data-0")
 	h.init(primary.Port)
