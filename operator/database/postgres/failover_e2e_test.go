@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -136,9 +135,7 @@ func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Database)) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
-	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
-	out, err := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	binary := agentBinary(t)
 
 	selector := map[string]dbv1.LabelValue{}
 	for k, v := range e.runner.NodeSelector() {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,15 +29,43 @@ import (
 // client asks it over mutual TLS by the pod's name under the headless
 // Service, dialled at 127.0.0.1.
 
-// agentBinary builds cmd/deckhand-instance once per test into a
-// directory the servers' user can read.
-func agentBinary(t testing.TB, h *host) string {
+// agentBinary is cmd/deckhand-instance, built once per test binary (the
+// failover tests side by side each linked it again: about 2 s of CPU
+// each) into a directory the servers' user can read; TestMain removes it.
+func agentBinary(t testing.TB) string {
 	t.Helper()
-	out := filepath.Join(h.u.Dir(t, h.root, "agent"), "deckhand-instance")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", b)
-	return out
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deckhand-instance-")
+		if err == nil {
+			agentDir = dir
+			err = os.Chmod(dir, 0o755)
+		}
+		if err == nil {
+			out := filepath.Join(dir, "deckhand-instance")
+			b, berr := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
+			if berr != nil {
+				err = fmt.Errorf("go build: %w\n%s", berr, b)
+			}
+			agentPath = out
+		}
+		agentErr = err
+	})
+	require.NoError(t, agentErr)
+	return agentPath
+}
+
+var (
+	agentOnce           sync.Once
+	agentDir, agentPath string
+	agentErr            error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
 }
 
 // channel is the operator's side of the test: the Database's credentials,
@@ -68,7 +98,7 @@ func newChannel(t testing.TB, h *host, pods ...string) *channel {
 	op := creds.OperatorSecretData()
 	tlsConfig, err := instance.ClientTLSConfig(op[instance.CACertKey], op[instance.ClientCertKey], op[instance.ClientKeyKey])
 	require.NoError(t, err)
-	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: agentBinary(t, h)}
+	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: agentBinary(t)}
 	c.client = instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(c.dial))
 	return c
 }
