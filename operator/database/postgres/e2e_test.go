@@ -50,6 +50,7 @@ type endToEnd struct {
 // newEndToEnd starts the operator with opts (the first, if given) for a
 // namespace of its own.
 func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
+	holdServerSlot(t)
 	bin := pgtest.Bin(t)
 	u := pgtest.Unprivileged(t)
 	testenv.InstallCRDs(t)
