@@ -47,6 +47,9 @@ type Status struct {
 	// Fenced: the fence marker is in place (POST /fence): the server is
 	// stopped and must not be started until the operator lifts it.
 	Fenced bool `json:"fenced"`
+	// SelfFenced: the agent fenced its own server (selffence.go): it ran
+	// as a primary while its pod named another pod the primary.
+	SelfFenced bool `json:"selfFenced,omitempty"`
 	// NamedPrimary is the primary the pod's scripts ConfigMap names now,
 	// as its server's entrypoint reads it at its next start (the kubelet
 	// refreshes a mounted ConfigMap at its own pace); "" when the agent
