@@ -68,7 +68,7 @@ type Config struct {
 	// GuardInterval is how often the agent checks that its server is not
 	// a primary its pod no longer names (selffence.go; 0: the default).
 	GuardInterval time.Duration
-	Log                                        *slog.Logger
+	Log           *slog.Logger
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
 }
