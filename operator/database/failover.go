@@ -60,6 +60,9 @@ type watched struct {
 	// lastSynchronous are the standbys its synchronous_standby_names
 	// named then (syncrep.go).
 	lastSynchronous []string
+	// unreadableReported is the old primary whose unreadable data
+	// directory was reported (rejoin.go).
+	unreadableReported string
 }
 
 func (w *primaryWatch) forget(uid types.UID) {

@@ -53,6 +53,14 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 			// it as a primary.
 			return nil
 		}
+		if st.DataDirectoryError != "" {
+			// Its disk failed: lifted now, its entrypoint would fail at
+			// every restart and the kubelet's back-off would grow to
+			// five minutes; fenced, its container waits and starts at
+			// once when lifted.
+			r.reportUnreadable(db, old, st.DataDirectoryError)
+			return nil
+		}
 		if _, err := ch.Unfence(ctx, r.instanceHost(db, old)); err != nil {
 			return fmt.Errorf("lifting the fence of %s: %w", old, err)
 		}
@@ -71,6 +79,19 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
 	}
 	return nil
+}
+
+// reportUnreadable says, once per operator and old primary, that its
+// fence stays until its data directory can be read.
+func (r *Reconciler) reportUnreadable(db *Cluster, pod, why string) {
+	w := r.failovers.of(db.UID, currentPrimary(db), r.now())
+	r.failovers.mu.Lock()
+	defer r.failovers.mu.Unlock()
+	if w.unreadableReported == pod {
+		return
+	}
+	w.unreadableReported = pod
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "OldPrimaryUnreadable", "Failover", "the old primary %s stays fenced while its data directory cannot be read (%s): lifted once it can, it rejoins as a standby", pod, why)
 }
 
 // recordSelfFence records that the old primary's agent fenced its own

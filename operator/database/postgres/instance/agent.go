@@ -187,7 +187,27 @@ func (a *Agent) Status(ctx context.Context) Status {
 	st := a.statusWithin(ctx)
 	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
+	st.DataDirectoryError = a.dataDirectoryError()
 	return st
+}
+
+// dataDirectoryError says why PGDATA cannot be read ("": it can, or it
+// does not exist).
+func (a *Agent) dataDirectoryError() string {
+	dir, err := os.Open(a.cfg.DataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err == nil {
+		defer dir.Close()
+		if _, err = dir.Readdirnames(1); errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return "cannot read the data directory: " + err.Error()
+	}
+	return ""
 }
 
 // statusWithin returns when the query does or when ctx ends, whichever is

@@ -56,6 +56,13 @@ type Status struct {
 	// has no scripts mounted. The operator lifts an old primary's fence
 	// only once it names another pod (rejoin.go).
 	NamedPrimary string `json:"namedPrimary,omitempty"`
+	// DataDirectoryError says why the data directory cannot be read (a
+	// failed disk, a mode changed by hand); "" when it can, or does not
+	// exist yet (an empty volume, cloned at the start). The operator
+	// keeps an old primary fenced while it is set: lifted, its
+	// entrypoint would only fail, over and over, and the kubelet's
+	// back-off between restarts grows to five minutes.
+	DataDirectoryError string `json:"dataDirectoryError,omitempty"`
 	// SynchronousStandbyNames is the server's synchronous_standby_names
 	// ("": asynchronous).
 	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`
