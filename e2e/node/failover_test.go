@@ -777,7 +777,6 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	cut := time.Now()
 	rec := f.waitFailedOver(cut.Add(-time.Second))
 	assert.False(t, rec.Fenced, "the fence reached an agent that was cut off: %+v", rec)
-	w.waitAcks(3)
 
 	// Still cut off from the operator, the old primary fences itself:
 	// the marker on its volume says so, and the direct client's writes
@@ -792,6 +791,7 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	seen := time.Now()
 	assert.Contains(t, string(reason), "fenced by its own agent: its pod names "+rec.To+" the primary")
 	direct.waitFailing(seen)
+	w.waitAcks(3)
 
 	require.NoError(t, dropAgentPort(ctx, agent, "-D"))
 	f.waitEvent("OldPrimaryFencedItself")
@@ -805,11 +805,15 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 
 	// What the old primary took alone: the direct client's writes
 	// acknowledged after the promotion. Never served.
-	alone, lastAlone := 0, time.Time{}
+	alone, lastAlone, refused := 0, time.Time{}, time.Time{}
 	for _, o := range directLog {
-		if o.ok && o.at.After(rec.Finished.Time) {
+		switch {
+		case !o.at.After(rec.Finished.Time):
+		case o.ok:
 			alone++
 			lastAlone = o.at
+		case refused.IsZero() && o.at.After(lastAlone):
+			refused = o.at
 		}
 	}
 	committed := w.committedIDs()
@@ -827,9 +831,9 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	if alone > 0 {
 		sinceAlone = fmt.Sprintf("%.1fs", lastAlone.Sub(cut).Seconds())
 	}
-	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut, write outage through -rw %s, %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut, %.1fs after the promotion); %d writes at its own address acknowledged alone after the promotion (the last %s after the cut)",
+	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut, write outage through -rw %s, %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut, %.1fs after the promotion; the direct client's first refused write %.1fs after the promotion); %d writes at its own address acknowledged alone after the promotion (the last %s after the cut)",
 		rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), len(lostAcks(log, committed)),
-		seen.Sub(cut).Seconds(), seen.Sub(rec.Finished.Time).Seconds(), alone, sinceAlone)
+		seen.Sub(cut).Seconds(), seen.Sub(rec.Finished.Time).Seconds(), refused.Sub(rec.Finished.Time).Seconds(), alone, sinceAlone)
 }
 
 // startDirectWriter is a writer (negative ids) at the address addr (a
