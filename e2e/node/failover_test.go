@@ -805,15 +805,17 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 
 	// What the old primary took alone: the direct client's writes
 	// acknowledged after the promotion. Never served.
-	alone, lastAlone, refused := 0, time.Time{}, time.Time{}
+	alone, lastAlone, refused := 0, rec.Finished.Time, time.Time{}
 	for _, o := range directLog {
-		switch {
-		case !o.at.After(rec.Finished.Time):
-		case o.ok:
+		if o.ok && o.at.After(rec.Finished.Time) {
 			alone++
 			lastAlone = o.at
-		case refused.IsZero() && o.at.After(lastAlone):
-			refused = o.at
+		}
+	}
+	for _, o := range directLog {
+		if !o.ok && o.at.After(lastAlone) {
+			refused = o.at // the first write refused after the last it took
+			break
 		}
 	}
 	committed := w.committedIDs()
