@@ -80,17 +80,12 @@ func (a *Agent) CheckRole(ctx context.Context) *ActionResult {
 		a.forgetPromotion()
 		return nil
 	}
-	if replaced, ok := a.promotedReplacing(); ok && replaced == named {
-		// Promoted by the operator; the pod still names the primary it
-		// replaced until the failover's record reaches the ConfigMap and
-		// the kubelet.
-		return nil
-	}
-	if a.fenced() {
+	replaced, promoted := a.promotedReplacing()
+	if promoted && replaced == named || a.fenced() {
 		return nil
 	}
 	st := a.Status(ctx)
-	if !st.ServerUp || st.Role != RolePrimary {
+	if !MustFenceItself(a.cfg.Pod, st, replaced, promoted) {
 		return nil
 	}
 	why := fmt.Sprintf("%s: its pod names %s the primary, but this server ran as a primary", selfFenceReason, named)
@@ -103,6 +98,20 @@ func (a *Agent) CheckRole(ctx context.Context) *ActionResult {
 		a.cfg.Log.Info("fenced its own server: it is stopped until the operator lifts the fence", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
 	}
 	return &res
+}
+
+// MustFenceItself is the guard's rule: pod's server (st) runs as an
+// unfenced primary while its pod names another pod (st.NamedPrimary), and
+// that pod is not the primary this server was promoted to replace
+// (replaced, when promoted through the agent and not named since).
+func MustFenceItself(pod string, st Status, replaced string, promoted bool) bool {
+	switch {
+	case st.NamedPrimary == "" || st.NamedPrimary == pod:
+		return false // no word to obey, or it is the primary named
+	case promoted && replaced == st.NamedPrimary:
+		return false // the newer primary; the name has not reached the pod yet
+	}
+	return st.ServerUp && st.Role == RolePrimary && !st.Fenced
 }
 
 func (a *Agent) promotedPath() string {
