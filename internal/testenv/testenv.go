@@ -269,6 +269,15 @@ func StartOperator(t testing.TB, controllers []string, namespaces ...string) {
 // ends.
 func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) error, namespaces ...string) {
 	t.Helper()
+	StartStoppableController(t, rc, setup, namespaces...)
+}
+
+// StartStoppableController is StartController, and returns a function
+// that stops the operator (as a process that ends would: a test can then
+// start another, with nothing of the first one's memory); stopping it
+// twice, or at the test's end, is fine.
+func StartStoppableController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) error, namespaces ...string) (stop func()) {
+	t.Helper()
 	// No namespace would mean every namespace: the test's operator would see,
 	// and record Events about, other tests' objects.
 	require.NotEmpty(t, namespaces, "a controller under test watches only its test's namespaces")
@@ -286,28 +295,33 @@ func StartController(t testing.TB, rc *rest.Config, setup func(ctrl.Manager) err
 	mgr, err := ctrl.NewManager(rc, opts)
 	require.NoError(t, err)
 	require.NoError(t, setup(mgr))
-	run(t, mgr)
+	return run(t, mgr)
 }
 
 var loggerOnce sync.Once
 
-// run starts mgr until the test ends and waits for its caches.
-func run(t testing.TB, mgr ctrl.Manager) {
+// run starts mgr until the test ends (or stop) and waits for its caches.
+func run(t testing.TB, mgr ctrl.Manager) (stop func()) {
 	t.Helper()
 	// Reconcile errors reach the test output; the rest would drown it.
 	loggerOnce.Do(func() { ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel))) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator stopped with an error: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator stopped with an error: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
 	require.True(t, mgr.GetCache().WaitForCacheSync(syncCtx), "operator caches did not sync")
+	return stop
 }
 
 // Kubectl runs the pinned kubectl against the test cluster and returns its

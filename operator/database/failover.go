@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -57,9 +58,6 @@ type watched struct {
 	primary            string
 	since, lastHealthy time.Time
 	lastLSN            instance.LSN
-	// lastSynchronous are the standbys its synchronous_standby_names
-	// named then (syncrep.go).
-	lastSynchronous []string
 	// unreadableReported is the old primary whose unreadable data
 	// directory was reported (rejoin.go).
 	unreadableReported string
@@ -85,6 +83,15 @@ func (w *primaryWatch) of(uid types.UID, primary string, now time.Time) *watched
 	return s
 }
 
+// switchoverTimeout is the Database's bound on a switchover's handover
+// (0: the default, failover.DefaultSwitchoverTimeout).
+func switchoverTimeout(db *Cluster) time.Duration {
+	if f := db.Spec.Failover; f != nil && f.SwitchoverTimeout != nil {
+		return f.SwitchoverTimeout.Duration
+	}
+	return 0
+}
+
 // primaryGoneAfter is the Database's bound.
 func primaryGoneAfter(db *Cluster) time.Duration {
 	if f := db.Spec.Failover; f != nil && f.PrimaryGoneAfter != nil {
@@ -95,7 +102,7 @@ func primaryGoneAfter(db *Cluster) time.Duration {
 
 // failoverUnderway is the last record when it is not completed.
 func failoverUnderway(db *Cluster) *dbv1.FailoverRecord {
-	if n := len(db.Status.Failovers); n > 0 && db.Status.Failovers[n-1].Phase != dbv1.FailoverCompleted {
+	if n := len(db.Status.Failovers); n > 0 && !db.Status.Failovers[n-1].Phase.Finished() {
 		return db.Status.Failovers[n-1].DeepCopy()
 	}
 	return nil
@@ -112,6 +119,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return 0, err
 	}
 	if rec := failoverUnderway(db); rec != nil {
+		// Whatever comes out of it (a new primary, or the old one back
+		// after an aborted switchover) gets a whole bound to serve.
+		r.failovers.forget(db.UID)
 		return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, true)
 	}
 	// The old primary's return (rejoin.go) never holds up the watch of
@@ -145,8 +155,11 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		o.Status = &st
 	}
 	if failover.PrimaryHealthy(o) {
-		w.lastHealthy, w.lastLSN, w.lastSynchronous = now, st.CurrentLSN, synchronousNames(st.SynchronousStandbyNames)
+		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
 		r.failoverPending(db, false)
+		if err := r.dropStaleForce(ctx, db); err != nil {
+			return failoverRecheck, err
+		}
 		r.fenceStrayPrimaries(ctx, db, ch, primary)
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
 			return failoverRecheck, err
@@ -166,17 +179,69 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return failoverRecheck, nil
 	}
 	// Nothing is fenced unless a standby could take its place now: a
-	// primary with no healthy standby is left to come back by itself.
-	if _, err := failover.ChooseStandby(primary, r.standbyObservations(ctx, db, ch, primary, w.lastSynchronous), 0); err != nil {
-		msg := fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err)
-		r.warn(db, ConditionFailover, "FailoverBlocked", msg)
-		r.failoverPending(db, true)
-		r.setCondition(db, ConditionFailover, false, "FailoverBlocked", msg)
+	// primary with no healthy standby is left to come back by itself, and
+	// with synchronous replication one whose promotion could lose an
+	// acknowledged commit is refused unless a person forces it.
+	sync := synchronousOf(db)
+	if forceFailoverAsked(db) {
+		sync = failover.Synchronous{}
+	}
+	if _, err := failover.ChooseStandbyUnder(primary, r.standbyObservations(ctx, db, ch, primary), sync, 0); err != nil {
+		r.reportNoFailover(db, fmt.Sprintf("primary %s is gone (%s) but it is not failed over: %v", primary, whyUnhealthy(o, statusErr), err), err, true)
 		return failoverRecheck, nil
 	}
 	rec := failover.Start(primary, w.lastLSN, now)
-	rec.SynchronousStandbys = w.lastSynchronous
+	if s := db.Status.Synchronous; s != nil && s.Primary == primary {
+		rec.SynchronousStandbys, rec.SynchronousQuorum = s.Standbys, s.Quorum
+	}
 	return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, false)
+}
+
+// reportNoFailover says why a gone primary is not failed over:
+// FailoverRefused when it could lose a synchronous commit (and how to
+// force it), else FailoverBlocked; a Warning Event when announce and the
+// condition did not say so already.
+func (r *Reconciler) reportNoFailover(db *Cluster, msg string, err error, announce bool) {
+	reason := "FailoverBlocked"
+	if errors.Is(err, failover.ErrSynchronousQuorum) {
+		reason = "FailoverRefused"
+		msg += fmt.Sprintf(". To fail over anyway, losing the commits only those standbys had, annotate the Database %s=now", failover.AnnotationForceFailover)
+	}
+	if announce {
+		r.warn(db, ConditionFailover, reason, msg)
+	}
+	r.failoverPending(db, true)
+	r.setCondition(db, ConditionFailover, false, reason, msg)
+}
+
+// synchronousOf is the synchronous replication the current primary was
+// last seen using, as the status records it (it outlives the operator).
+func synchronousOf(db *Cluster) failover.Synchronous {
+	s := db.Status.Synchronous
+	if s == nil || s.Primary != currentPrimary(db) {
+		return failover.Synchronous{}
+	}
+	return failover.Synchronous{Standbys: s.Standbys, Quorum: int(s.Quorum)}
+}
+
+// dropStaleForce removes a force annotation found while the primary is
+// healthy: it was asked for an outage that is over, and left in place it
+// would force, perhaps weeks later, a failover nobody asked to force.
+func (r *Reconciler) dropStaleForce(ctx context.Context, db *Cluster) error {
+	if !forceFailoverAsked(db) {
+		return nil
+	}
+	if err := r.forgetAnnotation(ctx, db, failover.AnnotationForceFailover); err != nil {
+		return err
+	}
+	r.normal(db, "ForceFailoverDropped", "Failover", "%s", fmt.Sprintf("removed the annotation %s: the primary %s is healthy, nothing to force", failover.AnnotationForceFailover, currentPrimary(db)))
+	return nil
+}
+
+// forceFailoverAsked: the Database carries the force annotation.
+func forceFailoverAsked(db *Cluster) bool {
+	_, ok := db.Annotations[failover.AnnotationForceFailover]
+	return ok
 }
 
 // notWatchedNow says why the primary is not watched now ("": it is): the
@@ -210,10 +275,10 @@ func hasAgent(sts *appsv1.StatefulSet) bool {
 }
 
 // standbyObservations are the other instances' statuses now.
-func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string, synchronous []string) []failover.Observation {
+func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *instance.Client, primary string) []failover.Observation {
 	var out []failover.Observation
 	for _, inst := range instanceHosts(db) {
-		if inst.Pod == primary || !failover.MayBePromoted(synchronous, inst.Pod) {
+		if inst.Pod == primary {
 			continue
 		}
 		o := failover.Observation{Pod: inst.Pod}
@@ -234,7 +299,7 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 // rejoins as a standby when the fence is lifted (pg_rewind removes what
 // it took alone).
 func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string) {
-	for _, o := range r.standbyObservations(ctx, db, ch, primary, nil) { // every other instance
+	for _, o := range r.standbyObservations(ctx, db, ch, primary) { // every other instance
 		if st := o.Status; st == nil || !st.ServerUp || st.Role != instance.RolePrimary || st.Fenced {
 			continue
 		}
@@ -276,20 +341,41 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		Pods:    pods,
 		Save:    func(ctx context.Context, rec *dbv1.FailoverRecord) error { return r.saveFailover(ctx, db, rec) },
 		Event: func(warning bool, reason, msg string) {
+			if reason == "FailoverRefused" || reason == "FailoverBlocked" {
+				// Said again each pass while it lasts: announced once.
+				r.warn(db, ConditionFailover, reason, msg)
+				return
+			}
 			if warning {
 				r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, reason, "Failover", "%s", msg)
 				return
 			}
 			r.normal(db, reason, "Failover", "%s", msg)
 		},
-		Now:   r.now,
-		Slots: func(to string) []string { return slotsForNewPrimary(db, to) },
+		Now:               r.now,
+		Slots:             func(to string) []string { return slotsForNewPrimary(db, to) },
+		SwitchoverTimeout: switchoverTimeout(db),
+		Forced:            forceFailoverAsked(db),
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
 		if r.catchingUp(db, rec, err) {
 			return nil
 		}
+		if errors.Is(err, failover.ErrSynchronousQuorum) {
+			// failover.Steps announced it.
+			r.reportNoFailover(db, fmt.Sprintf("the failover of %s is refused: %v", rec.From, err), err, false)
+			return nil // asked again next pass (the record stays at Fencing)
+		}
 		return err
+	}
+	if steps.Forced && rec.Phase == dbv1.FailoverCompleted {
+		if err := r.forgetAnnotation(ctx, db, failover.AnnotationForceFailover); err != nil {
+			return err
+		}
+	}
+	if rec.Phase == dbv1.FailoverAborted {
+		logf.FromContext(ctx).Info("switchover aborted", "from", rec.From, "to", rec.To, "why", rec.AbortReason)
+		return nil
 	}
 	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
 	if _, err := r.apply(ctx, scriptsConfigMap(db, eng), nil, false); err != nil {
@@ -307,7 +393,7 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 // in a status write refused when the status changed since it was read.
 func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord) error {
 	list := db.Status.Failovers
-	if n := len(list); n > 0 && list[n-1].Phase != dbv1.FailoverCompleted && list[n-1].Started.Equal(&rec.Started) && list[n-1].From == rec.From {
+	if n := len(list); n > 0 && !list[n-1].Phase.Finished() && list[n-1].Started.Equal(&rec.Started) && list[n-1].From == rec.From {
 		list[n-1] = *rec.DeepCopy()
 	} else {
 		list = append(list, *rec.DeepCopy())
@@ -324,7 +410,7 @@ func (r *Reconciler) saveFailover(ctx context.Context, db *Cluster, rec *dbv1.Fa
 	if err := r.saveStatus(ctx, db); err != nil {
 		return err
 	}
-	r.failoverPending(db, rec.Phase != dbv1.FailoverCompleted)
+	r.failoverPending(db, !rec.Phase.Finished())
 	if rec.Phase == dbv1.FailoverCompleted {
 		r.countFailover(db, rec)
 	}

@@ -415,6 +415,12 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		{"switchover without failover", func(d *dbv1.Database) {
 			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{SwitchoverTo: "bad-1"}
 		}, "spec.failover.switchoverTo needs spec.failover.enabled: true"},
+		{"switchover timeout too short", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTimeout: &metav1.Duration{Duration: time.Second}}
+		}, "failover.switchoverTimeout must be at least 5s"},
+		{"switchover timeout too long", func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTimeout: &metav1.Duration{Duration: 2 * time.Hour}}
+		}, "failover.switchoverTimeout must be at most 1h"},
 		{"synchronous standbys as many as replicas", func(d *dbv1.Database) {
 			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true}
 			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}

@@ -84,7 +84,7 @@ func newMetrics(name, kind, label string) *metrics {
 		}, []string{"namespace", label, "kind"}),
 		failoverPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("failover_pending"),
-			Help: "1 while the " + kind + "'s primary is gone and not replaced: a failover or switchover under way (not completed) or blocked (no healthy standby); else 0. The Failover condition says why.",
+			Help: "1 while the " + kind + "'s primary is gone and not replaced: a failover or switchover under way (not completed) or blocked (no healthy standby) or refused (it could lose a synchronous commit); else 0. The Failover condition says why.",
 		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("ready"),

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
@@ -44,12 +48,59 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 	if st, err := ch.Status(ctx, r.instanceHost(db, target)); err == nil {
 		o.Status = &st
 	}
+	if aborted := abortedSwitchoverTo(db, target); aborted != nil && !retrySwitchoverAsked(db) {
+		r.setCondition(db, ConditionFailover, false, "SwitchoverAborted", fmt.Sprintf("the switchover from %s to %s was aborted at %s: %s; %s is the primary. To try again annotate the Database %s=now; to give it up clear spec.failover.switchoverTo", aborted.From, aborted.To, aborted.Finished.UTC().Format(time.RFC3339), aborted.AbortReason, currentPrimary(db), failover.AnnotationRetrySwitchover))
+		return true, nil
+	}
 	if why := failover.ReadyForSwitchover(primary, o); why != "" {
 		r.setCondition(db, ConditionFailover, true, "SwitchoverWaiting", fmt.Sprintf("switchover to %s asked for; waiting: %s", target, why))
 		return true, nil
 	}
 	rec := failover.StartSwitchover(currentPrimary(db), target, r.now())
-	return true, r.runFailover(ctx, db, eng, ch, rec, false)
+	err := r.runFailover(ctx, db, eng, ch, rec, false)
+	if retrySwitchoverAsked(db) && abortedSwitchoverTo(db, target) == nil {
+		// The new attempt is recorded: the request is answered.
+		return true, errors.Join(err, r.forgetAnnotation(ctx, db, failover.AnnotationRetrySwitchover))
+	}
+	return true, err
+}
+
+// abortedSwitchoverTo is the last failover record when it is an aborted
+// switchover to target: it is not tried again on its own (each attempt
+// stops writes for up to switchoverTimeout).
+func abortedSwitchoverTo(db *Cluster, target string) *dbv1.FailoverRecord {
+	n := len(db.Status.Failovers)
+	if n == 0 {
+		return nil
+	}
+	rec := &db.Status.Failovers[n-1]
+	if rec.Kind != dbv1.KindSwitchover || rec.Phase != dbv1.FailoverAborted || rec.To != target || rec.Finished == nil {
+		return nil
+	}
+	return rec
+}
+
+// retrySwitchoverAsked: the Database carries the retry annotation.
+func retrySwitchoverAsked(db *Cluster) bool {
+	_, ok := db.Annotations[failover.AnnotationRetrySwitchover]
+	return ok
+}
+
+// forgetAnnotation removes a one-shot request (the retry and force
+// annotations) once it is answered: a merge patch of the metadata only.
+func (r *Reconciler) forgetAnnotation(ctx context.Context, db *Cluster, key string) error {
+	obj := db.Object
+	if _, ok := obj.GetAnnotations()[key]; !ok {
+		return nil
+	}
+	before := obj.DeepCopyObject().(client.Object)
+	annotations := maps.Clone(obj.GetAnnotations())
+	delete(annotations, key)
+	obj.SetAnnotations(annotations)
+	if err := r.Client.Patch(ctx, obj, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("removing the annotation %s: %w", key, err)
+	}
+	return nil
 }
 
 // catchingUp: a switchover waits for its target to replay the old
@@ -68,6 +119,8 @@ func (r *Reconciler) catchingUp(db *Cluster, rec *dbv1.FailoverRecord, err error
 func failoverCondition(rec *dbv1.FailoverRecord) (status bool, reason, msg string) {
 	switchover := rec.Kind == dbv1.KindSwitchover
 	switch {
+	case rec.Phase == dbv1.FailoverAborted:
+		return false, "SwitchoverAborted", fmt.Sprintf("the switchover from %s to %s was aborted: %s; %s is the primary. To try again annotate the Database %s=now; to give it up clear spec.failover.switchoverTo", rec.From, rec.To, rec.AbortReason, rec.From, failover.AnnotationRetrySwitchover)
 	case rec.Phase == dbv1.FailoverCompleted && switchover:
 		return true, "SwitchedOver", fmt.Sprintf("%s is the primary in place of %s (switchover)", rec.To, rec.From)
 	case rec.Phase == dbv1.FailoverCompleted:

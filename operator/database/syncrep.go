@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
@@ -29,10 +32,11 @@ import (
 // (SynchronousDegraded) says when it happens. Blocking writes instead
 // (keeping n and the names) is not offered.
 //
-// With it on, a failover promotes the most advanced standby as always
-// (failover.ChooseStandby); with n equal to the number of standbys every
-// acknowledged commit is on every streaming standby, so any of them has
-// it.
+// With it on, the setting is recorded in status.synchronous before the
+// primary is told (recordSynchronous), and a failover promotes only one
+// of its standbys, and only while enough of them answer to be sure it
+// has every acknowledged commit (failover.Synchronous.Candidates: n-k+1
+// of ANY k of n); otherwise it is refused unless forced.
 
 // synchronousWanted is n (0: asynchronous).
 func synchronousWanted(db *Cluster) int32 {
@@ -67,7 +71,13 @@ func synchronousStandbyNames(db *Cluster, streaming []string) (value string, k i
 func (r *Reconciler) ensureSynchronous(ctx context.Context, db *Cluster, ch *instance.Client, primary instance.Status) error {
 	want, k := synchronousStandbyNames(db, primary.StreamingStandbys)
 	if primary.SynchronousStandbyNames == want {
-		return nil
+		return r.recordSynchronous(ctx, db, primary.SynchronousStandbyNames)
+	}
+	// Recorded before the primary uses it: a standby added to the set may
+	// confirm commits from the moment it is there, and a failover must
+	// count it.
+	if err := r.recordSynchronous(ctx, db, want); err != nil {
+		return err
 	}
 	if err := ch.SetSynchronous(ctx, r.instanceHost(db, currentPrimary(db)), want); err != nil {
 		return fmt.Errorf("setting synchronous_standby_names on %s: %w", currentPrimary(db), err)
@@ -98,4 +108,32 @@ func synchronousNames(value string) []string {
 		names = append(names, name)
 		value = after
 	}
+}
+
+// synchronousQuorum is the k of an 'ANY k (...)' value; 0 for "".
+func synchronousQuorum(value string) int32 {
+	var k int32
+	if _, err := fmt.Sscanf(value, "ANY %d", &k); err != nil {
+		return 0
+	}
+	return k
+}
+
+// recordSynchronous writes the current primary's synchronous_standby_names
+// value into status.synchronous when it differs (a locked status write),
+// so that a failover, by this operator or one started later, promotes
+// only one of its standbys.
+func (r *Reconciler) recordSynchronous(ctx context.Context, db *Cluster, value string) error {
+	var want *dbv1.SynchronousStatus
+	if names := synchronousNames(value); len(names) > 0 {
+		want = &dbv1.SynchronousStatus{Primary: currentPrimary(db), Standbys: names, Quorum: synchronousQuorum(value)}
+	}
+	if equality.Semantic.DeepEqual(db.Status.Synchronous, want) {
+		return nil
+	}
+	db.Status.Synchronous = want
+	if err := r.saveStatus(ctx, db); err != nil {
+		return fmt.Errorf("recording the synchronous standbys of %s: %w", currentPrimary(db), err)
+	}
+	return nil
 }

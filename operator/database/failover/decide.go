@@ -8,6 +8,7 @@ package failover
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -220,4 +221,93 @@ func healthyStandbysOnNewestTimeline(current string, instances []Observation) []
 		}
 	}
 	return out
+}
+
+// ErrSynchronousQuorum: with synchronous replication, too few of the
+// synchronous standbys answer to be sure the one promoted has every
+// acknowledged commit; nothing is promoted unless the failover is forced.
+var ErrSynchronousQuorum = errors.New("too few synchronous standbys answer to be sure of every acknowledged commit")
+
+// Synchronous is the synchronous replication the old primary was last
+// seen using: synchronous_standby_names = 'ANY Quorum (Standbys...)'.
+// None (no standbys, or a quorum of 0): asynchronous.
+type Synchronous struct {
+	Standbys []string
+	Quorum   int
+}
+
+// On: commits waited for standbys.
+func (s Synchronous) On() bool { return len(s.Standbys) > 0 && s.Quorum > 0 }
+
+// Needed is how many of the synchronous standbys must answer before one
+// may be promoted, n - k + 1 for ANY k of n. An acknowledged commit was
+// flushed by at least k of the n; the ones that do not answer may be
+// exactly k of those, unless fewer than k do not answer, that is unless
+// at least n - k + 1 answer. Then at least one that answers flushed the
+// commit, and since WAL is one sequence, the answering standby that
+// flushed the furthest has every acknowledged commit (Candidates). With
+// k = n (every standby confirms) one is enough; with ANY 1 of 3, all
+// three. Patroni's quorum mode keeps the same invariant: any set of
+// standbys that can acknowledge a commit overlaps any set that can elect
+// the new primary (patroni.quorum).
+func (s Synchronous) Needed() int {
+	if !s.On() {
+		return 0
+	}
+	return len(s.Standbys) - min(s.Quorum, len(s.Standbys)) + 1
+}
+
+// flushed is how far a standby has WAL on disk: what it received
+// (pg_last_wal_receive_lsn, flushed by its WAL receiver; what a
+// synchronous commit waits for), or what it replayed when it has not
+// received since its start. Promotion replays all of it first.
+func flushed(st *instance.Status) instance.LSN {
+	return max(st.ReceiveLSN, st.ReplayLSN)
+}
+
+// Candidates are the standbys that may be promoted under s, of
+// instances (the old primary's excluded): all of them when s is off;
+// else, when at least Needed of the synchronous standbys are healthy,
+// those of them that flushed the furthest (each has every acknowledged
+// commit); else ErrSynchronousQuorum, saying which answer.
+func (s Synchronous) Candidates(instances []Observation) ([]Observation, error) {
+	if !s.On() {
+		return instances, nil
+	}
+	var healthy []Observation
+	var furthest instance.LSN
+	for _, o := range instances {
+		if slices.Contains(s.Standbys, o.Pod) && StandbyHealthy(o) {
+			healthy = append(healthy, o)
+			furthest = max(furthest, flushed(o.Status))
+		}
+	}
+	if len(healthy) < s.Needed() {
+		var answering []string
+		for _, o := range healthy {
+			answering = append(answering, o.Pod)
+		}
+		return nil, fmt.Errorf("%w: with ANY %d of %v an acknowledged commit may be only on the %d that do not answer; %d of them must answer as healthy standbys, %d do %v", ErrSynchronousQuorum, s.Quorum, s.Standbys, len(s.Standbys)-len(healthy), s.Needed(), len(healthy), answering)
+	}
+	var out []Observation
+	for _, o := range healthy {
+		if flushed(o.Status) == furthest {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// ChooseStandbyUnder is ChooseStandby among the candidates sync allows
+// (Synchronous.Candidates): an instance that is a primary already is
+// still found among all of them (never a second promotion).
+func ChooseStandbyUnder(current string, instances []Observation, sync Synchronous, maxLag uint64) (Choice, error) {
+	if c, found, err := alreadyPromoted(current, instances); found {
+		return c, err
+	}
+	candidates, err := sync.Candidates(instances)
+	if err != nil {
+		return Choice{}, err
+	}
+	return ChooseStandby(current, candidates, maxLag)
 }

@@ -1,6 +1,7 @@
 package failover_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -175,4 +176,66 @@ func TestPrimaryGone(t *testing.T) {
 	assert.False(t, failover.PrimaryGone(down, time.Time{}, restarted, restarted.Add(bound), 0))
 	assert.False(t, failover.PrimaryGone(down, seen, restarted, restarted.Add(bound), 0), "a health seen before the restart does not count down")
 	assert.True(t, failover.PrimaryGone(down, time.Time{}, restarted, restarted.Add(bound+time.Second), 0))
+}
+
+// The quorum rule for ANY k of n synchronous standbys: a standby is
+// promoted only while n - k + 1 of them answer, and then only one that
+// flushed the furthest among them.
+func TestSynchronousCandidates(t *testing.T) {
+	names := []string{"db-1", "db-2", "db-3"}
+	all := []failover.Observation{standby("db-1", 50*mb, false), standby("db-2", 60*mb, false), standby("db-3", 55*mb, false), standby("db-4", 90*mb, false)}
+	unreachable := func(pods ...string) []failover.Observation {
+		var out []failover.Observation
+		for _, o := range all {
+			if slices.Contains(pods, o.Pod) {
+				o.Status = nil
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name      string
+		quorum    int
+		instances []failover.Observation
+		needed    int
+		want      []string
+	}{
+		{"asynchronous: every instance", 0, all, 0, []string{"db-1", "db-2", "db-3", "db-4"}},
+		{"ANY 1 of 3, all answer: the furthest of them, never the asynchronous db-4", 1, all, 3, []string{"db-2"}},
+		{"ANY 1 of 3, one does not answer: refused", 1, unreachable("db-3"), 3, nil},
+		{"ANY 2 of 3, one does not answer: the furthest of the two", 2, unreachable("db-2"), 2, []string{"db-3"}},
+		{"ANY 2 of 3, two do not answer: refused", 2, unreachable("db-2", "db-3"), 2, nil},
+		{"ANY 3 of 3, one answers: it has every commit", 3, unreachable("db-2", "db-3"), 1, []string{"db-1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sync := failover.Synchronous{Standbys: names, Quorum: c.quorum}
+			if c.quorum == 0 {
+				sync.Standbys = nil
+			}
+			assert.Equal(t, c.needed, sync.Needed())
+			got, err := sync.Candidates(c.instances)
+			if c.want == nil {
+				require.ErrorIs(t, err, failover.ErrSynchronousQuorum)
+				return
+			}
+			require.NoError(t, err)
+			var pods []string
+			for _, o := range got {
+				pods = append(pods, o.Pod)
+			}
+			assert.Equal(t, c.want, pods)
+		})
+	}
+}
+
+// A standby that received a commit's WAL but has not replayed it yet has
+// it (promotion replays it first): it is the one chosen.
+func TestSynchronousCandidatesGoByWhatWasFlushedNotReplayed(t *testing.T) {
+	received := with(standby("db-1", 50*mb, false), func(st *instance.Status) { st.ReceiveLSN = 70 * mb })
+	sync := failover.Synchronous{Standbys: []string{"db-1", "db-2"}, Quorum: 2}
+	got, err := sync.Candidates([]failover.Observation{received, standby("db-2", 60*mb, false)})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, "db-1", got[0].Pod)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ type Channel interface {
 	Status(ctx context.Context, host string) (instance.Status, error)
 	Fence(ctx context.Context, host string) (instance.ActionResult, error)
 	Promote(ctx context.Context, host string, slots ...string) (instance.Status, error)
+	Unfence(ctx context.Context, host string) (instance.ActionResult, error)
 }
 
 // Steps carries out one Database's failover. Its record
@@ -46,6 +46,14 @@ type Steps struct {
 	// for the others (the old primary's among them); the agent makes
 	// them before it promotes (instance.PromoteRequest). Nil: none.
 	Slots func(to string) []string
+	// Forced: a person asked to fail over even when too few synchronous
+	// standbys answer (ErrSynchronousQuorum): the most advanced healthy
+	// standby is promoted, and acknowledged commits only the others had
+	// are lost.
+	Forced bool
+	// SwitchoverTimeout bounds a switchover's handover before its
+	// promotion (0: DefaultSwitchoverTimeout): see abortSwitchover.
+	SwitchoverTimeout time.Duration
 }
 
 // Start is the record of a failover of from, the primary last seen
@@ -60,7 +68,8 @@ func Start(from string, fromLSN instance.LSN, now time.Time) *dbv1.FailoverRecor
 
 // Run takes rec (Start's, not yet saved, or one read back from the status)
 // through its remaining steps: fence the old primary (best effort), choose
-// the standby, promote it. It returns nil once rec is Completed; an error
+// the standby, promote it. It returns nil once rec is final (Completed,
+// or Aborted: a switchover given up, see abortSwitchover); an error
 // leaves rec at the step that failed, saved, for the next pass to resume.
 func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) error {
 	if !saved {
@@ -73,7 +82,7 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 			s.Event(true, "PrimaryGone", fmt.Sprintf("primary %s is gone: failing over", rec.From))
 		}
 	}
-	for rec.Phase != dbv1.FailoverCompleted {
+	for !rec.Phase.Finished() {
 		var err error
 		switch rec.Phase {
 		case dbv1.FailoverFencing:
@@ -101,7 +110,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 	s.fence(ctx, rec)
 	var obs []Observation
 	for _, pod := range s.Pods {
-		if pod == rec.From || !MayBePromoted(rec.SynchronousStandbys, pod) {
+		if pod == rec.From {
 			continue
 		}
 		o := Observation{Pod: pod}
@@ -110,9 +119,20 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		}
 		obs = append(obs, o)
 	}
-	choice, err := ChooseStandby(rec.From, obs, s.MaxLag)
+	sync := SynchronousOf(rec)
+	if s.Forced {
+		sync = Synchronous{}
+	}
+	choice, err := ChooseStandbyUnder(rec.From, obs, sync, s.MaxLag)
+	if s.Forced && err == nil && SynchronousOf(rec).On() {
+		choice.Reason = "forced (" + AnnotationForceFailover + "), acknowledged commits only unreachable synchronous standbys had may be lost: " + choice.Reason
+	}
 	if err != nil {
-		s.Event(true, "FailoverBlocked", fmt.Sprintf("cannot fail over %s: %v", rec.From, err))
+		reason := "FailoverBlocked"
+		if errors.Is(err, ErrSynchronousQuorum) {
+			reason = "FailoverRefused"
+		}
+		s.Event(true, reason, fmt.Sprintf("cannot fail over %s: %v", rec.From, err))
 		if saveErr := s.Save(ctx, rec); saveErr != nil {
 			return errors.Join(err, saveErr)
 		}
@@ -179,9 +199,20 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	return nil
 }
 
-// MayBePromoted: with synchronous standbys (the old primary's, when last
-// seen) only one of them may be promoted: an acknowledged commit is on
-// them, not necessarily on the others. None: asynchronous, any may.
-func MayBePromoted(synchronous []string, pod string) bool {
-	return len(synchronous) == 0 || slices.Contains(synchronous, pod)
+// SynchronousOf is the synchronous replication a failover record says
+// the old primary used.
+// A record made before synchronousQuorum was recorded is read as ANY 1,
+// the weakest guarantee (every named standby must answer).
+func SynchronousOf(rec *dbv1.FailoverRecord) Synchronous {
+	k := int(rec.SynchronousQuorum)
+	if k == 0 && len(rec.SynchronousStandbys) > 0 {
+		k = 1
+	}
+	return Synchronous{Standbys: rec.SynchronousStandbys, Quorum: k}
 }
+
+// AnnotationForceFailover on a Database lets the next failover promote a
+// standby although too few synchronous standbys answer to be sure it has
+// every acknowledged commit (ErrSynchronousQuorum); the operator removes
+// it once that failover is recorded.
+const AnnotationForceFailover = "stable.imaginedata.co/force-failover"

@@ -19,7 +19,10 @@ import (
 type fakeChannel struct {
 	statuses    map[string]instance.Status
 	unreachable map[string]bool
-	calls       []string
+	// finalLSN is what a fence answers as the old primary's last record
+	// (0: not stopped cleanly).
+	finalLSN instance.LSN
+	calls    []string
 }
 
 var errUnreachable = errors.New("dial tcp: i/o timeout")
@@ -36,7 +39,15 @@ func (f *fakeChannel) Fence(_ context.Context, pod string) (instance.ActionResul
 	if f.unreachable[pod] {
 		return instance.ActionResult{}, errUnreachable
 	}
-	return instance.ActionResult{Done: "fenced"}, nil
+	return instance.ActionResult{Done: "fenced", CleanShutdown: f.finalLSN != 0, FinalLSN: f.finalLSN}, nil
+}
+
+func (f *fakeChannel) Unfence(_ context.Context, pod string) (instance.ActionResult, error) {
+	f.calls = append(f.calls, "unfence "+pod)
+	if f.unreachable[pod] {
+		return instance.ActionResult{}, errUnreachable
+	}
+	return instance.ActionResult{Done: "unfenced"}, nil
 }
 
 func (f *fakeChannel) Promote(_ context.Context, pod string, _ ...string) (instance.Status, error) {
@@ -148,7 +159,7 @@ func TestWithSynchronousStandbysOnlyOneOfThemIsPromoted(t *testing.T) {
 	s = &saved{}
 	rec = failover.Start("db-0", 0x3000, time.Now())
 	rec.SynchronousStandbys = []string{"db-2"}
-	require.ErrorIs(t, s.steps(ch).Run(context.Background(), rec, false), failover.ErrNoHealthyStandby)
+	require.ErrorIs(t, s.steps(ch).Run(context.Background(), rec, false), failover.ErrSynchronousQuorum)
 	assert.Equal(t, []string{"fence db-0"}, ch.calls, "the asynchronous standby is never promoted")
 }
 
@@ -165,4 +176,85 @@ func TestASwitchoverWhosePrimaryDidNotStopCleanlyGoesOnAsAFailover(t *testing.T)
 	assert.Equal(t, dbv1.KindSwitchover, rec.Kind)
 	assert.Contains(t, rec.Reason, "did not stop cleanly")
 	assert.Contains(t, s.events, "SwitchoverFellBack")
+}
+
+// A switchover whose target never replays the old primary's last record
+// does not keep writes stopped for ever: past its bound the old primary's
+// fence is lifted, nothing is promoted, and the record says Aborted and
+// why; a pass after that (an operator resuming the record) does nothing.
+func TestASwitchoverWhoseTargetNeverCatchesUpIsAbortedAndTheOldPrimaryUnfenced(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x4000)}, finalLSN: 0x5000}
+	s := &saved{}
+	now := time.Now()
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return now }
+	steps.SwitchoverTimeout = 30 * time.Second
+	rec := failover.StartSwitchover("db-0", "db-1", now)
+
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrCatchingUp)
+	now = now.Add(29 * time.Second)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrCatchingUp, "within the bound it waits")
+	assert.Equal(t, dbv1.FailoverFencing, rec.Phase)
+
+	now = now.Add(2 * time.Second)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, dbv1.FailoverAborted, rec.Phase)
+	assert.Equal(t, []string{"fence db-0", "unfence db-0"}, ch.calls, "fenced, then the fence lifted; nothing promoted")
+	assert.Contains(t, rec.AbortReason, "db-1 had not replayed db-0's last record (0/5000) within 30s: it replayed to 0/4000")
+	require.NotNil(t, rec.FenceLifted)
+	require.NotNil(t, rec.Finished)
+	assert.Equal(t, dbv1.FailoverAborted, s.recs[len(s.recs)-1].Phase, "the abort is saved")
+	assert.Contains(t, s.events, "SwitchoverAborted")
+
+	ch.statuses["db-1"] = standbyAt(0x6000) // caught up at last: too late
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"fence db-0", "unfence db-0"}, ch.calls, "an aborted record is final")
+}
+
+// A switchover whose old primary cannot be fenced stops trying past its
+// bound: the fence is lifted in case it took effect unseen, and with the
+// old primary's agent unreachable that is said in the record (the
+// failover watch takes it from there).
+func TestASwitchoverWhoseFenceKeepsFailingIsAbortedPastItsBound(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x4000)}, unreachable: map[string]bool{"db-0": true}}
+	s := &saved{}
+	now := time.Now()
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return now }
+	rec := failover.StartSwitchover("db-0", "db-1", now)
+	require.Error(t, steps.Run(context.Background(), rec, false))
+	now = now.Add(failover.DefaultSwitchoverTimeout + time.Second)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, dbv1.FailoverAborted, rec.Phase)
+	assert.Equal(t, []string{"fence db-0", "unfence db-0"}, ch.calls)
+	assert.Contains(t, rec.AbortReason, "db-0 could not be fenced within 30s")
+	assert.Nil(t, rec.FenceLifted)
+	assert.Contains(t, rec.FenceMessage, "the fence could not be lifted")
+	assert.Contains(t, s.events, "UnfenceFailed")
+}
+
+// ANY 1 of two synchronous standbys, one of them unreachable: an
+// acknowledged commit may be on that one alone, so the failover is
+// refused (Event FailoverRefused, the record kept at Fencing to be tried
+// again) rather than promote the other; forced, the reachable one is
+// promoted and the record says what that risks.
+func TestAFailoverThatCouldLoseASynchronousCommitIsRefusedUnlessForced(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x9000)}, unreachable: map[string]bool{"db-2": true}}
+	s := &saved{}
+	rec := failover.Start("db-0", 0x9000, time.Now())
+	rec.SynchronousStandbys, rec.SynchronousQuorum = []string{"db-1", "db-2"}, 1
+	err := s.steps(ch).Run(context.Background(), rec, false)
+	require.ErrorIs(t, err, failover.ErrSynchronousQuorum)
+	assert.ErrorContains(t, err, "2 of them must answer as healthy standbys, 1 do [db-1]")
+	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing promoted")
+	assert.Equal(t, dbv1.FailoverFencing, rec.Phase)
+	assert.Contains(t, s.events, "FailoverRefused")
+
+	steps := s.steps(ch)
+	steps.Forced = true
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, "db-1", rec.To)
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Contains(t, rec.Reason, "forced")
+	assert.Contains(t, rec.Reason, "may be lost")
 }

@@ -34,6 +34,24 @@ import (
 // Promoting only at or past the old primary's last record is what makes
 // the handover lose nothing: every commit the old primary acknowledged
 // is in WAL before its shutdown checkpoint.
+//
+// Writes are stopped from the fence on, so the handover is bounded
+// (Steps.SwitchoverTimeout, from the record's start): a switchover still
+// at Fencing past it (the old primary could not be fenced, or the target
+// has not replayed its last record: its WAL receiver lost between the
+// check and the fence) is aborted: the old primary's fence is lifted, so
+// its entrypoint starts it again as the primary (the ConfigMap still
+// names it), and the record becomes Aborted with why. Nothing was
+// promoted, so nothing is undone. A switchover at Promoting is not
+// aborted: pg_promote may have run on the target, and lifting the old
+// primary's fence then could make two primaries; it is retried as a
+// failover's promotion is.
+
+// DefaultSwitchoverTimeout is spec.failover.switchoverTimeout's default:
+// a clean handover takes a few seconds, and past the 30 s write outage
+// the project aims at, the old primary back serves writes sooner than
+// waiting on.
+const DefaultSwitchoverTimeout = 30 * time.Second
 
 // ErrCatchingUp: the switchover's target has not replayed the old
 // primary's last record yet; ask again.
@@ -68,6 +86,9 @@ func ReadyForSwitchover(primary, target Observation) string {
 // and moves to Promoting once the target has replayed it.
 func (s Steps) fenceForSwitchover(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	if rec.FromLSN == "" {
+		if s.switchoverOverdue(rec) {
+			return s.abortSwitchover(ctx, rec, fmt.Sprintf("%s could not be fenced within %s", rec.From, s.switchoverTimeout()))
+		}
 		res, err := s.Channel.Fence(ctx, s.Host(rec.From))
 		switch {
 		case err != nil:
@@ -88,11 +109,14 @@ func (s Steps) fenceForSwitchover(ctx context.Context, rec *dbv1.FailoverRecord)
 		return fmt.Errorf("the switchover record's fromLSN %q: %w", rec.FromLSN, err)
 	}
 	st, err := s.Channel.Status(ctx, s.Host(rec.To))
-	if err != nil {
+	caughtUp := err == nil && st.ServerUp && st.ReplayLSN >= final
+	switch {
+	case !caughtUp && s.switchoverOverdue(rec):
+		return s.abortSwitchover(ctx, rec, fmt.Sprintf("%s had not replayed %s's last record (%s) within %s: %s", rec.To, rec.From, final, s.switchoverTimeout(), describeReplay(st, err)))
+	case err != nil:
 		return fmt.Errorf("asking %s how far it replayed: %w", rec.To, err)
-	}
-	if !st.ServerUp || st.ReplayLSN < final {
-		return fmt.Errorf("%s replayed to %s, the old primary's last record is at %s: %w", rec.To, st.ReplayLSN, final, ErrCatchingUp)
+	case !caughtUp:
+		return fmt.Errorf("%s replayed to %s, the old primary's last record is at %s (aborted after %s): %w", rec.To, st.ReplayLSN, final, s.switchoverTimeout(), ErrCatchingUp)
 	}
 	rec.Phase, rec.ToLSN, rec.BytesPossiblyLost = dbv1.FailoverPromoting, st.ReplayLSN.String(), ptr.To(int64(0))
 	if err := s.Save(ctx, rec); err != nil {
@@ -115,3 +139,56 @@ func (s Steps) fallBackToFailover(ctx context.Context, rec *dbv1.FailoverRecord)
 	rec.Reason = fmt.Sprintf("switchover to %s, but %s did not stop cleanly: as a failover, %s", target, rec.From, rec.Reason)
 	return s.Save(ctx, rec)
 }
+
+func (s Steps) switchoverTimeout() time.Duration {
+	if s.SwitchoverTimeout > 0 {
+		return s.SwitchoverTimeout
+	}
+	return DefaultSwitchoverTimeout
+}
+
+// switchoverOverdue: the switchover began longer ago than its bound.
+func (s Steps) switchoverOverdue(rec *dbv1.FailoverRecord) bool {
+	return s.Now().Sub(rec.Started.Time) > s.switchoverTimeout()
+}
+
+// describeReplay says how far the target got, as its agent answered.
+func describeReplay(st instance.Status, err error) string {
+	switch {
+	case err != nil:
+		return "its agent was not reached: " + err.Error()
+	case !st.ServerUp:
+		return "its server is down: " + st.Error
+	default:
+		return fmt.Sprintf("it replayed to %s", st.ReplayLSN)
+	}
+}
+
+// abortSwitchover gives a switchover up before anything was promoted: the
+// old primary's fence is lifted first (so an operator that stops before
+// recording the abort aborts again, the bound still passed), then the
+// record says Aborted. A fence that cannot be lifted (the old primary's
+// agent not reached) is said in the record; the failover watch then finds
+// the primary unhealthy and fails it over past primaryGoneAfter, so the
+// Database is never left without a primary for good.
+func (s Steps) abortSwitchover(ctx context.Context, rec *dbv1.FailoverRecord, why string) error {
+	now := metav1.NewTime(s.Now())
+	if _, err := s.Channel.Unfence(ctx, s.Host(rec.From)); err != nil {
+		rec.FenceMessage = fmt.Sprintf("the fence could not be lifted: %v; if %s stays unhealthy it is failed over", err, rec.From)
+		s.Event(true, "UnfenceFailed", fmt.Sprintf("switchover aborted: lifting the fence of %s failed: %v", rec.From, err))
+	} else {
+		rec.FenceLifted = &now
+		rec.FenceMessage = fmt.Sprintf("the fence was lifted when the switchover was aborted: %s starts again as the primary", rec.From)
+	}
+	rec.Phase, rec.Finished, rec.AbortReason = dbv1.FailoverAborted, &now, why
+	if err := s.Save(ctx, rec); err != nil {
+		return fmt.Errorf("recording the abort of the switchover to %s: %w", rec.To, err)
+	}
+	s.Event(true, "SwitchoverAborted", fmt.Sprintf("switchover from %s to %s aborted: %s; %s stays the primary. Not tried again until the Database is annotated %s (spec.failover.switchoverTo still names %s; clear it to give the switchover up)", rec.From, rec.To, why, rec.From, AnnotationRetrySwitchover, rec.To))
+	return nil
+}
+
+// AnnotationRetrySwitchover on a Database asks for one more attempt at
+// the switchover spec.failover.switchoverTo names after one was aborted;
+// the operator removes it once the new attempt is recorded.
+const AnnotationRetrySwitchover = "stable.imaginedata.co/retry-switchover"

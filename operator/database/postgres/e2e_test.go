@@ -45,6 +45,9 @@ type endToEnd struct {
 	runner  *testenv.HostRunner
 	servers map[string]string
 	procs   map[string]*pgtest.Server
+	// opts are the operator's; stopOperator ends the running one.
+	opts         database.Options
+	stopOperator func()
 }
 
 // newEndToEnd starts the operator with opts (the first, if given) for a
@@ -68,16 +71,23 @@ func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
 		Dir:     func(parts ...string) string { return u.Dir(t, parts...) },
 		Path:    bin + ":/usr/bin:/bin",
 	})
-	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
-		o := database.Options{}
-		if len(opts) > 0 {
-			o = opts[0]
-		}
-		o.WatchNamespaces = []string{ns}
-		return database.Setup(m, o)
-	}, ns)
-	testenv.ReleaseNamespaceOnCleanup(t, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
+	if len(opts) > 0 {
+		e.opts = opts[0]
+	}
+	e.opts.WatchNamespaces = []string{ns}
+	e.startOperator()
 	return e
+}
+
+// startOperator starts an operator for the test's namespace: a new one,
+// with none of an earlier one's memory (an operator restarted). The
+// namespace is released at the test's end while the last one started
+// still runs (cleanups run last first).
+func (e *endToEnd) startOperator() {
+	e.stopOperator = testenv.StartStoppableController(e.t, testenv.ChartRBACConfig(e.t, e.ns, database.Name), func(m ctrl.Manager) error {
+		return database.Setup(m, e.opts)
+	}, e.ns)
+	testenv.ReleaseNamespaceOnCleanup(e.t, e.ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 }
 
 // database is a one-replica Database whose pods the runner takes.

@@ -258,6 +258,24 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	SwitchoverTo string `json:"switchoverTo,omitempty"`
+
+	// SwitchoverTimeout bounds a switchover's handover, counted from its
+	// start: a switchover whose old primary cannot be fenced, or whose
+	// target has not replayed the old primary's last record within it, is
+	// aborted: the old primary's fence is lifted (it serves again as the
+	// primary), the record says Aborted and why (condition Failover
+	// SwitchoverAborted, Warning Event SwitchoverAborted), and it is not
+	// tried again until the Database is annotated
+	// stable.imaginedata.co/retry-switchover. Default 30s: a clean
+	// handover takes a few seconds (the fence, a catch-up of WAL the
+	// target already received, the promotion), and writes are stopped
+	// for all of it; past the issue's 30 s write-outage target, lifting
+	// the fence gives writes back sooner than waiting on. A promotion
+	// already begun (phase Promoting) is never aborted.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="failover.switchoverTimeout must be at least 5s: the old primary's clean shutdown and the target's catch-up take seconds"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="failover.switchoverTimeout must be at most 1h: writes are stopped while a switchover waits"
+	// +optional
+	SwitchoverTimeout *metav1.Duration `json:"switchoverTimeout,omitempty"`
 }
 
 // FailoverKind says why a primary changed.
@@ -272,16 +290,24 @@ const (
 )
 
 // FailoverPhase is where a failover is.
-// +kubebuilder:validation:Enum=Fencing;Promoting;Completed
+// +kubebuilder:validation:Enum=Fencing;Promoting;Completed;Aborted
 type FailoverPhase string
 
 // Failover phases: the record is written before each step is taken, so an
 // operator that restarts resumes it and never promotes a second standby.
+// Completed and Aborted (a switchover given up before any promotion,
+// spec.failover.switchoverTimeout) are final.
 const (
 	FailoverFencing   FailoverPhase = "Fencing"
 	FailoverPromoting FailoverPhase = "Promoting"
 	FailoverCompleted FailoverPhase = "Completed"
+	FailoverAborted   FailoverPhase = "Aborted"
 )
+
+// Finished: the record is final (Completed or Aborted).
+func (p FailoverPhase) Finished() bool {
+	return p == FailoverCompleted || p == FailoverAborted
+}
 
 // FailoverRecord is one failover: what was decided, and what it may have
 // cost.
@@ -293,7 +319,8 @@ type FailoverRecord struct {
 	// Started is when the primary was declared gone (a switchover: when
 	// it began).
 	Started metav1.Time `json:"started"`
-	// Finished is when the standby was promoted; absent while under way.
+	// Finished is when the standby was promoted (an aborted switchover:
+	// when it was given up); absent while under way.
 	// +optional
 	Finished *metav1.Time  `json:"finished,omitempty"`
 	Phase    FailoverPhase `json:"phase"`
@@ -332,9 +359,19 @@ type FailoverRecord struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	SynchronousStandbys []string `json:"synchronousStandbys,omitempty"`
+	// SynchronousQuorum is the k of that setting's ANY k: an
+	// acknowledged commit was on k of synchronousStandbys, so a standby
+	// is promoted only while at least len(synchronousStandbys) - k + 1 of
+	// them answer (one of those has every acknowledged commit), unless
+	// the failover is forced (docs/database.md).
+	// +optional
+	SynchronousQuorum int32 `json:"synchronousQuorum,omitempty"`
 	// Reason says why the standby was chosen.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// AbortReason says why a switchover was aborted (phase Aborted).
+	// +optional
+	AbortReason string `json:"abortReason,omitempty"`
 	// FenceLifted is when the operator lifted the old primary's fence:
 	// once its pod read the new primary's name, so its server starts as
 	// a standby (rewound by pg_rewind), never as a primary. Absent while
@@ -490,6 +527,19 @@ type StandbyClone struct {
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 }
 
+// SynchronousStatus is a primary's synchronous_standby_names,
+// 'ANY quorum (standbys...)'.
+type SynchronousStatus struct {
+	// Primary is the instance whose setting this is.
+	Primary string `json:"primary"`
+	// Standbys are the standbys the setting names.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Standbys []string `json:"standbys"`
+	// Quorum is how many of them confirm each commit (ANY k).
+	Quorum int32 `json:"quorum"`
+}
+
 // DatabaseStatus is what the operator observed.
 type DatabaseStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -531,6 +581,13 @@ type DatabaseStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
 	Failovers []FailoverRecord `json:"failovers,omitempty"`
+
+	// Synchronous is the synchronous replication the primary was last
+	// seen using (its synchronous_standby_names), recorded before the
+	// operator changes it: a failover promotes only one of these
+	// standbys, also after an operator restart. Absent: asynchronous.
+	// +optional
+	Synchronous *SynchronousStatus `json:"synchronous,omitempty"`
 
 	// CurrentImage is the image every replica runs (once a rollout is done).
 	// +optional
