@@ -126,13 +126,13 @@ func (c *channel) startAgent(t testing.TB, h *host, ordinal int, dataVolume stri
 }
 
 // startAgentFor runs ordinal's agent for the data directory pgdata and
-// the server on port.
-func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string) string {
+// the server on port, with the flags extra.
+func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string, extra ...string) string {
 	t.Helper()
 	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		[]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen})
+		append([]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen}, extra...))
 	log := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
