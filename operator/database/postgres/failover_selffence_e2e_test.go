@@ -23,6 +23,7 @@ import (
 // lifts the fence, and fo-0 rejoins as fo-1's standby without the row it
 // took alone.
 func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetup(t)
 	e := f.e
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])

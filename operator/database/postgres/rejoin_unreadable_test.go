@@ -62,6 +62,7 @@ func (h *host) startOnce(t *testing.T, ordinal int, dataVolume, primaryPort stri
 // disk is back the old primary rejoins as the new primary's standby
 // through pg_rewind, without the rows it never had.
 func TestAnUnreadableDataDirectoryIsRefusedAndRejoinsOnceReadable(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	old, standby := primaryAndStreamingStandby(t, h)
 	h.namePrimary(1)

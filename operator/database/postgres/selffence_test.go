@@ -35,6 +35,7 @@ func (c *channel) startGuardedAgent(t testing.TB, h *host, ordinal int, dataVolu
 // its sessions refused; its status says it fenced itself. The new
 // primary keeps taking writes.
 func TestAnOldPrimaryTheFenceDidNotReachFencesItselfOnceItsPodNamesAnother(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	old, standby := primaryAndStreamingStandby(t, h)
 	ch := newChannel(t, h, h.cluster.Name+"-0", h.cluster.Name+"-1")
