@@ -13,6 +13,9 @@ import (
 type LocalDialer struct {
 	mu    sync.Mutex
 	addrs map[string]string // host -> 127.0.0.1:port
+	// conns are the connections made to each host, which Cut closes
+	// (a client keeps its connections open across requests).
+	conns map[string][]net.Conn
 }
 
 // Route sends connections for host to local.
@@ -37,5 +40,29 @@ func (d *LocalDialer) DialContext(ctx context.Context, network, addr string) (ne
 	if !ok {
 		return nil, errors.New("no agent for " + host)
 	}
-	return (&net.Dialer{}).DialContext(ctx, network, local)
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, local)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conns == nil {
+		d.conns = map[string][]net.Conn{}
+	}
+	d.conns[host] = append(d.conns[host], conn)
+	return conn, nil
+}
+
+// Cut makes host unreachable (as a network that drops its packets would,
+// for this dialer's clients only) until restore routes it back.
+func (d *LocalDialer) Cut(host string) (restore func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	local := d.addrs[host]
+	delete(d.addrs, host)
+	for _, c := range d.conns[host] {
+		_ = c.Close()
+	}
+	delete(d.conns, host)
+	return func() { d.Route(host, local) }
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,10 +152,40 @@ func (r *HostRunner) loop() {
 			r.t.Logf("host runner: listing pods: %v", err)
 			continue
 		}
+		listed := map[types.UID]bool{}
 		for i := range pods {
+			listed[pods[i].UID] = true
 			r.handle(&pods[i])
 		}
+		r.stopGone(listed)
 	}
+}
+
+// stopGone stops the commands of pods that are gone, as a kubelet stops
+// a deleted pod's containers: an unbound pod is removed at once, so the
+// runner may never see its deletionTimestamp, and a Job deleted and made
+// again under the same name would otherwise run beside its predecessor.
+func (r *HostRunner) stopGone(listed map[types.UID]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, cmd := range r.started {
+		if !listed[uid] && cmd != nil {
+			kill(cmd)
+		}
+	}
+}
+
+// kill stops cmd and, when it leads a process group of its own, every
+// process of the group (a server a script started).
+func kill(cmd *exec.Cmd) {
+	if cmd.Process == nil {
+		return
+	}
+	pid := cmd.Process.Pid
+	if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	_ = cmd.Process.Kill()
 }
 
 // pods are the namespace's unbound pods that select the runner.
@@ -177,10 +208,10 @@ func (r *HostRunner) handle(pod *corev1.Pod) {
 	case pod.DeletionTimestamp != nil:
 		r.mu.Lock()
 		cmd := r.started[pod.UID]
-		r.mu.Unlock()
-		if cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Kill()
+		if cmd != nil {
+			kill(cmd)
 		}
+		r.mu.Unlock()
 		_ = r.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 	case ownedBy(pod, "Job"):
@@ -372,7 +403,12 @@ func (r *HostRunner) run(pod *corev1.Pod, container corev1.Container, dir, termi
 	r.mu.Unlock()
 	timer := time.AfterFunc(r.opts.Timeout, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
-	if err := cmd.Wait(); err != nil {
+	err = cmd.Wait()
+	// Ended: its process ID may be another process's from now on.
+	r.mu.Lock()
+	r.started[pod.UID] = nil
+	r.mu.Unlock()
+	if err != nil {
 		if exit, ok := err.(*exec.ExitError); ok {
 			return exit.ExitCode(), out.Bytes(), nil
 		}
@@ -528,8 +564,8 @@ func (r *HostRunner) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, cmd := range r.started {
-		if cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Kill()
+		if cmd != nil {
+			kill(cmd)
 		}
 	}
 }

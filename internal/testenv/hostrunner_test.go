@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,4 +117,61 @@ func TestTheHostRunnerRunsAJobsPodAndWritesItsEndBack(t *testing.T) {
 	ok := job("ok", `exit 0`)
 	assert.Equal(t, int32(0), terminated(ok).ExitCode)
 	jobCondition(ok, batchv1.JobComplete)
+}
+
+// TestTheHostRunnerStopsTheCommandOfAPodThatIsGone: an unbound pod is
+// removed at once when deleted, so the runner never sees it terminating;
+// its command is stopped all the same once the pod is gone, as a kubelet
+// stops a deleted pod's containers (a Job made again under the same name
+// must not run beside the old one's command).
+func TestTheHostRunnerStopsTheCommandOfAPodThatIsGone(t *testing.T) {
+	c := testenv.Client(t)
+	ctx := context.Background()
+	ns := testenv.Namespace(t, c)
+	root, err := os.MkdirTemp("", "deckhand-runner-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	runner := testenv.NewHostRunner(t, c, ns, root, testenv.HostOptions{
+		Command: func(env map[string]string, argv []string) *exec.Cmd {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+			return cmd
+		},
+		Dir: func(parts ...string) string {
+			dir := filepath.Join(parts...)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			return dir
+		},
+		Path: "/usr/bin:/bin",
+	})
+	pidFile := filepath.Join(root, "pid")
+	j := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "long", Namespace: ns},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr.To(int32(0)), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector:  runner.NodeSelector(),
+			Containers: []corev1.Container{{
+				Name: "c", Image: "busybox", Command: []string{"sh", "-c", `echo $$ >"$PID_FILE"; exec sleep 600`},
+				Env: []corev1.EnvVar{{Name: "PID_FILE", Value: pidFile}},
+			}},
+		}}},
+	}
+	require.NoError(t, c.Create(ctx, j))
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || len(b) == 0 || b[len(b)-1] != '\n' {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, time.Minute, 100*time.Millisecond, "the pod's command never ran")
+	require.NoError(t, syscall.Kill(pid, 0), "the command runs")
+
+	require.NoError(t, c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	require.Eventually(t, func() bool {
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}, time.Minute, 100*time.Millisecond, "the command of the gone pod still runs")
 }

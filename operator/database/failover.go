@@ -58,6 +58,9 @@ type watched struct {
 	primary            string
 	since, lastHealthy time.Time
 	lastLSN            instance.LSN
+	// unreadableReported is the old primary whose unreadable data
+	// directory was reported (rejoin.go).
+	unreadableReported string
 }
 
 func (w *primaryWatch) forget(uid types.UID) {

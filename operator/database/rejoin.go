@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -39,11 +40,25 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		// Its pod may be gone or restarting: asked again next pass.
 		return nil
 	}
+	if st.SelfFenced && rec.SelfFenced == nil {
+		return r.recordSelfFence(ctx, db, rec, st)
+	}
 	switch {
-	case rec.FenceLifted == nil && st.Fenced:
+	case st.Fenced:
+		// Fenced by the failover, by its own agent, or by the stray
+		// primary fence after an earlier lift: lifted whenever its pod
+		// names the new primary, as often as it takes, until it is back.
 		if st.NamedPrimary != rec.To {
 			// Its pod still reads an older name: lifting now could start
 			// it as a primary.
+			return nil
+		}
+		if st.DataDirectoryError != "" {
+			// Its disk failed: lifted now, its entrypoint would fail at
+			// every restart and the kubelet's back-off would grow to
+			// five minutes; fenced, its container waits and starts at
+			// once when lifted.
+			r.reportUnreadable(db, old, st.DataDirectoryError)
 			return nil
 		}
 		if _, err := ch.Unfence(ctx, r.instanceHost(db, old)); err != nil {
@@ -54,7 +69,8 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s's fence is lifted: it is rejoining as a standby", rec.To, old))
 	case rec.FenceLifted == nil:
 		// Not fenced (never reached by the fence, or lifted by a person):
-		// nothing to lift; its entrypoint reads the new name at its start.
+		// nothing to lift; its entrypoint reads the new name at its start,
+		// and its agent fences a server still running as a primary.
 		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s is not fenced: it rejoins as a standby at its next start", rec.To, old))
 	case st.ServerUp && st.Role == instance.RoleStandby && st.Streaming:
@@ -63,6 +79,30 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
 	}
 	return nil
+}
+
+// reportUnreadable says, once per operator and old primary, that its
+// fence stays until its data directory can be read.
+func (r *Reconciler) reportUnreadable(db *Cluster, pod, why string) {
+	w := r.failovers.of(db.UID, currentPrimary(db), r.now())
+	r.failovers.mu.Lock()
+	defer r.failovers.mu.Unlock()
+	if w.unreadableReported == pod {
+		return
+	}
+	w.unreadableReported = pod
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "OldPrimaryUnreadable", "Failover", "the old primary %s stays fenced while its data directory cannot be read (%s): lifted once it can, it rejoins as a standby", pod, why)
+}
+
+// recordSelfFence records that the old primary's agent fenced its own
+// server (it ran as a primary while its pod named the new one: the
+// failover's fence had not reached it). Its fence is lifted like any
+// other, in a later pass.
+func (r *Reconciler) recordSelfFence(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord, st instance.Status) error {
+	rec.SelfFenced = ptr.To(metav1.NewTime(r.now()))
+	msg := fmt.Sprintf("the old primary %s, which the failover's fence did not reach, was fenced by its own agent once its pod named %s the primary: it had run as a primary beside %s, and the writes it took alone are never served (it rejoins through pg_rewind)", rec.From, st.NamedPrimary, rec.To)
+	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "OldPrimaryFencedItself", "Failover", "%s", msg)
+	return r.saveRejoin(ctx, db, rec, "OldPrimaryFencedItself", msg)
 }
 
 // lastRejoinPending is the last failover record when it is completed, its

@@ -66,6 +66,7 @@ func (h *host) tableCounts(port, password string) map[string]int64 {
 // (its snapshot) holds it, not as it is at some other moment: a restore
 // of the file has exactly the recorded counts.
 func TestBackupCountsTheRowsItsDumpHolds(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")

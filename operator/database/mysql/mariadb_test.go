@@ -130,6 +130,7 @@ func (h *host) rows(port string) string {
 }
 
 func TestShippedScriptsRunARealMariaDB(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 

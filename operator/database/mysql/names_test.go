@@ -21,6 +21,7 @@ import (
 // and restored into another server as they were; a replica's clone (the
 // same dump tool, in bootstrap.sh) holds them too.
 func TestBackupDumpsDatabasesNamedLikeOptionsAsDatabases(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")
@@ -66,6 +67,7 @@ func TestBackupDumpsDatabasesNamedLikeOptionsAsDatabases(t *testing.T) {
 // file already under the backup's name is reported only to a retry of
 // the Job that wrote it; anything else is refused and left alone.
 func TestAMySQLBackupNeverReportsAFileItDidNotWrite(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")

@@ -82,6 +82,7 @@ func checkNames(v engine.Verification) []string {
 // as the app user with the grants it has (not root); whatever the
 // outcome, the scratch server's data is gone afterwards.
 func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	e := mysql.Engine{}
 	primary := h.server("primary", 0, "")
@@ -166,6 +167,7 @@ func TestVerificationRestoresABackupAndChecksIt(t *testing.T) {
 // verify: it exits non-zero, reports no verification, and leaves the
 // scratch volume empty.
 func TestAVerificationThatCannotStartItsServerFailsAndCleansUp(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	backupDir := mysqltest.Dir(t, h.u, h.root, "backup")
 	dump := "CREATE DATABASE d;\n-- Dump completed on now\n"

@@ -53,6 +53,7 @@ type endToEnd struct {
 // newEndToEnd starts the operator with opts (the first, if given) for a
 // namespace of its own.
 func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
+	holdServerSlot(t)
 	bin := pgtest.Bin(t)
 	u := pgtest.Unprivileged(t)
 	testenv.InstallCRDs(t)
@@ -197,6 +198,7 @@ func (e *endToEnd) waitCompleted(name string) *dbv1.DatabaseBackup {
 // after the first backup, and a Database restored from that final backup
 // reads it.
 func TestTheOperatorAndItsScriptsBackUpRestoreAndSnapshotARealPostgreSQL(t *testing.T) {
+	t.Parallel()
 	e := newEndToEnd(t)
 	ctx := context.Background()
 

@@ -31,6 +31,7 @@ import (
 // the app role logs in on the upgraded data, and the old directory goes
 // only after the annotation.
 func TestTheWholeMajorPathFencesUpgradesAndKeepsTheOldDirectoryOnARealServer(t *testing.T) {
+	t.Parallel()
 	e := newEndToEnd(t, database.Options{MajorPathWithinMajor: true})
 	ctx := context.Background()
 	const name = "up"

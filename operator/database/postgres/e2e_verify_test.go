@@ -29,6 +29,7 @@ import (
 // condition, Events) and the Database; retention keeps the newest
 // verified backup.
 func TestTheOperatorVerifiesBackupsByRestoringThemWithARealPostgreSQL(t *testing.T) {
+	t.Parallel()
 	e := newEndToEnd(t)
 	ctx := context.Background()
 
@@ -237,6 +238,7 @@ func labelsOf(m *dto.Metric) map[string]string {
 // verification "runs" while its pod cannot start (a pod quota of 0; the
 // startTimeout is longer than the days the clock jumps).
 func TestScheduledVerificationVerifiesTheNewestBackupOncePerScheduleTime(t *testing.T) {
+	t.Parallel()
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	noon := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)

@@ -26,6 +26,7 @@ import (
 // SwitchoverAborted). It is not tried again on its own; the retry
 // annotation, once fo-1 replays again, switches over and is removed.
 func TestASwitchoverWhoseTargetDoesNotCatchUpIsAbortedAndTheOldPrimaryServesAgain(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetupWith(t, 2, func(db *dbv1.Database) {
 		db.Spec.Failover.SwitchoverTimeout = &metav1.Duration{Duration: 5 * time.Second}
 		// fo-0 back after the abort has a whole bound to serve again: a

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -136,9 +135,7 @@ func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Database)) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
-	binary := filepath.Join(e.u.Dir(t, e.root, "agent"), "deckhand-instance")
-	out, err := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	binary := agentBinary(t)
 
 	selector := map[string]dbv1.LabelValue{}
 	for k, v := range e.runner.NodeSelector() {
@@ -258,6 +255,22 @@ func (f *failoverSetup) forwardToPrimary(conn net.Conn) {
 	<-done
 }
 
+// waitReadWriteRoutesTo waits until pod is the only pod labelled
+// primary: fo-rw (serveReadWrite) then sends every new connection to its
+// server.
+func (f *failoverSetup) waitReadWriteRoutesTo(pod string) {
+	f.e.t.Helper()
+	require.EventuallyWithT(f.e.t, func(ct *assert.CollectT) {
+		var pods corev1.PodList
+		require.NoError(ct, f.e.c.List(context.Background(), &pods, client.InNamespace(f.e.ns), client.MatchingLabels{database.LabelRole: "primary"}))
+		var names []string
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		assert.Equal(ct, []string{pod}, names, "the pods labelled primary")
+	}, time.Minute, 200*time.Millisecond, "fo-rw never routed to %s alone", pod)
+}
+
 // portOf is pod's server port ("" before it was started; the proxy reads
 // it while servers start).
 func (f *failoverSetup) portOf(pod string) string {
@@ -274,6 +287,7 @@ func (f *failoverSetup) portOf(pod string) string {
 // and the role labels, and records the failover; the new primary takes
 // writes and holds every committed row.
 func TestTheOperatorFailsOverARealPrimary(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetup(t)
 	e, primary, standbyPort, superuser := f.e, f.primary, f.standbyPort, f.superuser
 	require.NoError(t, syscall.Kill(-primary.Cmd.Process.Pid, syscall.SIGKILL))
@@ -328,6 +342,7 @@ func waitDatabase(t *testing.T, e *endToEnd, what string, check func(*assert.Col
 // again (the standby's timeline is 2: one promotion), and completes the
 // record, naming the standby the primary.
 func TestTheOperatorResumesAFailoverItsPredecessorBeganWithoutASecondPromotion(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetup(t)
 	e := f.e
 	ctx := context.Background()

@@ -28,6 +28,7 @@ import (
 // gauge) and fo-1 stays a standby. The force annotation fails over to
 // fo-1, the record says it was forced, and the annotation is removed.
 func TestARestartedOperatorRefusesAFailoverThatCouldLoseASynchronousCommit(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetupWith(t, 3, func(db *dbv1.Database) {
 		db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
 	})

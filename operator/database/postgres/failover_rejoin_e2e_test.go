@@ -27,6 +27,7 @@ import (
 // the failover. The failover record says when the fence was lifted and
 // when it rejoined; Events FenceLifted and Rejoined.
 func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetup(t)
 	e := f.e
 	require.NoError(t, syscall.Kill(-f.primary.Cmd.Process.Pid, syscall.SIGKILL))

@@ -22,6 +22,7 @@ import (
 // committed on the new primary; the old primary's slot waits for it,
 // inactive.
 func TestAfterAFailoverTheOtherStandbyStreamsFromTheNewPrimaryThroughItsSlot(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetupOf(t, 3)
 	e := f.e
 	require.NoError(t, syscall.Kill(-f.primary.Cmd.Process.Pid, syscall.SIGKILL))

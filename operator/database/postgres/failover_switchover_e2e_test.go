@@ -27,6 +27,7 @@ import (
 // switchover; the writes resume on fo-1 through fo-rw, and every row
 // whose commit was acknowledged, before or after the handover, is there.
 func TestASwitchoverHandsOverWithoutLosingACommittedRow(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetup(t)
 	e := f.e
 	w := f.startWriter()

@@ -25,6 +25,7 @@ import (
 // primary's synchronous_standby_names is rewritten (no standby streams:
 // asynchronous, writes not blocked by a list naming itself).
 func TestWithSynchronousReplicationAFailoverLosesNoCommittedRow(t *testing.T) {
+	t.Parallel()
 	f := newFailoverSetupWith(t, 2, func(db *dbv1.Database) {
 		db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
 	})
@@ -76,6 +77,10 @@ func TestWithSynchronousReplicationAFailoverLosesNoCommittedRow(t *testing.T) {
 		require.NoError(ct, err, out)
 		assert.Equal(ct, "", out, "rewritten: no standby streams from fo-1")
 	}, time.Minute, 200*time.Millisecond)
+	// The operator records the failover before it moves the role label
+	// that fo-rw selects: a client's writes resume once fo-rw routes to
+	// fo-1, as a Service's endpoints follow the label.
+	f.waitReadWriteRoutesTo("fo-1")
 	require.NoError(t, f.commitThroughReadWrite(600, time.Minute), "writes resume on fo-1")
 	acknowledged = append(acknowledged, 600)
 	have, err := f.psql("fo-1", "SELECT string_agg(id::text, ',' ORDER BY id) FROM rows")

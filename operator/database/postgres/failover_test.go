@@ -64,6 +64,7 @@ func (s *statusStore) event(warning bool, reason, msg string) {
 // promotion, before it recorded it: the next resumes from the record and
 // finds the standby a primary already: no second promotion.
 func TestAPrimaryKilledIsFailedOverOnceEvenAcrossAnOperatorRestart(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	primary := h.primary("data-0")
 	h.init(primary.Port)

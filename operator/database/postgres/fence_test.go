@@ -93,6 +93,7 @@ func (h *host) fence(port string, lift bool) (engine.Report, string, error) {
 // app role is ended, a new one is refused, the superuser (who takes the
 // dump) still works; lifted, the app logs in again.
 func TestFenceEndsAppSessionsAndRefusesAppLoginsUntilLifted(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	server := h.primary("data-0")
 	h.init(server.Port)
@@ -138,6 +139,7 @@ func TestFenceEndsAppSessionsAndRefusesAppLoginsUntilLifted(t *testing.T) {
 // run by hand as the superuser on a real fenced server, lets the app log
 // in again.
 func TestTheLiftByHandTheConditionNamesLetsTheAppLogInAgain(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	server := h.primary("data-0")
 	h.init(server.Port)

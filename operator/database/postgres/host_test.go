@@ -41,6 +41,7 @@ type host struct {
 }
 
 func newHost(t testing.TB) *host {
+	holdServerSlot(t)
 	bin := pgtest.Bin(t)
 	u := pgtest.Unprivileged(t)
 	root := u.TempDir(t)
@@ -231,4 +232,19 @@ func (h *host) sql(port, dbname, sql string) string {
 // Secret's password.
 func (h *host) appSQL(port, sql string) (string, error) {
 	return pgtest.PSQL(h.bin, port, h.cluster.AppUser, h.appPassword(), h.cluster.Database, sql)
+}
+
+// serverSlots bounds how many of this package's tests run their servers
+// at once. The raced group of make test runs with -parallel 12 for the
+// kwok tests of operator/database and operator/mysqlcluster, which
+// mostly wait on the API server; these tests spend CPU instead (initdb,
+// servers, pg_basebackup): 12 at once took 178 s at a load of 15, 6 took
+// 192 s at a load of 11 (docs/performance.md, Test time).
+var serverSlots = make(chan struct{}, 6)
+
+// holdServerSlot waits for a slot and gives it back when the test ends,
+// after its servers stopped (cleanups run last registered first).
+func holdServerSlot(t testing.TB) {
+	serverSlots <- struct{}{}
+	t.Cleanup(func() { <-serverSlots })
 }

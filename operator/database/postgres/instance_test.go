@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,15 +29,43 @@ import (
 // client asks it over mutual TLS by the pod's name under the headless
 // Service, dialled at 127.0.0.1.
 
-// agentBinary builds cmd/deckhand-instance once per test into a
-// directory the servers' user can read.
-func agentBinary(t testing.TB, h *host) string {
+// agentBinary is cmd/deckhand-instance, built once per test binary (the
+// failover tests side by side each linked it again: about 2 s of CPU
+// each) into a directory the servers' user can read; TestMain removes it.
+func agentBinary(t testing.TB) string {
 	t.Helper()
-	out := filepath.Join(h.u.Dir(t, h.root, "agent"), "deckhand-instance")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", b)
-	return out
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deckhand-instance-")
+		if err == nil {
+			agentDir = dir
+			err = os.Chmod(dir, 0o755)
+		}
+		if err == nil {
+			out := filepath.Join(dir, "deckhand-instance")
+			b, berr := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
+			if berr != nil {
+				err = fmt.Errorf("go build: %w\n%s", berr, b)
+			}
+			agentPath = out
+		}
+		agentErr = err
+	})
+	require.NoError(t, agentErr)
+	return agentPath
+}
+
+var (
+	agentOnce           sync.Once
+	agentDir, agentPath string
+	agentErr            error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
 }
 
 // channel is the operator's side of the test: the Database's credentials,
@@ -68,7 +98,7 @@ func newChannel(t testing.TB, h *host, pods ...string) *channel {
 	op := creds.OperatorSecretData()
 	tlsConfig, err := instance.ClientTLSConfig(op[instance.CACertKey], op[instance.ClientCertKey], op[instance.ClientKeyKey])
 	require.NoError(t, err)
-	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: agentBinary(t, h)}
+	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: agentBinary(t)}
 	c.client = instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(c.dial))
 	return c
 }
@@ -96,13 +126,13 @@ func (c *channel) startAgent(t testing.TB, h *host, ordinal int, dataVolume stri
 }
 
 // startAgentFor runs ordinal's agent for the data directory pgdata and
-// the server on port.
-func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string) string {
+// the server on port, with the flags extra.
+func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string, extra ...string) string {
 	t.Helper()
 	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		[]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen})
+		append([]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen}, extra...))
 	log := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -139,6 +169,7 @@ func lsn(t *testing.T, h *host, port, expr string) instance.LSN {
 // takes writes, on the next timeline; promoting a primary is refused; a
 // client without this Database's operator certificate is refused.
 func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	primary := h.primary("data-0")
 	h.init(primary.Port)

@@ -16,6 +16,7 @@ import (
 // role are created under exactly that name, the role can log in to it,
 // and nothing else happens (the postgres database is still there).
 func TestInitCreatesDatabasesNamedWithSQLAndShell(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	server := h.primary("data")
 	for _, name := range []string{
@@ -46,6 +47,7 @@ func TestInitCreatesDatabasesNamedWithSQLAndShell(t *testing.T) {
 // never touched. None of the names sends a connection anywhere but the
 // test's own servers (a host is a Unix socket directory, or none).
 func TestBackupAndRestoreReadTheDatabaseNamedNotAConnectionString(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	source := h.primary("data-source")
 	target := h.primary("data-target")

@@ -59,6 +59,7 @@ func primaryAndStreamingStandby(t *testing.T, h *host) (primary, standby *pgtest
 // standby of the new primary through pg_rewind: the write it took alone is
 // never served, and it follows the new primary's writes.
 func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWrites(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	ready := postgres.Engine{}.ServerPod(h.cluster).Container.ReadinessProbe
 	old, standby := primaryAndStreamingStandby(t, h)
@@ -122,6 +123,7 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 // pg_rewind said "no rewind required" and the old primary, its WAL past
 // the fork, never followed).
 func TestAFormerPrimaryRejoinsAStandbyPromotedOnlineMomentsAgo(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	old, standby := primaryAndStreamingStandby(t, h)
 	// Buffers the standby replayed and has not written yet: the
@@ -151,6 +153,7 @@ func TestAFormerPrimaryRejoinsAStandbyPromotedOnlineMomentsAgo(t *testing.T) {
 // (kept) and the pod clones the named primary; no named primary at all:
 // no server starts.
 func TestAPodNotNamedPrimaryNeverRunsAsOne(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	h.namePrimary(1)
 	primary := h.server(h.scripts, 1, "data-1", "")
@@ -200,6 +203,7 @@ func TestAPodNotNamedPrimaryNeverRunsAsOne(t *testing.T) {
 // lifted the old primary starts in the role named then: a standby of the
 // new primary, never a second primary.
 func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	pod := postgres.Engine{}.ServerPod(h.cluster)
 	old := h.primary("data-0")

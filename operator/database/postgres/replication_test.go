@@ -99,6 +99,7 @@ func primaryConninfo(t *testing.T, h *host, dataVolume string) (string, os.FileM
 }
 
 func TestStandbysReplicateAsTheReplicationRole(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	primary := h.primary("data-0")
 	assert.Contains(t, primary.Log.String(), "replication role deckhand_replication in place")
@@ -203,6 +204,7 @@ func previousScripts(t *testing.T, h *host) string {
 }
 
 func TestADataDirectoryOfThePreviousReleaseGetsTheReplicationRole(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	previous := previousScripts(t, h)
 
@@ -279,6 +281,7 @@ func TestADataDirectoryOfThePreviousReleaseGetsTheReplicationRole(t *testing.T) 
 }
 
 func TestAReplicationPasswordWithALineBreakIsRefusedBeforeAnythingIsDone(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	// As a Secret made with "echo password | base64" holds it.
 	h.secrets[h.cluster.ReplicationSecret]["password"] = "password\n"

@@ -68,6 +68,7 @@ func fileSHA256(t *testing.T, path string) string {
 }
 
 func TestBackupThenRestoreIntoANewServerKeepsRowsAndSequences(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	source := h.primary("data-source")
 	h.init(source.Port)
@@ -135,6 +136,7 @@ func TestBackupThenRestoreIntoANewServerKeepsRowsAndSequences(t *testing.T) {
 }
 
 func TestARestoreThatFailsPartWayLeavesNothing(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	source := h.primary("data-source")
 	h.init(source.Port)
@@ -201,6 +203,7 @@ func processIn(pgid int, name string) int {
 }
 
 func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	server := h.primary("data")
 	h.init(server.Port)
@@ -277,6 +280,7 @@ func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
 // not reported as this backup's result, and left as it is. A retry of the
 // Job that wrote it still reports it.
 func TestABackupNeverReportsAFileItDidNotWrite(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	server := h.primary("data")
 	h.init(server.Port)
@@ -347,6 +351,7 @@ func (h *host) upgradeJob(t *testing.T, data string, u engine.Upgrade) (engine.R
 }
 
 func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	data, want, report := h.backedUpForUpgrade(t)
 
@@ -422,6 +427,7 @@ func TestUpgradeRestoresIntoANewDirectoryAndKeepsTheOldOne(t *testing.T) {
 }
 
 func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	data, want, report := h.backedUpForUpgrade(t)
 
@@ -502,6 +508,7 @@ func TestRollbackPutsTheOldDirectoryBackWhereverTheUpgradeStopped(t *testing.T) 
 }
 
 func TestTheServerRemovesTheOldDirectoryOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	data := h.volume("data-0")
 	server := h.primary("data-0")

@@ -4,6 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +44,7 @@ func (h *host) probe(p *corev1.Probe, ordinal int, dataVolume, primaryPort strin
 // start moves its data aside (kept) and clones the primary again; the
 // primary drops the inactive slots of standbys beyond its replicas.
 func TestAStandbyStreamsThroughItsSlotAndIsReadyOnlyWhileStreaming(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	// No WAL kept beyond the slots', and slots may hold at most 1 MB: a
 	// standby that is away while 3 segments are written is lost.
@@ -111,6 +115,7 @@ func TestAStandbyStreamsThroughItsSlotAndIsReadyOnlyWhileStreaming(t *testing.T)
 // while pg_basebackup reports progress (pg_isready cannot: no server runs
 // yet), and fail once it has reported none for CLONE_STALL_SECONDS.
 func TestACloneThatProgressesIsNeverRestartedAndOneThatStallsIs(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	pod := postgres.Engine{}.ServerPod(h.cluster)
 	primary := h.primary("data-0")
@@ -124,11 +129,14 @@ func TestACloneThatProgressesIsNeverRestartedAndOneThatStallsIs(t *testing.T) {
 	clone.Stdout, clone.Stderr = log, log
 	require.NoError(t, clone.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-clone.Process.Pid, syscall.SIGKILL); _, _ = clone.Process.Wait() })
+	// Copying, not only started: before its first bytes pg_basebackup
+	// waits for the primary's checkpoint, which a loaded machine makes
+	// last seconds, and reports no progress meanwhile.
 	progress := filepath.Join(h.volume("data-1"), "pgdata.deckhand-new.progress")
 	require.Eventually(t, func() bool {
 		b, _ := os.ReadFile(progress)
-		return len(b) > 0
-	}, 30*time.Second, 100*time.Millisecond, "the clone never started:\n%s", log)
+		return copiedKB(string(b)) > 0
+	}, 60*time.Second, 100*time.Millisecond, "the clone never copied a byte:\n%s", log)
 
 	stall := map[string]string{"CLONE_STALL_SECONDS": "3"}
 	for _, p := range []*corev1.Probe{pod.Container.StartupProbe, pod.Container.LivenessProbe} {
@@ -154,6 +162,20 @@ func TestACloneThatProgressesIsNeverRestartedAndOneThatStallsIs(t *testing.T) {
 	_ = syscall.Kill(basebackup, syscall.SIGCONT)
 }
 
+// copiedKB is the last "<done>/<total> kB" pg_basebackup --progress wrote
+// (its lines end in carriage returns), 0 before any.
+func copiedKB(progress string) int {
+	done := 0
+	for _, line := range strings.FieldsFunc(progress, func(r rune) bool { return r == '\r' || r == '\n' }) {
+		if m := progressLine.FindStringSubmatch(line); m != nil {
+			done, _ = strconv.Atoi(m[1])
+		}
+	}
+	return done
+}
+
+var progressLine = regexp.MustCompile(`^ *([0-9]+)/[0-9]+ kB`)
+
 // TestABackupReadsAStandbyOnlyWhenItStreamsWithinTheLagBound: given a
 // standby, the backup Job measures its replay lag against the primary
 // before the dump and reads it only when it streams and the lag is within
@@ -161,6 +183,7 @@ func TestACloneThatProgressesIsNeverRestartedAndOneThatStallsIs(t *testing.T) {
 // standby that stopped replaying while the primary wrote is not used, and
 // the dump holds the primary's latest rows.
 func TestABackupReadsAStandbyOnlyWhenItStreamsWithinTheLagBound(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	primary := h.primary("data-0")
 	h.init(primary.Port)
@@ -202,6 +225,7 @@ func TestABackupReadsAStandbyOnlyWhenItStreamsWithinTheLagBound(t *testing.T) {
 // under way with growing byte counts; once the clone is done, it says no
 // clone runs, and the reporter left no process behind.
 func TestACloneLogsItsProgressForTheOperator(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	pod := postgres.Engine{}.ServerPod(h.cluster)
 	primary := h.primary("data-0")

@@ -51,6 +51,7 @@ func checkNames(v *engine.Verification) []string {
 // can be wrong fails the check that catches it, named, with why. The
 // verifications run side by side, as pods of their own would.
 func TestAVerificationPassesAGoodBackupAndNamesTheCheckThatFailed(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	source := h.primary("data-source")
 	h.init(source.Port)
@@ -173,6 +174,7 @@ func TestAVerificationPassesAGoodBackupAndNamesTheCheckThatFailed(t *testing.T) 
 // snapshots of their own would see different rows, and the verification
 // would fail.
 func TestTheCountsAreTakenInTheDumpsOwnSnapshot(t *testing.T) {
+	t.Parallel()
 	h := newHost(t)
 	source := h.primary("data-source")
 	h.init(source.Port)

@@ -378,6 +378,11 @@ type FailoverRecord struct {
 	// it stays fenced.
 	// +optional
 	FenceLifted *metav1.Time `json:"fenceLifted,omitempty"`
+	// SelfFenced is when the operator first saw the old primary, which
+	// the failover's fence had not reached, fenced by its own agent: it
+	// ran as a primary while its pod named the new one.
+	// +optional
+	SelfFenced *metav1.Time `json:"selfFenced,omitempty"`
 	// Rejoined is when the old primary was first seen streaming as a
 	// standby of the new one.
 	// +optional

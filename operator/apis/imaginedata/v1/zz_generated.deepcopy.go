@@ -517,6 +517,10 @@ func (in *FailoverRecord) DeepCopyInto(out *FailoverRecord) {
 		in, out := &in.FenceLifted, &out.FenceLifted
 		*out = (*in).DeepCopy()
 	}
+	if in.SelfFenced != nil {
+		in, out := &in.SelfFenced, &out.SelfFenced
+		*out = (*in).DeepCopy()
+	}
 	if in.Rejoined != nil {
 		in, out := &in.Rejoined, &out.Rejoined
 		*out = (*in).DeepCopy()

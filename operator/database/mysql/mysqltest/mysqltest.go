@@ -9,7 +9,6 @@ package mysqltest
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/deckhand-dev/deckhand/internal/freeport"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
@@ -88,13 +88,12 @@ func WriteScripts(t testing.TB, u *User, dir string, scripts map[string]string) 
 	}
 }
 
-// FreePort is a TCP port on 127.0.0.1 nobody listens on.
+// FreePort is a TCP port on 127.0.0.1 nobody listens on, the test's
+// until it ends: no other test, in this process or another, is given it
+// meanwhile (see internal/freeport).
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return freeport.String(t)
 }
 
 // Env is the container's environment as the kubelet would set it for the

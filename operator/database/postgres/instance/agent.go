@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,7 +65,10 @@ type Config struct {
 	ScriptsDir string
 
 	StatusTimeout, PromoteTimeout, StopTimeout time.Duration
-	Log                                        *slog.Logger
+	// GuardInterval is how often the agent checks that its server is not
+	// a primary its pod no longer names (selffence.go; 0: the default).
+	GuardInterval time.Duration
+	Log           *slog.Logger
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
 }
@@ -97,6 +101,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.GuardInterval == 0 {
+		cfg.GuardInterval = DefaultGuardInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -146,7 +153,8 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
-// Serve answers on l with TLS config tlsConfig until ctx ends.
+// Serve answers on l with TLS config tlsConfig until ctx ends, and guards
+// the server's role meanwhile (GuardRole).
 func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
 	srv := &http.Server{
 		Handler:           a.Handler(),
@@ -158,6 +166,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelWarn),
 	}
+	go a.GuardRole(ctx)
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -176,9 +185,29 @@ func (a *Agent) Status(ctx context.Context) Status {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatusTimeout)
 	defer cancel()
 	st := a.statusWithin(ctx)
-	st.Fenced = a.fenced()
+	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
+	st.DataDirectoryError = a.dataDirectoryError()
 	return st
+}
+
+// dataDirectoryError says why PGDATA cannot be read ("": it can, or it
+// does not exist).
+func (a *Agent) dataDirectoryError() string {
+	dir, err := os.Open(a.cfg.DataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err == nil {
+		defer dir.Close()
+		if _, err = dir.Readdirnames(1); errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return "cannot read the data directory: " + err.Error()
+	}
+	return ""
 }
 
 // statusWithin returns when the query does or when ctx ends, whichever is
@@ -252,6 +281,12 @@ func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, ActionResult{Error: "the instance is already a primary: nothing to promote", Status: before})
 		return
 	}
+	// Before the promotion: the primary the pod names now, which its own
+	// guard (selffence.go) must not take for a newer name.
+	if err := a.notePromotion(); err != nil {
+		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: "recording the promotion beside the data directory: " + err.Error(), Status: before})
+		return
+	}
 	a.cfg.Log.Info("promoting the standby", "pod", a.cfg.Pod, "replayLSN", before.ReplayLSN.String(), "timeline", before.Timeline, "slots", req.Slots)
 	// pg_promote(wait) returns once the server accepts writes, or false
 	// after wait_seconds; a second call while a promotion is under way
@@ -284,24 +319,37 @@ func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ActionResult{Done: "promoted", Status: after})
 }
 
-// serveFence fences the instance: the marker first (a restart of the
-// container must not bring the server back), then a fast shutdown (every
-// session ended, its transaction rolled back, no new connection taken,
-// a shutdown checkpoint), waited for within the stop bound; past it, an
-// immediate shutdown. A fenced, stopped server answers 200 again.
+// serveFence fences the instance at the operator's request (fence).
 func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 	a.actions.Lock()
 	defer a.actions.Unlock()
-	if err := a.writeFenceMarker(); err != nil {
-		writeJSON(w, http.StatusInternalServerError, ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(r.Context())})
+	res := a.fence(r.Context(), "fenced by the deckhand operator")
+	if res.Error != "" {
+		a.cfg.Log.Error("fence failed", "pod", a.cfg.Pod, "error", res.Error)
+		writeJSON(w, http.StatusInternalServerError, res)
 		return
+	}
+	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
+	writeJSON(w, http.StatusOK, res)
+}
+
+// fence fences the instance: the marker first (a restart of the
+// container must not bring the server back; why says who fenced it),
+// then a fast shutdown (every session ended, its transaction rolled
+// back, no new connection taken, a shutdown checkpoint), waited for
+// within the stop bound; past it, an immediate shutdown. A fenced,
+// stopped server is fenced again without a change. The caller holds
+// a.actions.
+func (a *Agent) fence(ctx context.Context, why string) ActionResult {
+	if err := a.writeFenceMarker(why); err != nil {
+		return ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(ctx)}
 	}
 	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true}
 	if res.WasRunning {
-		a.cfg.Log.Info("fencing: stopping the server (fast shutdown)", "pod", a.cfg.Pod)
-		res.CleanShutdown = a.stop(r.Context())
+		a.cfg.Log.Info("fencing: stopping the server (fast shutdown)", "pod", a.cfg.Pod, "why", why)
+		res.CleanShutdown = a.stop(ctx)
 	}
-	res.Status = a.Status(r.Context())
+	res.Status = a.Status(ctx)
 	switch {
 	case a.postmasterRunning():
 		res.Done, res.Error = "", "the server did not stop"
@@ -312,15 +360,9 @@ func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 		res.Done, res.Error = "", "the server still answers on its socket but the agent sees no postmaster in "+a.cfg.DataDir+": it cannot stop it (is the process namespace shared, and is PGDATA the server's?)"
 	}
 	if res.Error == "" {
-		res.FinalLSN = a.shutdownCheckpoint(r.Context())
+		res.FinalLSN = a.shutdownCheckpoint(ctx)
 	}
-	if res.Error != "" {
-		a.cfg.Log.Error("fence failed", "pod", a.cfg.Pod, "error", res.Error)
-		writeJSON(w, http.StatusInternalServerError, res)
-		return
-	}
-	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
-	writeJSON(w, http.StatusOK, res)
+	return res
 }
 
 // serveUnfence removes the marker; it does not start the server (its
@@ -381,20 +423,39 @@ func (a *Agent) markerPath() string {
 }
 
 func (a *Agent) fenced() bool {
-	_, err := os.Stat(a.markerPath())
-	return err == nil
+	fenced, _ := a.fenceState()
+	return fenced
+}
+
+// fenceState: the marker is there, and it says the agent fenced its own
+// server (selfFence), not the operator.
+func (a *Agent) fenceState() (fenced, self bool) {
+	b, err := os.ReadFile(a.markerPath())
+	if err != nil {
+		// A marker that cannot be read is still a fence.
+		_, statErr := os.Stat(a.markerPath())
+		return statErr == nil, false
+	}
+	return true, bytes.HasPrefix(b, []byte(selfFenceReason))
 }
 
 // writeFenceMarker writes the marker durably (synced, renamed into
-// place, the directory synced) before anything is stopped.
-func (a *Agent) writeFenceMarker() error {
-	path := a.markerPath()
+// place, the directory synced) before anything is stopped; its line says
+// why and when.
+func (a *Agent) writeFenceMarker(why string) error {
+	return a.writeFileDurably(a.markerPath(), fmt.Sprintf("%s at %s\n", why, a.cfg.Now().UTC().Format(time.RFC3339)))
+}
+
+// writeFileDurably writes content to path through a file beside it,
+// synced and renamed into place, the directory synced: what it says
+// outlives a crash of the pod.
+func (a *Agent) writeFileDurably(path, content string) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(f, "fenced by the deckhand operator at %s\n", a.cfg.Now().UTC().Format(time.RFC3339))
+	_, err = io.WriteString(f, content)
 	if err == nil {
 		err = f.Sync()
 	}

@@ -47,12 +47,22 @@ type Status struct {
 	// Fenced: the fence marker is in place (POST /fence): the server is
 	// stopped and must not be started until the operator lifts it.
 	Fenced bool `json:"fenced"`
+	// SelfFenced: the agent fenced its own server (selffence.go): it ran
+	// as a primary while its pod named another pod the primary.
+	SelfFenced bool `json:"selfFenced,omitempty"`
 	// NamedPrimary is the primary the pod's scripts ConfigMap names now,
 	// as its server's entrypoint reads it at its next start (the kubelet
 	// refreshes a mounted ConfigMap at its own pace); "" when the agent
 	// has no scripts mounted. The operator lifts an old primary's fence
 	// only once it names another pod (rejoin.go).
 	NamedPrimary string `json:"namedPrimary,omitempty"`
+	// DataDirectoryError says why the data directory cannot be read (a
+	// failed disk, a mode changed by hand); "" when it can, or does not
+	// exist yet (an empty volume, cloned at the start). The operator
+	// keeps an old primary fenced while it is set: lifted, its
+	// entrypoint would only fail, over and over, and the kubelet's
+	// back-off between restarts grows to five minutes.
+	DataDirectoryError string `json:"dataDirectoryError,omitempty"`
 	// SynchronousStandbyNames is the server's synchronous_standby_names
 	// ("": asynchronous).
 	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`

@@ -7,7 +7,6 @@ package pgtest
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -23,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/deckhand-dev/deckhand/internal/freeport"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
@@ -101,13 +101,12 @@ func (u *User) Command(env map[string]string, argv []string) *exec.Cmd {
 	return cmd
 }
 
-// FreePort is a TCP port of 127.0.0.1 that nothing listens on.
+// FreePort is a TCP port of 127.0.0.1 that nothing listens on, the
+// test's until it ends: no other test, in this process or another, is
+// given it meanwhile (see internal/freeport).
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return freeport.String(t)
 }
 
 // ContainerEnv is the container's environment as the kubelet would set it

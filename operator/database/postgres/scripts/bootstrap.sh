@@ -285,6 +285,14 @@ role=standby
 log "the operator names $named_primary the primary: starting as the $role"
 if [ -d "$PGDATA" ]; then
 	check_data_owner "$PGDATA"
+	# A directory that cannot be read (a failed disk, a mode changed by
+	# hand) is not an empty one: nothing is initialised or cloned beside
+	# it (a clone moved into place once it is readable again would have
+	# left the old directory to start as it was, a primary's as a second
+	# primary). The container fails and is restarted until it can be read.
+	if [ ! -r "$PGDATA" ] || [ ! -x "$PGDATA" ]; then
+		fail "cannot read the data directory $PGDATA (mode $(stat -c %A "$PGDATA")): not starting, and not initialising or cloning over it; it starts once it can be read again"
+	fi
 fi
 # Each standby streams through a physical replication slot of its own on
 # the primary, named after its ordinal.
@@ -340,7 +348,11 @@ else
 		log "empty volume on standby $POD_NAME: cloning the primary into $PGDATA"
 		clone_primary "$staging"
 	fi
-	rmdir "$PGDATA" 2>/dev/null || true
+	# Into place only where nothing is: mv onto a directory would move
+	# the new one inside it and leave the old one to start.
+	if [ -e "$PGDATA" ] && ! rmdir "$PGDATA" 2>/dev/null; then
+		fail "$PGDATA is no longer empty (something wrote it while $staging was made): not moving $staging over it"
+	fi
 	mv "$staging" "$PGDATA"
 fi
 

@@ -9,7 +9,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/internal/freeport"
 )
 
 //go:embed java/*.java
@@ -206,13 +207,12 @@ func Nobody(t testing.TB) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
-// FreePort is a TCP port nothing listens on right now.
+// FreePort is a TCP port of 127.0.0.1 nothing listens on, the test's
+// until it ends: no other test, in this process or another, is given it
+// meanwhile (see internal/freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freeport.Get(t)
 }
 
 // SafeBuffer is a bytes.Buffer safe for a process writing while a test reads.
