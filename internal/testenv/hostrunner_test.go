@@ -33,24 +33,7 @@ func TestTheHostRunnerRunsAJobsPodAndWritesItsEndBack(t *testing.T) {
 	c := testenv.Client(t)
 	ctx := context.Background()
 	ns := testenv.Namespace(t, c)
-	root, err := os.MkdirTemp("", "deckhand-runner-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	runner := testenv.NewHostRunner(t, c, ns, root, testenv.HostOptions{
-		Command: func(env map[string]string, argv []string) *exec.Cmd {
-			cmd := exec.Command(argv[0], argv[1:]...)
-			for k, v := range env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			return cmd
-		},
-		Dir: func(parts ...string) string {
-			dir := filepath.Join(parts...)
-			require.NoError(t, os.MkdirAll(dir, 0o755))
-			return dir
-		},
-		Path: "/usr/bin:/bin",
-	})
+	runner, _ := plainHostRunner(t, c, ns)
 	runner.Serve("db-rw", "127.0.0.1:15432")
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, StringData: map[string]string{"greeting": "hello"}}))
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns}, Data: map[string]string{"who": "world", "file": "from a file"}}))
@@ -128,24 +111,7 @@ func TestTheHostRunnerStopsTheCommandOfAPodThatIsGone(t *testing.T) {
 	c := testenv.Client(t)
 	ctx := context.Background()
 	ns := testenv.Namespace(t, c)
-	root, err := os.MkdirTemp("", "deckhand-runner-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	runner := testenv.NewHostRunner(t, c, ns, root, testenv.HostOptions{
-		Command: func(env map[string]string, argv []string) *exec.Cmd {
-			cmd := exec.Command(argv[0], argv[1:]...)
-			for k, v := range env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			return cmd
-		},
-		Dir: func(parts ...string) string {
-			dir := filepath.Join(parts...)
-			require.NoError(t, os.MkdirAll(dir, 0o755))
-			return dir
-		},
-		Path: "/usr/bin:/bin",
-	})
+	runner, root := plainHostRunner(t, c, ns)
 	pidFile := filepath.Join(root, "pid")
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "long", Namespace: ns},
@@ -174,4 +140,27 @@ func TestTheHostRunnerStopsTheCommandOfAPodThatIsGone(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return syscall.Kill(pid, 0) == syscall.ESRCH
 	}, time.Minute, 100*time.Millisecond, "the command of the gone pod still runs")
+}
+
+// plainHostRunner runs ns's pods that select it as the test's own user,
+// with only the environment the pod gives, under a temporary root.
+func plainHostRunner(t *testing.T, c client.Client, ns string) (*testenv.HostRunner, string) {
+	root, err := os.MkdirTemp("", "deckhand-runner-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	return testenv.NewHostRunner(t, c, ns, root, testenv.HostOptions{
+		Command: func(env map[string]string, argv []string) *exec.Cmd {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+			return cmd
+		},
+		Dir: func(parts ...string) string {
+			dir := filepath.Join(parts...)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			return dir
+		},
+		Path: "/usr/bin:/bin",
+	}), root
 }
