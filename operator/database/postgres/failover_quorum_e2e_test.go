@@ -78,6 +78,9 @@ func TestARestartedOperatorRefusesAFailoverThatCouldLoseASynchronousCommit(t *te
 	assert.Equal(t, int32(1), rec.SynchronousQuorum)
 	assert.Contains(t, rec.Reason, "forced")
 	assert.Equal(t, "fo-1", got.Status.CurrentPrimary)
+	// The record completes before the role label moves (as in the
+	// synchronous failover test): writes resume once fo-rw routes to fo-1.
+	f.waitReadWriteRoutesTo("fo-1")
 	require.NoError(t, f.commitThroughReadWrite(3, time.Minute), "fo-1 takes writes")
 
 	// A force asked while the primary is healthy is dropped: left in
