@@ -19,6 +19,11 @@ import (
 // (default 10, as issue 25 asks).
 const RunsEnv = "DECKHAND_FAILOVER_RUNS"
 
+// SyncEnv, when set to k > 0, runs BenchmarkFailover with synchronous
+// replication (spec.replication.synchronous.minStandbys k), whose target
+// is no acknowledged write lost.
+const SyncEnv = "DECKHAND_FAILOVER_SYNC"
+
 // BenchmarkFailover measures the write outage through <name>-rw, as a
 // client that reconnects for every write sees it (from its first failed
 // write to its first acknowledged write after it), for each fault
@@ -64,7 +69,18 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
-	f := startFailoverCluster(ctx, b, 3, 0)
+	var minStandbys int32
+	if s := os.Getenv(SyncEnv); s != "" {
+		k, err := strconv.Atoi(s)
+		require.NoError(b, err, "%s=%q", SyncEnv, s)
+		minStandbys = int32(k)
+	}
+	f := startFailoverCluster(ctx, b, 3, 0, func(db *dbv1.Database) {
+		if minStandbys > 0 {
+			db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: minStandbys}}
+		}
+	})
+	logf(b, "failover bench: 3 replicas, synchronous minStandbys %d (0: asynchronous)", minStandbys)
 	w := f.startWriter("writer")
 	w.waitAcks(20)
 	floor := medianAckInterval(w.log())

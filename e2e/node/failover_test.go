@@ -48,7 +48,7 @@ type failoverCluster struct {
 // startFailoverCluster makes a PostgreSQL Database with failover on
 // (primaryGoneAfter its default unless gone is set) and waits for it to be
 // Ready with every pod running the agent.
-func startFailoverCluster(ctx context.Context, t testing.TB, replicas int32, gone time.Duration) *failoverCluster {
+func startFailoverCluster(ctx context.Context, t testing.TB, replicas int32, gone time.Duration, change ...func(*dbv1.Database)) *failoverCluster {
 	t.Helper()
 	cfg, cs := clientFor(t)
 	operatorDeployment(ctx, t, cs)
@@ -62,6 +62,9 @@ func startFailoverCluster(ctx context.Context, t testing.TB, replicas int32, gon
 		ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: f.ns},
 		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "64Mi", Image: imageRef(t, "postgres"),
 			Replicas: replicas, Failover: spec},
+	}
+	for _, c := range change {
+		c(db)
 	}
 	require.NoError(t, f.c.Create(ctx, db))
 	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
