@@ -60,6 +60,8 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 // test:
 //
 //	DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=Failover
+//
+// DECKHAND_FAILOVER_SYNC=1 runs it with synchronous replication.
 func BenchmarkFailover(b *testing.B) {
 	runs := 10
 	if s := os.Getenv(RunsEnv); s != "" {
