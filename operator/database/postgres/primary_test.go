@@ -261,3 +261,25 @@ func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *tes
 	assert.Equal(t, "t", inRecovery(h, env["PGPORT"]))
 	waitForRow(t, h, env["PGPORT"], "2")
 }
+
+// TestASynchronousPrimaryStartsAgainAfterACrash: a primary whose
+// synchronous_standby_names is set (spec.replication.synchronous, through
+// ALTER SYSTEM) crashes and its container starts again before any standby
+// has reconnected. bootstrap.sh's single-user step (the replication role)
+// must not wait for a synchronous standby that cannot connect to a
+// single-user server: on the real node it waited for good, and the old
+// primary never came back.
+func TestASynchronousPrimaryStartsAgainAfterACrash(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	primary := h.primary("data-0")
+	h.init(primary.Port)
+	h.sql(primary.Port, "postgres", `ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 ("name-of-database-1")'`)
+	h.sql(primary.Port, "postgres", "SELECT pg_reload_conf()")
+	kill(t, primary)
+
+	again := h.primary("data-0")
+	assert.Contains(t, again.Log.String(), "replication role")
+	assert.Equal(t, "f", inRecovery(h, again.Port))
+	assert.Equal(t, `ANY 1 ("name-of-database-1")`, h.sql(again.Port, "postgres", "SHOW synchronous_standby_names"), "the setting is kept")
+}

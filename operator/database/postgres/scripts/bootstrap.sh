@@ -160,6 +160,9 @@ sql_literal() {
 # which a base backup, already the role's right, copies whole). Runs the
 # server in single-user mode with the statements on stdin (never on a
 # command line); statements are never logged, not even with an error.
+# synchronous_commit=local: with synchronous_standby_names set (synchronous
+# replication), a commit in single-user mode waits for a standby that can
+# never connect to it, for good; what it commits is the server's own.
 ensure_replication_role() {
 	out=$(mktemp)
 	errors=$(mktemp)
@@ -174,6 +177,7 @@ ensure_replication_role() {
 	} | postgres --single -D "$1" \
 		-c log_statement=none -c log_min_error_statement=panic \
 		-c password_encryption=scram-sha-256 -c standard_conforming_strings=on \
+		-c synchronous_commit=local \
 		postgres >"$out" 2>"$errors" || true
 	cat "$errors" >&2
 	if grep -q -E '(^| )(ERROR|FATAL|PANIC): ' "$errors" ||
