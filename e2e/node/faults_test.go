@@ -138,8 +138,8 @@ func (f *failoverCluster) checkOneFailover(since time.Time, from string, underwa
 // The operator killed in the middle of a failover (SIGKILL to its
 // container from the node, with the record saved in phase Fencing and
 // the fence under way): the kubelet restarts it, the new process takes
-// the leader Lease once the old one's expires, reads the record and
-// resumes it. Exactly one standby is promoted, -rw takes writes again, no
+// the leader Lease back at once (held under the pod's name), reads the
+// record and resumes it. Exactly one standby is promoted, -rw takes writes again, no
 // two servers accepted writes at any moment the agents were asked, and no
 // write acknowledged more than a second before the primary hung is lost.
 func TestRealNodeResumesAFailoverWhenTheOperatorIsKilled(t *testing.T) {

@@ -58,7 +58,8 @@ func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
 			return false, nil
 		}
 		for _, l := range leases.Items {
-			if l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, pod.Name+"_") {
+			// Held by the pod's name (POD_NAME): a restarted container takes it back at once.
+			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == pod.Name {
 				return true, nil
 			}
 		}

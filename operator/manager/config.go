@@ -21,20 +21,25 @@ import (
 // flag name, which is also its key in the config file; DECKHAND_<KEY> with
 // dashes as underscores is its environment variable.
 type Config struct {
-	Kubeconfig              string        `mapstructure:"kubeconfig"`
-	Controllers             []string      `mapstructure:"controllers"`
-	WatchNamespaces         []string      `mapstructure:"watch-namespaces"`
-	LeaderElect             bool          `mapstructure:"leader-elect"`
-	LeaderElectionNamespace string        `mapstructure:"leader-election-namespace"`
-	LeaderElectionID        string        `mapstructure:"leader-election-id"`
-	MetricsBindAddress      string        `mapstructure:"metrics-bind-address"`
-	HealthProbeBindAddress  string        `mapstructure:"health-probe-bind-address"`
-	PprofBindAddress        string        `mapstructure:"pprof-bind-address"`
-	LogLevel                string        `mapstructure:"log-level"`
-	LogFormat               string        `mapstructure:"log-format"`
-	KubeAPIQPS              float32       `mapstructure:"kube-api-qps"`
-	KubeAPIBurst            int           `mapstructure:"kube-api-burst"`
-	GracefulShutdownTimeout time.Duration `mapstructure:"graceful-shutdown-timeout"`
+	Kubeconfig              string   `mapstructure:"kubeconfig"`
+	Controllers             []string `mapstructure:"controllers"`
+	WatchNamespaces         []string `mapstructure:"watch-namespaces"`
+	LeaderElect             bool     `mapstructure:"leader-elect"`
+	LeaderElectionNamespace string   `mapstructure:"leader-election-namespace"`
+	LeaderElectionID        string   `mapstructure:"leader-election-id"`
+	// The leader elector's times (zero: controller-runtime's defaults, as
+	// the flags'); checkLeaderElectionTimes says what they must satisfy.
+	LeaderElectionLeaseDuration time.Duration `mapstructure:"leader-election-lease-duration"`
+	LeaderElectionRenewDeadline time.Duration `mapstructure:"leader-election-renew-deadline"`
+	LeaderElectionRetryPeriod   time.Duration `mapstructure:"leader-election-retry-period"`
+	MetricsBindAddress          string        `mapstructure:"metrics-bind-address"`
+	HealthProbeBindAddress      string        `mapstructure:"health-probe-bind-address"`
+	PprofBindAddress            string        `mapstructure:"pprof-bind-address"`
+	LogLevel                    string        `mapstructure:"log-level"`
+	LogFormat                   string        `mapstructure:"log-format"`
+	KubeAPIQPS                  float32       `mapstructure:"kube-api-qps"`
+	KubeAPIBurst                int           `mapstructure:"kube-api-burst"`
+	GracefulShutdownTimeout     time.Duration `mapstructure:"graceful-shutdown-timeout"`
 
 	// Settings holds every option by flag name, the controllers' own
 	// included; each controller reads its settings from it. Nil means the
@@ -62,6 +67,9 @@ func Flags() *pflag.FlagSet {
 	fs.Bool("leader-elect", false, "elect a leader with a Lease so only one replica reconciles")
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
+	fs.Duration("leader-election-lease-duration", DefaultLeaseDuration, "how long a leader's Lease holds after its last renewal: another operator pod takes over that long after the leader dies without releasing it (a restart in the same pod takes it back at once); whole seconds")
+	fs.Duration("leader-election-renew-deadline", DefaultRenewDeadline, "how long the leader keeps failing to renew its Lease before it stops leading and exits; shorter than leader-election-lease-duration")
+	fs.Duration("leader-election-retry-period", DefaultRetryPeriod, "how often the leader renews its Lease, and how often the others try to take it; under leader-election-renew-deadline / 1.2")
 	fs.String("metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" turns it off`)
 	fs.String("health-probe-bind-address", ":8081", "address serving /healthz and /readyz")
 	fs.String("pprof-bind-address", "0", `address serving Go's /debug/pprof profiles, for finding where memory or CPU goes; "0" (the default) turns it off. It has no authentication: bind it to 127.0.0.1 and port-forward`)
@@ -181,6 +189,10 @@ func (c Config) validate() error {
 	}
 	// Unknown controller names fail here, before any cluster is contacted.
 	if _, err := operator.Select(c.Controllers); err != nil {
+		errs = append(errs, err)
+	}
+	// As given: zero is not a default here (it is in a Config built in code).
+	if err := checkLeaderElectionTimes(c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod); err != nil {
 		errs = append(errs, err)
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {

@@ -90,6 +90,10 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 	if err != nil {
 		return nil, nil, err
 	}
+	lease, renew, retry := cfg.leaderElectionTimes()
+	if err := checkLeaderElectionTimes(lease, renew, retry); err != nil {
+		return nil, nil, err
+	}
 	opts := ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
@@ -99,6 +103,9 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 		LeaderElectionID:              cfg.LeaderElectionID,
 		LeaderElectionNamespace:       leNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
 		GracefulShutdownTimeout:       &cfg.GracefulShutdownTimeout,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: &cfg.ManyPerProcess},
 		MapperProvider:                newRememberingRESTMapper,
@@ -110,9 +117,27 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	var leaseEvents *laterRecorder
+	var identity string
+	if cfg.LeaderElect {
+		if identity, err = leaderIdentity(); err != nil {
+			return nil, nil, err
+		}
+		opts.LeaderElectionResourceLockInterface, leaseEvents, err = newLeaseLock(rc, leNamespace, cfg.LeaderElectionID, identity, renew)
+		if err != nil {
+			return nil, nil, fmt.Errorf("leader-election lock: %w", err)
+		}
+		ctrl.Log.WithName("setup").Info("leader election", "lease", leNamespace+"/"+cfg.LeaderElectionID, "identity", identity,
+			"leaseDuration", lease.String(), "renewDeadline", renew.String(), "retryPeriod", retry.String())
+	}
 	mgr, err := ctrl.NewManager(rc, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if leaseEvents != nil {
+		// The Events controller-runtime's own lock records ("<identity>
+		// became leader" on the Lease), through the manager's recorder.
+		leaseEvents.set(mgr.GetEventRecorderFor(identity)) //nolint:staticcheck // client-go's lock records core/v1 Events
 	}
 	if cfg.HealthProbeBindAddress != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
