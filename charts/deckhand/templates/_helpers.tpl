@@ -144,6 +144,9 @@ a YAML list with each rule once: several controllers need the same rule
 {{- $cfg := dict
   "leader-elect" .Values.leaderElection.enabled
   "leader-election-id" (printf "%s.deckhand.dev" (include "deckhand.fullname" .))
+  "leader-election-lease-duration" .Values.leaderElection.leaseDuration
+  "leader-election-renew-deadline" .Values.leaderElection.renewDeadline
+  "leader-election-retry-period" .Values.leaderElection.retryPeriod
   "metrics-bind-address" (ternary (printf ":%d" (int .Values.metrics.port)) "0" .Values.metrics.enabled)
   "health-probe-bind-address" (printf ":%d" (int .Values.healthProbe.port))
   "log-level" .Values.logLevel
@@ -173,6 +176,9 @@ watch-namespaces: watchNamespaces
 leader-elect: leaderElection.enabled
 leader-election-id: nothing (the chart names the Lease after the release)
 leader-election-namespace: nothing (the Lease is in the release namespace, where the chart grants access to it)
+leader-election-lease-duration: leaderElection.leaseDuration
+leader-election-renew-deadline: leaderElection.renewDeadline
+leader-election-retry-period: leaderElection.retryPeriod
 metrics-bind-address: metrics.port and metrics.enabled
 health-probe-bind-address: healthProbe.port
 log-level: logLevel
@@ -182,6 +188,18 @@ jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)
 config: nothing (the chart mounts the config file)
+{{- end }}
+
+{{/* A Go duration ("1m30s", "1500ms") in nanoseconds, as Go's
+time.ParseDuration reads it; values.schema.json has checked its form. */}}
+{{- define "deckhand.nanoseconds" -}}
+{{- $unit := dict "ns" 1 "us" 1000 "µs" 1000 "ms" 1000000 "s" 1000000000 "m" 60000000000 "h" 3600000000000 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" (toString .) -1 }}
+{{- $n := regexFind "^[0-9.]+" . }}
+{{- $total = addf $total (mulf $n (get $unit (trimPrefix $n .))) }}
+{{- end }}
+{{- round $total 0 | int64 }}
 {{- end }}
 
 {{/* Chart-level checks with messages a person can act on. */}}
@@ -206,6 +224,26 @@ config: nothing (the chart mounts the config file)
 {{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true, or the replicas would reconcile the same objects at once" }}
+{{- end }}
+{{- /* The leader elector's times, checked as the operator checks them
+(operator/manager/leaderelection.go) so that a bad one fails the install,
+not the operator's start. */}}
+{{- with .Values.leaderElection }}
+{{- $lease := include "deckhand.nanoseconds" .leaseDuration | int64 }}
+{{- $renew := include "deckhand.nanoseconds" .renewDeadline | int64 }}
+{{- $retry := include "deckhand.nanoseconds" .retryPeriod | int64 }}
+{{- if or (le $lease 0) (le $renew 0) (le $retry 0) }}
+{{- fail (printf "leaderElection: leaseDuration (%s), renewDeadline (%s) and retryPeriod (%s) must be positive" .leaseDuration .renewDeadline .retryPeriod) }}
+{{- end }}
+{{- if ne (mod $lease 1000000000) 0 }}
+{{- fail (printf "leaderElection.leaseDuration %s: must be whole seconds (the Lease stores leaseDurationSeconds)" .leaseDuration) }}
+{{- end }}
+{{- if le $lease $renew }}
+{{- fail (printf "leaderElection.leaseDuration %s must be longer than leaderElection.renewDeadline %s: a leader that cannot renew must stop before another may take over" .leaseDuration .renewDeadline) }}
+{{- end }}
+{{- if le $renew (mulf 1.2 $retry | floor | int64) }}
+{{- fail (printf "leaderElection.renewDeadline %s must be longer than 1.2 × leaderElection.retryPeriod %s (renewals come every retry period, 20%% later at most)" .renewDeadline .retryPeriod) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.rbac.namespaced (not .Values.watchNamespaces) }}
 {{- fail "rbac.namespaced=true needs watchNamespaces: the Roles are created in those namespaces" }}
