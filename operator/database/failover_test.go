@@ -158,10 +158,14 @@ func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing
 	assert.Equal(t, 1.0, gaugeValue(t, "deckhand_database_failover_pending", ns, "lone"), "the primary is gone and not replaced: the alert's gauge")
 	assertEvent(t, c, ns, "lone", corev1.EventTypeWarning, "FailoverBlocked")
 
+	// Asked until the agent answers: under load one request can outlast
+	// the client's timeout, which says nothing about the fence.
 	oc := operatorClient(t, c, ns, "lone", a)
-	st, err := oc.Status(context.Background(), hosts["lone-0"])
-	require.NoError(t, err)
-	assert.False(t, st.Fenced, "the primary was not fenced")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		st, err := oc.Status(context.Background(), hosts["lone-0"])
+		require.NoError(ct, err)
+		assert.False(ct, st.Fenced, "the primary was not fenced")
+	}, wait, 500*time.Millisecond)
 }
 
 // operatorClient is a client with the operator's certificate, as the

@@ -74,7 +74,7 @@ func finalBackupName(db *Cluster) string {
 // scheduledBackupName is the same for one schedule time, so a reconcile
 // that runs twice makes one backup.
 func scheduledBackupName(db *Cluster, at time.Time) string {
-	return fmt.Sprintf("%s-%s", db.Name, at.UTC().Format("20060102-1504"))
+	return ScheduledName(db.Name, at)
 }
 
 // ensureFinalizer is on every Database before the operator makes anything
@@ -441,6 +441,10 @@ func (r *Reconciler) schedule(ctx context.Context, db *Cluster, backups []*Backu
 		last = st.LastScheduleTime.Time
 	}
 	waiting := Unfinished(scheduledOf(db, backups))
+	if made := LastMade(last, db.Name, waiting); made.After(last) {
+		last = made
+		st.LastScheduleTime = &metav1.Time{Time: made}
+	}
 	if due, ok := lastDue(sched, loc, last, now); ok {
 		switch ActionForDue(waiting, scheduledBackupName(db, due)) {
 		case DueMissed:

@@ -64,6 +64,35 @@ func timesDue(s cron.Schedule, loc *time.Location, last, now time.Time) int64 {
 	return n
 }
 
+// scheduleTimeLayout is how a scheduled backup's name carries the
+// schedule time it was made for (UTC, to the minute, as cron's are).
+const scheduleTimeLayout = "20060102-1504"
+
+// ScheduledName is the name of the backup a schedule (prefix: the
+// Database or the MySQLBackupSchedule) makes for the time at: the same for
+// one time, so a pass that runs twice makes one backup.
+func ScheduledName(prefix string, at time.Time) string {
+	return prefix + "-" + at.UTC().Format(scheduleTimeLayout)
+}
+
+// LastMade is the schedule time missed times are counted from: last, the
+// one the status records, or the time of the unfinished scheduled backup
+// waiting when that is later. A waiting backup newer than the status says
+// was made by a pass whose status write was lost (or this read of the
+// status is older than the backup): its time was made, not missed, and
+// counting from last would report it missed too.
+func LastMade(last time.Time, prefix, waiting string) time.Time {
+	stamp, ok := strings.CutPrefix(waiting, prefix+"-")
+	if !ok {
+		return last
+	}
+	at, err := time.ParseInLocation(scheduleTimeLayout, stamp, time.UTC)
+	if err != nil || !at.After(last) {
+		return last
+	}
+	return at
+}
+
 // DueAction is what a due schedule time asks for.
 type DueAction int
 

@@ -117,3 +117,49 @@ func TestTheBackupOfThisTimeIsNotAMissedOne(t *testing.T) {
 	assert.Equal(t, now.Truncate(time.Hour), db.Status.Backup.LastScheduleTime.Time, "and it is recorded as done")
 	assert.Empty(t, rec.Events, "no BackupScheduleMissed")
 }
+
+// A pass that made a scheduled backup and lost its status write (or a
+// pass that read the Database before that write) leaves status.backup
+// lastScheduleTime before the backup's own time. When a later time comes
+// while that backup has not finished, only the later time is missed: the
+// backup's own time was made.
+func TestATimeWhoseBackupWaitsIsNotCountedMissedWhenTheStatusLostIt(t *testing.T) {
+	created := time.Date(2026, 11, 25, 1, 30, 0, 0, time.UTC)
+	made := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	now := time.Date(2026, 11, 25, 4, 5, 0, 0, time.UTC)
+	for name, last := range map[string]*metav1.Time{
+		"no time recorded yet":   nil,
+		"an older time recorded": {Time: time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := DatabaseKind.Clusters.View(&dbv1.Database{
+				ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: "ns", UID: "u1", CreationTimestamp: metav1.NewTime(created)},
+				Spec:       dbv1.DatabaseSpec{Backup: &dbv1.BackupSpec{Schedule: "@hourly"}},
+				Status:     dbv1.DatabaseStatus{Backup: &dbv1.BackupStatus{LastScheduleTime: last}},
+			})
+			waiting := DatabaseKind.Backups.View(&dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{
+				Name: scheduledBackupName(db, made), Namespace: "ns", CreationTimestamp: metav1.NewTime(made.Add(time.Minute)),
+				Labels: map[string]string{LabelBackupReason: reasonScheduled},
+			}})
+			rec := events.NewFakeRecorder(10)
+			r := &Reconciler{Kind: DatabaseKind, Recorder: rec, Now: func() time.Time { return now }}
+
+			_, err := r.schedule(context.Background(), db, []*Backup{waiting})
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), db.Status.Backup.MissedSchedules, "04:00 is missed; 03:00 has its backup")
+			assert.Equal(t, now.Truncate(time.Hour), db.Status.Backup.LastScheduleTime.Time)
+			require.Len(t, rec.Events, 1)
+			assert.Contains(t, <-rec.Events, "(1 schedule times missed so far)")
+		})
+	}
+}
+
+func TestLastMadeReadsTheWaitingBackupsTimeFromItsName(t *testing.T) {
+	last := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
+	assert.Equal(t, at, LastMade(last, "db", ScheduledName("db", at)), "a later waiting backup")
+	assert.Equal(t, last, LastMade(last, "db", ScheduledName("db", last.Add(-time.Hour))), "an earlier one changes nothing")
+	assert.Equal(t, last, LastMade(last, "db", ""), "none waiting")
+	assert.Equal(t, last, LastMade(last, "db", ScheduledName("other", at)), "another schedule's name")
+	assert.Equal(t, last, LastMade(last, "db", "db-by-hand"), "a name that carries no time")
+}

@@ -108,16 +108,20 @@ func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupS
 	if sched.Status.LastScheduleTime != nil {
 		last = sched.Status.LastScheduleTime.Time
 	}
-	due, isDue, times, next, err := database.NextBackup(sched.Spec.Time, last, now)
-	if err != nil {
-		s.notScheduled(sched, "InvalidSchedule", fmt.Sprintf("time %q is not a schedule: %v", sched.Spec.Time, err))
-		return ctrl.Result{}, nil
-	}
 	backups, err := s.instancesOf(ctx, sched)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	waiting := database.Unfinished(views(backups))
+	if made := database.LastMade(last, sched.Name, waiting); made.After(last) {
+		last = made
+		sched.Status.LastScheduleTime = &metav1.Time{Time: made}
+	}
+	due, isDue, times, next, err := database.NextBackup(sched.Spec.Time, last, now)
+	if err != nil {
+		s.notScheduled(sched, "InvalidSchedule", fmt.Sprintf("time %q is not a schedule: %v", sched.Spec.Time, err))
+		return ctrl.Result{}, nil
+	}
 	if isDue {
 		switch database.ActionForDue(waiting, instanceName(sched, due)) {
 		case database.DueMissed:
@@ -153,7 +157,7 @@ func (s *ScheduleReconciler) notScheduled(sched *grtlv1.MySQLBackupSchedule, rea
 // instanceName is the same for one schedule time, so a reconcile that runs
 // twice makes one backup.
 func instanceName(sched *grtlv1.MySQLBackupSchedule, at time.Time) string {
-	return fmt.Sprintf("%s-%s", sched.Name, at.UTC().Format("20060102-1504"))
+	return database.ScheduledName(sched.Name, at)
 }
 
 func (s *ScheduleReconciler) createInstance(ctx context.Context, sched *grtlv1.MySQLBackupSchedule, due time.Time) error {
