@@ -188,19 +188,35 @@ func imageRef(t testing.TB, name string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// readyNode waits for a Ready node (until ctx ends): a fault test before
+// this one may have stopped the kubelet or the API server, and the node
+// is Ready again only once its kubelet has posted its status since.
 func readyNode(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) corev1.Node {
 	t.Helper()
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
-	for _, n := range nodes.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return n
+	var last string
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			last = fmt.Sprintf("nodes: %d", len(nodes.Items))
+			for _, n := range nodes.Items {
+				for _, c := range n.Status.Conditions {
+					if c.Type == corev1.NodeReady {
+						if c.Status == corev1.ConditionTrue {
+							return n
+						}
+						last += fmt.Sprintf("; %s Ready=%s (%s: %s)", n.Name, c.Status, c.Reason, c.Message)
+					}
+				}
 			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "no Ready node", last)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	require.FailNow(t, "no Ready node", "nodes: %d", len(nodes.Items))
-	return corev1.Node{}
 }
 
 func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) string {
