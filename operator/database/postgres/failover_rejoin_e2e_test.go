@@ -42,8 +42,7 @@ func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T
 	// The pod still reads fo-0 as the primary: the fence stays.
 	marker := filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker)
 	oc := f.operatorClient()
-	st, err := oc.Status(context.Background(), instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
-	require.NoError(t, err)
+	st := statusOf(t, oc, instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
 	assert.Equal(t, "fo-0", st.NamedPrimary)
 	assert.True(t, st.Fenced)
 	var cur dbv1.Database

@@ -81,8 +81,7 @@ func TestAPrimaryKilledIsFailedOverOnceEvenAcrossAnOperatorRestart(t *testing.T)
 	// the last row is committed.
 	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (2)")
 	require.NoError(t, err, out)
-	st, err := ch.client.Status(ctx, hosts[pod0])
-	require.NoError(t, err)
+	st := statusOf(t, ch.client, hosts[pod0])
 	watched := failover.Observation{Pod: pod0, Status: &st, PodReady: true}
 	require.True(t, failover.PrimaryHealthy(watched), "%+v", st)
 	lastHealthy, fromLSN := time.Now(), st.CurrentLSN
@@ -138,8 +137,7 @@ func TestAPrimaryKilledIsFailedOverOnceEvenAcrossAnOperatorRestart(t *testing.T)
 	assert.Equal(t, []string{"PrimaryGone", "Fenced", "Promoting"}, store.events)
 	assert.Equal(t, []string{"FailedOver"}, next.events)
 
-	promoted, err := ch.client.Status(ctx, hosts[pod1])
-	require.NoError(t, err)
+	promoted := statusOf(t, ch.client, hosts[pod1])
 	assert.Equal(t, instance.RolePrimary, promoted.Role)
 	assert.Equal(t, int64(2), promoted.Timeline, "promoted once: one new timeline")
 	out, err = h.appSQL(standby.Port, "INSERT INTO rows VALUES (3)")
@@ -147,8 +145,7 @@ func TestAPrimaryKilledIsFailedOverOnceEvenAcrossAnOperatorRestart(t *testing.T)
 	out, err = h.appSQL(standby.Port, "SELECT string_agg(id::text, ',' ORDER BY id) FROM rows")
 	require.NoError(t, err, out)
 	assert.Equal(t, "1,2,3", out, "every committed row")
-	fenced, err := ch.client.Status(ctx, hosts[pod0])
-	require.NoError(t, err)
+	fenced := statusOf(t, ch.client, hosts[pod0])
 	assert.True(t, fenced.Fenced, "the old primary stays fenced")
 
 	// A completed record is done: running it again asks nothing.

@@ -187,8 +187,7 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	// The primary: its current position, bracketed by the server's own
 	// answers before and after (background writes may move it).
 	before := lsn(t, h, primary.Port, "pg_current_wal_lsn()")
-	st, err := ch.client.Status(ctx, primaryHost)
-	require.NoError(t, err)
+	st := statusOf(t, ch.client, primaryHost)
 	after := lsn(t, h, primary.Port, "pg_current_wal_lsn()")
 	assert.True(t, st.ServerUp, st.Error)
 	assert.Equal(t, instance.RolePrimary, st.Role)
@@ -204,8 +203,7 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	require.NoError(t, err, out)
 	waitForRow(t, h, standby.Port, "2")
 	before = lsn(t, h, standby.Port, "pg_last_wal_replay_lsn()")
-	st, err = ch.client.Status(ctx, standbyHost)
-	require.NoError(t, err)
+	st = statusOf(t, ch.client, standbyHost)
 	after = lsn(t, h, standby.Port, "pg_last_wal_replay_lsn()")
 	assert.Equal(t, instance.RoleStandby, st.Role)
 	assert.True(t, *st.InRecovery)

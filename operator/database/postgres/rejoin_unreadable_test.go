@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,14 +91,12 @@ func TestAnUnreadableDataDirectoryIsRefusedAndRejoinsOnceReadable(t *testing.T) 
 	// Its agent says so: the operator keeps its fence until it can be read.
 	ch := newChannel(t, h, h.cluster.Name+"-0")
 	agent := ch.startGuardedAgent(t, h, 0, "data-0")
-	st, err := ch.client.Status(context.Background(), agent)
-	require.NoError(t, err)
+	st := statusOf(t, ch.client, agent)
 	assert.Contains(t, st.DataDirectoryError, "cannot read the data directory")
 
 	// The disk is back: it rejoins as a standby of the new primary.
 	require.NoError(t, os.Chmod(pgdata, 0o700))
-	st, err = ch.client.Status(context.Background(), agent)
-	require.NoError(t, err)
+	st = statusOf(t, ch.client, agent)
 	assert.Empty(t, st.DataDirectoryError)
 	rejoined := h.server(h.scripts, 0, "data-0", primary.Port)
 	assert.Contains(t, rejoined.Log.String(), "it starts as a standby of name-of-database-1")

@@ -89,8 +89,7 @@ func TestAnOldPrimaryTheFenceDidNotReachFencesItselfOnceItsPodNamesAnother(t *te
 	assert.Regexp(t, `Database cluster state:\s+shut down\n`, string(control), "stopped cleanly: pg_rewind's precondition")
 
 	// The new primary, named now, is untouched and forgets its note.
-	st, err = ch.client.Status(ctx, newHost)
-	require.NoError(t, err)
+	st = statusOf(t, ch.client, newHost)
 	assert.True(t, st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced, "the new primary: %+v", st)
 	out, err = h.appSQL(standby.Port, "INSERT INTO rows VALUES (2)")
 	require.NoError(t, err, "the new primary takes writes: %s", out)
