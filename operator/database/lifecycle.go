@@ -446,13 +446,12 @@ func (r *Reconciler) schedule(ctx context.Context, db *Cluster, backups []*Backu
 		st.LastScheduleTime = &metav1.Time{Time: made}
 	}
 	if due, ok := lastDue(sched, loc, last, now); ok {
-		switch ActionForDue(waiting, scheduledBackupName(db, due)) {
-		case DueMissed:
+		// due is after the waiting backup's own time (LastMade), so a
+		// backup waiting stands for it.
+		if waiting != "" {
 			r.missSchedule(db, waiting, due, timesDue(sched, loc, last, now))
-		case DueCreate:
-			if err := r.createScheduledBackup(ctx, db, due); err != nil {
-				return 0, err
-			}
+		} else if err := r.createScheduledBackup(ctx, db, due); err != nil {
+			return 0, err
 		}
 		st.LastScheduleTime = &metav1.Time{Time: due}
 	}

@@ -80,7 +80,8 @@ func ScheduledName(prefix string, at time.Time) string {
 // waiting when that is later. A waiting backup newer than the status says
 // was made by a pass whose status write was lost (or this read of the
 // status is older than the backup): its time was made, not missed, and
-// counting from last would report it missed too.
+// counting from last would report it missed too, or take it for a time
+// still to make. Every due time is then after the waiting backup's.
 func LastMade(last time.Time, prefix, waiting string) time.Time {
 	stamp, ok := strings.CutPrefix(waiting, prefix+"-")
 	if !ok {
@@ -91,34 +92,6 @@ func LastMade(last time.Time, prefix, waiting string) time.Time {
 		return last
 	}
 	return at
-}
-
-// DueAction is what a due schedule time asks for.
-type DueAction int
-
-const (
-	// DueCreate: make the time's backup.
-	DueCreate DueAction = iota
-	// DueMissed: another scheduled backup is unfinished and stands for
-	// this time too; count the time as missed.
-	DueMissed
-	// DueMade: the unfinished backup is this time's own, made by a pass
-	// whose status write (the time recorded as done) was lost; only
-	// record the time.
-	DueMade
-)
-
-// ActionForDue decides a due time from the unfinished scheduled backup
-// (waiting, "" when none) and the name the time's own backup has.
-func ActionForDue(waiting, own string) DueAction {
-	switch waiting {
-	case "":
-		return DueCreate
-	case own:
-		return DueMade
-	default:
-		return DueMissed
-	}
 }
 
 // Unfinished names the first of backups that has neither completed nor

@@ -123,13 +123,12 @@ func (s *ScheduleReconciler) run(ctx context.Context, sched *grtlv1.MySQLBackupS
 		return ctrl.Result{}, nil
 	}
 	if isDue {
-		switch database.ActionForDue(waiting, instanceName(sched, due)) {
-		case database.DueMissed:
+		// due is after the waiting instance's own time (LastMade), so an
+		// instance waiting stands for it.
+		if waiting != "" {
 			s.missSchedule(sched, waiting, due, times)
-		case database.DueCreate:
-			if err := s.createInstance(ctx, sched, due); err != nil {
-				return ctrl.Result{}, err
-			}
+		} else if err := s.createInstance(ctx, sched, due); err != nil {
+			return ctrl.Result{}, err
 		}
 		sched.Status.LastScheduleTime = &metav1.Time{Time: due}
 	}
