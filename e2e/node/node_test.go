@@ -193,30 +193,31 @@ func imageRef(t testing.TB, name string) string {
 // is Ready again only once its kubelet has posted its status since.
 func readyNode(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) corev1.Node {
 	t.Helper()
+	var ready corev1.Node
 	var last string
-	for {
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			last = fmt.Sprintf("nodes: %d", len(nodes.Items))
-			for _, n := range nodes.Items {
-				for _, c := range n.Status.Conditions {
-					if c.Type == corev1.NodeReady {
-						if c.Status == corev1.ConditionTrue {
-							return n
-						}
-						last += fmt.Sprintf("; %s Ready=%s (%s: %s)", n.Name, c.Status, c.Reason, c.Message)
-					}
-				}
-			}
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			require.FailNow(t, "no Ready node", last)
-		case <-time.After(500 * time.Millisecond):
+		last = fmt.Sprintf("nodes: %d", len(nodes.Items))
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type != corev1.NodeReady {
+					continue
+				}
+				if c.Status == corev1.ConditionTrue {
+					ready = n
+					return true, nil
+				}
+				last += fmt.Sprintf("; %s Ready=%s (%s: %s)", n.Name, c.Status, c.Reason, c.Message)
+			}
 		}
-	}
+		return false, nil
+	})
+	require.NoError(t, err, "no Ready node: %s", last)
+	return ready
 }
 
 func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) string {

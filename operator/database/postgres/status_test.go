@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
@@ -17,13 +18,12 @@ import (
 // bound and of refused clients call the client directly.
 func statusOf(t testing.TB, c *instance.Client, host string) instance.Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := c.Status(context.Background(), host)
-		if err == nil {
-			return st
-		}
-		require.True(t, time.Now().Before(deadline), "the agent at %s never answered in 30 s: %v", host, err)
-		time.Sleep(200 * time.Millisecond)
-	}
+	var st instance.Status
+	var err error
+	poll := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		st, err = c.Status(ctx, host)
+		return err == nil, nil
+	})
+	require.NoError(t, poll, "the agent at %s never answered in 30 s: %v", host, err)
+	return st
 }
