@@ -405,6 +405,11 @@ func (r *PodReconciler) report(pod *corev1.Pod, e *banzaiv1alpha1.PrometheusJmxE
 	switch res.Result {
 	case jvm.Attached:
 		r.Recorder.Eventf(pod, e, corev1.EventTypeNormal, "Attached", "Attach", "JMX exporter agent loaded into JVM %d; metrics on port %d%s", res.JVM.PID, e.Spec.Port, e.Spec.Path)
+	case jvm.AlreadyAttached:
+		// The pod carries no record of it (an attach whose state write was
+		// lost, or an operator restarted mid-attach): it is attached all
+		// the same, and the user hears so once, as for any attach.
+		r.Recorder.Eventf(pod, e, corev1.EventTypeNormal, "Attached", "Attach", "JMX exporter agent already loaded in JVM %d (by an earlier attach); metrics on port %d%s", res.JVM.PID, e.Spec.Port, e.Spec.Path)
 	case jvm.Unknown:
 		r.Recorder.Eventf(pod, e, corev1.EventTypeWarning, "AttachOutcomeUnknown", "Attach", "%s; not retried (loading the agent twice would exit the JVM) until the container restarts", res.Message)
 	case jvm.Failed:

@@ -674,6 +674,20 @@ func TestPodReconcilerAttachesAJVMRestartedInsideTheSameContainer(t *testing.T) 
 	assert.Contains(t, f.drainEvents(), "Normal Attached JMX exporter agent loaded into JVM 77; metrics on port 9400/metrics")
 }
 
+// An agent loaded by an attach whose record on the pod was lost (its state
+// write failed, or the operator restarted mid-attach) is found by the next
+// attach: the pod is Attached and the user gets the Attached Event.
+func TestPodReconcilerReportsAnAgentAlreadyLoadedAsAttached(t *testing.T) {
+	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
+	f.box.attach = jvm.Result{Result: jvm.AlreadyAttached, Serving: true, JVM: &jvm.JVM{PID: 42}}
+	f.reconcile()
+	st := f.state()
+	assert.Equal(t, jvm.Attached, st.Result)
+	assert.Equal(t, 42, st.PID)
+	assert.Equal(t, "9400", f.pod().Annotations[AnnotationPort])
+	assert.Contains(t, f.drainEvents(), "Normal Attached JMX exporter agent already loaded in JVM 42 (by an earlier attach); metrics on port 9400/metrics")
+}
+
 // With a scrape conflict a resync writes nothing: the user's annotations
 // are not the operator's to compare.
 func TestPodReconcilerDoesNotRewriteAPodWithAScrapeConflict(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -32,8 +33,16 @@ const RetryStatusAfter = 5 * time.Second
 //   - The status write was refused by its optimistic lock (PatchLocked): a
 //     requeue after RetryConflictAfter and no error. The pass read a stale
 //     object; nothing is wrong, the next pass reads the newer one.
+//   - The pass failed only because its namespace is being deleted (the API
+//     server refuses new objects there): no error and no requeue. Nothing
+//     can be made there again; the object's own deletion, which the
+//     namespace's brings, is an event that starts its next pass. Retrying
+//     would only log an error every backoff step until then.
 func Outcome(ctx context.Context, result ctrl.Result, err, statusErr error) (ctrl.Result, error) {
 	switch {
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		ctrl.LoggerFrom(ctx).V(1).Info("nothing can be created: the namespace is being deleted; waiting for this object's deletion", "refused", err.Error())
+		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	case apierrors.IsConflict(statusErr):

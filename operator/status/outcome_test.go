@@ -3,11 +3,14 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -53,4 +56,26 @@ func TestOutcomeRequeuesSoonWhenTheLockedStatusWriteMetANewerObject(t *testing.T
 	res, err = Outcome(ctx, ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, conflict)
 	assert.NoError(t, err)
 	assert.Equal(t, 100*time.Millisecond, res.RequeueAfter, "a sooner planned pass is kept")
+}
+
+// What the API server answers when an object is created in a namespace
+// being deleted (the namespace lifecycle admission plugin).
+func namespaceTerminating() error {
+	err := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "db-superuser",
+		errors.New("unable to create new content in namespace ns because it is being terminated"))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: corev1.NamespaceTerminatingCause, Message: "ns", Field: "metadata.namespace"})
+	return err
+}
+
+func TestOutcomeWaitsQuietlyWhenTheNamespaceIsBeingDeleted(t *testing.T) {
+	ctx := context.Background()
+	wrapped := fmt.Errorf("creating Secret db-superuser: %w", namespaceTerminating())
+
+	res, err := Outcome(ctx, ctrl.Result{RequeueAfter: time.Minute}, wrapped, nil)
+	assert.NoError(t, err, "no error to retry with backoff: nothing can be created there again")
+	assert.Zero(t, res, "the object's deletion brings the next pass")
+
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "db-superuser", errors.New("RBAC: access denied"))
+	_, err = Outcome(ctx, ctrl.Result{}, forbidden, nil)
+	assert.Equal(t, forbidden, err, "any other refusal stays an error")
 }
