@@ -44,6 +44,27 @@ if [[ $node != 0 ]]; then
   mapfile -t e2e_pkgs < <(printf '%s\n' "${e2e_pkgs[@]}" | grep -v "^$module/e2e/node$")
 fi
 log=$(mktemp -d)
+# The real-server tests (initdb, dumps, restores, the upgrade Job's
+# servers) write their roots under TMPDIR: on a tmpfs, where the machine
+# has one, their fsyncs cost nothing and the postgres package used 153
+# CPU-s instead of 209 (docs/performance.md). The servers' own settings are
+# the shipped ones either way. One directory per run, removed at its end;
+# every test process of the run shares it, as internal/freeport's port
+# locks must. DECKHAND_TEST_TMPDIR names another place; empty keeps TMPDIR.
+scratch=
+if [[ -z ${DECKHAND_TEST_TMPDIR+set} && $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs && -w /dev/shm ]]; then
+  scratch=$(mktemp -d /dev/shm/deckhand-test-XXXXXX)
+elif [[ -n ${DECKHAND_TEST_TMPDIR:-} ]]; then
+  mkdir -p "$DECKHAND_TEST_TMPDIR"
+  scratch=$(mktemp -d "$DECKHAND_TEST_TMPDIR/deckhand-test-XXXXXX")
+fi
+if [[ -n $scratch ]]; then
+  # The servers run as their own users and must reach their directories.
+  chmod 1777 "$scratch"
+  # go test's work directory, with every package's test binary until it
+  # exits (gigabytes with -race), stays on disk.
+  export GOTMPDIR=${GOTMPDIR:-${TMPDIR:-/tmp}} TMPDIR=$scratch
+fi
 node_started=
 # node_down removes the real-node cluster if this run started it.
 node_down() {
@@ -59,7 +80,7 @@ node_down() {
 }
 # The node cluster goes whatever happened: a failed or interrupted run
 # must not leave a kubelet, containers or iptables rules behind.
-trap 'node_down || true; rm -rf "$log"' EXIT
+trap 'node_down || true; rm -rf "$log" ${scratch:+"$scratch"}' EXIT
 start=$(date +%s)
 common=(-count=1 -timeout 25m -parallel 6 ${GO_TEST_FLAGS:-})
 # The raced group's t.Parallel tests are the kwok Database and
