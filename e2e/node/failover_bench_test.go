@@ -40,10 +40,16 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     primary rejoins as a standby.
 //   - OperatorKilled: the primary hung (its server container frozen),
 //     and the operator's container SIGKILLed once the failover is
-//     recorded and fencing (faults_test.go), its pod deleted; the new
-//     pod's operator resumes it. The outage includes primaryGoneAfter,
-//     the new pod's start and its wait for the old leader Lease to
-//     expire.
+//     recorded and fencing (faults_test.go): a crash. The kubelet
+//     restarts it in the same pod, whose name is its leader identity, so
+//     it takes its Lease back at once and resumes the failover. After
+//     each run the operator's pod is replaced gracefully (it releases its
+//     Lease), so that every run's kill is its container's first: ten
+//     kills of one container would meet the kubelet's CrashLoopBackOff.
+//   - OperatorPodLost: the same, but the operator's pod is also deleted
+//     at once (grace 0), as when its node is lost: the new pod's process
+//     is another identity and waits for the killed one's Lease to expire
+//     (leaseDuration, 15 s by default) before it resumes.
 //   - KubeletStopped: the node's kubelet stopped for 30 s (three times
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).
@@ -106,12 +112,21 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	faults := []fault{
 		{"OperatorKilled", true, func() (time.Time, func()) {
+			var pod, id string
+			at, recover := hang(func() {
+				pod, id = f.operatorContainer()
+				f.ctr("tasks", "kill", "--signal", "SIGKILL", id)
+			})
+			return at, func() {
+				recover()
+				f.waitOperatorRestarted(pod, id)
+				f.replaceOperatorPod(pod)
+			}
+		}},
+		{"OperatorPodLost", true, func() (time.Time, func()) {
 			return hang(func() {
 				pod, id := f.operatorContainer()
 				f.ctr("tasks", "kill", "--signal", "SIGKILL", id)
-				// A new pod each run: the same container killed ten times
-				// in ten minutes would be held back by the kubelet's
-				// CrashLoopBackOff (10 s, doubling to 5 minutes).
 				zero := int64(0)
 				require.NoError(b, f.cs.CoreV1().Pods(operatorNamespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 			})

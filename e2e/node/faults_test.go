@@ -119,6 +119,28 @@ func (f *failoverCluster) waitOperatorRestarted(pod, killed string) {
 	require.NoError(f.t, err, "the operator's container was not restarted: %+v", st)
 }
 
+// replaceOperatorPod deletes the operator's pod gracefully (it releases
+// its leader Lease as it stops) and waits for the Deployment's next pod to
+// run ready.
+func (f *failoverCluster) replaceOperatorPod(pod string) {
+	f.t.Helper()
+	require.NoError(f.t, f.cs.CoreV1().Pods(operatorNamespace).Delete(f.ctx, pod, metav1.DeleteOptions{}))
+	d := operatorDeployment(f.ctx, f.t, f.cs)
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := f.cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.Name != pod && p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(f.t, err, "no new operator pod ready after %s was deleted", pod)
+}
+
 // checkOneFailover: exactly one failover began after `since`, completed,
 // its old primary `from` fenced, and it is the record first seen under
 // way (resumed, not begun again).
