@@ -77,7 +77,8 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 	assert.Equal(t, "true", app.Annotations["prometheus.io/scrape"])
 	assert.Equal(t, fmt.Sprint(jmxPort), app.Annotations["prometheus.io/port"])
 	assert.Equal(t, "Attached", podJMXState(t, app)["result"], "the pod's state annotation")
-	waitForEvent(ctx, t, "pod app", "Attached", func() string { return podEvents(ctx, t, cs, ns, "app") })
+	waitForEvent(ctx, t, "pod app", "Attached", func() string { return podEvents(ctx, t, cs, ns, "app") },
+		func() string { return operatorLogMatching(ctx, cs, `"name":"app","namespace":"`+ns+`"`, "vent") })
 
 	metricsAnswer(ctx, t, cfg, cs, from, app)
 	jvmLivesOn(ctx, t, cfg, cs, from, ns, "app", first, 0)
@@ -209,13 +210,18 @@ func watchJMX(ctx context.Context, t testing.TB, ns string, on bool) {
 // one with reason: the operator records an Event after the act a test
 // saw, and the recorder sends it on its own time, seconds later on a
 // loaded machine.
-func waitForEvent(ctx context.Context, t testing.TB, of, reason string, events func() string) {
+func waitForEvent(ctx context.Context, t testing.TB, of, reason string, events func() string, more ...func() string) {
 	t.Helper()
 	var got string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		got = events()
 		return strings.HasPrefix(got, reason+":") || strings.Contains(got, "\n"+reason+":"), nil
 	})
+	if err != nil {
+		for _, m := range more {
+			got += "\n" + m()
+		}
+	}
 	require.NoError(t, err, "no %s Event of %s; its Events:\n%s", reason, of, got)
 }
 
@@ -390,6 +396,32 @@ func previousLog(ctx context.Context, cs clientset, ns, name string) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// operatorLogMatching is the operator's log lines (its last 40) that hold
+// any of subs: what it did for one pod, and the Events it could not write,
+// which a tail of the whole log would have scrolled out.
+func operatorLogMatching(ctx context.Context, cs clientset, subs ...string) string {
+	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+	if err != nil || len(pods.Items) == 0 {
+		return fmt.Sprintf("no operator pod: %v", err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		b, err := cs.CoreV1().Pods(operatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			for _, sub := range subs {
+				if strings.Contains(l, sub) {
+					lines = append(lines, l)
+					break
+				}
+			}
+		}
+		lines = lines[max(0, len(lines)-40):]
+		out = append(out, fmt.Sprintf("operator %s log lines with %q (%v):\n%s", p.Name, subs, err, strings.Join(lines, "\n")))
+	}
+	return strings.Join(out, "\n")
 }
 
 // operatorLog is the tail of the operator's log, for failure messages.
