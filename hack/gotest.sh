@@ -51,12 +51,13 @@ log=$(mktemp -d)
 # the shipped ones either way. One directory per run, removed at its end;
 # every test process of the run shares it, as internal/freeport's port
 # locks must. DECKHAND_TEST_TMPDIR names another place; empty keeps TMPDIR.
+# Names stay short: servers' sockets live deep under it (107 bytes at most).
 scratch=
 if [[ -z ${DECKHAND_TEST_TMPDIR+set} && $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs && -w /dev/shm ]]; then
-  scratch=$(mktemp -d /dev/shm/deckhand-test-XXXXXX)
+  scratch=$(mktemp -d /dev/shm/dh-XXXXXX)
 elif [[ -n ${DECKHAND_TEST_TMPDIR:-} ]]; then
   mkdir -p "$DECKHAND_TEST_TMPDIR"
-  scratch=$(mktemp -d "$DECKHAND_TEST_TMPDIR/deckhand-test-XXXXXX")
+  scratch=$(mktemp -d "$DECKHAND_TEST_TMPDIR/dh-XXXXXX")
 fi
 if [[ -n $scratch ]]; then
   # The servers run as their own users and must reach their directories.

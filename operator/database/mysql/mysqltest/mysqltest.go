@@ -71,9 +71,11 @@ func Dir(t testing.TB, u *User, parts ...string) string {
 }
 
 // TempRoot is a temporary directory the user owns, removed after the test.
+// Its name is short: the scripts put the server's socket under it, deep in
+// a pod's volume directory, and a socket path is at most 107 bytes.
 func TempRoot(t testing.TB, u *User) string {
 	t.Helper()
-	root, err := os.MkdirTemp("", "deckhand-mysql-")
+	root, err := os.MkdirTemp("", "dh-mysql-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(root) })
 	return Dir(t, u, root)
