@@ -100,7 +100,7 @@ func startOperator(t *testing.T, ns string) *operatorUnderTest {
 		if err := tdset.Setup(mgr); err != nil {
 			return err
 		}
-		if err := database.Setup(mgr, database.Options{WatchNamespaces: []string{ns}}); err != nil {
+		if err := database.Setup(mgr, database.Options{WatchNamespaces: []string{ns}, InstanceDial: testenv.NoPodDial}); err != nil {
 			return err
 		}
 		if err := mysqlcluster.Setup(mgr, mysqlcluster.Options{WatchNamespaces: []string{ns}}); err != nil {

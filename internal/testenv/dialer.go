@@ -28,6 +28,12 @@ func (d *LocalDialer) Route(host, local string) {
 	d.addrs[host] = local
 }
 
+// NoPodDial is the dialler of an operator run on the kwok cluster by a
+// test that gives none: kwok's pod addresses are fake and must never be
+// connected to, so it routes nothing and every dial is refused, as an
+// unreachable pod's would be.
+var NoPodDial = (&LocalDialer{}).DialContext
+
 // DialContext dials the local address routed for addr's host.
 func (d *LocalDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)

@@ -78,7 +78,7 @@ func BenchmarkHundredDatabases(b *testing.B) {
 	ns := testenv.Namespace(b, c)
 	rc, writes := testenv.CountRequests(b, testenv.IsWrite)
 	testenv.StartController(b, rc, func(m ctrl.Manager) error {
-		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}})
+		return database.Setup(m, database.Options{WatchNamespaces: []string{ns}, InstanceDial: testenv.NoPodDial})
 	}, ns)
 	testenv.ReleaseNamespaceOnCleanup(b, ns, &dbv1.DatabaseList{}, &dbv1.DatabaseBackupList{})
 

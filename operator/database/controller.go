@@ -109,8 +109,9 @@ type Options struct {
 	OperatorImage string
 	// InstanceDial is a TEST-ONLY seam: the instance channel's client
 	// dials through it (tests point a pod's name at an agent on
-	// 127.0.0.1; kwok pods' addresses are fake). Nil: the pod's name is
-	// dialled.
+	// 127.0.0.1; kwok pods' addresses are fake, so the tests that run
+	// the operator on kwok refuse every dial unless they give one). Nil:
+	// the pod's address from the operator's cache (agentdial.go).
 	InstanceDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 

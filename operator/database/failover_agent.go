@@ -105,11 +105,11 @@ func (r *Reconciler) ensureInstanceSecrets(ctx context.Context, db *Cluster) (*i
 		if err != nil {
 			return nil, err
 		}
-		var opts []instance.ClientOption
-		if r.InstanceDial != nil {
-			opts = append(opts, instance.WithDialContext(r.InstanceDial))
+		dial := r.InstanceDial
+		if dial == nil {
+			dial = r.dialPod
 		}
-		ch.client = instance.NewClient(tlsConfig, instance.DefaultPort, opts...)
+		ch.client = instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(dial))
 	}
 	return ch.client, nil
 }

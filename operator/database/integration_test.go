@@ -71,6 +71,9 @@ func startOperatorAt(t *testing.T, ns string, now func() time.Time) {
 func startOperatorWith(t *testing.T, ns string, o database.Options) {
 	t.Helper()
 	o.WatchNamespaces = []string{ns}
+	if o.InstanceDial == nil {
+		o.InstanceDial = testenv.NoPodDial
+	}
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, database.Name), func(m ctrl.Manager) error {
 		return database.Setup(m, o)
 	}, ns)

@@ -312,7 +312,7 @@ func TestTheTwoControllersNeverSeeEachOthersObjects(t *testing.T) {
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, mysqlcluster.Name, database.Name), func(m ctrl.Manager) error {
-		if err := database.Setup(m, database.Options{WatchNamespaces: []string{ns}}); err != nil {
+		if err := database.Setup(m, database.Options{WatchNamespaces: []string{ns}, InstanceDial: testenv.NoPodDial}); err != nil {
 			return err
 		}
 		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}})

@@ -76,6 +76,9 @@ func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
 		e.opts = opts[0]
 	}
 	e.opts.WatchNamespaces = []string{ns}
+	if e.opts.InstanceDial == nil {
+		e.opts.InstanceDial = testenv.NoPodDial
+	}
 	e.startOperator()
 	return e
 }
