@@ -17,10 +17,9 @@ import (
 // DNS name: the client's URL keeps the name, only the TCP connection goes
 // to the address. A failover must reach the old primary's agent to fence
 // it exactly when a node's DNS is slowest: on a loaded node a fence failed
-// on "lookup ...: i/o timeout" while the restarted primary's agent was up,
-// and its server ran writable beside the promoted standby for 3 s until
-// its own guard fenced it. A name the cache does not know is dialled by
-// name. CloudNativePG's operator reaches its instance managers by pod IP
+// on "lookup ...: i/o timeout", the failover went on, and the restarted
+// old primary ran writable beside the promoted standby for 3 s until its
+// own guard fenced it. A name the cache does not know is dialled by name. CloudNativePG's operator reaches its instance managers by pod IP
 // too.
 func (r *Reconciler) dialPod(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: instance.StatusTimeout}
