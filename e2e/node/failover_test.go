@@ -634,13 +634,18 @@ func (f *failoverCluster) waitFollowing(pod, primary string) {
 
 // liftFence lifts the fence of the old primary through its agent, as a
 // person does today (docs/database.md), once its pod reads the new
-// primary's name: lifted before, it would start as a primary again.
+// primary's name: lifted before, it would start as a primary again. It
+// reads the name in the server container, which the kubelet may hold back
+// for up to 5 minutes (CrashLoopBackOff) when the same pod's server failed
+// to start again and again within 10 minutes: the benchmark's "cannot
+// come back" fault strikes each pod every third run, and its sixth run
+// waited past 3 minutes (2026-11-27).
 func (f *failoverCluster) liftFence(old, primary string) {
 	f.t.Helper()
 	pod, err := f.cs.CoreV1().Pods(f.ns).Get(f.ctx, old, metav1.GetOptions{})
 	require.NoError(f.t, err)
 	var named string
-	err = wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(f.ctx, time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
 		out, err := tryExecIn(ctx, f.cfg, f.cs, pod, serverContainer, "cat", "/deckhand/scripts/primary")
 		named = strings.TrimSpace(out)
 		return err == nil && named == primary, nil
