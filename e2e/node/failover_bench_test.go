@@ -199,7 +199,12 @@ func BenchmarkFailover(b *testing.B) {
 				}
 				// A failover's old primary stays fenced: it rejoins as a
 				// standby once the fence is lifted (as a person does).
-				for _, rec := range failoversSince(f.database().Status.Failovers, t0.Add(-time.Second)) {
+				recs := failoversSince(f.database().Status.Failovers, t0.Add(-time.Second))
+				for _, rec := range recs {
+					logf(b, "failover bench %s run %d: %s %s -> %s, %s, started %s, finished %v: %s; %s", fc.name, i+1,
+						rec.Kind, rec.From, rec.To, rec.Phase, rec.Started.Format(time.RFC3339), rec.Finished, rec.Reason, rec.FenceMessage)
+				}
+				for _, rec := range recs {
 					f.liftFence(rec.From, rec.To)
 				}
 				outages = append(outages, down)

@@ -171,10 +171,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return failoverRecheck, nil
 	}
 	if !failover.PrimaryGone(o, w.lastHealthy, w.since, now, primaryGoneAfter(db)) {
-		bound := primaryGoneAfter(db)
-		if failover.ServerBackAsPrimary(o) {
-			bound *= 2 // see ServerBackAsPrimary
-		}
+		bound := failover.GoneAfter(o, primaryGoneAfter(db))
 		r.setCondition(db, ConditionFailover, true, "PrimaryUnhealthy", fmt.Sprintf("primary %s is not healthy (%s); failed over if it stays so for %s", primary, whyUnhealthy(o, statusErr), bound))
 		return failoverRecheck, nil
 	}

@@ -60,17 +60,48 @@ func PrimaryGone(primary Observation, lastHealthy, since, now time.Time, after t
 	if PrimaryHealthy(primary) {
 		return false
 	}
-	if after == 0 {
-		after = DefaultPrimaryGoneAfter
-	}
-	if ServerBackAsPrimary(primary) {
-		after *= 2
-	}
+	after = GoneAfter(primary, after)
 	from := lastHealthy
 	if from.IsZero() || from.Before(since) {
 		from = since
 	}
 	return now.Sub(from) > after
+}
+
+// GoneAfter is how long primary may stay unhealthy before it is failed
+// over, given the bound after (DefaultPrimaryGoneAfter when 0): longer for
+// a server that is up as the primary and only its pod not ready.
+func GoneAfter(primary Observation, after time.Duration) time.Duration {
+	if after == 0 {
+		after = DefaultPrimaryGoneAfter
+	}
+	switch {
+	case AwaitingItsName(primary):
+		return max(2*after, NameWait)
+	case ServerBackAsPrimary(primary):
+		return 2 * after
+	}
+	return after
+}
+
+// NameWait is how long the primary may wait for its pod to name it (see
+// AwaitingItsName) before it is failed over anyway (its node's kubelet
+// may never refresh, cut off from the API server).
+const NameWait = 3 * time.Minute
+
+// AwaitingItsName: the primary is up, a primary, not fenced, its pod not
+// ready, and its pod still names another pod the primary. That is a
+// standby just promoted whose mounted scripts ConfigMap the kubelet has
+// not refreshed yet: its readiness probe passes only once the pod names
+// it. The refresh is quick when all is well, but after an API-server
+// outage the kubelet's watch backs off as kube-proxy's does (65 to 140 s
+// measured for kube-proxy), and any other standby promoted in its place
+// would wait for the same refresh: a second failover gains nothing and
+// costs another fence and outage. On the node, with the API server
+// stopped during a failover, the promoted pay-1 was failed over to pay-2
+// 20 s after its promotion, both at one WAL position (2026-11-27).
+func AwaitingItsName(o Observation) bool {
+	return ServerBackAsPrimary(o) && o.Status.NamedPrimary != "" && o.Status.NamedPrimary != o.Pod
 }
 
 // ServerBackAsPrimary: the primary's agent says its server is up, an

@@ -166,6 +166,18 @@ func TestPrimaryGone(t *testing.T) {
 	assert.False(t, failover.PrimaryGone(notReady, seen, start, seen.Add(bound+time.Millisecond), 0), "a server back as the primary: not past twice the bound")
 	assert.False(t, failover.PrimaryGone(notReady, seen, start, seen.Add(2*bound), 0))
 	assert.True(t, failover.PrimaryGone(notReady, seen, start, seen.Add(2*bound+time.Millisecond), 0), "one that never becomes ready is failed over")
+	// A standby just promoted, up as the primary, whose pod still names
+	// the old primary (the kubelet has not refreshed its mount): its
+	// readiness waits on that refresh, which any other standby would wait
+	// for too; it is failed over only after NameWait.
+	promoted := with(primary("db-1"), func(s *instance.Status) { s.NamedPrimary = "db-0" })
+	promoted.PodReady = false
+	assert.False(t, failover.PrimaryGone(promoted, seen, start, seen.Add(2*bound+time.Millisecond), 0), "waiting for its name: not past twice the bound")
+	assert.False(t, failover.PrimaryGone(promoted, seen, start, seen.Add(failover.NameWait), 0))
+	assert.True(t, failover.PrimaryGone(promoted, seen, start, seen.Add(failover.NameWait+time.Millisecond), 0), "a name that never comes: failed over")
+	named := with(primary("db-1"), func(s *instance.Status) { s.NamedPrimary = "db-1" })
+	named.PodReady = false
+	assert.Equal(t, 2*bound, failover.GoneAfter(named, 0), "named already, not ready: twice the bound, as any server back as the primary")
 	serverDown := with(primary("db-0"), func(s *instance.Status) { s.ServerUp = false })
 	serverDown.PodReady = false
 	assert.True(t, failover.PrimaryGone(serverDown, seen, start, seen.Add(bound+time.Millisecond), 0), "a server still down: the bound")
