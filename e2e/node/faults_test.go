@@ -85,12 +85,9 @@ func (f *failoverCluster) waitFailoverUnderway(since time.Time) dbv1.FailoverRec
 // containerd's ID of its container.
 func (f *failoverCluster) operatorContainer() (pod, id string) {
 	f.t.Helper()
-	d := operatorDeployment(f.ctx, f.t, f.cs)
-	pods, err := f.cs.CoreV1().Pods(operatorNamespace).List(f.ctx, metav1.ListOptions{
-		LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector),
-	})
+	pods, err := f.operatorPods(f.ctx)
 	require.NoError(f.t, err)
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.DeletionTimestamp != nil || len(p.Status.ContainerStatuses) == 0 {
 			continue
 		}
@@ -99,8 +96,18 @@ func (f *failoverCluster) operatorContainer() (pod, id string) {
 			return p.Name, id
 		}
 	}
-	require.FailNow(f.t, "no running operator pod", "%d pods", len(pods.Items))
+	require.FailNow(f.t, "no running operator pod", "%d pods", len(pods))
 	return "", ""
+}
+
+// operatorPods are the pods of the operator's Deployment.
+func (f *failoverCluster) operatorPods(ctx context.Context) ([]corev1.Pod, error) {
+	d := operatorDeployment(ctx, f.t, f.cs)
+	pods, err := f.cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+	if err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
 }
 
 // waitOperatorRestarted waits for the operator pod's container to be a
@@ -125,13 +132,12 @@ func (f *failoverCluster) waitOperatorRestarted(pod, killed string) {
 func (f *failoverCluster) replaceOperatorPod(pod string) {
 	f.t.Helper()
 	require.NoError(f.t, f.cs.CoreV1().Pods(operatorNamespace).Delete(f.ctx, pod, metav1.DeleteOptions{}))
-	d := operatorDeployment(f.ctx, f.t, f.cs)
 	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := f.cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		pods, err := f.operatorPods(ctx)
 		if err != nil {
 			return false, nil
 		}
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			if p.Name != pod && p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
 				return true, nil
 			}

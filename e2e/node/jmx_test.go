@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -402,39 +403,41 @@ func previousLog(ctx context.Context, cs clientset, ns, name string) string {
 // any of subs: what it did for one pod, and the Events it could not write,
 // which a tail of the whole log would have scrolled out.
 func operatorLogMatching(ctx context.Context, cs clientset, subs ...string) string {
-	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
-	if err != nil || len(pods.Items) == 0 {
-		return fmt.Sprintf("no operator pod: %v", err)
-	}
-	var out []string
-	for _, p := range pods.Items {
-		b, err := cs.CoreV1().Pods(operatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	return operatorLogs(ctx, cs, &corev1.PodLogOptions{}, func(pod string, log []byte) string {
 		var lines []string
-		for _, l := range strings.Split(string(b), "\n") {
-			for _, sub := range subs {
-				if strings.Contains(l, sub) {
-					lines = append(lines, l)
-					break
-				}
+		for _, l := range strings.Split(string(log), "\n") {
+			if slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(l, sub) }) {
+				lines = append(lines, l)
 			}
 		}
 		lines = lines[max(0, len(lines)-40):]
-		out = append(out, fmt.Sprintf("operator %s log lines with %q (%v):\n%s", p.Name, subs, err, strings.Join(lines, "\n")))
-	}
-	return strings.Join(out, "\n")
+		return fmt.Sprintf("operator %s log lines with %q", pod, subs) + ":\n" + strings.Join(lines, "\n")
+	})
 }
 
 // operatorLog is the tail of the operator's log, for failure messages.
 func operatorLog(ctx context.Context, cs clientset) string {
+	tail := int64(60)
+	return operatorLogs(ctx, cs, &corev1.PodLogOptions{TailLines: &tail}, func(pod string, log []byte) string {
+		return fmt.Sprintf("operator %s log:\n%s", pod, log)
+	})
+}
+
+// operatorLogs reads each operator pod's log with opts and shows it with
+// show, or says why it could not.
+func operatorLogs(ctx context.Context, cs clientset, opts *corev1.PodLogOptions, show func(pod string, log []byte) string) string {
 	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
 	if err != nil || len(pods.Items) == 0 {
 		return fmt.Sprintf("no operator pod: %v", err)
 	}
-	tail := int64(60)
 	var out []string
 	for _, p := range pods.Items {
-		b, err := cs.CoreV1().Pods(operatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
-		out = append(out, fmt.Sprintf("operator %s log (%v):\n%s", p.Name, err, b))
+		b, err := cs.CoreV1().Pods(operatorNamespace).GetLogs(p.Name, opts).DoRaw(ctx)
+		if err != nil {
+			out = append(out, fmt.Sprintf("operator %s log: %v", p.Name, err))
+			continue
+		}
+		out = append(out, show(p.Name, b))
 	}
 	return strings.Join(out, "\n")
 }
