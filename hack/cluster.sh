@@ -249,6 +249,18 @@ restart() {
   wait_leases_renewed_since "$since"
 }
 
+# exists says whether kwokctl knows the cluster. The list is read whole
+# before it is searched: under pipefail, `kwokctl get clusters | grep -q`
+# fails whenever grep's early exit kills kwokctl with SIGPIPE while it still
+# prints a later cluster's name, and `up` then took a stopped cluster for a
+# missing one and ran `kwokctl create` on it, which fails on the CRDs it
+# made the first time (a make test run lost e2e/faults' restart to it).
+exists() {
+  local clusters
+  clusters=$("$kwokctl" get clusters 2>/dev/null) || return 1
+  grep -qx -- "$name" <<<"$clusters"
+}
+
 recreate() {
   "$kwokctl" delete cluster --name "$name" >&2 || true
   create
@@ -262,7 +274,7 @@ up() {
   flock 9
   "$tools" build etcd kube kwok
   use_tools
-  if ! "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
+  if ! exists; then
     create
   elif ! same_config; then
     echo ">> hack/kwok.yaml changed since cluster $name was made; recreating it" >&2
@@ -288,7 +300,7 @@ stop() {
 down() {
   use_tools
   stop_provisioner
-  if "$kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
+  if exists; then
     "$kwokctl" delete cluster --name "$name" >&2
   fi
 }

@@ -35,7 +35,10 @@ kind() { go tool kind "$@"; }
 hack/tools.sh build helm ct kube
 export PATH="$(hack/tools.sh path):$PATH"
 
-if ! kind get clusters | grep -qx "$cluster"; then
+# The list is read whole first: under pipefail, grep -q's early exit can
+# kill kind with SIGPIPE and fail the pipeline though the cluster exists.
+clusters=$(kind get clusters)
+if ! grep -qx -- "$cluster" <<<"$clusters"; then
   kind create cluster --name "$cluster" --wait 120s
 fi
 kubeconfig=$(mktemp)
