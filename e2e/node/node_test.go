@@ -229,7 +229,47 @@ func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) stri
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	// Registered after the deletion, so it runs before it: a failed test
+	// prints what its containers logged (a server's own account of a crash
+	// is in its log, and the node is removed when make test ends).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the containers of namespace %s logged:\n%s", ns.Name, containerLogs(cs, ns.Name, 40))
+		}
+	})
 	return ns.Name
+}
+
+// containerLogs is the last lines of every container of every pod in the
+// namespace, and of each container's previous run when it was restarted.
+func containerLogs(cs *kubernetes.Clientset, ns string, lines int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "listing pods: " + err.Error()
+	}
+	var b strings.Builder
+	for _, pod := range pods.Items {
+		for _, st := range pod.Status.ContainerStatuses {
+			runs := []bool{false}
+			if st.RestartCount > 0 {
+				runs = []bool{true, false}
+			}
+			for _, previous := range runs {
+				raw, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{
+					Container: st.Name, Previous: previous, TailLines: &lines,
+				}).DoRaw(ctx)
+				fmt.Fprintf(&b, "--- %s/%s (previous run: %t, restarts %d):\n", pod.Name, st.Name, previous, st.RestartCount)
+				if err != nil {
+					fmt.Fprintf(&b, "(%v)\n", err)
+					continue
+				}
+				b.Write(raw)
+			}
+		}
+	}
+	return b.String()
 }
 
 // runningPod waits for the pod to run, and fails with its events if it

@@ -130,11 +130,25 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	if err := r.rejoinOldPrimary(ctx, db, ch); err != nil {
 		return failoverRecheck, err
 	}
+	// Asked whether watched or not: a primary's server waits for the
+	// answer at every start (role.go), a rollout's restart among them.
+	primary := currentPrimary(db)
+	st, statusErr := ch.Status(ctx, r.instanceHost(db, primary))
+	if statusErr == nil {
+		if err := r.answerRole(ctx, db, ch, primary, st); err != nil {
+			return failoverRecheck, err
+		}
+	}
 	if why := notWatchedNow(db, l); why != "" {
 		// A primary restarted on purpose is not gone: the watch starts
 		// again, a whole bound, once this is over.
 		r.failovers.forget(db.UID)
 		r.setCondition(db, ConditionFailover, false, "NotWatching", why)
+		if statusErr != nil || !st.ServerUp {
+			// Its server may wait for its role: its agent's start sends
+			// no event the operator watches.
+			return failoverRecheck, nil
+		}
 		// What ends it (a rollout, an upgrade, the replicas) changes an
 		// object the operator watches: no need to ask every second.
 		return 0, nil
@@ -144,13 +158,11 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		return 0, err
 	}
 	now := r.now()
-	primary := currentPrimary(db)
 	w := r.failovers.of(db.UID, primary, now)
 	o := failover.Observation{Pod: primary}
 	if p := pods[primary]; p != nil {
 		o.PodReady = p.DeletionTimestamp.IsZero() && podReady(p)
 	}
-	st, statusErr := ch.Status(ctx, r.instanceHost(db, primary))
 	if statusErr == nil {
 		o.Status = &st
 	}
@@ -297,6 +309,10 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 // it took alone).
 func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string) {
 	for _, o := range r.standbyObservations(ctx, db, ch, primary) { // every other instance
+		if o.Status != nil && o.Status.AwaitingRole {
+			_ = r.answerRole(ctx, db, ch, o.Pod, *o.Status)
+			continue
+		}
 		if st := o.Status; st == nil || !st.ServerUp || st.Role != instance.RolePrimary || st.Fenced {
 			continue
 		}

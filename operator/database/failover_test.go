@@ -98,11 +98,14 @@ type agents struct {
 	testenv.LocalDialer
 }
 
-func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
+// start serves pod's agent on 127.0.0.1 (no server runs) and returns its
+// socket directory, where the entrypoint would ask for its role.
+func (a *agents) start(t *testing.T, tlsDir, pod, host string) (socketDir string) {
 	t.Helper()
 	dataDir := filepath.Join(t.TempDir(), "pgdata")
 	require.NoError(t, os.MkdirAll(dataDir, 0o700))
-	agent, err := instance.New(instance.Config{Pod: pod, SocketDir: t.TempDir(), Port: 5432, DataDir: dataDir})
+	socketDir = t.TempDir()
+	agent, err := instance.New(instance.Config{Pod: pod, SocketDir: socketDir, Port: 5432, DataDir: dataDir})
 	require.NoError(t, err)
 	tlsConfig, err := instance.ServerTLSConfig(tlsDir, pod)
 	require.NoError(t, err)
@@ -117,6 +120,7 @@ func (a *agents) start(t *testing.T, tlsDir, pod, host string) {
 		agent.Close()
 	})
 	a.Route(host, l.Addr().String())
+	return socketDir
 }
 
 // A primary whose server is down, with no healthy standby to take its
@@ -251,4 +255,64 @@ func TestTurningFailoverOnRecreatesAnOrderedReadyStatefulSetAsParallel(t *testin
 			assert.Equal(ct, sts.UID, owner.UID, "%s belongs to the new StatefulSet", pod)
 		}
 	}, wait, 100*time.Millisecond)
+}
+
+// A server about to start as the primary waits for the operator's word
+// (the entrypoint's question, through its agent): the primary is
+// confirmed; after a failover, the old primary, whose pod was made again
+// before it read the new name, is told the new primary instead (it would
+// otherwise start writable beside it). Events say both.
+func TestAServerWaitingForItsRoleIsToldWhoIsPrimary(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	a := &agents{}
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
+	db := newDatabase(ns, "ask", 2)
+	// No server runs here: the bound keeps the watch from acting on it.
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Hour}}
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+
+	var pods corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ask-instance-tls"}, &pods))
+	tlsDir := t.TempDir()
+	for name, data := range pods.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
+	}
+	sockets := map[string]string{}
+	for _, pod := range []string{"ask-0", "ask-1"} {
+		sockets[pod] = a.start(t, tlsDir, pod, instance.PodHosts(pod, "ask-headless", ns)[0])
+	}
+	ask := func(pod, token string) {
+		require.NoError(t, os.WriteFile(filepath.Join(sockets[pod], instance.RoleAskedFile), []byte(token+"\n"), 0o600))
+	}
+	answered := func(pod, want string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			b, err := os.ReadFile(filepath.Join(sockets[pod], instance.RoleAnswerFile))
+			require.NoError(ct, err)
+			assert.Equal(ct, want+"\n", string(b))
+		}, wait, 200*time.Millisecond, "the answer to %s's server", pod)
+	}
+
+	ask("ask-0", "first")
+	answered("ask-0", "first ask-0")
+	assertEvent(t, c, ns, "ask", corev1.EventTypeNormal, "PrimaryConfirmed")
+
+	// A failover to ask-1 completed while ask-0's pod was being made again.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cur.Status.CurrentPrimary = "ask-1"
+		cur.Status.Failovers = append(cur.Status.Failovers, dbv1.FailoverRecord{From: "ask-0", To: "ask-1", Phase: dbv1.FailoverCompleted, Started: now, Finished: &now})
+		return c.Status().Update(context.Background(), &cur)
+	}))
+	ask("ask-0", "second")
+	answered("ask-0", "second ask-1")
+	assertEvent(t, c, ns, "ask", corev1.EventTypeWarning, "NotThePrimary")
 }

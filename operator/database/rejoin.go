@@ -40,6 +40,11 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		// Its pod may be gone or restarting: asked again next pass.
 		return nil
 	}
+	if st.AwaitingRole {
+		// Its pod was made again before it read the new primary's name:
+		// told who is, it waits for its pod to name that one.
+		return r.answerRole(ctx, db, ch, old, st)
+	}
 	if st.SelfFenced && rec.SelfFenced == nil {
 		return r.recordSelfFence(ctx, db, rec, st)
 	}

@@ -150,6 +150,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /fence", a.serveFence)
 	mux.HandleFunc("DELETE /fence", a.serveUnfence)
 	mux.HandleFunc("POST /synchronous", a.serveSynchronous)
+	mux.HandleFunc("POST /role", a.serveRole)
 	return mux
 }
 
@@ -187,6 +188,7 @@ func (a *Agent) Status(ctx context.Context) Status {
 	st := a.statusWithin(ctx)
 	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
+	st.AwaitingRole = a.roleQuestion() != ""
 	st.DataDirectoryError = a.dataDirectoryError()
 	return st
 }

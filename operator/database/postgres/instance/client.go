@@ -113,6 +113,16 @@ func (c *Client) Unfence(ctx context.Context, host string) (ActionResult, error)
 	return c.action(ctx, http.MethodDelete, host, "/fence")
 }
 
+// AnswerRole tells the server at host, which waits to start as the
+// primary (Status.AwaitingRole), which pod is the primary: its own name
+// lets it start, another's makes it read its role again.
+func (c *Client) AnswerRole(ctx context.Context, host, primary string) error {
+	ctx, cancel := context.WithTimeout(ctx, StatusTimeout)
+	defer cancel()
+	_, err := c.actionWith(ctx, http.MethodPost, host, "/role", RoleRequest{Primary: primary})
+	return err
+}
+
 func (c *Client) action(ctx context.Context, method, host, path string) (ActionResult, error) {
 	return c.actionWith(ctx, method, host, path, nil)
 }

@@ -54,7 +54,8 @@ type PodOptions struct {
 // it, with the server's data volume, its socket directory (an emptyDir
 // both mount) and the pods' TLS Secret; the pod shares one process
 // namespace so the agent's pg_ctl can signal the postmaster. The server's
-// container and its entrypoint are otherwise unchanged. The agent's
+// entrypoint is told where to ask for its role (RoleDirEnv); its
+// container is otherwise unchanged. The agent's
 // environment takes PGDATA and PGPORT from the server's.
 func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 	server := container(spec, opts.Server)
@@ -62,6 +63,9 @@ func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 		return fmt.Errorf("the pod has no container %q", opts.Server)
 	}
 	server.VolumeMounts = append(server.VolumeMounts, corev1.VolumeMount{Name: socketVolume, MountPath: SocketDir})
+	// Its entrypoint asks the operator, through the agent, before it
+	// starts as the primary (role.go).
+	server.Env = append(server.Env, corev1.EnvVar{Name: RoleDirEnv, Value: SocketDir})
 	spec.ShareProcessNamespace = ptr.To(true)
 	spec.Volumes = append(spec.Volumes,
 		corev1.Volume{Name: binVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},

@@ -20,8 +20,8 @@ func mountsOf(c corev1.Container) map[string]string {
 	return out
 }
 
-// The agent joins the engine's server pod without changing how the
-// server starts: the same image (pg_ctl, the same user), the data volume
+// The agent joins the engine's server pod, its entrypoint unchanged but
+// told where to ask for its role: the same image (pg_ctl, the same user), the data volume
 // and the socket shared, the agent copied from the operator image.
 func TestAddAgentToTheServerPod(t *testing.T) {
 	pod := postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432})
@@ -33,6 +33,8 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 	server := spec.Containers[0]
 	assert.Equal(t, before.Command, server.Command, "the server's entrypoint is unchanged")
 	assert.Equal(t, instance.SocketDir, mountsOf(server)["deckhand-socket"])
+	assert.Contains(t, server.Env, corev1.EnvVar{Name: instance.RoleDirEnv, Value: instance.SocketDir},
+		"the entrypoint asks for its role where the agent answers")
 
 	require.Len(t, spec.InitContainers, 1)
 	install := spec.InitContainers[0]

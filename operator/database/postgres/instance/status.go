@@ -56,6 +56,10 @@ type Status struct {
 	// has no scripts mounted. The operator lifts an old primary's fence
 	// only once it names another pod (rejoin.go).
 	NamedPrimary string `json:"namedPrimary,omitempty"`
+	// AwaitingRole: the server's entrypoint would start it as the primary
+	// (its pod names itself) and waits for the operator to confirm that
+	// (POST /role; role.go).
+	AwaitingRole bool `json:"awaitingRole,omitempty"`
 	// DataDirectoryError says why the data directory cannot be read (a
 	// failed disk, a mode changed by hand); "" when it can, or does not
 	// exist yet (an empty volume, cloned at the start). The operator

@@ -42,7 +42,8 @@
 # PGPASSWORD (the superuser: initdb gives it its password),
 # REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
 # PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
-# REMOVE_OLD_DATA, CLONE_MAX_RATE, PROMOTE_WAIT_SECONDS (optional). The
+# REMOVE_OLD_DATA, CLONE_MAX_RATE, PROMOTE_WAIT_SECONDS, DECKHAND_ROLE_DIR
+# (optional; the last set where the instance agent runs, see below). The
 # file "primary" beside this script names the primary's pod; a file
 # deckhand-fenced beside PGDATA keeps the server from starting.
 set -eu
@@ -286,6 +287,31 @@ named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)
 [ -n "$named_primary" ] || fail "no primary named in $(dirname "$0")/primary (the scripts ConfigMap's key primary, which the operator writes): not starting, so that no server runs as a primary the operator did not name"
 role=standby
 [ "$POD_NAME" != "$named_primary" ] || role=primary
+# With the instance agent in the pod (DECKHAND_ROLE_DIR: the directory it
+# shares with this container), a server about to start as the primary
+# first asks the operator, through the agent (ask_role): the mounted file
+# above can be a minute behind (the kubelet refreshes it at its own pace),
+# and an old primary whose pod is made again while a failover promotes
+# another would read its own name there and start writable beside the new
+# primary. The operator answers from the Database's status as the API
+# server has it, never while a failover is under way. Another pod named:
+# the file is read again 2 s later, until it names that pod too. Fenced
+# meanwhile: the script starts over and waits on the fence.
+# A question left by a run that was killed while it waited is withdrawn.
+[ -z "${DECKHAND_ROLE_DIR:-}" ] || rm -f "$DECKHAND_ROLE_DIR/deckhand-role-asked"
+if [ "$role" = primary ] && [ -n "${DECKHAND_ROLE_DIR:-}" ]; then
+	log "$named_primary (this pod) is named the primary: waiting for the operator to confirm it before the server starts"
+	if ! confirmed=$(ask_role "$DECKHAND_ROLE_DIR" "$fence_marker"); then
+		log "fenced while waiting for the operator: starting over"
+		exec sh "$0" "$@"
+	fi
+	if [ "$confirmed" != "$POD_NAME" ]; then
+		log "the operator names $confirmed the primary, not this pod (the mounted file is behind): not starting; reading it again in 2 s"
+		sleep 2
+		exec sh "$0" "$@"
+	fi
+	log "the operator confirmed this pod is the primary"
+fi
 log "the operator names $named_primary the primary: starting as the $role"
 if [ -d "$PGDATA" ]; then
 	check_data_owner "$PGDATA"

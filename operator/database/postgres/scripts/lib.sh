@@ -295,3 +295,29 @@ counts_summary() {
 json_text() {
 	json_string "$(printf '%s' "$1" | tr '\001-\037' ' ' | cut -c 1-400)"
 }
+
+# ask_role DIR FENCE: asks the operator, through the instance agent, which
+# pod is the primary, and prints its answer. The question is a token of
+# this run in DIR/deckhand-role-asked; the agent writes "<token> <pod>" to
+# DIR/deckhand-role-answer when the operator answers (POST /role; the Go
+# side is instance/role.go). Returns 2, the question withdrawn, once the
+# file FENCE exists (the server was fenced while it waited).
+ask_role() {
+	asked=$1/deckhand-role-asked
+	answer=$1/deckhand-role-answer
+	token=$$.$(date +%s%N)
+	rm -f "$answer"
+	printf '%s\n' "$token" >"$asked.tmp"
+	mv "$asked.tmp" "$asked"
+	while :; do
+		if [ -e "$2" ]; then
+			rm -f "$asked"
+			return 2
+		fi
+		reply=$(cat "$answer" 2>/dev/null || true)
+		case $reply in "$token "*) break ;; esac
+		sleep 0.2
+	done
+	rm -f "$asked" "$answer"
+	printf '%s\n' "${reply#"$token "}"
+}
