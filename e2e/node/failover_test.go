@@ -737,6 +737,10 @@ func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
 	logf(t, "primary's container killed once (2 replicas): write outage %s; primary now %s (was %s), %d failovers",
 		down.Round(100*time.Millisecond), afterKill.CurrentPrimary, primary, len(afterKill.Failovers))
 	f.checkFailoversClean(afterKill.Failovers)
+	if afterKill.CurrentPrimary == primary {
+		assert.Contains(t, f.serverLog(primary), "the operator confirmed this pod is the primary",
+			"the restarted primary's server started only on the operator's word")
+	}
 
 	// The next fault once the Database is Ready again and its standby
 	// streams, as its agent says: a standby still reconnecting to a primary that restarted
