@@ -6,7 +6,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +205,50 @@ func TestDynamicAgentWarningFromJDK21(t *testing.T) {
 	assert.Empty(t, dynamicAgentWarning(JVM{JavaVersion: "17.0.15"}))
 	assert.Contains(t, dynamicAgentWarning(JVM{JavaVersion: "21.0.2"}), "-XX:+EnableDynamicAgentLoading")
 	assert.Empty(t, dynamicAgentWarning(JVM{JavaVersion: "21.0.2", DynamicAgentsAllowed: true}))
+}
+
+// A PID named in hsperfdata is not a JVM by that alone: a JVM killed
+// leaves its file, and its PID goes to a later process. One that catches
+// SIGQUIT (here a shell that traps it; a PostgreSQL backend is another,
+// and SIGQUIT ends it) is not found, so never signalled: the file is
+// older than the process. A file written since the process started still
+// counts (a JVM whose launcher is not called java).
+func TestAStaleHsperfdataFileDoesNotMakeAProcessAJVM(t *testing.T) {
+	marker := jvmtest.Marker(t)
+	quits := filepath.Join(t.TempDir(), "quits")
+	cmd := exec.Command("sh", "-c", `trap 'echo quit >>"$1"' QUIT; while :; do sleep 0.1; done`, marker, quits)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	me, err := user.Current()
+	require.NoError(t, err)
+	dir := filepath.Join("/tmp", "hsperfdata_"+me.Username)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	stale := filepath.Join(dir, strconv.Itoa(cmd.Process.Pid))
+	require.NoError(t, os.WriteFile(stale, make([]byte, 32<<10), 0o600))
+	t.Cleanup(func() { _ = os.Remove(stale) })
+	// The shell has installed its handler once SigCgt says so.
+	require.Eventually(t, func() bool {
+		caught, err := catchesSIGQUIT(cmd.Process.Pid)
+		return err == nil && caught
+	}, 10*time.Second, 20*time.Millisecond)
+
+	// A file written since the process started is taken for its own: how
+	// a JVM whose launcher is not called java is found.
+	jvms, err := Discover(marker)
+	require.NoError(t, err)
+	require.Len(t, jvms, 1, "a process with a file of its own in hsperfdata")
+	assert.Equal(t, cmd.Process.Pid, jvms[0].PID)
+
+	// Last written by its JVM before it died, a minute before the shell
+	// was given its PID.
+	old := time.Now().Add(-time.Minute)
+	require.NoError(t, os.Chtimes(stale, old, old))
+	jvms, err = Discover(marker)
+	require.NoError(t, err)
+	assert.Empty(t, jvms, "a shell whose PID a dead JVM's hsperfdata file names")
+	r := Attach(options(t, marker, heapRule))
+	assert.Equal(t, ReasonNoJVM, r.Reason, r.Message)
+	time.Sleep(300 * time.Millisecond)
+	_, err = os.Stat(quits)
+	assert.True(t, os.IsNotExist(err), "the shell was sent SIGQUIT")
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Proc is the /proc file system to read; tests never change it, but a
@@ -50,7 +51,10 @@ func Discover(match string) ([]JVM, error) {
 			continue
 		}
 		p, ok := readProcess(pid)
-		if !ok || !(isJava(p) || perfPIDs[pid]) {
+		if !ok {
+			continue
+		}
+		if written, listed := perfPIDs[pid]; !isJava(p) && !(listed && ownsPerfFile(pid, written)) {
 			continue
 		}
 		line := strings.Join(p.args, " ")
@@ -67,17 +71,64 @@ func Discover(match string) ([]JVM, error) {
 }
 
 // hsperfdataPIDs are the PIDs of JVMs that publish performance data
-// (/tmp/hsperfdata_<user>/<pid>): every HotSpot JVM unless started with
-// -XX:-UsePerfData, whatever its launcher is called.
-func hsperfdataPIDs() map[int]bool {
-	pids := map[int]bool{}
+// (/tmp/hsperfdata_<user>/<pid>), with when each file was last written:
+// every HotSpot JVM unless started with -XX:-UsePerfData, whatever its
+// launcher is called. A JVM killed leaves its file behind, and its PID
+// goes to some later process: ownsPerfFile tells them apart.
+func hsperfdataPIDs() map[int]time.Time {
+	pids := map[int]time.Time{}
 	files, _ := filepath.Glob(filepath.Join(hotspotTmp, "hsperfdata_*", "*"))
 	for _, f := range files {
-		if pid, err := strconv.Atoi(filepath.Base(f)); err == nil {
-			pids[pid] = true
+		pid, err := strconv.Atoi(filepath.Base(f))
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil {
+			pids[pid] = fi.ModTime()
 		}
 	}
 	return pids
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's start time: 100
+// on every Linux architecture Go builds for.
+const clockTicks = 100
+
+// ownsPerfFile: the hsperfdata file was written since the process
+// started. HotSpot creates it as it starts and keeps writing it, so a
+// JVM's own file is never older than the JVM; an older one is a dead
+// JVM's whose PID this process was given later. Taken for a JVM, a
+// process that catches SIGQUIT (a PostgreSQL backend, whose server then
+// restarts) would be sent it. /proc/<pid>/maps would show libjvm.so, but
+// a container's root, without CAP_SYS_PTRACE, cannot read another
+// user's. The boot time is whole seconds, so a start is placed up to a
+// second early: lenient to a JVM, never to a file a second older.
+func ownsPerfFile(pid int, written time.Time) bool {
+	ticks, ok := startTime(pid)
+	if !ok {
+		return false
+	}
+	boot, ok := bootTime()
+	if !ok {
+		return false
+	}
+	started := boot.Add(time.Duration(ticks) * time.Second / clockTicks)
+	return !written.Before(started)
+}
+
+// bootTime is /proc/stat's btime.
+func bootTime() (time.Time, bool) {
+	raw, err := os.ReadFile(filepath.Join(Proc, "stat"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Unix(secs, 0), err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 func readProcess(pid int) (process, bool) {
