@@ -298,8 +298,12 @@ role=standby
 # the file is read again 2 s later, until it names that pod too. Fenced
 # meanwhile: the script starts over and waits on the fence.
 # A question left by a run that was killed while it waited is withdrawn.
-[ -z "${DECKHAND_ROLE_DIR:-}" ] || rm -f "$DECKHAND_ROLE_DIR/deckhand-role-asked"
+# deckhand-role-wait tells probe.sh live that the server is down on
+# purpose while the operator is asked (restarting the container would
+# change nothing, and the kubelet's back-off would delay the start).
+[ -z "${DECKHAND_ROLE_DIR:-}" ] || rm -f "$DECKHAND_ROLE_DIR/deckhand-role-asked" "$DECKHAND_ROLE_DIR/deckhand-role-wait"
 if [ "$role" = primary ] && [ -n "${DECKHAND_ROLE_DIR:-}" ]; then
+	: >"$DECKHAND_ROLE_DIR/deckhand-role-wait"
 	log "$named_primary (this pod) is named the primary: waiting for the operator to confirm it before the server starts"
 	if ! confirmed=$(ask_role "$DECKHAND_ROLE_DIR" "$fence_marker"); then
 		log "fenced while waiting for the operator: starting over"
@@ -310,6 +314,7 @@ if [ "$role" = primary ] && [ -n "${DECKHAND_ROLE_DIR:-}" ]; then
 		sleep 2
 		exec sh "$0" "$@"
 	fi
+	rm -f "$DECKHAND_ROLE_DIR/deckhand-role-wait"
 	log "the operator confirmed this pod is the primary"
 fi
 log "the operator names $named_primary the primary: starting as the $role"

@@ -19,7 +19,9 @@
 #
 # probe.sh live passes while the server is fenced (the file
 # deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose; probe.sh
-# ready fails, even while the server still runs.
+# ready fails, even while the server still runs. It passes too while
+# bootstrap.sh waits for the operator to confirm the pod is the primary
+# (deckhand-role-wait in DECKHAND_ROLE_DIR).
 #
 # probe.sh ready also fails while the server's role disagrees with the
 # operator's: the file "primary" beside this script (the scripts
@@ -82,6 +84,10 @@ live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
 	# fence to be lifted): restarting its container would change nothing.
 	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+		exit 0
+	fi
+	# Waiting for the operator's word on its role, on purpose too.
+	if [ -n "${DECKHAND_ROLE_DIR:-}" ] && [ -e "$DECKHAND_ROLE_DIR/deckhand-role-wait" ]; then
 		exit 0
 	fi
 	if pg_isready -q -p "$PGPORT"; then
