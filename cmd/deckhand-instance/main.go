@@ -94,6 +94,7 @@ func serve(args []string) error {
 	user := fs.String("user", "postgres", "the local superuser (pg_hba.conf: local trust)")
 	pgCtl := fs.String("pg-ctl", "pg_ctl", "pg_ctl to stop the server with")
 	scriptsDir := fs.String("scripts-dir", "", "the scripts ConfigMap as mounted (its file primary names the primary); empty: not mounted")
+	roleDir := fs.String("role-dir", "", "where the server's entrypoint asks for its role (its DECKHAND_ROLE_DIR); empty: the socket directory")
 	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
 	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
 	if err := fs.Parse(args); err != nil {
@@ -112,7 +113,7 @@ func serve(args []string) error {
 	}
 	agent, err := instance.New(instance.Config{
 		Pod: *pod, SocketDir: *socketDir, Port: *port, User: *user,
-		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, ScriptsDir: *scriptsDir, Log: log,
+		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, ScriptsDir: *scriptsDir, RoleDir: *roleDir, Log: log,
 	})
 	if err != nil {
 		return err

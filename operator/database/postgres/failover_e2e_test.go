@@ -55,12 +55,27 @@ func (e *endToEnd) startServerOnPort(db string, ordinal int, primaryPort, port s
 	if primaryPort == "" {
 		primaryPort = port
 	}
-	pgdata := filepath.Join(e.runner.ClaimDir("data-"+pod), "pgdata")
+	pgdata := e.claimData(pod)
 	env["PGDATA"] = pgdata
 	env["PATH"] = e.bin + ":/usr/bin:/bin"
 	env["PGPORT"], env["PRIMARY_PORT"], env["PRIMARY_HOST"] = port, primaryPort, "127.0.0.1"
 	env["LISTEN_ADDRESSES"] = "127.0.0.1"
+	if _, ok := env[instance.RoleDirEnv]; ok {
+		// The pod's shared directory, where its agent answers.
+		env[instance.RoleDirEnv] = e.u.Dir(t, roleDir(e.root, pod))
+	}
 	return e.u.StartServer(t, e.bin, env, pgtest.HostCommand(t, server, scripts)), port, pgdata
+}
+
+// roleDir is where pod's entrypoint asks its agent for its role (the
+// socket directory the pod's containers share).
+func roleDir(root, pod string) string {
+	return filepath.Join(root, "servers", pod, "role")
+}
+
+// claimData is pod's PGDATA on the host.
+func (e *endToEnd) claimData(pod string) string {
+	return filepath.Join(e.runner.ClaimDir("data-"+pod), "pgdata")
 }
 
 // scriptsDir is where startServer writes pod's scripts ConfigMap (its
@@ -86,7 +101,7 @@ func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, p
 	}
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := e.u.Command(map[string]string{"PATH": e.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod)})
+		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod), "--role-dir", e.u.Dir(t, roleDir(e.root, pod))})
 	log := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -161,13 +176,17 @@ func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Databa
 	}, time.Minute, 100*time.Millisecond)
 	f := &failoverSetup{e: e, agents: agents, agentBinary: binary, ports: map[string]string{}, data: map[string]string{}}
 	f.rwPort = f.serveReadWrite()
-	primary, primaryPort, primaryData := e.startServer("fo", 0, "")
+	// The primary's agent first, as in its pod: its entrypoint waits
+	// for the operator's word, asked through the agent, before the
+	// server starts.
+	primaryPort := pgtest.FreePort(t)
+	e.startAgent(agents, binary, "fo", "fo-0", e.claimData("fo-0"), primaryPort)
+	primary, _, primaryData := e.startServerOnPort("fo", 0, "", primaryPort)
 	f.primary, f.primaryPort = primary, primaryPort
 	f.started("fo-0", primaryPort, primaryData)
 	e.servers["fo"] = primaryPort
 	e.runner.Serve("fo-rw", "127.0.0.1:"+f.rwPort)
 	e.runner.Serve("fo-0", "127.0.0.1:"+primaryPort)
-	e.startAgent(agents, binary, "fo", "fo-0", primaryData, primaryPort)
 	for ordinal := 1; ordinal < int(replicas); ordinal++ {
 		pod := "fo-" + strconv.Itoa(ordinal)
 		_, port, data := e.startServer("fo", ordinal, f.rwPort)

@@ -63,6 +63,9 @@ type Config struct {
 	// "primary" names the primary, as the server's entrypoint reads it);
 	// "": not mounted (Status.NamedPrimary stays empty).
 	ScriptsDir string
+	// RoleDir is where the server's entrypoint asks for its role (its
+	// RoleDirEnv; role.go); "": SocketDir, as the pod mounts it.
+	RoleDir string
 
 	StatusTimeout, PromoteTimeout, StopTimeout time.Duration
 	// GuardInterval is how often the agent checks that its server is not
@@ -89,6 +92,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.User == "" {
 		cfg.User = "postgres"
+	}
+	if cfg.RoleDir == "" {
+		cfg.RoleDir = cfg.SocketDir
 	}
 	if cfg.PgCtl == "" {
 		cfg.PgCtl = "pg_ctl"

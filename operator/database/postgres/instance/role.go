@@ -20,7 +20,8 @@ import (
 // "<token> <primary>" to RoleAnswerFile. The entrypoint starts the server
 // as the primary only when the answer names its own pod.
 
-// The files of the question and its answer, in the socket directory.
+// The files of the question and its answer, in the socket directory (the
+// agent's RoleDir).
 const (
 	RoleAskedFile  = "deckhand-role-asked"
 	RoleAnswerFile = "deckhand-role-answer"
@@ -41,7 +42,7 @@ var errNotAsked = errors.New("the server is not waiting for its role")
 // roleQuestion is the token of the question the entrypoint waits on, ""
 // when none is asked or it is answered already.
 func (a *Agent) roleQuestion() string {
-	b, err := os.ReadFile(filepath.Join(a.cfg.SocketDir, RoleAskedFile))
+	b, err := os.ReadFile(filepath.Join(a.cfg.RoleDir, RoleAskedFile))
 	if err != nil {
 		return ""
 	}
@@ -49,7 +50,7 @@ func (a *Agent) roleQuestion() string {
 	if token == "" {
 		return ""
 	}
-	answer, err := os.ReadFile(filepath.Join(a.cfg.SocketDir, RoleAnswerFile))
+	answer, err := os.ReadFile(filepath.Join(a.cfg.RoleDir, RoleAnswerFile))
 	if err == nil && bytes.HasPrefix(answer, []byte(token+" ")) {
 		return ""
 	}
@@ -63,7 +64,7 @@ func (a *Agent) answerRole(primary string) error {
 	if token == "" {
 		return errNotAsked
 	}
-	path := filepath.Join(a.cfg.SocketDir, RoleAnswerFile)
+	path := filepath.Join(a.cfg.RoleDir, RoleAnswerFile)
 	if err := os.WriteFile(path+".tmp", []byte(token+" "+primary+"\n"), 0o600); err != nil {
 		return err
 	}
