@@ -123,6 +123,33 @@ func (a *agents) start(t *testing.T, tlsDir, pod, host string) (socketDir string
 	return socketDir
 }
 
+// failoverWithAgents starts the operator for ns and a Database name of
+// two replicas with failover on (primaryGoneAfter bound), waits for it to
+// be Ready, and serves an agent on 127.0.0.1 for each of its pods, with
+// the pods' Secret the operator wrote (no server runs). It returns the
+// agents, the Database and each pod's socket directory.
+func failoverWithAgents(t *testing.T, c client.Client, ns, name string, bound time.Duration) (*agents, *dbv1.Database, map[string]string) {
+	t.Helper()
+	a := &agents{}
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
+	db := newDatabase(ns, name, 2)
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: bound}}
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+
+	var pods corev1.Secret
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-instance-tls"}, &pods))
+	tlsDir := t.TempDir()
+	for file, data := range pods.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, file), data, 0o600))
+	}
+	sockets := map[string]string{}
+	for _, pod := range []string{name + "-0", name + "-1"} {
+		sockets[pod] = a.start(t, tlsDir, pod, instance.PodHosts(pod, name+"-headless", ns)[0])
+	}
+	return a, db, sockets
+}
+
 // A primary whose server is down, with no healthy standby to take its
 // place, is reported and left alone: never fenced (that would turn an
 // outage it may come back from into one it cannot), nothing promoted,
@@ -132,23 +159,10 @@ func TestAGonePrimaryWithoutAHealthyStandbyIsNeitherFencedNorReplaced(t *testing
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	a := &agents{}
-	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
-	db := newDatabase(ns, "lone", 2)
-	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Second}}
-	require.NoError(t, c.Create(context.Background(), db))
-	waitFor(t, c, db, "Ready", ready)
-
-	var pods corev1.Secret
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lone-instance-tls"}, &pods))
-	tlsDir := t.TempDir()
-	for name, data := range pods.Data {
-		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
-	}
+	a, db, _ := failoverWithAgents(t, c, ns, "lone", time.Second)
 	hosts := map[string]string{}
 	for _, pod := range []string{"lone-0", "lone-1"} {
 		hosts[pod] = instance.PodHosts(pod, "lone-headless", ns)[0]
-		a.start(t, tlsDir, pod, hosts[pod])
 	}
 
 	got := waitFor(t, c, db, "failover blocked", func(ct *assert.CollectT, d *dbv1.Database) {
@@ -267,24 +281,8 @@ func TestAServerWaitingForItsRoleIsToldWhoIsPrimary(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	a := &agents{}
-	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
-	db := newDatabase(ns, "ask", 2)
 	// No server runs here: the bound keeps the watch from acting on it.
-	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: time.Hour}}
-	require.NoError(t, c.Create(context.Background(), db))
-	waitFor(t, c, db, "Ready", ready)
-
-	var pods corev1.Secret
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ask-instance-tls"}, &pods))
-	tlsDir := t.TempDir()
-	for name, data := range pods.Data {
-		require.NoError(t, os.WriteFile(filepath.Join(tlsDir, name), data, 0o600))
-	}
-	sockets := map[string]string{}
-	for _, pod := range []string{"ask-0", "ask-1"} {
-		sockets[pod] = a.start(t, tlsDir, pod, instance.PodHosts(pod, "ask-headless", ns)[0])
-	}
+	_, db, sockets := failoverWithAgents(t, c, ns, "ask", time.Hour)
 	ask := func(pod, token string) {
 		require.NoError(t, os.WriteFile(filepath.Join(sockets[pod], instance.RoleAskedFile), []byte(token+"\n"), 0o600))
 	}
