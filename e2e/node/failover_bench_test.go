@@ -54,9 +54,10 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).
 //   - APIServerStopped: the primary hung, and the API server killed once
-//     the failover is fencing, started again 20 s later. Its runs are
-//     long (kube-proxy's watch backs off): select it alone with
-//     -bench 'Failover/APIServerStopped'.
+//     the failover is fencing, started again 20 s later; the operator,
+//     which exits when it loses its Lease, gets a new pod after each run.
+//     Its runs are long (kube-proxy's watch backs off): select it alone
+//     with -bench 'Failover/APIServerStopped'.
 //
 // It prints the median and worst outage, the acknowledged writes lost,
 // and the moments two servers accepted writes (every pod's agent asked
@@ -173,7 +174,16 @@ func BenchmarkFailover(b *testing.B) {
 			})
 			waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
 			nodeScript(ctx, b, "apiserver", "start")
-			return at, recover
+			return at, func() {
+				recover()
+				// The operator lost its leader Lease with the API server
+				// and exited (the kubelet restarts it): a pod of its own
+				// for the next run, as after OperatorKilled, or the
+				// kubelet's back-off would grow with each run (seen: a
+				// sixth run waited 5 minutes for the operator).
+				pod, _ := f.operatorContainer()
+				f.replaceOperatorPod(pod)
+			}
 		}},
 	}
 	for _, fc := range faults {
