@@ -330,8 +330,17 @@ type writeOutcome struct {
 
 func (w *writer) log() []writeOutcome {
 	w.f.t.Helper()
-	b, err := w.f.cs.CoreV1().Pods(w.f.ns).GetLogs(w.pod.Name, &corev1.PodLogOptions{}).DoRaw(w.f.ctx)
+	out, err := w.readLog()
 	require.NoError(w.f.t, err)
+	return out
+}
+
+// readLog is the writer's log so far, read through the API server.
+func (w *writer) readLog() ([]writeOutcome, error) {
+	b, err := w.f.cs.CoreV1().Pods(w.f.ns).GetLogs(w.pod.Name, &corev1.PodLogOptions{}).DoRaw(w.f.ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []writeOutcome
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
@@ -350,7 +359,7 @@ func (w *writer) log() []writeOutcome {
 		}
 		out = append(out, o)
 	}
-	return out
+	return out, nil
 }
 
 // waitAcks waits for n more acknowledged writes than now.
@@ -684,7 +693,13 @@ func (w *writer) waitOutageOver(at time.Time) (time.Duration, writeOutcome) {
 	var down time.Duration
 	var first writeOutcome
 	err := wait.PollUntilContextTimeout(w.f.ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
-		down, first = outage(w.log(), at)
+		// Asked again on an error: after an API-server fault the
+		// log is read through a server that may refuse a moment more.
+		log, err := w.readLog()
+		if err != nil {
+			return false, nil
+		}
+		down, first = outage(log, at)
 		return down > 0, nil
 	})
 	require.NoError(w.f.t, err, "writes through -rw did not come back after %s (first failure %+v)", at, first)
