@@ -54,6 +54,8 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	require.NoError(t, c.Create(ctx, db))
 	waitDatabaseReady(ctx, t, c, ns, name)
 
+	orphanDyingLeavesTheServerUp(ctx, t, cfg, cs, ns, servedBy(ctx, t, cs, ns, name+"-rw"))
+
 	client := startPostgresClient(ctx, t, cs, ns, name, "psql")
 	token := rand.String(10)
 	out := psql(ctx, t, cfg, cs, client, "rw",
@@ -114,6 +116,25 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	assert.Equal(t, sortedRows(rows+",three "+token),
 		psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"),
 		"the rows of the final backup, restored")
+}
+
+// orphanDyingLeavesTheServerUp starts a process in the server's container
+// that outlives its parent and then dies of SIGPIPE, as a probe's psql
+// does when the kubelet gives up on the probe and its shell is gone. The
+// orphan is re-parented to the pod's PID 1; were that the postmaster, it
+// would take the death for a crashed backend and restart the server,
+// ending every session ("the database system is in recovery mode": a CI
+// run failed so). A session open meanwhile must end normally.
+func orphanDyingLeavesTheServerUp(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, ns, podName string) {
+	t.Helper()
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = tryExec(ctx, cfg, cs, pod, "sh", "-c", `sh -c 'sleep 3; kill -PIPE $$' </dev/null >/dev/null 2>&1 &`)
+	require.NoError(t, err)
+	out, err := tryExec(ctx, cfg, cs, pod, "sh", "-c",
+		`PGHOST=127.0.0.1 exec psql -X -A -t -q -d postgres -c 'SELECT pg_sleep(8)' -c 'SELECT 42'`)
+	require.NoError(t, err, "a session open while an orphaned process of the server's container died of SIGPIPE:\n%s", out)
+	assert.Equal(t, "42", strings.TrimSpace(out))
 }
 
 // crClient is a controller-runtime client for the Database kinds and

@@ -349,6 +349,13 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 		EnableServiceLinks:            ptr.To(false),
 		TerminationGracePeriodSeconds: ptr.To(int64(60)),
 		Affinity:                      spreadAcrossNodes(db),
+		// The sandbox is the pod's PID 1, not the server: a process the
+		// kubelet starts in the container (a probe timed out, an exec)
+		// whose parent exits is re-parented to PID 1. The PostgreSQL
+		// postmaster takes any child it reaps that died by a signal for
+		// a crashed backend and restarts the server, ending every
+		// session; the sandbox just reaps it.
+		ShareProcessNamespace: ptr.To(true),
 	}
 	placePod(&spec, db.Spec.PodTemplate)
 	return &appsv1.StatefulSet{
