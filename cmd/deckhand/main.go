@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"syscall"
 	// TDSet time zones work on images without /usr/share/zoneinfo.
 	_ "time/tzdata"
 
@@ -50,10 +51,34 @@ func main() {
 
 	// SIGTERM cancels the context: reconciles get the graceful-shutdown
 	// timeout and the leader Lease is released.
-	if err := manager.Run(ctrl.SetupSignalHandler(), cfg); err != nil {
+	err = manager.Run(ctrl.SetupSignalHandler(), cfg)
+	if errors.Is(err, manager.ErrLeaseLost) {
+		startAfresh(err)
+	}
+	if err != nil {
 		ctrl.Log.Error(err, "deckhand stopped")
 		os.Exit(1)
 	}
+}
+
+// startAfresh replaces the process with a new run of its own binary, with
+// the same arguments and environment, after the operator lost its leader
+// Lease. Every reconcile stops at once, as it would on exit. But the PID
+// stays, so the kubelet sees no exit: no restart is counted and no
+// back-off grows. Exiting instead, each API-server outage longer than the
+// renew deadline cost a restart, and a few within minutes left the
+// operator in CrashLoopBackOff (5 minutes) when a failover needed it. The
+// new run campaigns for the Lease at once; held by the pod's name, it gets
+// it back as soon as the API server answers, unless another replica took
+// it meanwhile. It exits only when the exec itself fails.
+func startAfresh(cause error) {
+	ctrl.Log.Info("stopped leading: starting afresh in this process to campaign for the Lease again", "reason", cause.Error())
+	exe, err := os.Executable()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, os.Environ())
+	}
+	ctrl.Log.Error(err, "could not start afresh; exiting")
+	os.Exit(1)
 }
 
 // defaultGCPercent is the Go collector's GOGC unless the environment sets

@@ -54,8 +54,9 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).
 //   - APIServerStopped: the primary hung, and the API server killed once
-//     the failover is fencing, started again 20 s later; the operator,
-//     which exits when it loses its Lease, gets a new pod after each run.
+//     the failover is fencing, started again 20 s later; the operator
+//     gets a new pod after each run, as the first runs did when it still
+//     exited on a lost Lease (it now starts afresh in its process).
 //     Its runs are long (kube-proxy's watch backs off): select it alone
 //     with -bench 'Failover/APIServerStopped'.
 //

@@ -68,7 +68,7 @@ func Flags() *pflag.FlagSet {
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
 	fs.Duration("leader-election-lease-duration", DefaultLeaseDuration, "how long a leader's Lease holds after its last renewal: another operator pod takes over that long after the leader dies without releasing it (a restart in the same pod takes it back at once); whole seconds")
-	fs.Duration("leader-election-renew-deadline", DefaultRenewDeadline, "how long the leader keeps failing to renew its Lease before it stops leading and exits; shorter than leader-election-lease-duration")
+	fs.Duration("leader-election-renew-deadline", DefaultRenewDeadline, "how long the leader keeps failing to renew its Lease before it stops leading and starts afresh in its process; shorter than leader-election-lease-duration")
 	fs.Duration("leader-election-retry-period", DefaultRetryPeriod, "how often the leader renews its Lease, and how often the others try to take it; under leader-election-renew-deadline / 1.2")
 	fs.String("metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" turns it off`)
 	fs.String("health-probe-bind-address", ":8081", "address serving /healthz and /readyz")

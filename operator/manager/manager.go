@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -212,7 +213,20 @@ func leaderElectionNamespace(cfg Config) (string, error) {
 	return "", fmt.Errorf("leader-elect needs a namespace for its Lease: set --leader-election-namespace (or POD_NAMESPACE) when running outside a cluster")
 }
 
-// Run starts the manager and blocks until ctx ends.
+// ErrLeaseLost is what Run returns when the operator stopped leading while
+// ctx was still running: it could not renew its leader Lease within the
+// renew deadline (the API server unreachable that long, or another replica
+// holding the Lease). The process must stop reconciling at once.
+var ErrLeaseLost = errors.New("lost the leader Lease")
+
+// leaderElectionLost is the error controller-runtime's manager returns when
+// its elector stops leading (pkg/manager/internal.go, OnStoppedLeading);
+// it has no typed error for it. TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease
+// (cmd/deckhand) fails if a new controller-runtime words it otherwise.
+const leaderElectionLost = "leader election lost"
+
+// Run starts the manager and blocks until ctx ends; ErrLeaseLost when the
+// manager stopped leading before that.
 func Run(ctx context.Context, cfg Config) error {
 	rc, err := RESTConfig(cfg)
 	if err != nil {
@@ -228,5 +242,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	ctrl.Log.WithName("setup").Info("starting deckhand", "controllers", names,
 		"host", rc.Host, "leaderElect", cfg.LeaderElect, "watchNamespaces", cfg.WatchNamespaces)
-	return mgr.Start(ctx)
+	err = mgr.Start(ctx)
+	if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), leaderElectionLost) {
+		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return err
 }

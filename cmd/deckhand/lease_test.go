@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/internal/freeport"
+	"github.com/deckhand-dev/deckhand/internal/testenv"
+)
+
+// runOperatorEnv makes this test binary run the operator's main instead of
+// its tests: the test below starts it so, and the operator's own re-exec
+// (startAfresh) runs it again with the same environment.
+const runOperatorEnv = "DECKHAND_TEST_RUN_OPERATOR"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runOperatorEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// The operator, leading, loses its Lease (here another holder takes it;
+// in a cluster, an API-server outage longer than the renew deadline does
+// the same): it stops reconciling, but its process does not exit, so a
+// kubelet would count no restart and grow no back-off. The same process
+// campaigns again, takes the Lease back once the other holder's has
+// expired, and serves its health endpoint on the same port.
+func TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease(t *testing.T) {
+	c := testenv.Client(t)
+	testenv.InstallCRDs(t)
+	ns := testenv.Namespace(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const pod, lease = "deckhand-7d4b9c6f8-q5m2x", "deckhand.deckhand.dev"
+	health := "127.0.0.1:" + freeport.String(t)
+
+	cmd := exec.Command(os.Args[0], "--kubeconfig", testenv.Kubeconfig(t),
+		"--controllers", "tdset", "--watch-namespaces", ns,
+		"--leader-elect", "--leader-election-namespace", ns, "--leader-election-id", lease,
+		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "1s",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", health, "--log-format", "console")
+	cmd.Env = append(os.Environ(), runOperatorEnv+"=1", "POD_NAME="+pod)
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+
+	// until waits for cond, failing at once if the operator exits.
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			select {
+			case err := <-exited:
+				t.Fatalf("the operator exited (%v) while waiting for %s; its log:\n%s", err, what, log.String())
+			default:
+			}
+			return cond(), nil
+		})
+		require.NoError(t, err, "%s; the operator's log:\n%s", what, log.String())
+	}
+	holder := func() string {
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l); err != nil {
+			return ""
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	until("the operator to take its Lease", func() bool { return holder() == pod })
+	until("its health endpoint", func() bool { return ready(health) })
+
+	// Another holder takes the Lease for 8 s: the operator's renewals fail
+	// and, 3 s on, it stops leading.
+	var l coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l))
+	l.Spec.HolderIdentity = ptr.To("another-replica")
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](8)
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	require.NoError(t, c.Update(ctx, &l))
+
+	until("the operator to start afresh", func() bool { return strings.Contains(log.String(), "starting afresh in this process") })
+	until("the same process to take the Lease back", func() bool { return holder() == pod })
+	until("its health endpoint on the same port", func() bool { return ready(health) })
+}
+
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// lockedBuffer collects the operator's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
