@@ -532,6 +532,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 		// An earlier reconcile may have recorded this result already.
 		return reconcile.Result{RequeueAfter: staleRecheck}, nil
 	}
+	recordJobStart(b, db, job)
 	switch {
 	case jobFinished(job, batchv1.JobComplete):
 		if report.SHA256 == "" || report.File == "" {
@@ -555,6 +556,37 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *Backup, db *Cluste
 	default:
 		b.Status.Phase = dbv1.BackupRunning
 		return reconcile.Result{}, nil
+	}
+}
+
+// recordJobStart fills what the write after the Job's creation records
+// (startBackup: the claim, the file, the image, the start), where that
+// write was lost, from the Job itself. A status patch refused after the
+// Job was created (a Conflict: the reconcile read a stale copy of the
+// backup) leaves the Job running and the status without them; the backup
+// then completed without its claim, so its verification mounted no
+// backup volume ("not found on the backup volume") and its deletion
+// would have left the file.
+func recordJobStart(b *Backup, db *Cluster, job *batchv1.Job) {
+	s := &b.Status
+	if s.ClaimName == "" {
+		s.ClaimName = backupClaimOf(job)
+	}
+	if s.File == "" {
+		s.File = backupFile(b)
+	}
+	if s.StartTime == nil && !job.CreationTimestamp.IsZero() {
+		s.StartTime = job.CreationTimestamp.DeepCopy()
+	}
+	pod := job.Spec.Template.Spec
+	if s.Image == "" && len(pod.Containers) > 0 {
+		s.Image = pod.Containers[0].Image
+	}
+	if s.RunAsUser == nil && pod.SecurityContext != nil && pod.SecurityContext.RunAsUser != nil {
+		s.RunAsUser = ptr.To(*pod.SecurityContext.RunAsUser)
+	}
+	if s.Engine == "" && db != nil {
+		s.Engine = engineOf(db)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -143,6 +144,79 @@ func TestABackupJobIsDeletedOnlyAfterItsResultIsRecorded(t *testing.T) {
 	assert.Equal(t, ptr.To(int64(4096)), b.Status.LagBytes)
 	err = c.Get(ctx, jobKey, &batchv1.Job{})
 	assert.True(t, apierrors.IsNotFound(err), "the finished Job is deleted: %v", err)
+}
+
+// The status write right after the backup Job's creation is refused (a
+// Conflict: the reconcile read a stale copy of the backup, as under a busy
+// API server); the Job runs on and succeeds. The completed backup must
+// still name its claim, so that its verification mounts the backup
+// volume. Before recordJobStart it completed with no claim, and the
+// verification Job had no backup volume: "backup file ... not found on
+// the backup volume" (a make test run failed so).
+func TestABackupWhoseStartWasNotRecordedStillNamesItsClaim(t *testing.T) {
+	const ns = "ns"
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns, UID: "db-uid"},
+		Spec: dbv1.DatabaseSpec{Image: "postgres:17.6", Replicas: 1, Port: 5432, Name: "app", StorageSize: "1Gi"},
+		Status: dbv1.DatabaseStatus{Conditions: []metav1.Condition{{Type: ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Done", LastTransitionTime: metav1.Now()}}}}
+	cl := &Cluster{ObjectMeta: db.ObjectMeta, Kind: DatabaseKind}
+	server := readyPod("shop-0")
+	server.Namespace, server.Labels = ns, selectorLabels(cl, componentServer)
+	server.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "shop", UID: "sts-uid", Controller: ptr.To(true)}}
+	backup := &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "newest", Namespace: ns, UID: "b-uid", CreationTimestamp: metav1.Now()},
+		Spec: dbv1.DatabaseBackupSpec{Database: "shop"}}
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, dbv1.AddToScheme(scheme))
+	jobCreated, refused := false, false
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(db, server, backup).WithStatusSubresource(&dbv1.DatabaseBackup{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*batchv1.Job); ok {
+					jobCreated = true
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if jobCreated && !refused {
+					refused = true
+					return apierrors.NewConflict(schema.GroupResource{Resource: "databasebackups"}, obj.GetName(), errors.New("stale"))
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	r := &BackupReconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
+	ctx := context.Background()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "newest"}}
+	reconcileAll := func() {
+		for range 3 {
+			_, _ = r.Reconcile(ctx, req)
+		}
+	}
+	reconcileAll()
+	require.True(t, refused, "the write after the Job's creation was refused")
+
+	// The Job succeeds and its pod reports the file.
+	var job batchv1.Job
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-backup"}, &job))
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	require.NoError(t, c.Status().Update(ctx, &job))
+	require.NoError(t, c.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-backup-x", Namespace: ns, Labels: map[string]string{"batch.kubernetes.io/job-name": job.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			Message: `{"serverVersion":"17.6","file":"newest-b-uid.dump","size":10,"sha256":"ab","source":"shop-rw"}`}}}}},
+	}))
+	reconcileAll()
+
+	var got dbv1.DatabaseBackup
+	require.NoError(t, c.Get(ctx, req.NamespacedName, &got))
+	assert.Equal(t, dbv1.BackupCompleted, got.Status.Phase)
+	assert.Equal(t, "shop-backup", got.Status.ClaimName, "the claim the Job wrote to")
+	assert.Equal(t, "newest-b-uid.dump", got.Status.File)
+	assert.Equal(t, "postgres:17.6", got.Status.Image)
+	var verify batchv1.Job
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-verify"}, &verify), "each backup is verified (the default)")
+	assert.Equal(t, "shop-backup", backupClaimOf(&verify), "the verification mounts the backup volume")
 }
 
 // Retention (keepLast 1) leaves a held backup and a backup a Database is

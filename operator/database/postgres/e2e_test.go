@@ -189,6 +189,10 @@ func (e *endToEnd) waitCompleted(name string) *dbv1.DatabaseBackup {
 		require.NoError(ct, e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, &cur))
 		require.Equal(ct, dbv1.BackupCompleted, cur.Status.Phase, "status: %+v", cur.Status)
 	}, 2*time.Minute, 200*time.Millisecond, "DatabaseBackup %s never Completed", name)
+	// A completed backup names the file it wrote and where: its
+	// verification and its deletion read them.
+	require.NotEmpty(e.t, cur.Status.ClaimName, "DatabaseBackup %s completed without its claim: %+v", name, cur.Status)
+	require.FileExists(e.t, filepath.Join(e.runner.ClaimDir(cur.Status.ClaimName), cur.Status.File))
 	return &cur
 }
 
