@@ -156,7 +156,7 @@ func TestABackupJobIsDeletedOnlyAfterItsResultIsRecorded(t *testing.T) {
 func TestABackupWhoseStartWasNotRecordedStillNamesItsClaim(t *testing.T) {
 	const ns = "ns"
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns, UID: "db-uid"},
-		Spec: dbv1.DatabaseSpec{Image: "postgres:17.6", Replicas: 1, Port: 5432, Name: "app", StorageSize: "1Gi"},
+		Spec:   dbv1.DatabaseSpec{Image: "postgres:17.6", Replicas: 1, Port: 5432, Name: "app", StorageSize: "1Gi"},
 		Status: dbv1.DatabaseStatus{Conditions: []metav1.Condition{{Type: ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Done", LastTransitionTime: metav1.Now()}}}}
 	cl := &Cluster{ObjectMeta: db.ObjectMeta, Kind: DatabaseKind}
 	server := readyPod("shop-0")
