@@ -98,3 +98,35 @@ func TestAnOldPrimaryTheFenceDidNotReachFencesItselfOnceItsPodNamesAnother(t *te
 		return os.IsNotExist(err)
 	}, 30*time.Second, 100*time.Millisecond, "the promotion note, done with once the pod names it, stays")
 }
+
+// TestAStandbyPromotedThroughItsAgentIsReadyBeforeItsPodNamesIt: a
+// failover promotes the standby through its agent, and the pods still
+// name the old primary (the kubelet refreshes the mounted ConfigMap
+// later: minutes after an API-server outage). The promoted primary is
+// ready meanwhile, so <name>-rw can route to it once the operator labels
+// it; before, its readiness failed until the new name reached the pod. A
+// primary the pods name a third pod instead (a later failover replaced it
+// too) is not ready.
+func TestAStandbyPromotedThroughItsAgentIsReadyBeforeItsPodNamesIt(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	_, _ = primaryAndStreamingStandby(t, h)
+	ready := postgres.Engine{}.ServerPod(h.cluster).Container.ReadinessProbe
+	out, ok := h.probe(ready, 1, "data-1", "", nil)
+	require.True(t, ok, "the streaming standby is ready: %s", out)
+
+	ch := newChannel(t, h, h.cluster.Name+"-1")
+	standbyHost := ch.startGuardedAgent(t, h, 1, "data-1")
+	st, err := ch.client.Promote(context.Background(), standbyHost)
+	require.NoError(t, err)
+	require.Equal(t, instance.RolePrimary, st.Role)
+	out, ok = h.probe(ready, 1, "data-1", "", nil)
+	assert.True(t, ok, "promoted to replace the pod still named: ready: %s", out)
+
+	h.namePrimary(2)
+	out, ok = h.probe(ready, 1, "data-1", "", nil)
+	assert.False(t, ok, "the pods name a third pod: not ready")
+	// The probe says so, or, once its guard has looked (every second),
+	// the server is fenced.
+	assert.Regexp(t, "the operator names name-of-database-2 the primary|fenced: not ready", out)
+}

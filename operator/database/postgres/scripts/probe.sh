@@ -28,7 +28,9 @@
 # ConfigMap's key) names the primary's pod; a server out of recovery in
 # another pod, or the named pod still in recovery, is not ready, so no
 # Service routes to it (bootstrap.sh makes the role agree at the next
-# start).
+# start). Except a standby the operator promoted through the agent to
+# replace the pod still named (promoted_replacing): the new name has not
+# reached the pod yet.
 #
 # Also (ready, on the primary): with a file "replicas" beside this script
 # (the operator writes the Database's replicas there), drops the inactive
@@ -79,6 +81,20 @@ slot_lost() {
 	[ "$lost" = lost ]
 }
 
+# promoted_replacing NAME: the operator promoted this server through its
+# agent to replace NAME, the primary the pod named then and still names:
+# the agent notes that name beside the data directory before pg_promote
+# (instance.PromotedMarker) and removes the note once the pod names this
+# pod. The key's new name reaches the pod only when the kubelet refreshes
+# the mounted ConfigMap, minutes after an API-server outage; the promoted
+# primary is ready meanwhile, as the agent's own guard leaves it running.
+# Any other name (a third pod: a later failover replaced it too) is not
+# excused.
+promoted_replacing() {
+	[ -f "$(dirname "$PGDATA")/deckhand-promoted" ] || return 1
+	[ "$(cat "$(dirname "$PGDATA")/deckhand-promoted")" = "$1" ]
+}
+
 case $mode in
 live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
@@ -114,7 +130,7 @@ ready)
 	}
 	named_primary=$(cat "$(dirname "$0")/primary" 2>/dev/null || true)
 	if [ -n "$named_primary" ]; then
-		if [ "$state" = primary ] && [ "$POD_NAME" != "$named_primary" ]; then
+		if [ "$state" = primary ] && [ "$POD_NAME" != "$named_primary" ] && ! promoted_replacing "$named_primary"; then
 			echo "this server runs as a primary, but the operator names $named_primary the primary: not ready (it rejoins as a standby at its next start)" >&2
 			exit 1
 		fi
