@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
@@ -41,7 +42,7 @@ func TestDemoFlaskAppServesTheCurrentMessage(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "flask", "--app", "main", "run", "--host", host, "--port", port)
 	cmd.Dir = filepath.Join(testenv.Root(t), "demo", "flask", "app")
 	cmd.Env = append(os.Environ(), "CONFIG_FILE="+cfg)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start(), "python3-flask missing? run hack/test-deps.sh")
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })

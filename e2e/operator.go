@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
@@ -64,7 +64,7 @@ type HostOperator struct {
 	health string
 	// metrics is the metrics listener's host:port, empty with metrics off.
 	metrics string
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	done    chan error
 }
 
@@ -129,7 +129,7 @@ func runOperatorBinaryAsChart(t testing.TB, binary string, r *Rendered, namespac
 			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	op := &HostOperator{cmd: cmd, health: health, metrics: metrics, logs: logs, done: make(chan error, 1)}
@@ -266,22 +266,4 @@ func freeAddress(t testing.TB) string {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writers and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

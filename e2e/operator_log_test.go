@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 )
 
 func TestOperatorFailuresAreErrorLinesNotWords(t *testing.T) {
-	op := &HostOperator{logs: &syncBuffer{}}
+	op := &HostOperator{logs: &syncbuf.Buffer{}}
 	for _, line := range []string{
 		`{"level":"info","msg":"Starting workers","controller":"blogpost"}`,
 		`{"level":"info","msg":"monitor names a Secret the operator may not read (forbidden by choice)"}`,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/mysql"
 	"github.com/deckhand-dev/deckhand/operator/database/mysql/mysqltest"
@@ -150,7 +151,7 @@ func (h *host) bareServer(name string) bare {
 	socket := filepath.Join(dir, "mysqld.sock")
 	s := &mysqltest.Server{Cmd: mysqltest.Cmd(h.u, env, []string{"mariadbd", "--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
 		"--socket=" + socket, "--port=" + mysqltest.FreePort(h.t), "--bind-address=127.0.0.1", "--skip-name-resolve",
-		"--innodb-flush-log-at-trx-commit=2", "--pid-file=" + filepath.Join(dir, "pid")}), Log: &mysqltest.Buffer{}}
+		"--innodb-flush-log-at-trx-commit=2", "--pid-file=" + filepath.Join(dir, "pid")}), Log: &syncbuf.Buffer{}}
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	require.NoError(h.t, s.Cmd.Start())
 	done := make(chan error, 1)

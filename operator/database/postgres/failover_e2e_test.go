@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
@@ -102,7 +103,7 @@ func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, p
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := e.u.Command(map[string]string{"PATH": e.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
 		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod), "--role-dir", e.u.Dir(t, roleDir(e.root, pod))})
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

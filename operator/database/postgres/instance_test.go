@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
@@ -133,7 +134,7 @@ func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
 		append([]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen}, extra...))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
@@ -224,7 +225,7 @@ func TestAFencedServerStartsOnlyOnceTheFenceIsLiftedAndInTheRoleNamedThen(t *tes
 	// The container restarts (the kubelet's doing): no server.
 	env := h.serverEnv(pod, 0, "data-0", standby.Port)
 	fenced := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	fenced.Stdout, fenced.Stderr = log, log
 	require.NoError(t, fenced.Start())
 	exited := make(chan error, 1)

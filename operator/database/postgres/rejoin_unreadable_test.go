@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
@@ -26,7 +27,7 @@ func (h *host) startOnce(t *testing.T, ordinal int, dataVolume, primaryPort stri
 	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
 	change(env)
 	cmd := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
@@ -30,7 +31,7 @@ func TestAPrimaryStartsOnlyOnceTheOperatorConfirmsIt(t *testing.T) {
 	env := h.serverEnv(pod, 0, "data-0", "")
 	env[instance.RoleDirEnv] = roleDir
 	server := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	server.Stdout, server.Stderr = log, log
 	require.NoError(t, server.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-server.Process.Pid, syscall.SIGKILL); _, _ = server.Process.Wait() })

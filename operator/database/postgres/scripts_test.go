@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
@@ -217,14 +218,14 @@ func TestAKilledBackupLeavesNoFileThatLooksComplete(t *testing.T) {
 		n, _ := strconv.Atoi(h.sql(server.Port, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_dump' AND wait_event_type = 'Lock'"))
 		return n
 	}
-	startBackup := func(file string) (*pgtest.SyncBuffer, chan error, int) {
+	startBackup := func(file string) (*syncbuf.Buffer, chan error, int) {
 		// A killed pg_dump's server process waits on the lock until it is
 		// released (it does not notice its client is gone): count ours on
 		// top of those.
 		before := waitingDumps()
 		pod := postgres.Engine{}.BackupPod(h.cluster, engine.Backup{File: file, Host: "x", ClaimName: "backup"})
 		cmd := h.u.Command(h.env(pod, "backup", server.Port, map[string]string{engine.BackupVolume: dir}), pgtest.HostCommand(t, pod.Container, h.scripts))
-		log := &pgtest.SyncBuffer{}
+		log := &syncbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = log, log
 		require.NoError(t, cmd.Start())
 		done := make(chan error, 1)

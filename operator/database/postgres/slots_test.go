@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
@@ -125,7 +126,7 @@ func TestACloneThatProgressesIsNeverRestartedAndOneThatStallsIs(t *testing.T) {
 	env := h.serverEnv(pod, 1, "data-1", primary.Port)
 	env["CLONE_MAX_RATE"] = "32k"
 	clone := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	clone.Stdout, clone.Stderr = log, log
 	require.NoError(t, clone.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-clone.Process.Pid, syscall.SIGKILL); _, _ = clone.Process.Wait() })
@@ -236,7 +237,7 @@ func TestACloneLogsItsProgressForTheOperator(t *testing.T) {
 	env["CLONE_MAX_RATE"] = "4M"
 	env["CLONE_PROGRESS_SECONDS"] = "1"
 	clone := h.u.Command(env, pgtest.HostCommand(t, pod.Container, h.scripts))
-	log := &pgtest.SyncBuffer{}
+	log := &syncbuf.Buffer{}
 	clone.Stdout, clone.Stderr = log, log
 	require.NoError(t, clone.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-clone.Process.Pid, syscall.SIGKILL); _, _ = clone.Process.Wait() })

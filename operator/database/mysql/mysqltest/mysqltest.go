@@ -8,14 +8,12 @@
 package mysqltest
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhand-dev/deckhand/internal/freeport"
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
@@ -184,33 +183,15 @@ func Run(u *User, env map[string]string, argv []string) (string, error) {
 type Server struct {
 	Cmd  *exec.Cmd
 	Port string
-	Log  *Buffer
+	Log  *syncbuf.Buffer
 	done chan error
-}
-
-// Buffer is a bytes.Buffer safe for a process's output and a test's reads.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *Buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *Buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Start runs the server's bootstrap until root can query it with
 // password on env["PORT"].
 func Start(t testing.TB, u *User, env map[string]string, argv []string, password string) *Server {
 	t.Helper()
-	s := &Server{Cmd: Cmd(u, env, argv), Port: env["PORT"], Log: &Buffer{}, done: make(chan error, 1)}
+	s := &Server{Cmd: Cmd(u, env, argv), Port: env["PORT"], Log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	require.NoError(t, s.Cmd.Start())
 	go func() { s.done <- s.Cmd.Wait() }()

@@ -6,7 +6,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"os/user"
@@ -14,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhand-dev/deckhand/internal/freeport"
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
@@ -175,26 +174,8 @@ func (u *User) WriteScripts(t testing.TB, root string, files map[string]string) 
 type Server struct {
 	Cmd  *exec.Cmd
 	Port string
-	Log  *SyncBuffer
+	Log  *syncbuf.Buffer
 	done chan error
-}
-
-// SyncBuffer is a bytes.Buffer that a process and a test share.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // StartServer runs argv (the bootstrap script) with env until the server
@@ -202,7 +183,7 @@ func (s *SyncBuffer) String() string {
 // test.
 func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv []string) *Server {
 	t.Helper()
-	s := &Server{Cmd: u.Command(env, argv), Port: env["PGPORT"], Log: &SyncBuffer{}, done: make(chan error, 1)}
+	s := &Server{Cmd: u.Command(env, argv), Port: env["PGPORT"], Log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	require.NoError(t, s.Cmd.Start())
 	go func() { s.done <- s.Cmd.Wait() }()

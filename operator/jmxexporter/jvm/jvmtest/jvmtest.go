@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/internal/freeport"
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 )
 
 //go:embed java/*.java
@@ -127,7 +128,7 @@ type JVM struct {
 	Cmd *exec.Cmd
 	PID int
 	// Log holds its stdout and stderr.
-	Log *SafeBuffer
+	Log *syncbuf.Buffer
 	// Dir is its working directory.
 	Dir string
 }
@@ -181,7 +182,7 @@ func StartWithEnv(t testing.TB, user *syscall.Credential, dir string, env []stri
 	if user != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: user}
 	}
-	log := &SafeBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	j := &JVM{Cmd: cmd, PID: cmd.Process.Pid, Log: log, Dir: dir}
@@ -213,24 +214,6 @@ func Nobody(t testing.TB) *syscall.Credential {
 func FreePort(t testing.TB) int {
 	t.Helper()
 	return freeport.Get(t)
-}
-
-// SafeBuffer is a bytes.Buffer safe for a process writing while a test reads.
-type SafeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SafeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SafeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Marker is a string unique to this test, for jvmMatch.
