@@ -177,11 +177,12 @@ func BenchmarkFailover(b *testing.B) {
 			nodeScript(ctx, b, "apiserver", "start")
 			return at, func() {
 				recover()
-				// The operator lost its leader Lease with the API server
-				// and exited (the kubelet restarts it): a pod of its own
-				// for the next run, as after OperatorKilled, or the
-				// kubelet's back-off would grow with each run (seen: a
-				// sixth run waited 5 minutes for the operator).
+				// A pod of its own for the next run, as after
+				// OperatorKilled: the runs stay comparable with the first
+				// ones, taken when the operator still exited on its lost
+				// Lease and the kubelet's back-off grew with each run (a
+				// sixth run waited 5 minutes for it). It now starts
+				// afresh in its process instead.
 				pod, _ := f.operatorContainer()
 				f.replaceOperatorPod(pod)
 			}

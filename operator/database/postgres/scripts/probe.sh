@@ -48,6 +48,8 @@ export PGHOST=127.0.0.1 PGDATABASE=postgres PGCONNECT_TIMEOUT=4
 
 mode=${1:-ready}
 staging=$PGDATA.deckhand-new
+# beside the data directory: the fence marker and the promotion note
+beside=$(dirname "$PGDATA")
 progress=$staging.progress
 mark=$staging.probe
 
@@ -91,15 +93,14 @@ slot_lost() {
 # Any other name (a third pod: a later failover replaced it too) is not
 # excused.
 promoted_replacing() {
-	[ -f "$(dirname "$PGDATA")/deckhand-promoted" ] || return 1
-	[ "$(cat "$(dirname "$PGDATA")/deckhand-promoted")" = "$1" ]
+	[ -f "$beside/deckhand-promoted" ] && [ "$(cat "$beside/deckhand-promoted")" = "$1" ]
 }
 
 case $mode in
 live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
 	# fence to be lifted): restarting its container would change nothing.
-	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+	if [ -e "$beside/deckhand-fenced" ]; then
 		exit 0
 	fi
 	# Waiting for the operator's word on its role, on purpose too.
@@ -119,7 +120,7 @@ live)
 ready)
 	# A fenced server takes no traffic, even while its fence's shutdown
 	# is under way.
-	if [ -e "$(dirname "$PGDATA")/deckhand-fenced" ]; then
+	if [ -e "$beside/deckhand-fenced" ]; then
 		echo "fenced: not ready" >&2
 		exit 1
 	fi
