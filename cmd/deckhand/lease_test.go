@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,13 +95,19 @@ func TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease(t *testing.T) {
 	until("its health endpoint", func() bool { return ready(health) })
 
 	// Another holder takes the Lease for 8 s: the operator's renewals fail
-	// and, 3 s on, it stops leading.
-	var l coordinationv1.Lease
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l))
-	l.Spec.HolderIdentity = ptr.To("another-replica")
-	l.Spec.LeaseDurationSeconds = ptr.To[int32](8)
-	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-	require.NoError(t, c.Update(ctx, &l))
+	// and, 3 s on, it stops leading. The operator renews every second, so
+	// this write can meet a newer copy: read again and retry, as any second
+	// candidate would.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l); err != nil {
+			return err
+		}
+		l.Spec.HolderIdentity = ptr.To("another-replica")
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](8)
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		return c.Update(ctx, &l)
+	}))
 
 	until("the operator to start afresh", func() bool { return strings.Contains(log.String(), "starting afresh in this process") })
 	until("the same process to take the Lease back", func() bool { return holder() == pod })
