@@ -49,7 +49,7 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //   - OperatorPodLost: the same, but the operator's pod is also deleted
 //     at once (grace 0), as when its node is lost: the new pod's process
 //     is another identity and waits for the killed one's Lease to expire
-//     (leaseDuration, 15 s by default) before it resumes.
+//     (leaseDuration, 10 s by default) before it resumes.
 //   - KubeletStopped: the node's kubelet stopped for 30 s (three times
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).

@@ -62,8 +62,8 @@ func TestTheChartRefusesLeaderElectionTimesTheOperatorWould(t *testing.T) {
 		le   map[string]any
 		want string
 	}{
-		"lease not longer than renew": {map[string]any{"leaseDuration": "10s"},
-			"leaderElection.leaseDuration 10s must be longer than leaderElection.renewDeadline 10s"},
+		"lease not longer than renew": {map[string]any{"leaseDuration": "8s"},
+			"leaderElection.leaseDuration 8s must be longer than leaderElection.renewDeadline 8s"},
 		"lease in minutes, renew longer": {map[string]any{"leaseDuration": "1m", "renewDeadline": "1m0.5s"},
 			"leaderElection.leaseDuration 1m must be longer than leaderElection.renewDeadline 1m0.5s"},
 		"renew within the retry's jitter": {map[string]any{"renewDeadline": "2400ms"},

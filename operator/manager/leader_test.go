@@ -84,7 +84,7 @@ func TestARestartInTheSamePodTakesTheLeaseBackAtOnce(t *testing.T) {
 		assert.Equal(t, pod, ptr.Deref(lease.Spec.HolderIdentity, ""))
 		assert.EqualValues(t, 3, ptr.Deref(lease.Spec.LeaseTransitions, 0), "the lead stayed with the pod: no transition")
 		assert.True(t, lease.Spec.AcquireTime.Equal(&acquired), "acquired when the pod first took it, not now: %v", lease.Spec.AcquireTime)
-		assert.EqualValues(t, 15, ptr.Deref(lease.Spec.LeaseDurationSeconds, 0), "renewed with the operator's own lease duration")
+		assert.EqualValues(t, manager.DefaultLeaseDuration.Seconds(), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0), "renewed with the operator's own lease duration")
 
 		// The Events controller-runtime's own lock records.
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {

@@ -16,10 +16,15 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// The leader elector's times by default: controller-runtime's.
+// The leader elector's times by default. The lease is shorter than
+// controller-runtime's 15 s: a new operator pod (the old one's node lost)
+// waits that long before any failover resumes, and the renew deadline
+// shrinks with it (it must stay below the lease), which costs little since
+// a leader that stops leading starts afresh in its process instead of
+// exiting (docs/database.md, The operator itself killed).
 const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 8 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )
 

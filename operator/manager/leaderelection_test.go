@@ -13,16 +13,16 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-func TestLeaderElectionTimesDefaultToControllerRuntimes(t *testing.T) {
+func TestLeaderElectionTimesDefaultToTenEightAndTwoSeconds(t *testing.T) {
 	cfg, err := Load(nil)
 	require.NoError(t, err)
-	assert.Equal(t, 15*time.Second, cfg.LeaderElectionLeaseDuration)
-	assert.Equal(t, 10*time.Second, cfg.LeaderElectionRenewDeadline)
+	assert.Equal(t, 10*time.Second, cfg.LeaderElectionLeaseDuration)
+	assert.Equal(t, 8*time.Second, cfg.LeaderElectionRenewDeadline)
 	assert.Equal(t, 2*time.Second, cfg.LeaderElectionRetryPeriod)
 
 	// A Config built in code gets the same.
 	lease, renew, retry := Config{}.leaderElectionTimes()
-	assert.Equal(t, []time.Duration{15 * time.Second, 10 * time.Second, 2 * time.Second}, []time.Duration{lease, renew, retry})
+	assert.Equal(t, []time.Duration{10 * time.Second, 8 * time.Second, 2 * time.Second}, []time.Duration{lease, renew, retry})
 }
 
 func TestLeaderElectionTimesFromFlagsEnvAndFile(t *testing.T) {
@@ -40,8 +40,8 @@ func TestLeaderElectionTimesAreChecked(t *testing.T) {
 		args []string
 		want []string // in the error, all of them
 	}{
-		"lease not longer than renew": {[]string{"--leader-election-lease-duration=10s"},
-			[]string{"leader-election-lease-duration 10s must be longer than leader-election-renew-deadline 10s"}},
+		"lease not longer than renew": {[]string{"--leader-election-lease-duration=8s"},
+			[]string{"leader-election-lease-duration 8s must be longer than leader-election-renew-deadline 8s"}},
 		"renew not longer than retry": {[]string{"--leader-election-renew-deadline=2s"},
 			[]string{"leader-election-renew-deadline 2s must be longer than 1.2 × leader-election-retry-period 2s"}},
 		// client-go's elector refuses it (renewals come with up to 20% jitter).
@@ -68,7 +68,7 @@ func TestLeaderElectionTimesAreChecked(t *testing.T) {
 	// From the config file, the file is named too.
 	file := writeFile(t, "leader-election-lease-duration: 5s\n")
 	_, err := Load([]string{"--config", file})
-	require.ErrorContains(t, err, "leader-election-lease-duration 5s must be longer than leader-election-renew-deadline 10s")
+	require.ErrorContains(t, err, "leader-election-lease-duration 5s must be longer than leader-election-renew-deadline 8s")
 	assert.Contains(t, err.Error(), file)
 
 	for _, ok := range [][]string{
