@@ -89,13 +89,23 @@ func fakeHotSpot(jdk, logPath string) {
 		if listening {
 			continue
 		}
+		// As HotSpot's attach listener does: bind and listen under a
+		// temporary name, then rename, so that a client never finds the
+		// socket before it accepts (a connect between bind and listen is
+		// refused).
 		sock := fmt.Sprintf("/tmp/.java_pid%d", pid)
-		l, err := net.Listen("unix", sock)
+		l, err := net.Listen("unix", sock+".tmp")
 		if err != nil {
 			logf("listen: %v", err)
 			continue
 		}
-		_ = os.Chmod(sock, 0o600)
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		_ = os.Chmod(sock+".tmp", 0o600)
+		if err := os.Rename(sock+".tmp", sock); err != nil {
+			logf("rename: %v", err)
+			l.Close()
+			continue
+		}
 		listening = true
 		go serveFakeAttach(jdk, l.(*net.UnixListener), logf)
 	}
