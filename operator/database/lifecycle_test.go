@@ -302,15 +302,18 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	ns := testenv.Namespace(t, c)
 	ctx := context.Background()
 
-	// The operator is down while the schedule passes a dozen times.
+	// The operator is down while the schedule passes a dozen times. Its
+	// clock starts an hour into a two-hour interval, so no schedule time
+	// passes while the test runs, whenever it runs.
+	base := time.Now().UTC().Truncate(2 * time.Hour).Add(time.Hour)
 	db := newDatabase(ns, "nightly", 1)
 	db.Spec.Backup.Schedule, db.Spec.Backup.Retention = "0 */2 * * *", &dbv1.Retention{KeepLast: ptr.To(int32(2))}
 	require.NoError(t, c.Create(ctx, db))
-	hourAgo := metav1.NewTime(time.Now().Add(-9 * time.Hour).Truncate(time.Second))
+	hourAgo := metav1.NewTime(base.Add(-9 * time.Hour))
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &hourAgo}
 	require.NoError(t, c.Status().Update(ctx, db))
 
-	startOperator(t, ns)
+	startOperatorAt(t, ns, clockFrom(base))
 	waitFor(t, c, db, "Ready", ready)
 	var scheduled []dbv1.DatabaseBackup
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -323,7 +326,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	var list dbv1.DatabaseBackupList
 	require.NoError(t, c.List(ctx, &list, client.InNamespace(ns)))
 	require.Len(t, list.Items, 1, "one catch-up backup, not one per missed time")
-	last := time.Now().UTC().Truncate(2 * time.Hour)
+	last := base.Add(-time.Hour)
 	catchUp := list.Items[0]
 	assert.Equal(t, "nightly-"+last.Format("20060102-1504"), catchUp.Name, "the most recent missed time")
 	assert.Equal(t, "scheduled", catchUp.Labels[database.LabelBackupReason])
@@ -388,6 +391,13 @@ func poke(t *testing.T, c client.Client, db *dbv1.Database, value string) {
 	}))
 }
 
+// clockFrom is a clock that reads base when it is made and runs on from
+// there: schedule tests fix where in a schedule's interval they start.
+func clockFrom(base time.Time) func() time.Time {
+	started := time.Now()
+	return func() time.Time { return base.Add(time.Since(started)) }
+}
+
 func scheduledBackups(t require.TestingT, c client.Client, ns string) []dbv1.DatabaseBackup {
 	var list dbv1.DatabaseBackupList
 	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "scheduled"}))
@@ -402,13 +412,22 @@ func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	var offset atomic.Int64
-	startOperatorAt(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
 	ctx := context.Background()
 
+	// The operator's clock starts half an hour into an hour, and the
+	// schedule counts from there, so the hours the test moves it on decide
+	// what is due, not the hour the test runs in (run at 11:59 a real hour
+	// would pass as well).
+	base := time.Now().UTC().Truncate(time.Hour).Add(30 * time.Minute)
 	db := newDatabase(ns, "busy", 1)
 	db.Spec.Backup.Schedule = "@hourly"
 	require.NoError(t, c.Create(ctx, db))
+	lastTime := metav1.NewTime(base)
+	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &lastTime}
+	require.NoError(t, c.Status().Update(ctx, db))
+	var offset atomic.Int64
+	clock := clockFrom(base)
+	startOperatorAt(t, ns, func() time.Time { return clock().Add(time.Duration(offset.Load())) })
 	waitFor(t, c, db, "Ready", ready)
 
 	offset.Store(int64(time.Hour + 5*time.Minute))
