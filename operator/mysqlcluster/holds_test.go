@@ -56,17 +56,35 @@ func poke(t *testing.T, c client.Client, sched *grtlv1.MySQLBackupSchedule, valu
 }
 
 // readyClusterWithClock starts the controller with a clock the test moves
-// (offset from now) and a ready one-replica cluster "app".
+// (offset) and a ready one-replica cluster "app".
 func readyClusterWithClock(t *testing.T) (client.Client, string, *atomic.Int64) {
 	t.Helper()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
 	ns := testenv.Namespace(t, c)
-	offset := &atomic.Int64{}
-	startOperator(t, ns, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	now, offset := scheduleClock(t)
+	startOperator(t, ns, now)
 	require.NoError(t, c.Create(context.Background(), newCluster(ns, "app", "app-root", 1)))
 	waitFor(t, c, ns, "app", "Ready", ready)
 	return c, ns, offset
+}
+
+// scheduleClock is the schedules' clock of a test: half past the hour the
+// test starts in, run on from there and moved on by offset, so that the
+// offsets the test sets decide which schedule times pass, not the hour it
+// runs in. A schedule counts from its creation, in real time: within
+// three minutes of the hour, the test first waits for the hour to pass,
+// so that the schedules it makes next are made in the clock's hour.
+func scheduleClock(t *testing.T) (now func() time.Time, offset *atomic.Int64) {
+	t.Helper()
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 3*time.Minute {
+		t.Logf("waiting %s for the hour to pass: schedules count from their creation, in real time", left.Round(time.Second))
+		time.Sleep(left + time.Second)
+	}
+	base := time.Now().Truncate(time.Hour).Add(30 * time.Minute)
+	started := time.Now()
+	offset = &atomic.Int64{}
+	return func() time.Time { return base.Add(time.Since(started) + time.Duration(offset.Load())) }, offset
 }
 
 // waitGone waits until obj no longer exists.
