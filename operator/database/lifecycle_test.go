@@ -313,7 +313,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &hourAgo}
 	require.NoError(t, c.Status().Update(ctx, db))
 
-	startOperatorAt(t, ns, clockFrom(base))
+	startOperatorAt(t, ns, testenv.ClockFrom(base))
 	waitFor(t, c, db, "Ready", ready)
 	var scheduled []dbv1.DatabaseBackup
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -391,13 +391,6 @@ func poke(t *testing.T, c client.Client, db *dbv1.Database, value string) {
 	}))
 }
 
-// clockFrom is a clock that reads base when it is made and runs on from
-// there: schedule tests fix where in a schedule's interval they start.
-func clockFrom(base time.Time) func() time.Time {
-	started := time.Now()
-	return func() time.Time { return base.Add(time.Since(started)) }
-}
-
 func scheduledBackups(t require.TestingT, c client.Client, ns string) []dbv1.DatabaseBackup {
 	var list dbv1.DatabaseBackupList
 	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{database.LabelBackupReason: "scheduled"}))
@@ -426,7 +419,7 @@ func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &lastTime}
 	require.NoError(t, c.Status().Update(ctx, db))
 	var offset atomic.Int64
-	clock := clockFrom(base)
+	clock := testenv.ClockFrom(base)
 	startOperatorAt(t, ns, func() time.Time { return clock().Add(time.Duration(offset.Load())) })
 	waitFor(t, c, db, "Ready", ready)
 

@@ -81,10 +81,9 @@ func scheduleClock(t *testing.T) (now func() time.Time, offset *atomic.Int64) {
 		t.Logf("waiting %s for the hour to pass: schedules count from their creation, in real time", left.Round(time.Second))
 		time.Sleep(left + time.Second)
 	}
-	base := time.Now().Truncate(time.Hour).Add(30 * time.Minute)
-	started := time.Now()
+	clock := testenv.ClockFrom(time.Now().Truncate(time.Hour).Add(30 * time.Minute))
 	offset = &atomic.Int64{}
-	return func() time.Time { return base.Add(time.Since(started) + time.Duration(offset.Load())) }, offset
+	return func() time.Time { return clock().Add(time.Duration(offset.Load())) }, offset
 }
 
 // waitGone waits until obj no longer exists.

@@ -94,20 +94,21 @@ func fakeHotSpot(jdk, logPath string) {
 		// socket before it accepts (a connect between bind and listen is
 		// refused).
 		sock := fmt.Sprintf("/tmp/.java_pid%d", pid)
-		l, err := net.Listen("unix", sock+".tmp")
+		tmp := sock + ".tmp"
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 		if err != nil {
 			logf("listen: %v", err)
 			continue
 		}
-		l.(*net.UnixListener).SetUnlinkOnClose(false)
-		_ = os.Chmod(sock+".tmp", 0o600)
-		if err := os.Rename(sock+".tmp", sock); err != nil {
+		l.SetUnlinkOnClose(false)
+		_ = os.Chmod(tmp, 0o600)
+		if err := os.Rename(tmp, sock); err != nil {
 			logf("rename: %v", err)
 			l.Close()
 			continue
 		}
 		listening = true
-		go serveFakeAttach(jdk, l.(*net.UnixListener), logf)
+		go serveFakeAttach(jdk, l, logf)
 	}
 }
 
