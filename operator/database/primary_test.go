@@ -36,6 +36,9 @@ func roles(ct *assert.CollectT, c client.Client, ns, name string) map[string]str
 func TestThePrimaryIsThePodTheStatusNames(t *testing.T) {
 	t.Parallel()
 	c, ns, db := readyDatabase(t, "named", 3)
+	// It failed once in CI (2026-11-27) with its output cut: what the
+	// pods and the StatefulSet showed is logged if it fails again.
+	dumpOnFailure(t, c, ns)
 	got := waitFor(t, c, db, "currentPrimary recorded", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "named-0", d.Status.CurrentPrimary)
 	})
