@@ -815,13 +815,15 @@ func (f *failoverCluster) checkFailoversClean(recs []dbv1.FailoverRecord) {
 // through nsenter, from the node), so the operator sees it gone, fails
 // over, and its fence does not reach it. A second client writes at the
 // old primary's own address throughout (rows with negative ids), as a
-// client that reached it directly would. Once its pod names the new
-// primary (the kubelet's refresh of the mounted ConfigMap) its agent
-// fences its own server, still cut off from the operator: the writes it
-// acknowledged alone after the failover are measured. Reachable again,
-// the operator records the self-fence (Event OldPrimaryFencedItself),
-// lifts the fence, and it rejoins as a standby: what it took alone is
-// never served, neither by -rw nor by it.
+// client that reached it directly would. Its pod shows its server
+// running, so the operator names the standby the primary first (the
+// record's namedFirst): the kubelet refreshes the old primary's mounted
+// ConfigMap, its agent fences its own server, still cut off from the
+// operator, and only then is the standby promoted. So it acknowledges no
+// write the new primary lacks, and its fence marker is older than the
+// promotion. Reachable again, the operator records the self-fence (Event
+// OldPrimaryFencedItself), lifts the fence, and it rejoins as a standby
+// holding exactly the new primary's rows.
 func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	t.Parallel() // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -838,6 +840,7 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	cut := time.Now()
 	rec := f.waitFailedOver(cut.Add(-time.Second))
 	assert.False(t, rec.Fenced, "the fence reached an agent that was cut off: %+v", rec)
+	require.NotNil(t, rec.NamedFirst, "the new primary was not named first: %+v", rec)
 
 	// Still cut off from the operator, the old primary fences itself:
 	// the marker on its volume says so, and the direct client's writes
@@ -850,6 +853,11 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	})
 	require.NoError(t, err, "the cut-off old primary did not fence itself")
 	seen := time.Now()
+	if st, err := os.Stat(marker); assert.NoError(t, err) {
+		// Status times are whole seconds: the marker is older than the
+		// second after the promotion's.
+		assert.True(t, st.ModTime().Before(rec.Finished.Add(time.Second)), "the old primary fenced itself at %s, after the promotion (%s)", st.ModTime().Format(time.StampMilli), rec.Finished.Format(time.Stamp))
+	}
 	assert.Contains(t, string(reason), "fenced by its own agent: its pod names "+rec.To+" the primary")
 	direct.waitFailing(seen)
 	w.waitAcks(3)
@@ -878,8 +886,8 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 		}
 	}
 	for _, o := range directLog {
-		if !o.ok && !lastAlone.IsZero() && o.at.After(lastAlone) {
-			refused = o.at // the first write refused after the last it took
+		if !o.ok && o.at.After(cut) && o.at.After(lastAlone) {
+			refused = o.at // the first write refused after the cut and the last it took alone
 			break
 		}
 	}
@@ -887,14 +895,15 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	out, err := tryExecIn(ctx, f.cfg, f.cs, pod, serverContainer, "psql", "-X", "-A", "-t", "-U", "postgres", "-d", "ledger", "-c", "SELECT count(*) FROM acks WHERE id < 0")
 	require.NoError(t, err, out)
 	assert.Equal(t, served, strings.TrimSpace(out), "the rejoined old primary holds rows the new primary does not (what it took alone)")
+	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks: it ran as a primary beside the new one")
 	down, _ := outage(log, cut)
 	sinceAlone := "none"
 	if alone > 0 {
 		sinceAlone = fmt.Sprintf("%.1fs", lastAlone.Sub(cut).Seconds())
 	}
-	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut, write outage through -rw %s, %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut, about %.1fs after the promotion; the direct client's first refused write %.1fs after the cut); %d writes at its own address acknowledged by it alone (the last %s after the cut)",
-		rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), len(lostAcks(log, committed)),
-		seen.Sub(cut).Seconds(), seen.Sub(rec.Finished.Time).Seconds(), refused.Sub(cut).Seconds(), alone, sinceAlone)
+	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut (named first %.1fs after it), write outage through -rw %s, %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut; the direct client's first refused write %.1fs after the cut); %d writes at its own address acknowledged by it alone (the last %s after the cut)",
+		rec.Finished.Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), down.Round(100*time.Millisecond), len(lostAcks(log, committed)),
+		seen.Sub(cut).Seconds(), refused.Sub(cut).Seconds(), alone, sinceAlone)
 }
 
 // startDirectWriter is a writer (negative ids) at the address addr (a

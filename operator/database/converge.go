@@ -199,7 +199,7 @@ func serverPodsOf(ctx context.Context, owned client.Reader, db *Cluster) (map[st
 	return out, nil
 }
 
-// labelRoles marks the current primary primary and the others standbys,
+// labelRoles marks the named primary (namedPrimary) primary and the others standbys,
 // which is what the read-write and read-only Services select.
 func (r *Reconciler) labelRoles(ctx context.Context, db *Cluster, pods map[string]*corev1.Pod) error {
 	for name, p := range pods {

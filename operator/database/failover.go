@@ -369,10 +369,15 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		Slots:             func(to string) []string { return slotsForNewPrimary(db, to) },
 		SwitchoverTimeout: switchoverTimeout(db),
 		Forced:            forceFailoverAsked(db),
+		ServerStopped:     r.serverStopped(ctx, db),
 	}
 	if err := steps.Run(ctx, rec, saved); err != nil {
 		if r.catchingUp(db, rec, err) {
 			return nil
+		}
+		if errors.Is(err, failover.ErrNamingFirst) {
+			r.setCondition(db, ConditionFailover, false, "NamingNewPrimaryFirst", fmt.Sprintf("promoting %s in place of %s once %s fenced itself: %v", rec.To, rec.From, rec.From, err))
+			return r.publishNamedPrimary(ctx, db, eng)
 		}
 		if errors.Is(err, failover.ErrSynchronousQuorum) {
 			// failover.Steps announced it.
@@ -391,14 +396,50 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		return nil
 	}
 	logf.FromContext(ctx).Info("failed over", "from", rec.From, "to", rec.To)
+	return r.publishNamedPrimary(ctx, db, eng)
+}
+
+// publishNamedPrimary writes the named primary (namedPrimary) into the
+// scripts ConfigMap, then the role labels: the labels' change makes each
+// pod's kubelet refresh its copy of the ConfigMap at once, so the key must
+// be written first.
+func (r *Reconciler) publishNamedPrimary(ctx context.Context, db *Cluster, eng engine.Engine) error {
 	if _, err := r.apply(ctx, scriptsConfigMap(db, eng), nil, false); err != nil {
-		return fmt.Errorf("naming %s the primary in ConfigMap %s: %w", rec.To, namesOf(db).Scripts, err)
+		return fmt.Errorf("naming %s the primary in ConfigMap %s: %w", namedPrimary(db), namesOf(db).Scripts, err)
 	}
 	serverPods, err := r.serverPods(ctx, db)
 	if err != nil {
 		return err
 	}
 	return r.labelRoles(ctx, db, serverPods)
+}
+
+// serverStopped says whether a pod's server can take no writes as far as
+// the pod shows: no pod, or its server container not running. It is the
+// kubelet's word: a kubelet cut off from the API server reports nothing
+// new, so a container shown running is taken as running.
+func (r *Reconciler) serverStopped(ctx context.Context, db *Cluster) func(pod string) (bool, string) {
+	return func(pod string) (bool, string) {
+		pods, err := r.serverPods(ctx, db)
+		if err != nil {
+			return false, "its pod not known: " + err.Error()
+		}
+		p := pods[pod]
+		if p == nil {
+			return true, "no pod " + pod
+		}
+		server := p.Spec.Containers[0].Name
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name != server {
+				continue
+			}
+			if cs.State.Running == nil {
+				return true, fmt.Sprintf("pod %s's container %s is not running", pod, server)
+			}
+			return false, fmt.Sprintf("pod %s's container %s runs", pod, server)
+		}
+		return true, fmt.Sprintf("pod %s's container %s never started", pod, server)
+	}
 }
 
 // saveFailover writes rec as the last of status.failovers (a new one

@@ -262,7 +262,7 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
 	data := eng.Scripts()
 	data[engine.ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
-	data[engine.ScriptsPrimaryKey] = currentPrimary(db)
+	data[engine.ScriptsPrimaryKey] = namedPrimary(db)
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),

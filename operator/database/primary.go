@@ -21,6 +21,8 @@ import (
 //
 // It is set to ordinal 0 when the cluster is created and nothing here
 // changes it: a failover will, and nothing else needs to change with it.
+// The pods may hear a failover's new primary before the status names it
+// (namedPrimary): the one thing the name does ahead of the status.
 
 // currentPrimary is the pod the operator names the primary. A cluster
 // whose status names none (made before the field existed, or a Kind whose
@@ -31,6 +33,19 @@ func currentPrimary(db *Cluster) string {
 		return db.Status.CurrentPrimary
 	}
 	return podName(db, 0)
+}
+
+// namedPrimary is the pod the role labels and the scripts ConfigMap name
+// the primary: the current primary, except while a failover whose fence
+// did not reach the old primary waits to promote the standby it chose
+// (the record's namedFirst): that standby is named first, so the old
+// primary's agent reads the name and fences its server before the
+// promotion (failover.Steps.ServerStopped).
+func namedPrimary(db *Cluster) string {
+	if rec := failoverUnderway(db); rec != nil && rec.NamedFirst != nil && rec.To != "" {
+		return rec.To
+	}
+	return currentPrimary(db)
 }
 
 // recordCurrentPrimary names ordinal 0 the primary of a cluster whose
@@ -128,7 +143,7 @@ func standbysOf(db *Cluster, pods map[string]*corev1.Pod) []standbyHealth {
 
 // roleOf is the role label a server pod gets.
 func roleOf(db *Cluster, pod string) string {
-	if pod == currentPrimary(db) {
+	if pod == namedPrimary(db) {
 		return rolePrimary
 	}
 	return roleStandby

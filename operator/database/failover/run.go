@@ -19,6 +19,7 @@ type Channel interface {
 	Fence(ctx context.Context, host string) (instance.ActionResult, error)
 	Promote(ctx context.Context, host string, slots ...string) (instance.Status, error)
 	Unfence(ctx context.Context, host string) (instance.ActionResult, error)
+	AnswerRole(ctx context.Context, host, primary string) error
 }
 
 // Steps carries out one Database's failover. Its record
@@ -54,7 +55,30 @@ type Steps struct {
 	// SwitchoverTimeout bounds a switchover's handover before its
 	// promotion (0: DefaultSwitchoverTimeout): see abortSwitchover.
 	SwitchoverTimeout time.Duration
+	// ServerStopped says whether a pod's server can take no writes as
+	// far as its pod shows (the pod gone, its server's container not
+	// running), and what it shows. Asked of an old primary the fence did
+	// not reach: one that may still run is named away first (NamedFirst).
+	// Nil: never named first.
+	ServerStopped func(pod string) (bool, string)
+	// NameFirstWait is how long a promotion waits after the new primary
+	// was named first (0: DefaultNameFirstWait).
+	NameFirstWait time.Duration
 }
+
+// DefaultNameFirstWait is how long the promotion of a failover whose fence
+// did not reach the old primary waits after the new primary is named, so
+// that the old primary's agent reads the name and fences its server first
+// (instance.Agent.GuardRole). The name reaches a pod when its kubelet
+// refreshes the mounted ConfigMap, which the role labels' change makes it
+// do at once: on the real node the old primary fenced itself within 2 s
+// of the name (docs/performance.md). A kubelet that cannot reach the API
+// server never delivers it: the wait bounds what that costs.
+const DefaultNameFirstWait = 5 * time.Second
+
+// ErrNamingFirst: the promotion waits while the old primary, which the
+// fence did not reach, reads its pod's new name and fences itself.
+var ErrNamingFirst = errors.New("the new primary is named first: the old primary, not reached by the fence, fences itself once its pod reads the name")
 
 // Start is the record of a failover of from, the primary last seen
 // writing at fromLSN (0: never seen).
@@ -139,6 +163,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		return err
 	}
 	rec.To, rec.Reason, rec.Phase = choice.Pod, choice.Reason, dbv1.FailoverPromoting
+	s.nameFirstIfRunning(rec)
 	if choice.ReplayLSN != 0 {
 		rec.ToLSN = choice.ReplayLSN.String()
 	}
@@ -148,8 +173,53 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 	if err := s.Save(ctx, rec); err != nil {
 		return fmt.Errorf("recording the choice of %s: %w", rec.To, err)
 	}
+	if rec.NamedFirst != nil {
+		s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("the fence did not reach %s and its pod shows its server running: %s is named the primary first, so %s's agent fences its server once its pod reads the name; %s is promoted within %s (%s)", rec.From, rec.To, rec.From, rec.To, s.nameFirstWait(), rec.Reason))
+		return nil
+	}
 	s.Event(false, "Promoting", fmt.Sprintf("promoting %s in place of %s: %s", rec.To, rec.From, rec.Reason))
 	return nil
+}
+
+// nameFirstIfRunning marks rec NamedFirst when the fence did not reach
+// the old primary and its pod shows its server may still run: a server
+// that takes writes beside the new primary's is what the name, read
+// before the promotion, stops.
+func (s Steps) nameFirstIfRunning(rec *dbv1.FailoverRecord) {
+	if rec.Fenced || s.ServerStopped == nil {
+		return
+	}
+	if stopped, shows := s.ServerStopped(rec.From); stopped {
+		rec.FenceMessage += "; its pod shows its server stopped (" + shows + ")"
+		return
+	}
+	rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
+}
+
+func (s Steps) nameFirstWait() time.Duration {
+	if s.NameFirstWait > 0 {
+		return s.NameFirstWait
+	}
+	return DefaultNameFirstWait
+}
+
+// awaitName returns ErrNamingFirst while a record named first waits for
+// its old primary: until NameFirstWait has passed since it was named, or
+// the old primary's pod shows its server stopped.
+func (s Steps) awaitName(rec *dbv1.FailoverRecord) error {
+	if rec.NamedFirst == nil {
+		return nil
+	}
+	left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now())
+	if left <= 0 {
+		return nil
+	}
+	if s.ServerStopped != nil {
+		if stopped, _ := s.ServerStopped(rec.From); stopped {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
 }
 
 // fence stops the old primary through its agent. It is best effort: an
@@ -174,11 +244,17 @@ func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
 // primary already (promoted by an operator that stopped before it
 // recorded so) is done.
 func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
+	if err := s.awaitName(rec); err != nil {
+		return err
+	}
 	var slots []string
 	if s.Slots != nil {
 		slots = s.Slots(rec.To)
 	}
 	_, err := s.Channel.Promote(ctx, s.Host(rec.To), slots...)
+	if err != nil && !errors.Is(err, instance.ErrAlreadyPrimary) && s.startsAsThePrimary(ctx, rec) {
+		return fmt.Errorf("promoting %s: its server restarted while its pod named it the primary, and waited for the operator's word to start as one; told to, which promotes it", rec.To)
+	}
 	if err != nil && !errors.Is(err, instance.ErrAlreadyPrimary) {
 		s.Event(true, "PromoteFailed", fmt.Sprintf("promoting %s failed (tried again; no other standby is promoted): %v", rec.To, err))
 		return fmt.Errorf("promoting %s: %w", rec.To, err)
@@ -197,6 +273,19 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	}
 	s.Event(false, "FailedOver", fmt.Sprintf("%s is the primary in place of %s; possibly lost: %s", rec.To, rec.From, lost))
 	return nil
+}
+
+// startsAsThePrimary answers the standby to be promoted when its server,
+// restarted while its pod named it the primary (named first), waits for
+// the operator's word before it starts as one (instance/role.go): a
+// server that waits cannot be promoted, and only the operator can end
+// its wait. Starting as the primary promotes it, which the record asks.
+func (s Steps) startsAsThePrimary(ctx context.Context, rec *dbv1.FailoverRecord) bool {
+	st, err := s.Channel.Status(ctx, s.Host(rec.To))
+	if err != nil || !st.AwaitingRole {
+		return false
+	}
+	return s.Channel.AnswerRole(ctx, s.Host(rec.To), rec.To) == nil
 }
 
 // SynchronousOf is the synchronous replication a failover record says

@@ -64,6 +64,14 @@ func (f *fakeChannel) Promote(_ context.Context, pod string, _ ...string) (insta
 	return st, nil
 }
 
+func (f *fakeChannel) AnswerRole(_ context.Context, pod, primary string) error {
+	f.calls = append(f.calls, "answer "+pod+" "+primary)
+	if f.unreachable[pod] {
+		return errUnreachable
+	}
+	return nil
+}
+
 func standbyAt(lsn instance.LSN) instance.Status {
 	return instance.Status{ServerUp: true, Role: instance.RoleStandby, Timeline: 1, ReplayLSN: lsn, ReceiveLSN: lsn}
 }
@@ -257,4 +265,128 @@ func TestAFailoverThatCouldLoseASynchronousCommitIsRefusedUnlessForced(t *testin
 	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
 	assert.Contains(t, rec.Reason, "forced")
 	assert.Contains(t, rec.Reason, "may be lost")
+}
+
+// serverShows is a ServerStopped that answers from a map: true, the pod
+// shows its server stopped.
+func serverShows(stopped map[string]bool) func(string) (bool, string) {
+	return func(pod string) (bool, string) {
+		if stopped[pod] {
+			return true, pod + "'s container is not running"
+		}
+		return false, pod + "'s container runs"
+	}
+}
+
+// An old primary the fence did not reach while its pod shows its server
+// running may still take writes: the standby chosen is named first (the
+// record's namedFirst, saved before anything is promoted) and promoted
+// only once the wait is over, so the old primary's agent reads the name
+// and fences its server before a second primary exists.
+func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	now := time.Now()
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(nil)
+	rec := failover.Start("db-0", 0x3000, now)
+
+	err := steps.Run(context.Background(), rec, false)
+	require.ErrorIs(t, err, failover.ErrNamingFirst)
+	assert.Contains(t, err.Error(), "5s left")
+	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing promoted yet")
+	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase)
+	assert.Equal(t, "db-1", rec.To)
+	require.NotNil(t, rec.NamedFirst)
+	last := s.recs[len(s.recs)-1]
+	require.NotNil(t, last.NamedFirst, "saved before the pass ends: the ConfigMap names db-1 from this record")
+	assert.Equal(t, "db-1", last.To)
+	assert.Equal(t, []string{"PrimaryGone", "FenceFailed", "NamingNewPrimaryFirst"}, s.events)
+
+	// A pass within the wait (an operator resuming the record, too)
+	// promotes nothing.
+	now = now.Add(4 * time.Second)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
+	assert.Equal(t, []string{"fence db-0"}, ch.calls)
+
+	now = now.Add(time.Second)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+}
+
+// The wait ends early once the old primary's pod shows its server
+// stopped; and an old primary whose pod shows it stopped when the standby
+// is chosen is not waited for at all (nothing there takes writes).
+func TestAnOldPrimaryWhosePodShowsItsServerStoppedIsNotWaitedFor(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	stopped := map[string]bool{}
+	steps := s.steps(ch)
+	steps.ServerStopped = serverShows(stopped)
+	rec := failover.Start("db-0", 0x3000, time.Now())
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	stopped["db-0"] = true
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.NotNil(t, rec.NamedFirst)
+
+	ch = &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s = &saved{}
+	steps = s.steps(ch)
+	steps.ServerStopped = serverShows(map[string]bool{"db-0": true})
+	rec = failover.Start("db-0", 0x3000, time.Now())
+	require.NoError(t, steps.Run(context.Background(), rec, false))
+	assert.Nil(t, rec.NamedFirst)
+	assert.Contains(t, rec.FenceMessage, "its pod shows its server stopped (db-0's container is not running)")
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+	assert.Equal(t, []string{"PrimaryGone", "FenceFailed", "Promoting", "FailedOver"}, s.events)
+
+	// A fence that reached the old primary needs no name first.
+	ch = &fakeChannel{statuses: map[string]instance.Status{"db-1": standbyAt(0x3000)}}
+	s = &saved{}
+	steps = s.steps(ch)
+	steps.ServerStopped = serverShows(nil)
+	rec = failover.Start("db-0", 0x3000, time.Now())
+	require.NoError(t, steps.Run(context.Background(), rec, false))
+	assert.Nil(t, rec.NamedFirst)
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+}
+
+// The standby named first whose server restarted before its promotion
+// waits for the operator's word to start as the primary, and cannot be
+// promoted while it waits: it is told to start as the primary, which
+// promotes it.
+func TestAStandbyNamedFirstThatRestartedIsToldToStartAsThePrimary(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": {AwaitingRole: true}},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	rec := &dbv1.FailoverRecord{Phase: dbv1.FailoverPromoting, From: "db-0", To: "db-1"}
+	ch.statuses["db-1"] = instance.Status{AwaitingRole: true, Role: instance.RoleStandby}
+	steps := s.steps(promoteRefused{ch})
+	err := steps.Run(context.Background(), rec, true)
+	require.ErrorContains(t, err, "told to, which promotes it")
+	assert.Equal(t, []string{"promote db-1", "answer db-1 db-1"}, ch.calls)
+	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase, "completed once its start promoted it")
+}
+
+// promoteRefused is a channel whose promotions fail as an agent's does
+// while its server is down.
+type promoteRefused struct{ *fakeChannel }
+
+func (p promoteRefused) Promote(_ context.Context, pod string, _ ...string) (instance.Status, error) {
+	p.calls = append(p.calls, "promote "+pod)
+	return instance.Status{}, errors.New("503 Service Unavailable: the server is down")
 }

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,8 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
@@ -34,6 +39,11 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins(t *testing.T) {
 	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
 	require.Equal(t, "fo-1", rec.To)
 	require.False(t, rec.Fenced, "the fence reached an agent cut off: %+v", rec)
+	// Its pod showed its server running: fo-1 was named first, and
+	// promoted once the wait was over (no kubelet delivers the name here).
+	require.NotNil(t, rec.NamedFirst, "%+v", rec)
+	assert.False(t, rec.Finished.Time.Before(rec.NamedFirst.Add(failover.DefaultNameFirstWait-time.Second)), "promoted %s after it was named, sooner than the wait: %+v", rec.Finished.Sub(rec.NamedFirst.Time), rec)
+	assertEventReason(t, e, "NamingNewPrimaryFirst")
 	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
 	require.NoError(t, err, "the old primary, cut off from the operator only, takes a write alone: %s", out)
 	out, err = f.psql("fo-1", "INSERT INTO rows VALUES (2)")
@@ -67,4 +77,83 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins(t *testing.T) {
 	out, err = f.psql("fo-1", "SELECT count(*) FROM rows WHERE id < 0")
 	require.NoError(t, err, out)
 	assert.Equal(t, "0", out, "the new primary never had the row the old one took alone")
+}
+
+// TestAnOldPrimaryCutOffFromTheOperatorFencesItselfBeforeTheNewOneIsPromoted:
+// the primary's agent is cut off from the operator, not from the API
+// server: its pod's mount follows the scripts ConfigMap as a kubelet's
+// does (copied here as soon as it changes). The fence does not reach fo-0
+// and its pod shows its server running, so the operator names fo-1 the
+// primary first; fo-0's agent reads the name and fences its server, and
+// only then is fo-1 promoted. There is no moment with two primaries: fo-0
+// stopped writing before fo-1 began (the fence marker is older than fo-1's
+// new timeline), and fo-1 holds every row fo-0 acknowledged.
+func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfBeforeTheNewOneIsPromoted(t *testing.T) {
+	t.Parallel()
+	f := newFailoverSetup(t)
+	e := f.e
+	followTheConfigMap(t, e, "fo-0")
+	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
+	got := waitDatabase(t, e, "failed over", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotEmpty(ct, d.Status.Failovers)
+		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
+	})
+	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
+	require.Equal(t, "fo-1", rec.To)
+	require.False(t, rec.Fenced, "the fence reached an agent cut off: %+v", rec)
+	require.NotNil(t, rec.NamedFirst, "%+v", rec)
+
+	marker, err := os.Stat(filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker))
+	require.NoError(t, err, "fo-0 did not fence itself before fo-1's promotion")
+	timeline, err := os.Stat(filepath.Join(f.data["fo-1"], "pg_wal", "00000002.history"))
+	require.NoError(t, err, "fo-1 was not promoted")
+	assert.True(t, marker.ModTime().Before(timeline.ModTime()),
+		"fo-0 fenced itself at %s, after fo-1's promotion at %s: two primaries ran", marker.ModTime().Format(time.StampMilli), timeline.ModTime().Format(time.StampMilli))
+	reason, err := os.ReadFile(filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker))
+	require.NoError(t, err)
+	assert.Contains(t, string(reason), "fenced by its own agent: its pod names fo-1 the primary")
+	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
+	require.Error(t, err, "the old primary takes no write after the failover: %s", out)
+	out, err = f.psql("fo-1", "INSERT INTO rows VALUES (2)")
+	require.NoError(t, err, "the new primary takes writes: %s", out)
+	f.primary.Stop(t) // its process has ended with the server
+
+	// Reachable again, it is lifted and rejoins: nothing of it was lost.
+	restore()
+	f.startServerAgain("fo-0")
+	waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
+		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
+		assert.NotNil(ct, rec.SelfFenced)
+		assert.NotNil(ct, rec.Rejoined)
+	})
+	f.waitRows("fo-0", "1,2")
+}
+
+// followTheConfigMap keeps pod's mounted copy of the scripts ConfigMap's
+// primary key as its kubelet would: written again whenever the ConfigMap
+// names another pod, until the test ends.
+func followTheConfigMap(t *testing.T, e *endToEnd, pod string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	named := filepath.Join(scriptsDir(e.root, pod), "primary")
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var cm corev1.ConfigMap
+			if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fo-scripts"}, &cm); err == nil {
+				if have, _ := os.ReadFile(named); string(have) != cm.Data[engine.ScriptsPrimaryKey] {
+					// As the kubelet does: a new file, never one half written.
+					tmp := named + ".new"
+					if os.WriteFile(tmp, []byte(cm.Data[engine.ScriptsPrimaryKey]), 0o444) == nil {
+						_ = os.Rename(tmp, named)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 }

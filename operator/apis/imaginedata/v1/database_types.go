@@ -337,6 +337,15 @@ type FailoverRecord struct {
 	Fenced bool `json:"fenced"`
 	// +optional
 	FenceMessage string `json:"fenceMessage,omitempty"`
+	// NamedFirst is when the scripts ConfigMap and the role labels first
+	// named To the primary, before its promotion: the fence did not reach
+	// From while its pod showed its server running, so From's own agent
+	// fences it once its pod reads the new name (the agent's guard), and
+	// To is promoted only after that had time to happen
+	// (docs/database.md, "Naming the new primary first"). Absent when the
+	// fence reached From or its pod showed its server stopped.
+	// +optional
+	NamedFirst *metav1.Time `json:"namedFirst,omitempty"`
 	// FromLSN is the last write position the operator saw the old primary
 	// report; empty when it never saw one (an operator that started after
 	// the primary was gone).

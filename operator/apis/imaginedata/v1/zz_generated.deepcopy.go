@@ -503,6 +503,10 @@ func (in *FailoverRecord) DeepCopyInto(out *FailoverRecord) {
 		in, out := &in.Finished, &out.Finished
 		*out = (*in).DeepCopy()
 	}
+	if in.NamedFirst != nil {
+		in, out := &in.NamedFirst, &out.NamedFirst
+		*out = (*in).DeepCopy()
+	}
 	if in.BytesPossiblyLost != nil {
 		in, out := &in.BytesPossiblyLost, &out.BytesPossiblyLost
 		*out = new(int64)
