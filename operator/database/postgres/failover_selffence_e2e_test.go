@@ -32,16 +32,9 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins(t *testing.T) {
 	f := newFailoverSetup(t)
 	e := f.e
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
-	got := waitDatabase(t, e, "failed over", func(ct *assert.CollectT, d *dbv1.Database) {
-		require.NotEmpty(ct, d.Status.Failovers)
-		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
-	})
-	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
-	require.Equal(t, "fo-1", rec.To)
-	require.False(t, rec.Fenced, "the fence reached an agent cut off: %+v", rec)
-	// Its pod showed its server running: fo-1 was named first, and
-	// promoted once the wait was over (no kubelet delivers the name here).
-	require.NotNil(t, rec.NamedFirst, "%+v", rec)
+	rec := failedOverFromACutOffPrimary(t, e)
+	// No kubelet delivers the name here: fo-1 was promoted once the wait
+	// was over.
 	assert.False(t, rec.Finished.Time.Before(rec.NamedFirst.Add(failover.DefaultNameFirstWait-time.Second)), "promoted %s after it was named, sooner than the wait: %+v", rec.Finished.Sub(rec.NamedFirst.Time), rec)
 	assertEventReason(t, e, "NamingNewPrimaryFirst")
 	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
@@ -65,7 +58,7 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins(t *testing.T) {
 	// the restarted pod names fo-1, and fo-0 rejoins.
 	restore()
 	f.startServerAgain("fo-0")
-	got = waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
+	got := waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
 		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
 		assert.NotNil(ct, rec.SelfFenced)
 		assert.NotNil(ct, rec.Rejoined)
@@ -94,14 +87,7 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfBeforeTheNewOneIsPromoted(
 	e := f.e
 	followTheConfigMap(t, e, "fo-0")
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
-	got := waitDatabase(t, e, "failed over", func(ct *assert.CollectT, d *dbv1.Database) {
-		require.NotEmpty(ct, d.Status.Failovers)
-		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
-	})
-	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
-	require.Equal(t, "fo-1", rec.To)
-	require.False(t, rec.Fenced, "the fence reached an agent cut off: %+v", rec)
-	require.NotNil(t, rec.NamedFirst, "%+v", rec)
+	failedOverFromACutOffPrimary(t, e)
 
 	marker, err := os.Stat(filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker))
 	require.NoError(t, err, "fo-0 did not fence itself before fo-1's promotion")
@@ -127,6 +113,23 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfBeforeTheNewOneIsPromoted(
 		assert.NotNil(ct, rec.Rejoined)
 	})
 	f.waitRows("fo-0", "1,2")
+}
+
+// failedOverFromACutOffPrimary waits for the failover of fo-0, whose
+// agent is cut off, and returns its record: fo-1 promoted, the fence
+// unreached, and fo-1 named first, since fo-0's pod showed its server
+// running.
+func failedOverFromACutOffPrimary(t *testing.T, e *endToEnd) dbv1.FailoverRecord {
+	t.Helper()
+	got := waitDatabase(t, e, "failed over", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotEmpty(ct, d.Status.Failovers)
+		assert.Equal(ct, dbv1.FailoverCompleted, d.Status.Failovers[len(d.Status.Failovers)-1].Phase, "%+v", d.Status.Failovers)
+	})
+	rec := got.Status.Failovers[len(got.Status.Failovers)-1]
+	require.Equal(t, "fo-1", rec.To)
+	require.False(t, rec.Fenced, "the fence reached an agent cut off: %+v", rec)
+	require.NotNil(t, rec.NamedFirst, "fo-1 was not named first: %+v", rec)
+	return rec
 }
 
 // followTheConfigMap keeps pod's mounted copy of the scripts ConfigMap's
