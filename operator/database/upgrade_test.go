@@ -194,25 +194,32 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// upgradeCompleted waits for the upgrade's Completed step and a Ready
-// Database. The steps after the backup (the servers stopped, the Job, the
-// new version started, the old data removed) each wait on pods and Jobs,
-// so each step gets the usual wait: on a busy machine the whole chain can
-// take longer than one wait while every step still moves on. A step that
-// does not move on within the wait fails, naming it; so does a failed
-// upgrade, at once.
-func upgradeCompleted(t *testing.T, c client.Client, db *dbv1.Database) *dbv1.Database {
+// upgradeEndsAt waits for the upgrade's last step, want (Completed, or
+// Failed: rolled back), and a Ready Database. The steps after the backup
+// (the servers stopped, a Job, the servers started again, the old data
+// removed) each wait on pods and Jobs, so each step gets the usual wait:
+// on a busy machine the whole chain can take longer than one wait while
+// every step still moves on. A step that does not move on within the wait
+// fails, naming it; so does the other last step, at once.
+func upgradeEndsAt(t *testing.T, c client.Client, db *dbv1.Database, want dbv1.UpgradeStep) *dbv1.Database {
 	t.Helper()
-	for step := dbv1.UpgradeStep(""); step != dbv1.UpgradeCompleted; {
+	for step := dbv1.UpgradeStep(""); step != want; {
 		from := step
 		cur := waitFor(t, c, db, fmt.Sprintf("upgrade moved on from step %q", from), func(ct *assert.CollectT, d *dbv1.Database) {
 			require.NotNil(ct, d.Status.Upgrade, "conditions: %+v", d.Status.Conditions)
 			require.NotEqual(ct, from, d.Status.Upgrade.Step, "conditions: %+v", d.Status.Conditions)
 		})
 		step = cur.Status.Upgrade.Step
-		require.NotEqual(t, dbv1.UpgradeFailed, step, "conditions: %+v", cur.Status.Conditions)
+		ended := step == dbv1.UpgradeCompleted || step == dbv1.UpgradeFailed
+		require.False(t, ended && step != want, "the upgrade ended at %s, not %s; conditions: %+v", step, want, cur.Status.Conditions)
 	}
-	return waitFor(t, c, db, "Ready after the upgrade", ready)
+	return waitFor(t, c, db, fmt.Sprintf("Ready after the upgrade's step %s", want), ready)
+}
+
+// upgradeCompleted is upgradeEndsAt Completed.
+func upgradeCompleted(t *testing.T, c client.Client, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	return upgradeEndsAt(t, c, db, dbv1.UpgradeCompleted)
 }
 
 func upgradeStep(step dbv1.UpgradeStep) func(*assert.CollectT, *dbv1.Database) {
@@ -475,10 +482,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	assert.Equal(t, int32(0), *sts.Spec.Replicas, "no server while the rollback Job works")
 	require.NoError(t, c.Delete(ctx, quota))
 
-	cur = waitFor(t, c, db, "UpgradeFailed and Ready on the old image", func(ct *assert.CollectT, d *dbv1.Database) {
-		upgradeStep(dbv1.UpgradeFailed)(ct, d)
-		ready(ct, d)
-	})
+	cur = upgradeEndsAt(t, c, db, dbv1.UpgradeFailed)
 	failed := condition(cur, database.ConditionUpgradeFailed)
 	assert.Equal(t, metav1.ConditionTrue, failed.Status)
 	assert.Equal(t, "UpgradeJobFailed", failed.Reason)
@@ -550,10 +554,7 @@ func TestAMajorUpgradeWhosePrimaryIsNeverReadyIsRolledBack(t *testing.T) {
 	assert.Equal(t, "NewPrimaryNotReady", cur.Status.Upgrade.FailureReason)
 	assert.Equal(t, "17.6", cur.Status.CurrentVersion, "the new primary never was ready")
 	require.NoError(t, c.Delete(ctx, quota))
-	cur = waitFor(t, c, db, "rolled back", func(ct *assert.CollectT, d *dbv1.Database) {
-		upgradeStep(dbv1.UpgradeFailed)(ct, d)
-		ready(ct, d)
-	})
+	cur = upgradeEndsAt(t, c, db, dbv1.UpgradeFailed)
 	failed := condition(cur, database.ConditionUpgradeFailed)
 	assert.Equal(t, "NewPrimaryNotReady", failed.Reason)
 	assert.Equal(t, "17.6", cur.Status.CurrentVersion, "currentVersion moves only with a ready primary")
@@ -638,10 +639,7 @@ func TestAnUpgradeJobThatCannotBeScheduledIsRolledBackWithoutTheBackupVolume(t *
 	setImage(t, c, db, "postgres:18.0", nil)
 	pre := preUpgradeBackup(t, c, ns)
 	reportBackup(t, c, ns, "apart", pre.Name, 100)
-	cur := waitFor(t, c, db, "rolled back", func(ct *assert.CollectT, d *dbv1.Database) {
-		upgradeStep(dbv1.UpgradeFailed)(ct, d)
-		ready(ct, d)
-	})
+	cur := upgradeEndsAt(t, c, db, dbv1.UpgradeFailed)
 	failed := condition(cur, database.ConditionUpgradeFailed)
 	assert.Equal(t, "UpgradeJobUnschedulable", failed.Reason)
 	assert.Equal(t, "17.6", cur.Status.CurrentVersion)
@@ -786,10 +784,7 @@ func TestAnUpgradeHoldsItsBackupAndRollsBackWhenItIsGoneAnyway(t *testing.T) {
 	// Gone anyway: its finalizer removed by hand.
 	require.NoError(t, c.Patch(ctx, held, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
 	require.NoError(t, c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
-	cur = waitFor(t, c, db, "rolled back and Ready on the old image", func(ct *assert.CollectT, d *dbv1.Database) {
-		upgradeStep(dbv1.UpgradeFailed)(ct, d)
-		ready(ct, d)
-	})
+	cur = upgradeEndsAt(t, c, db, dbv1.UpgradeFailed)
 	failed := condition(cur, database.ConditionUpgradeFailed)
 	assert.Equal(t, "PreUpgradeBackupGone", failed.Reason)
 	assert.Equal(t, "postgres:17.6", serverImage(t, c, ns, "held"))
