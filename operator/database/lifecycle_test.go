@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,7 +312,8 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &hourAgo}
 	require.NoError(t, c.Status().Update(ctx, db))
 
-	startOperatorAt(t, ns, testenv.ClockFrom(base))
+	now, _ := testenv.ClockFrom(base)
+	startOperatorAt(t, ns, now)
 	waitFor(t, c, db, "Ready", ready)
 	var scheduled []dbv1.DatabaseBackup
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -418,9 +418,8 @@ func TestScheduledBackupsDoNotPileUpWhileOneHasNotFinished(t *testing.T) {
 	lastTime := metav1.NewTime(base)
 	db.Status.Backup = &dbv1.BackupStatus{LastScheduleTime: &lastTime}
 	require.NoError(t, c.Status().Update(ctx, db))
-	var offset atomic.Int64
-	clock := testenv.ClockFrom(base)
-	startOperatorAt(t, ns, func() time.Time { return clock().Add(time.Duration(offset.Load())) })
+	now, offset := testenv.ClockFrom(base)
+	startOperatorAt(t, ns, now)
 	waitFor(t, c, db, "Ready", ready)
 
 	offset.Store(int64(time.Hour + 5*time.Minute))

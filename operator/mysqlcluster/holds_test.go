@@ -81,9 +81,7 @@ func scheduleClock(t *testing.T) (now func() time.Time, offset *atomic.Int64) {
 		t.Logf("waiting %s for the hour to pass: schedules count from their creation, in real time", left.Round(time.Second))
 		time.Sleep(left + time.Second)
 	}
-	clock := testenv.ClockFrom(time.Now().Truncate(time.Hour).Add(30 * time.Minute))
-	offset = &atomic.Int64{}
-	return func() time.Time { return clock().Add(time.Duration(offset.Load())) }, offset
+	return testenv.ClockFrom(time.Now().Truncate(time.Hour).Add(30 * time.Minute))
 }
 
 // waitGone waits until obj no longer exists.
