@@ -371,12 +371,18 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 		Forced:            forceFailoverAsked(db),
 		ServerStopped:     r.serverStopped(ctx, db),
 	}
+	namedBefore := rec.NamedFirst != nil
 	if err := steps.Run(ctx, rec, saved); err != nil {
 		if r.catchingUp(db, rec, err) {
 			return nil
 		}
 		if errors.Is(err, failover.ErrNamingFirst) {
 			r.setCondition(db, ConditionFailover, false, "NamingNewPrimaryFirst", fmt.Sprintf("promoting %s in place of %s once %s fenced itself: %v", rec.To, rec.From, rec.From, err))
+			if namedBefore {
+				// Named in an earlier pass: this pass's converge wrote
+				// the ConfigMap and the labels (namedPrimary).
+				return nil
+			}
 			return r.publishNamedPrimary(ctx, db, eng)
 		}
 		if errors.Is(err, failover.ErrSynchronousQuorum) {
