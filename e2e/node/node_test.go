@@ -234,7 +234,13 @@ func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) stri
 	// is in its log, and the node is removed when make test ends).
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the containers of namespace %s logged:\n%s", ns.Name, containerLogs(cs, ns.Name, 40))
+			// What explains a refused connection comes first (CI shows the
+			// head of a failed test's output): the namespace's Events (probe
+			// failures, the operator's steps), each pod's readiness and
+			// labels, what the EndpointSlices route to, and what the
+			// operator logged about the namespace; then the containers' logs.
+			t.Logf("the namespace %s at the failure:\n%s", ns.Name, namespaceState(cs, ns.Name))
+			t.Logf("the containers of namespace %s logged:\n%s", ns.Name, containerLogs(cs, ns.Name, 30))
 		}
 	})
 	return ns.Name
