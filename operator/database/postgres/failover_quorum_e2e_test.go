@@ -37,9 +37,13 @@ func TestARestartedOperatorRefusesAFailoverThatCouldLoseASynchronousCommit(t *te
 		require.NotNil(ct, d.Status.Synchronous)
 		assert.Equal(ct, dbv1.SynchronousStatus{Primary: "fo-0", Standbys: []string{"fo-1", "fo-2"}, Quorum: 1}, *d.Status.Synchronous)
 	})
-	out, err := f.psql("fo-0", "SELECT current_setting('synchronous_standby_names')")
-	require.NoError(t, err, out)
-	assert.Equal(t, `ANY 1 ("fo-1", "fo-2")`, out)
+	// The set is recorded before the primary is told (syncrep.go), and a
+	// configuration reload reaches new sessions a moment later still.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		out, err := f.psql("fo-0", "SELECT current_setting('synchronous_standby_names')")
+		require.NoError(ct, err, out)
+		assert.Equal(ct, `ANY 1 ("fo-1", "fo-2")`, out)
+	}, time.Minute, 200*time.Millisecond, "the primary waits for either standby")
 	require.NoError(t, f.commitThroughReadWrite(2, time.Minute))
 
 	e.stopOperator()
