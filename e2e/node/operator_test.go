@@ -75,9 +75,13 @@ func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
 
 // operatorDeployment is the chart's operator Deployment, installed first
 // (hack/node.sh operator: image build, import, helm upgrade --install) if
-// the release is not there.
+// the release is not there. Parallel tests that each find it missing
+// install it once: the install holds the release's lock (releaseMu), as
+// an upgrade does.
 func operatorDeployment(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) *appsv1.Deployment {
 	t.Helper()
+	releaseMu.Lock()
+	defer releaseMu.Unlock()
 	d, err := cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "deckhand", metav1.GetOptions{})
 	if err == nil {
 		return d
