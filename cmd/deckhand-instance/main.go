@@ -97,6 +97,7 @@ func serve(args []string) error {
 	roleDir := fs.String("role-dir", "", "where the server's entrypoint asks for its role (its DECKHAND_ROLE_DIR); empty: the socket directory")
 	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
 	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
+	apiServer := fs.String("api-server", apiServerAddress(), "the API server's address (host:port) the isolation check tries before it fences; empty: no isolation check (default: the kubelet's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -113,7 +114,7 @@ func serve(args []string) error {
 	}
 	agent, err := instance.New(instance.Config{
 		Pod: *pod, SocketDir: *socketDir, Port: *port, User: *user,
-		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, ScriptsDir: *scriptsDir, RoleDir: *roleDir, Log: log,
+		DataDir: filepath.Clean(*dataDir), PgCtl: *pgCtl, ScriptsDir: *scriptsDir, RoleDir: *roleDir, APIServer: *apiServer, Log: log,
 	})
 	if err != nil {
 		return err
@@ -127,6 +128,16 @@ func serve(args []string) error {
 	defer stop()
 	log.Info("serving the instance channel", "pod", *pod, "listen", l.Addr().String())
 	return agent.Serve(ctx, l, tlsConfig)
+}
+
+// apiServerAddress is the API server's Service address the kubelet gives
+// every container; "" outside a pod.
+func apiServerAddress() string {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func envInt(name string, def int) int {

@@ -133,8 +133,13 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	// Asked whether watched or not: a primary's server waits for the
 	// answer at every start (role.go), a rollout's restart among them.
 	primary := currentPrimary(db)
-	st, statusErr := ch.Status(ctx, r.instanceHost(db, primary))
+	st, statusErr := ch.PrimaryStatus(ctx, r.instanceHost(db, primary), isolationAfter(db))
 	if statusErr == nil {
+		if lifted, err := r.liftFenceOfTheCurrentPrimary(ctx, db, ch, primary, st); lifted || err != nil {
+			// Its restart gets a whole bound before it counts as gone.
+			r.failovers.forget(db.UID)
+			return failoverRecheck, err
+		}
 		if err := r.answerRole(ctx, db, ch, primary, st); err != nil {
 			return failoverRecheck, err
 		}

@@ -2,12 +2,12 @@ package postgres_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -87,8 +87,9 @@ func scriptsDir(root, pod string) string {
 }
 
 // startAgent runs the agent binary for pod beside its server, as the
-// servers' user, with the pods' Secret the operator wrote.
-func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, port string) {
+// servers' user, with the pods' Secret the operator wrote, and args added
+// to its command line.
+func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, port string, args ...string) {
 	t := e.t
 	t.Helper()
 	var s corev1.Secret
@@ -102,7 +103,7 @@ func (e *endToEnd) startAgent(a *testenv.LocalDialer, binary, db, pod, pgdata, p
 	}
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
 	cmd := e.u.Command(map[string]string{"PATH": e.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		[]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod), "--role-dir", e.u.Dir(t, roleDir(e.root, pod))})
+		append([]string{binary, "serve", "--tls-dir", dir, "--listen", listen, "--scripts-dir", scriptsDir(e.root, pod), "--role-dir", e.u.Dir(t, roleDir(e.root, pod))}, args...))
 	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -131,6 +132,9 @@ type failoverSetup struct {
 	rwPort      string
 	mu          sync.Mutex
 	ports, data map[string]string
+	// partitioned: fo-rw (the standbys' way to the primary) delivers
+	// nothing, as across a network partition (partition).
+	partitioned atomic.Bool
 }
 
 // started records pod's server port and PGDATA.
@@ -149,6 +153,12 @@ func newFailoverSetupOf(t *testing.T, replicas int32) *failoverSetup {
 // newFailoverSetupWith is newFailoverSetupOf with change made to the
 // Database before it is created.
 func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Database)) *failoverSetup {
+	return newFailoverSetupWithAgentArgs(t, replicas, change)
+}
+
+// newFailoverSetupWithAgentArgs is newFailoverSetupWith with agentArgs
+// added to every agent's command line.
+func newFailoverSetupWithAgentArgs(t *testing.T, replicas int32, change func(*dbv1.Database), agentArgs ...string) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
 	binary := agentBinary(t)
@@ -181,7 +191,7 @@ func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Databa
 	// for the operator's word, asked through the agent, before the
 	// server starts.
 	primaryPort := pgtest.FreePort(t)
-	e.startAgent(agents, binary, "fo", "fo-0", e.claimData("fo-0"), primaryPort)
+	e.startAgent(agents, binary, "fo", "fo-0", e.claimData("fo-0"), primaryPort, agentArgs...)
 	primary, _, primaryData := e.startServerOnPort("fo", 0, "", primaryPort)
 	f.primary, f.primaryPort = primary, primaryPort
 	f.started("fo-0", primaryPort, primaryData)
@@ -192,7 +202,7 @@ func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Databa
 		pod := "fo-" + strconv.Itoa(ordinal)
 		_, port, data := e.startServer("fo", ordinal, f.rwPort)
 		f.started(pod, port, data)
-		e.startAgent(agents, binary, "fo", pod, data, port)
+		e.startAgent(agents, binary, "fo", pod, data, port, agentArgs...)
 	}
 	f.standbyPort = f.portOf("fo-1")
 	e.waitReady("fo")
@@ -264,15 +274,47 @@ func (f *failoverSetup) forwardToPrimary(conn net.Conn) {
 	if target == "" {
 		return
 	}
+	if f.partitioned.Load() {
+		return
+	}
 	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return
 	}
 	defer up.Close()
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+	go func() { f.copyAcrossThePartition(up, conn); done <- struct{}{} }()
+	go func() { f.copyAcrossThePartition(conn, up); done <- struct{}{} }()
 	<-done
+}
+
+// copyAcrossThePartition copies src to dst, holding what it read while
+// the partition lasts: neither end sees the connection close, and
+// nothing gets through.
+func (f *failoverSetup) copyAcrossThePartition(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for f.partitioned.Load() {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// partition cuts fo-rw, the standbys' way to the primary, as a network
+// partition does: open connections deliver nothing (and do not close),
+// new ones are closed at once; until the test ends.
+func (f *failoverSetup) partition() {
+	f.partitioned.Store(true)
+	f.e.t.Cleanup(func() { f.partitioned.Store(false) })
 }
 
 // waitReadWriteRoutesTo waits until pod is the only pod labelled

@@ -10,12 +10,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/failover"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
 // TestAnOldPrimaryCutOffFromTheOperatorFencesItselfAndRejoins: the
@@ -159,4 +162,98 @@ func followTheConfigMap(t *testing.T, e *endToEnd, pod string) {
 			}
 		}
 	}()
+}
+
+// TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst:
+// a network partition around the primary fo-0. Its agent is cut off from
+// the operator, the API server's address does not answer it, no kubelet
+// brings it the new name, and its standby fo-1 stops replying (fo-rw, the
+// standby's way to it, delivers nothing more). The operator fails over to
+// fo-1 (named first: fo-0's pod shows its server running). fo-0's agent,
+// cut off from the operator past the bound the operator gave it (half
+// primaryGoneAfter) and from the API server, with a standby silent,
+// fences its own server before fo-1's promotion: its fence marker is older
+// than fo-1's new timeline. Once the partition heals, the operator
+// records the self-fence and fo-0 rejoins as fo-1's standby.
+func TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst(t *testing.T) {
+	t.Parallel()
+	// A free port, which nothing listens on: the API server as a
+	// partitioned pod finds it.
+	f := newFailoverSetupWithAgentArgs(t, 2, nil, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
+	e := f.e
+	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
+	f.partition()
+	failedOverFromACutOffPrimary(t, e)
+
+	markerPath := filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker)
+	marker, err := os.Stat(markerPath)
+	require.NoError(t, err, "fo-0 did not fence itself before fo-1's promotion")
+	timeline, err := os.Stat(filepath.Join(f.data["fo-1"], "pg_wal", "00000002.history"))
+	require.NoError(t, err, "fo-1 was not promoted")
+	assert.True(t, marker.ModTime().Before(timeline.ModTime()),
+		"fo-0 fenced itself at %s, after fo-1's promotion at %s: two primaries ran", marker.ModTime().Format(time.StampMilli), timeline.ModTime().Format(time.StampMilli))
+	reason, err := os.ReadFile(markerPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(reason), "fenced by its own agent: cut off from the operator and from the API server")
+	assert.Contains(t, string(reason), "standby fo-1 sent no reply")
+	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
+	require.Error(t, err, "the isolated old primary takes no write after the failover: %s", out)
+	out, err = f.psql("fo-1", "INSERT INTO rows VALUES (2)")
+	require.NoError(t, err, "the new primary takes writes: %s", out)
+	f.primary.Stop(t) // its process has ended with the server
+
+	// The partition heals: it is recorded, lifted, and rejoins.
+	f.partitioned.Store(false)
+	restore()
+	f.startServerAgain("fo-0")
+	waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
+		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
+		assert.NotNil(ct, rec.SelfFenced)
+		assert.NotNil(ct, rec.Rejoined)
+	})
+	f.waitRows("fo-0", "1,2")
+}
+
+// TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened:
+// the operator stopped and the primary fo-0 partitioned from its standby,
+// with the API server not answering it: fo-0's agent fences its own server
+// (it cannot tell this from a partition in which fo-1 is being promoted).
+// Nothing was failed over. The partition heals and a new operator starts:
+// it finds its current primary fenced by its own agent, its pod naming it,
+// and no failover under way, so it lifts the fence (a Warning Event
+// PrimaryFenceLifted) and fo-0 serves again as the primary, with no
+// failover recorded.
+func TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened(t *testing.T) {
+	t.Parallel()
+	f := newFailoverSetupWithAgentArgs(t, 2, func(db *dbv1.Database) {
+		// Long enough for the lifted primary's restart: no failover.
+		db.Spec.Failover.PrimaryGoneAfter = &metav1.Duration{Duration: 20 * time.Second}
+	}, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
+	e := f.e
+	e.stopOperator()
+	f.partition()
+	markerPath := filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.FileExists(ct, markerPath)
+		assert.NoFileExists(ct, filepath.Join(f.data["fo-0"], "postmaster.pid"), "the server stopped")
+	}, time.Minute, 200*time.Millisecond, "fo-0's agent did not fence its server")
+	reason, err := os.ReadFile(markerPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(reason), "cut off from the operator and from the API server")
+	f.primary.Stop(t) // its process has ended with the server
+
+	f.partitioned.Store(false)
+	f.startServerAgain("fo-0")
+	e.startOperator()
+	got := waitDatabase(t, e, "the primary serves again", func(ct *assert.CollectT, d *dbv1.Database) {
+		c := conditionOf(d, database.ConditionFailover)
+		require.NotNil(ct, c)
+		assert.Equal(ct, "PrimaryHealthy", c.Reason, c.Message)
+	})
+	assert.Empty(t, got.Status.Failovers, "nothing failed over")
+	assert.Equal(t, "fo-0", got.Status.CurrentPrimary)
+	assertEventReason(t, e, "PrimaryFenceLifted")
+	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (3)")
+	require.NoError(t, err, "the primary takes writes again: %s", out)
+	f.waitRows("fo-1", "1,3")
 }

@@ -71,7 +71,15 @@ type Config struct {
 	// GuardInterval is how often the agent checks that its server is not
 	// a primary its pod no longer names (selffence.go; 0: the default).
 	GuardInterval time.Duration
-	Log           *slog.Logger
+	// APIServer is the API server's address as the pod reaches it
+	// (host:port; the kubelet's KUBERNETES_SERVICE_HOST and _PORT): the
+	// isolation check (isolation.go) tries it before it fences. "": the
+	// check is off.
+	APIServer string
+	// PeerSilence is how long a standby may send no reply before the
+	// isolation check counts it lost (0: DefaultPeerSilence).
+	PeerSilence time.Duration
+	Log         *slog.Logger
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
 }
@@ -83,6 +91,8 @@ type Agent struct {
 	// actions serialises promote and fence: one changes the server at a
 	// time.
 	actions sync.Mutex
+	// isolation: the operator's last question and the standbys' replies.
+	isolation isolationWatch
 }
 
 // New is an agent for cfg; it does not connect until asked.
@@ -110,6 +120,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.GuardInterval == 0 {
 		cfg.GuardInterval = DefaultGuardInterval
+	}
+	if cfg.PeerSilence == 0 {
+		cfg.PeerSilence = DefaultPeerSilence
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -232,8 +245,18 @@ func (a *Agent) statusWithin(ctx context.Context) Status {
 	}
 }
 
+// serveStatus answers the operator's question, once a second; its
+// isolationAfter parameter is the isolation check's bound (isolation.go).
 func (a *Agent) serveStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, a.Status(r.Context()))
+	st := a.Status(r.Context())
+	after := time.Duration(-1) // not given: the last bound stands
+	if v := r.URL.Query().Get(IsolationAfterParam); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			after = d
+		}
+	}
+	a.isolation.noteOperator(a.cfg.Now(), after, st)
+	writeJSON(w, http.StatusOK, st)
 }
 
 // ActionResult is the answer of POST /promote and POST /fence.

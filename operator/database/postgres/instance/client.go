@@ -72,10 +72,21 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // An error means the agent was not reached or did not answer in time:
 // the instance is unreachable.
 func (c *Client) Status(ctx context.Context, host string) (Status, error) {
+	return c.status(ctx, host, "/status")
+}
+
+// PrimaryStatus is Status, asked of the primary with the isolation
+// check's bound (isolation.go): past isolationAfter without a question
+// of the operator, the agent looks for isolation.
+func (c *Client) PrimaryStatus(ctx context.Context, host string, isolationAfter time.Duration) (Status, error) {
+	return c.status(ctx, host, "/status?"+IsolationAfterParam+"="+isolationAfter.String())
+}
+
+func (c *Client) status(ctx context.Context, host, path string) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, StatusTimeout)
 	defer cancel()
 	var st Status
-	code, err := c.do(ctx, http.MethodGet, host, "/status", nil, &st)
+	code, err := c.do(ctx, http.MethodGet, host, path, nil, &st)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("instance %s: status answered %d", host, code)
 	}

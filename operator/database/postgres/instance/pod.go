@@ -66,6 +66,12 @@ func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 	// Its entrypoint asks the operator, through the agent, before it
 	// starts as the primary (role.go).
 	server.Env = append(server.Env, corev1.EnvVar{Name: RoleDirEnv, Value: SocketDir})
+	// A standby replies every second, so its primary's isolation check
+	// (isolation.go) sees within seconds that it stopped; unless the
+	// Database's parameters set it.
+	if !setsParameter(server.Args, statusIntervalParameter) {
+		server.Args = append(server.Args, "-c", statusIntervalParameter+"=1s")
+	}
 	spec.ShareProcessNamespace = ptr.To(true)
 	spec.Volumes = append(spec.Volumes,
 		corev1.Volume{Name: binVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}},
@@ -128,6 +134,19 @@ func agentContainer(server *corev1.Container, scriptsVolume string) corev1.Conta
 		SecurityContext: server.SecurityContext.DeepCopy(),
 		Resources:       smallResources(),
 	}
+}
+
+// statusIntervalParameter is how often a standby replies to its primary.
+const statusIntervalParameter = "wal_receiver_status_interval"
+
+// setsParameter: args (-c name=value pairs) set the server parameter name.
+func setsParameter(args []string, name string) bool {
+	for _, a := range args {
+		if strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // isDataMount: m holds the server's PGDATA.

@@ -35,6 +35,8 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 	assert.Equal(t, instance.SocketDir, mountsOf(server)["deckhand-socket"])
 	assert.Contains(t, server.Env, corev1.EnvVar{Name: instance.RoleDirEnv, Value: instance.SocketDir},
 		"the entrypoint asks for its role where the agent answers")
+	assert.Equal(t, append(before.Args, "-c", "wal_receiver_status_interval=1s"), server.Args,
+		"a standby replies every second, for its primary's isolation check")
 
 	require.Len(t, spec.InitContainers, 1)
 	install := spec.InitContainers[0]
@@ -65,4 +67,12 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 		}
 	}
 	assert.Error(t, instance.AddAgent(&corev1.PodSpec{}, instance.PodOptions{Server: "postgres"}), "no server container")
+
+	// The Database's own setting stands.
+	pod = postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432,
+		Parameters: map[string]string{"wal_receiver_status_interval": "5s"}})
+	spec = corev1.PodSpec{Containers: []corev1.Container{pod.Container}, Volumes: pod.Volumes}
+	require.NoError(t, instance.AddAgent(&spec, instance.PodOptions{OperatorImage: "deckhand:1.2.3", TLSSecret: "db-instance-tls", Server: "postgres"}))
+	assert.Equal(t, pod.Container.Args, spec.Containers[0].Args)
+	assert.Contains(t, spec.Containers[0].Args, "wal_receiver_status_interval=5s")
 }

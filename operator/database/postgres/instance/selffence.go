@@ -46,8 +46,9 @@ const DefaultGuardInterval = time.Second
 // selfFenceReason begins the marker of a fence the agent made itself.
 const selfFenceReason = "fenced by its own agent"
 
-// GuardRole runs the guard until ctx ends. Without the scripts mounted
-// (Config.ScriptsDir "") there is no name to obey: it does nothing.
+// GuardRole runs the guard, and the isolation check (isolation.go), until
+// ctx ends. Without the scripts mounted (Config.ScriptsDir "") there is no
+// name to obey: it does nothing.
 func (a *Agent) GuardRole(ctx context.Context) {
 	if a.cfg.ScriptsDir == "" {
 		return
@@ -60,6 +61,7 @@ func (a *Agent) GuardRole(ctx context.Context) {
 			return
 		case <-tick.C:
 			a.CheckRole(ctx)
+			a.CheckIsolation(ctx)
 		}
 	}
 }
