@@ -955,7 +955,13 @@ func (f *failoverCluster) agentTask(pod *corev1.Pod) string {
 // dropAgentPort adds (-I) or removes (-D) the rule that drops connections
 // to the agent's port inside the network namespace of the process pid.
 func dropAgentPort(ctx context.Context, pid, op string) error {
-	args := []string{"-t", pid, "-n", "--", "iptables", op, "INPUT", "-p", "tcp", "--dport", strconv.Itoa(instance.DefaultPort), "-j", "DROP"}
+	return podRule(ctx, pid, op, "INPUT", "-p", "tcp", "--dport", strconv.Itoa(instance.DefaultPort), "-j", "DROP")
+}
+
+// podRule adds (-I) or removes (-D) an iptables rule of chain inside the
+// network namespace of the process pid.
+func podRule(ctx context.Context, pid, op, chain string, rule ...string) error {
+	args := append([]string{"-t", pid, "-n", "--", "iptables", op, chain}, rule...)
 	out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("nsenter %v: %w: %s", args, err, out)

@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +368,84 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 	}
 	logf(t, "kubelet stopped for %.0fs (2 replicas, primaryGoneAfter 10s): %d failovers, %d writes acknowledged while it was stopped, %d failed after the stop, %d acknowledged in all, %d lost; %d of %d agent answers not healthy; %d agent rounds, %d with two writable; Failover condition during: %s",
 		startedAt.Sub(stoppedAt).Seconds(), len(failoversSince(after.Failovers, stoppedAt.Add(-time.Second))), acksWhileStopped, len(failed), countAcks(log), lost, len(unhealthy), asked, samples, len(two), cond)
+}
+
+// A network partition around the primary's pod, with synchronous
+// replication (one standby): its kubelet stopped (the node cut off from the
+// API server: no new name reaches the pod, and the Pod keeps showing its
+// server running), and inside the pod's network namespace its agent's
+// port, the API server's address and every connection to its server port
+// dropped, except a client writing at the pod's own address. The
+// operator fails over to the standby, named first, promoted after the 5 s
+// wait. The old primary's agent, cut off from the operator past its bound
+// (half primaryGoneAfter) and from the API server, with its standby
+// silent, fences its own server before the promotion: its marker says so
+// and is older than the promotion, and no write the direct client had
+// acknowledged is missing from the new primary. Healed, it rejoins.
+func TestRealNodeFencesAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandby(t *testing.T) {
+	// Serial (no t.Parallel): the kubelet runs every test's pods.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0, func(db *dbv1.Database) {
+		db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
+	})
+	w := f.startWriter("writer")
+	old := f.primary()
+	pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, old, metav1.GetOptions{})
+	require.NoError(t, err)
+	direct := f.startDirectWriter("direct", pod.Status.PodIP)
+	direct.waitAcks(3)
+	api, err := f.cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	require.NoError(t, err)
+	agent := f.agentTask(pod)
+	rules := [][]string{
+		{"INPUT", "-p", "tcp", "--dport", fmt.Sprint(instance.DefaultPort), "-j", "DROP"},
+		{"OUTPUT", "-d", api.Spec.ClusterIP, "-p", "tcp", "--dport", fmt.Sprint(api.Spec.Ports[0].Port), "-j", "DROP"},
+		{"INPUT", "-p", "tcp", "--dport", fmt.Sprint(pod.Spec.Containers[0].Ports[0].ContainerPort), "!", "-s", direct.pod.Status.PodIP, "-j", "DROP"},
+	}
+
+	nodeScript(ctx, t, "kubelet", "stop")
+	t.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "kubelet", "start").Run() })
+	for _, r := range rules {
+		require.NoError(t, podRule(ctx, agent, "-I", r[0], r[1:]...))
+		t.Cleanup(func() { _ = podRule(context.Background(), agent, "-D", r[0], r[1:]...) })
+	}
+	cut := time.Now()
+	rec := f.waitFailedOver(cut.Add(-time.Second))
+	assert.False(t, rec.Fenced, "the fence reached an agent that was cut off: %+v", rec)
+	require.NotNil(t, rec.NamedFirst, "the new primary was not named first (the Pod still shows the old one's server running): %+v", rec)
+
+	marker := filepath.Join(filepath.Dir(f.dataDir(old)), instance.FenceMarker)
+	reason, err := os.ReadFile(marker)
+	require.NoError(t, err, "the isolated old primary did not fence itself before the promotion")
+	st, err := os.Stat(marker)
+	require.NoError(t, err)
+	// Status times are whole seconds: older than the promotion's second.
+	assert.True(t, st.ModTime().Before(rec.Finished.Time), "the old primary fenced itself at %s, after the promotion (%s)", st.ModTime().Format(time.StampMilli), rec.Finished.Format(time.Stamp))
+	assert.Contains(t, string(reason), "cut off from the operator and from the API server")
+
+	// Healed: its kubelet and its network back, it rejoins.
+	for _, r := range rules {
+		require.NoError(t, podRule(ctx, agent, "-D", r[0], r[1:]...))
+	}
+	nodeScript(ctx, t, "kubelet", "start")
+	readyNode(ctx, t, f.cs)
+	f.waitLogsServed(w.pod.Name)
+	f.waitEvent("OldPrimaryFencedItself")
+	f.liftFence(old, rec.To)
+	f.waitFollowing(old, rec.To)
+	w.waitAcks(3)
+	log, directLog := w.stop(), direct.stop()
+
+	committed := w.committedIDs()
+	alone := 0
+	for _, o := range directLog {
+		if o.ok && !committed[o.id] {
+			alone++
+		}
+	}
+	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks")
+	down, _ := outage(log, cut)
+	logf(t, "primary partitioned (its kubelet stopped; its agent, the API server and its standby cut off; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
+		st.ModTime().Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), alone)
 }
