@@ -242,9 +242,12 @@ func TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened(t *te
 	assert.Contains(t, string(reason), "cut off from the operator and from the API server")
 	f.primary.Stop(t) // its process has ended with the server
 
+	// The partition heals; a new operator lifts the fence, and the
+	// server's entrypoint (started again here, as its container's restart
+	// does) waits for that.
 	f.partitioned.Store(false)
-	f.startServerAgain("fo-0")
 	e.startOperator()
+	f.startServerAgain("fo-0")
 	got := waitDatabase(t, e, "the primary serves again", func(ct *assert.CollectT, d *dbv1.Database) {
 		c := conditionOf(d, database.ConditionFailover)
 		require.NotNil(ct, c)

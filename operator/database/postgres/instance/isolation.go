@@ -65,6 +65,9 @@ type isolationWatch struct {
 	// replies: each standby's last reply_time seen, and when the agent
 	// saw it change.
 	replies map[string]peerReply
+	// told: the silence past the bound was logged (once until the next
+	// question).
+	told bool
 }
 
 type peerReply struct {
@@ -78,13 +81,18 @@ type peerReply struct {
 func (w *isolationWatch) noteOperator(now time.Time, after time.Duration, st Status) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.asked = now
+	w.asked, w.told = now, false
 	if after >= 0 {
 		w.after = after
 	}
-	w.peers = nil
-	if st.ServerUp && st.Role == RolePrimary {
+	switch {
+	case !st.ServerUp:
+		// Not read (the question cancelled, the server slow): the last
+		// standbys stand.
+	case st.Role == RolePrimary:
 		w.peers = slices.Clone(st.StreamingStandbys)
+	default:
+		w.peers = nil
 	}
 }
 
@@ -134,6 +142,16 @@ func MayBeIsolated(i Isolation) bool {
 	return i.After > 0 && i.Silence > i.After && len(i.lostPeers()) > 0
 }
 
+// tellOnce is true the first time it is asked since the operator's last
+// question.
+func (w *isolationWatch) tellOnce() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	told := w.told
+	w.told = true
+	return !told
+}
+
 // look is the check's state at now.
 func (w *isolationWatch) look(now time.Time, peerSilence time.Duration) Isolation {
 	w.mu.Lock()
@@ -167,6 +185,10 @@ func (a *Agent) CheckIsolation(ctx context.Context) *ActionResult {
 	now := a.cfg.Now()
 	a.isolation.noteReplies(now, seen)
 	i := a.isolation.look(now, a.cfg.PeerSilence)
+	if i.After > 0 && i.Silence > i.After && a.isolation.tellOnce() {
+		a.cfg.Log.Warn("no question from the operator past its bound: fencing the server if the API server cannot be reached and a standby stops replying",
+			"pod", a.cfg.Pod, "silence", i.Silence.Round(time.Second).String(), "bound", i.After.String(), "standbys", i.Peers, "replying", i.Replied)
+	}
 	if !MayBeIsolated(i) || a.apiServerReachable(ctx) {
 		return nil
 	}

@@ -58,6 +58,9 @@ func TestTheIsolationWatchCountsAStandbyLostWhenItsRepliesStop(t *testing.T) {
 	assert.Equal(t, 5*time.Second, i.After, "a question without a bound keeps the last")
 	assert.False(t, MayBeIsolated(i), "just asked")
 
+	w.noteOperator(t0.Add(10*time.Second), 5*time.Second, Status{Role: RoleUnknown, Error: "the server did not answer in time"})
+	assert.Equal(t, []string{"db-1", "db-2"}, w.look(t0.Add(time.Minute), DefaultPeerSilence).Peers,
+		"a question whose status was not read (cancelled, timed out) keeps the standbys")
 	w.noteOperator(t0.Add(10*time.Second), 5*time.Second, Status{ServerUp: true, Role: RoleStandby})
 	assert.Empty(t, w.look(t0.Add(time.Minute), DefaultPeerSilence).Peers, "a standby watches no peers")
 
