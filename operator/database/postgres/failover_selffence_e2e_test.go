@@ -181,6 +181,7 @@ func TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst
 	// partitioned pod finds it.
 	f := newFailoverSetupWithAgentArgs(t, 2, nil, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
 	e := f.e
+	f.waitPrimaryReportsStreaming("fo-0", "fo-1")
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
 	f.partition()
 	failedOverFromACutOffPrimary(t, e)
@@ -230,6 +231,7 @@ func TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened(t *te
 		db.Spec.Failover.PrimaryGoneAfter = &metav1.Duration{Duration: 20 * time.Second}
 	}, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
 	e := f.e
+	f.waitPrimaryReportsStreaming("fo-0", "fo-1")
 	e.stopOperator()
 	f.partition()
 	markerPath := filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker)
@@ -259,4 +261,19 @@ func TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened(t *te
 	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (3)")
 	require.NoError(t, err, "the primary takes writes again: %s", out)
 	f.waitRows("fo-1", "1,3")
+}
+
+// waitPrimaryReportsStreaming waits until the primary's agent answers a
+// question (asked with the operator's certificate, as the operator asks)
+// with standby streaming from it: the isolation check watches the
+// standbys of the last answer, and a standby that began to stream after
+// it is not watched.
+func (f *failoverSetup) waitPrimaryReportsStreaming(primary, standby string) {
+	f.e.t.Helper()
+	ch := f.operatorClient()
+	require.EventuallyWithT(f.e.t, func(ct *assert.CollectT) {
+		st, err := ch.Status(context.Background(), instance.PodHosts(primary, "fo-headless", f.e.ns)[0])
+		require.NoError(ct, err)
+		assert.Contains(ct, st.StreamingStandbys, standby)
+	}, time.Minute, 200*time.Millisecond, "%s does not report %s streaming from it", primary, standby)
 }
