@@ -101,21 +101,9 @@ func TestAnOldPrimaryCutOffFromTheOperatorFencesItselfBeforeTheNewOneIsPromoted(
 	reason, err := os.ReadFile(filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker))
 	require.NoError(t, err)
 	assert.Contains(t, string(reason), "fenced by its own agent: its pod names fo-1 the primary")
-	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
-	require.Error(t, err, "the old primary takes no write after the failover: %s", out)
-	out, err = f.psql("fo-1", "INSERT INTO rows VALUES (2)")
-	require.NoError(t, err, "the new primary takes writes: %s", out)
-	f.primary.Stop(t) // its process has ended with the server
 
 	// Reachable again, it is lifted and rejoins: nothing of it was lost.
-	restore()
-	f.startServerAgain("fo-0")
-	waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
-		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
-		assert.NotNil(ct, rec.SelfFenced)
-		assert.NotNil(ct, rec.Rejoined)
-	})
-	f.waitRows("fo-0", "1,2")
+	f.rejoinsAfterItsSelfFence(restore)
 }
 
 // failedOverFromACutOffPrimary waits for the failover of fo-0, whose
@@ -197,17 +185,27 @@ func TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst
 	require.NoError(t, err)
 	assert.Contains(t, string(reason), "fenced by its own agent: cut off from the operator and from the API server")
 	assert.Contains(t, string(reason), "standby fo-1 sent no reply")
+
+	// The partition heals: it is recorded, lifted, and rejoins.
+	f.partitioned.Store(false)
+	f.rejoinsAfterItsSelfFence(restore)
+}
+
+// rejoinsAfterItsSelfFence: the old primary fo-0, which fenced itself,
+// takes no write, while fo-1 does; reachable again (restore), its fence
+// is recorded and lifted, and it rejoins holding exactly fo-1's rows.
+func (f *failoverSetup) rejoinsAfterItsSelfFence(restore func()) {
+	t := f.e.t
+	t.Helper()
 	out, err := f.psql("fo-0", "INSERT INTO rows VALUES (-1)")
-	require.Error(t, err, "the isolated old primary takes no write after the failover: %s", out)
+	require.Error(t, err, "the old primary takes no write after the failover: %s", out)
 	out, err = f.psql("fo-1", "INSERT INTO rows VALUES (2)")
 	require.NoError(t, err, "the new primary takes writes: %s", out)
 	f.primary.Stop(t) // its process has ended with the server
 
-	// The partition heals: it is recorded, lifted, and rejoins.
-	f.partitioned.Store(false)
 	restore()
 	f.startServerAgain("fo-0")
-	waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
+	waitDatabase(t, f.e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
 		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
 		assert.NotNil(ct, rec.SelfFenced)
 		assert.NotNil(ct, rec.Rejoined)

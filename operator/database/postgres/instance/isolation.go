@@ -202,13 +202,7 @@ func (a *Agent) CheckIsolation(ctx context.Context) *ActionResult {
 		isolationReason, i.Silence.Round(time.Second), i.After, a.cfg.APIServer, strings.Join(i.lostPeers(), ", "), a.cfg.PeerSilence)
 	a.cfg.Log.Warn("fencing its own server: cut off from the operator and the API server, and a standby stopped replying (a failover elsewhere may promote it)",
 		"pod", a.cfg.Pod, "silence", i.Silence.String(), "lostStandbys", i.lostPeers(), "apiServer", a.cfg.APIServer, "currentLSN", st.CurrentLSN.String())
-	res := a.fence(ctx, why)
-	if res.Error != "" {
-		a.cfg.Log.Error("fencing its own server failed", "pod", a.cfg.Pod, "error", res.Error)
-	} else {
-		a.cfg.Log.Info("fenced its own server: it is stopped until the operator lifts the fence", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
-	}
-	return &res
+	return a.fenceItself(ctx, why)
 }
 
 // fencedNow: the fence marker is in place.

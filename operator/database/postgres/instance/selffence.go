@@ -93,6 +93,12 @@ func (a *Agent) CheckRole(ctx context.Context) *ActionResult {
 	why := fmt.Sprintf("%s: its pod names %s the primary, but this server ran as a primary", selfFenceReason, named)
 	a.cfg.Log.Warn("fencing its own server: it runs as a primary, but the pod names another pod the primary (a failover the operator's fence did not reach)",
 		"pod", a.cfg.Pod, "namedPrimary", named, "timeline", st.Timeline, "currentLSN", st.CurrentLSN.String())
+	return a.fenceItself(ctx, why)
+}
+
+// fenceItself fences the server on the agent's own decision (why begins
+// with selfFenceReason) and logs the outcome.
+func (a *Agent) fenceItself(ctx context.Context, why string) *ActionResult {
 	res := a.fence(ctx, why)
 	if res.Error != "" {
 		a.cfg.Log.Error("fencing its own server failed", "pod", a.cfg.Pod, "error", res.Error)
