@@ -52,6 +52,10 @@ func (r *Reconciler) answerRole(ctx context.Context, db *Cluster, ch *instance.C
 	}
 	if primary == pod {
 		r.normal(db, "PrimaryConfirmed", "Failover", "%s's server starts as the primary: confirmed", pod)
+		// Started on the operator's word: its start gets a whole bound
+		// before it counts as gone (a pod made again after a deletion
+		// asks some seconds after it was last healthy).
+		r.failovers.forget(db.UID)
 		return nil
 	}
 	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "NotThePrimary", "Failover",

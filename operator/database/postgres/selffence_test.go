@@ -130,3 +130,28 @@ func TestAStandbyPromotedThroughItsAgentIsReadyBeforeItsPodNamesIt(t *testing.T)
 	out, ok = h.probe(ready, 1, "data-1", "", nil)
 	assert.False(t, ok, "the pods name a third pod: not ready: %s", out)
 }
+
+// TestAServerThatRunsAlthoughFencedIsStoppedByItsAgent: a fence written
+// while the server's entrypoint, already past its look at the marker,
+// started the server (the fence found no postmaster to stop; a real-node
+// run had a restarted primary serving beside the new one for a moment so).
+// The marker is there and the server runs: its agent's guard stops it,
+// and it takes no more writes.
+func TestAServerThatRunsAlthoughFencedIsStoppedByItsAgent(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	primary, _ := primaryAndStreamingStandby(t, h)
+	ch := newChannel(t, h, h.cluster.Name+"-0", h.cluster.Name+"-1")
+	host := ch.startGuardedAgent(t, h, 0, "data-0")
+	out, err := h.appSQL(primary.Port, "INSERT INTO rows VALUES (7)")
+	require.NoError(t, err, out)
+
+	require.NoError(t, os.WriteFile(filepath.Join(h.volume("data-0"), instance.FenceMarker), []byte("fenced by the operator (the test)\n"), 0o600))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoFileExists(ct, filepath.Join(h.volume("data-0"), "pgdata", "postmaster.pid"), "the fenced server stopped")
+	}, 30*time.Second, 200*time.Millisecond)
+	st := statusOf(t, ch.client, host)
+	assert.True(t, st.Fenced && !st.ServerUp, "%+v", st)
+	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (8)")
+	require.Error(t, err, "the fenced server takes no write: %s", out)
+}

@@ -60,10 +60,31 @@ func (a *Agent) GuardRole(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			a.KeepFencedServerStopped(ctx)
 			a.CheckRole(ctx)
 			a.CheckIsolation(ctx)
 		}
 	}
+}
+
+// KeepFencedServerStopped stops a server that runs although its fence
+// marker is in place: its entrypoint looked at the marker (and was told
+// its role) just before a fence was written, and the fence, finding no
+// postmaster yet, had nothing to stop. A fenced server never serves. It
+// reports whether it stopped one.
+func (a *Agent) KeepFencedServerStopped(ctx context.Context) bool {
+	if !a.fencedNow() || !a.postmasterRunning() {
+		return false
+	}
+	a.actions.Lock()
+	defer a.actions.Unlock()
+	if !a.fencedNow() || !a.postmasterRunning() {
+		return false // lifted, or stopped, meanwhile
+	}
+	a.cfg.Log.Warn("the server runs although it is fenced (it started as the fence was written): stopping it", "pod", a.cfg.Pod)
+	clean := a.stop(ctx)
+	a.cfg.Log.Info("stopped the fenced server", "pod", a.cfg.Pod, "cleanShutdown", clean)
+	return true
 }
 
 // CheckRole is one look of the guard: it fences the server when it runs
