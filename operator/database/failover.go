@@ -178,6 +178,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return failoverRecheck, err
 		}
 		r.fenceStrayPrimaries(ctx, db, ch, primary)
+		if err := r.attachDetachedStandbys(ctx, db, ch); err != nil {
+			return failoverRecheck, err
+		}
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
 			return failoverRecheck, err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,8 @@ type Channel interface {
 	Promote(ctx context.Context, host string, slots ...string) (instance.Status, error)
 	Unfence(ctx context.Context, host string) (instance.ActionResult, error)
 	AnswerRole(ctx context.Context, host, primary string) error
+	Detach(ctx context.Context, host string) (instance.ActionResult, error)
+	Attach(ctx context.Context, host string) (instance.ActionResult, error)
 }
 
 // Steps carries out one Database's failover. Its record
@@ -62,7 +66,8 @@ type Steps struct {
 	// Nil: never named first.
 	ServerStopped func(pod string) (bool, string)
 	// NameFirstWait is how long a promotion waits after the new primary
-	// was named first (0: DefaultNameFirstWait).
+	// was named first (0: DefaultNameFirstWait); with standbys detached
+	// at least instance.IsolationFenceWithin (waitAfterNaming).
 	NameFirstWait time.Duration
 }
 
@@ -73,7 +78,9 @@ type Steps struct {
 // refreshes the mounted ConfigMap, which the role labels' change makes it
 // do at once: on the real node the old primary fenced itself within 2 s
 // of the name (docs/performance.md). A kubelet that cannot reach the API
-// server never delivers it: the wait bounds what that costs.
+// server never delivers it: the wait bounds what that costs, and the
+// standbys detached meanwhile make such an old primary fence itself
+// (waitAfterNaming).
 const DefaultNameFirstWait = 5 * time.Second
 
 // ErrNamingFirst: the promotion waits while the old primary, which the
@@ -132,6 +139,10 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 // and saves the choice before anything is promoted.
 func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	s.fence(ctx, rec)
+	mayRun := s.mayStillRun(rec)
+	if mayRun {
+		s.detachStandbys(ctx, rec)
+	}
 	var obs []Observation
 	for _, pod := range s.Pods {
 		if pod == rec.From {
@@ -163,7 +174,9 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		return err
 	}
 	rec.To, rec.Reason, rec.Phase = choice.Pod, choice.Reason, dbv1.FailoverPromoting
-	s.nameFirstIfRunning(rec)
+	if mayRun {
+		rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
+	}
 	if choice.ReplayLSN != 0 {
 		rec.ToLSN = choice.ReplayLSN.String()
 	}
@@ -174,43 +187,90 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		return fmt.Errorf("recording the choice of %s: %w", rec.To, err)
 	}
 	if rec.NamedFirst != nil {
-		s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("the fence did not reach %s and its pod shows its server running: %s is named the primary first, so %s's agent fences its server once its pod reads the name; %s is promoted within %s (%s)", rec.From, rec.To, rec.From, rec.To, s.nameFirstWait(), rec.Reason))
+		s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("the fence did not reach %s and its pod shows its server running: %s is named the primary first, so %s's agent fences its server once its pod reads the name or once its standbys stop replying (detached: %v); %s is promoted within %s (%s)", rec.From, rec.To, rec.From, rec.DetachedStandbys, rec.To, s.waitAfterNaming(rec), rec.Reason))
 		return nil
 	}
 	s.Event(false, "Promoting", fmt.Sprintf("promoting %s in place of %s: %s", rec.To, rec.From, rec.Reason))
 	return nil
 }
 
-// nameFirstIfRunning marks rec NamedFirst when the fence did not reach
-// the old primary and its pod shows its server may still run: a server
-// that takes writes beside the new primary's is what the name, read
-// before the promotion, stops.
-func (s Steps) nameFirstIfRunning(rec *dbv1.FailoverRecord) {
+// mayStillRun: the fence did not reach the old primary and its pod shows
+// its server may still run. A server that takes writes beside the new
+// primary's is what naming the new primary first (its agent reads the
+// name) and detaching the standbys (its agent's isolation check sees
+// them stop replying) stop before the promotion.
+func (s Steps) mayStillRun(rec *dbv1.FailoverRecord) bool {
 	if rec.Fenced || s.ServerStopped == nil {
-		return
+		return false
 	}
 	if stopped, shows := s.ServerStopped(rec.From); stopped {
 		rec.FenceMessage += "; its pod shows its server stopped (" + shows + ")"
-		return
+		return false
 	}
-	rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
+	return true
 }
 
-func (s Steps) nameFirstWait() time.Duration {
-	if s.NameFirstWait > 0 {
-		return s.NameFirstWait
+// detachStandbys tells every standby to stop streaming (instance's
+// detach.go) and records those that did. A standby not reached is not
+// chosen either (its status is not read); one that refused is said in a
+// Warning Event: the old primary's isolation check needs only one of its
+// standbys to stop replying.
+func (s Steps) detachStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
+	var failed []string
+	for _, pod := range s.Pods {
+		if pod == rec.From || slices.Contains(rec.DetachedStandbys, pod) {
+			continue
+		}
+		if _, err := s.Channel.Detach(ctx, s.Host(pod)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", pod, err))
+			continue
+		}
+		rec.DetachedStandbys = append(rec.DetachedStandbys, pod)
 	}
-	return DefaultNameFirstWait
+	if len(failed) > 0 {
+		s.Event(true, "DetachFailed", fmt.Sprintf("standbys that still stream from %s, which the fence did not reach: %s", rec.From, strings.Join(failed, "; ")))
+	}
+}
+
+// attachStandbys makes the detached standbys other than the new primary
+// stream again (their primary_conninfo names the read-write Service,
+// which routes to it); rec keeps those not reached, for the operator's
+// next pass.
+func (s Steps) attachStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
+	var left []string
+	for _, pod := range rec.DetachedStandbys {
+		if pod == rec.To {
+			continue
+		}
+		if _, err := s.Channel.Attach(ctx, s.Host(pod)); err != nil {
+			left = append(left, pod)
+		}
+	}
+	rec.DetachedStandbys = left
+}
+
+// waitAfterNaming is how long the promotion of a record named first
+// waits: NameFirstWait, and with standbys detached at least what the old
+// primary's isolation check needs (instance.IsolationFenceWithin).
+func (s Steps) waitAfterNaming(rec *dbv1.FailoverRecord) time.Duration {
+	wait := DefaultNameFirstWait
+	if s.NameFirstWait > 0 {
+		wait = s.NameFirstWait
+	}
+	if len(rec.DetachedStandbys) > 0 {
+		wait = max(wait, instance.IsolationFenceWithin)
+	}
+	return wait
 }
 
 // awaitName returns ErrNamingFirst while a record named first waits for
-// its old primary: until NameFirstWait has passed since it was named, or
-// the old primary's pod shows its server stopped.
+// its old primary: until waitAfterNaming has passed since it was named,
+// or the old primary's pod shows its server stopped.
 func (s Steps) awaitName(rec *dbv1.FailoverRecord) error {
 	if rec.NamedFirst == nil {
 		return nil
 	}
-	left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now())
+	left := rec.NamedFirst.Add(s.waitAfterNaming(rec)).Sub(s.Now())
 	if left <= 0 {
 		return nil
 	}
@@ -260,6 +320,7 @@ func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
 		return fmt.Errorf("promoting %s: %w", rec.To, err)
 	}
 	rec.Phase, rec.Finished = dbv1.FailoverCompleted, ptr.To(metav1.NewTime(s.Now()))
+	s.attachStandbys(ctx, rec)
 	if err := s.Save(ctx, rec); err != nil {
 		return fmt.Errorf("recording the promotion of %s: %w", rec.To, err)
 	}

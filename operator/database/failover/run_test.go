@@ -72,6 +72,22 @@ func (f *fakeChannel) AnswerRole(_ context.Context, pod, primary string) error {
 	return nil
 }
 
+func (f *fakeChannel) Detach(_ context.Context, pod string) (instance.ActionResult, error) {
+	f.calls = append(f.calls, "detach "+pod)
+	if f.unreachable[pod] {
+		return instance.ActionResult{}, errUnreachable
+	}
+	return instance.ActionResult{Done: "detached"}, nil
+}
+
+func (f *fakeChannel) Attach(_ context.Context, pod string) (instance.ActionResult, error) {
+	f.calls = append(f.calls, "attach "+pod)
+	if f.unreachable[pod] {
+		return instance.ActionResult{}, errUnreachable
+	}
+	return instance.ActionResult{Done: "attached"}, nil
+}
+
 func standbyAt(lsn instance.LSN) instance.Status {
 	return instance.Status{ServerUp: true, Role: instance.RoleStandby, Timeline: 1, ReplayLSN: lsn, ReceiveLSN: lsn}
 }
@@ -279,10 +295,13 @@ func serverShows(stopped map[string]bool) func(string) (bool, string) {
 }
 
 // An old primary the fence did not reach while its pod shows its server
-// running may still take writes: the standby chosen is named first (the
-// record's namedFirst, saved before anything is promoted) and promoted
-// only once the wait is over, so the old primary's agent reads the name
-// and fences its server before a second primary exists.
+// running may still take writes: every standby is detached (so an old
+// primary cut off from the API server as well sees them stop replying and
+// fences itself), the standby chosen is named first (the record's
+// namedFirst, saved before anything is promoted) and promoted only once
+// the wait is over, so the old primary's agent reads the name or misses
+// its standbys and fences its server before a second primary exists. The
+// other standby streams again after the promotion.
 func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(t *testing.T) {
 	ch := &fakeChannel{
 		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
@@ -297,26 +316,73 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 
 	err := steps.Run(context.Background(), rec, false)
 	require.ErrorIs(t, err, failover.ErrNamingFirst)
-	assert.Contains(t, err.Error(), "5s left")
-	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing promoted yet")
+	assert.Contains(t, err.Error(), instance.IsolationFenceWithin.String()+" left")
+	assert.Equal(t, []string{"fence db-0", "detach db-1", "detach db-2"}, ch.calls, "nothing promoted yet")
 	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase)
 	assert.Equal(t, "db-1", rec.To)
 	require.NotNil(t, rec.NamedFirst)
 	last := s.recs[len(s.recs)-1]
 	require.NotNil(t, last.NamedFirst, "saved before the pass ends: the ConfigMap names db-1 from this record")
 	assert.Equal(t, "db-1", last.To)
+	assert.Equal(t, []string{"db-1", "db-2"}, last.DetachedStandbys)
 	assert.Equal(t, []string{"PrimaryGone", "FenceFailed", "NamingNewPrimaryFirst"}, s.events)
 
 	// A pass within the wait (an operator resuming the record, too)
 	// promotes nothing.
-	now = now.Add(4 * time.Second)
+	now = now.Add(instance.IsolationFenceWithin - time.Second)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
-	assert.Equal(t, []string{"fence db-0"}, ch.calls)
+	assert.Len(t, ch.calls, 3)
 
 	now = now.Add(time.Second)
 	require.NoError(t, steps.Run(context.Background(), rec, true))
-	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+	assert.Equal(t, []string{"promote db-1", "attach db-2"}, ch.calls[3:])
 	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Empty(t, rec.DetachedStandbys, "every standby streams again")
+}
+
+// A standby that cannot be detached is said in a Warning Event (the old
+// primary's isolation check needs one silent standby); one detached but
+// not reached after the promotion stays in the record, for the operator
+// to attach later. Without a detached standby the wait is NameFirstWait.
+func TestStandbysNotDetachedOrNotAttachedAreSaid(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true, "db-2": true},
+	}
+	s := &saved{}
+	now := time.Now()
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(nil)
+	rec := failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	assert.Contains(t, s.events, "DetachFailed")
+	assert.Equal(t, []string{"db-1"}, rec.DetachedStandbys)
+
+	rec.DetachedStandbys = []string{"db-1", "db-2"} // db-2 was detached, then lost
+	now = now.Add(instance.IsolationFenceWithin)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"db-2"}, rec.DetachedStandbys)
+
+	ch = &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true, "db-2": true},
+	}
+	steps = (&saved{}).steps(detachRefused{ch})
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(nil)
+	rec = failover.Start("db-0", 0x3000, now)
+	err := steps.Run(context.Background(), rec, false)
+	require.ErrorIs(t, err, failover.ErrNamingFirst)
+	assert.Contains(t, err.Error(), failover.DefaultNameFirstWait.String()+" left")
+	assert.Empty(t, rec.DetachedStandbys)
+}
+
+// detachRefused is a channel whose detaches fail.
+type detachRefused struct{ *fakeChannel }
+
+func (d detachRefused) Detach(_ context.Context, pod string) (instance.ActionResult, error) {
+	return instance.ActionResult{}, errors.New("500: ALTER SYSTEM failed")
 }
 
 // The wait ends early once the old primary's pod shows its server

@@ -346,6 +346,16 @@ type FailoverRecord struct {
 	// fence reached From or its pod showed its server stopped.
 	// +optional
 	NamedFirst *metav1.Time `json:"namedFirst,omitempty"`
+	// DetachedStandbys are the standbys told to stop streaming before the
+	// choice (with NamedFirst): an old primary cut off from the operator
+	// and the API server sees its standbys stop replying and fences
+	// itself before the promotion. They stream again, from the new
+	// primary, once it is promoted; those not reached then stay listed
+	// until they are.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	DetachedStandbys []string `json:"detachedStandbys,omitempty"`
 	// FromLSN is the last write position the operator saw the old primary
 	// report; empty when it never saw one (an operator that started after
 	// the primary was gone).

@@ -507,6 +507,11 @@ func (in *FailoverRecord) DeepCopyInto(out *FailoverRecord) {
 		in, out := &in.NamedFirst, &out.NamedFirst
 		*out = (*in).DeepCopy()
 	}
+	if in.DetachedStandbys != nil {
+		in, out := &in.DetachedStandbys, &out.DetachedStandbys
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.BytesPossiblyLost != nil {
 		in, out := &in.BytesPossiblyLost, &out.BytesPossiblyLost
 		*out = new(int64)

@@ -170,6 +170,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("DELETE /fence", a.serveUnfence)
 	mux.HandleFunc("POST /synchronous", a.serveSynchronous)
 	mux.HandleFunc("POST /role", a.serveRole)
+	mux.HandleFunc("POST /detach", a.serveDetach)
+	mux.HandleFunc("DELETE /detach", a.serveAttach)
 	return mux
 }
 
@@ -209,6 +211,7 @@ func (a *Agent) Status(ctx context.Context) Status {
 	st.NamedPrimary = a.namedPrimary()
 	st.AwaitingRole = a.roleQuestion() != ""
 	st.DataDirectoryError = a.dataDirectoryError()
+	st.Detached = a.detached()
 	return st
 }
 
@@ -346,6 +349,12 @@ func (a *Agent) servePromote(w http.ResponseWriter, r *http.Request) {
 	if _, err := a.db.ExecContext(ctx, "CHECKPOINT"); err != nil {
 		a.cfg.Log.Warn("checkpoint after the promotion failed (pg_rewind against this server may see the old timeline until the next one)", "pod", a.cfg.Pod, "error", err.Error())
 	}
+	// A primary streams from nobody: a detach before the promotion is
+	// over (its primary_conninfo is written again at a start as a standby).
+	if err := a.forgetDetach(); err != nil {
+		a.cfg.Log.Warn("removing the saved primary_conninfo after the promotion failed", "pod", a.cfg.Pod, "error", err.Error())
+	}
+	after.Detached = a.detached()
 	a.cfg.Log.Info("promoted: the instance is a primary", "pod", a.cfg.Pod, "timeline", after.Timeline)
 	writeJSON(w, http.StatusOK, ActionResult{Done: "promoted", Status: after})
 }

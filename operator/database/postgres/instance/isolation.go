@@ -41,6 +41,14 @@ import (
 // isolation check counts it lost (its replies come every second).
 const DefaultPeerSilence = 3 * time.Second
 
+// IsolationFenceWithin bounds how long after its standbys stop replying
+// an isolated primary's agent has fenced its server: their last reply
+// seen up to a guard tick late, DefaultPeerSilence, the next tick, the
+// API server's dial, and the first seconds of a fast shutdown (its
+// sessions end at its start). A failover that detached the standbys
+// (detach.go) promotes no sooner.
+const IsolationFenceWithin = DefaultGuardInterval + DefaultPeerSilence + DefaultGuardInterval + apiDialTimeout + 2*time.Second
+
 // apiDialTimeout bounds the check that the API server can be reached.
 const apiDialTimeout = time.Second
 

@@ -74,6 +74,9 @@ type Status struct {
 	// standbys streaming from this server now (a primary's
 	// pg_stat_replication), sorted.
 	StreamingStandbys []string `json:"streamingStandbys,omitempty"`
+	// Detached: the standby was told to stop streaming (POST /detach,
+	// during a failover) and not told to stream again yet.
+	Detached bool `json:"detached,omitempty"`
 	// Error says why the server is not up (connection refused, timeout).
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"`
