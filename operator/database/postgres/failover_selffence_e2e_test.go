@@ -173,7 +173,19 @@ func TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
 	f.partition()
 	failedOverFromACutOffPrimary(t, e)
+	f.isolatedPrimaryFencedItselfBeforeThePromotion("standby fo-1 sent no reply")
 
+	// The partition heals: it is recorded, lifted, and rejoins.
+	f.partitioned.Store(false)
+	f.rejoinsAfterItsSelfFence(restore)
+}
+
+// isolatedPrimaryFencedItselfBeforeThePromotion: fo-0's isolation check
+// fenced its server (its marker's reason says so, and why) before fo-1's
+// promotion (the marker is older than fo-1's new timeline).
+func (f *failoverSetup) isolatedPrimaryFencedItselfBeforeThePromotion(why string) {
+	t := f.e.t
+	t.Helper()
 	markerPath := filepath.Join(filepath.Dir(f.data["fo-0"]), instance.FenceMarker)
 	marker, err := os.Stat(markerPath)
 	require.NoError(t, err, "fo-0 did not fence itself before fo-1's promotion")
@@ -184,11 +196,39 @@ func TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst
 	reason, err := os.ReadFile(markerPath)
 	require.NoError(t, err)
 	assert.Contains(t, string(reason), "fenced by its own agent: cut off from the operator and from the API server")
-	assert.Contains(t, string(reason), "standby fo-1 sent no reply")
+	assert.Contains(t, string(reason), why)
+}
 
-	// The partition heals: it is recorded, lifted, and rejoins.
-	f.partitioned.Store(false)
-	f.rejoinsAfterItsSelfFence(restore)
+// TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItselfFirst:
+// the primary fo-0's agent is cut off from the operator and the API
+// server's address does not answer it, but its standbys fo-1 and fo-2
+// still stream from it (a partition that leaves the database's own
+// traffic alone). The failover's fence does not reach fo-0, so the
+// operator detaches both standbys before it chooses: fo-0's isolation
+// check sees them stop replying and fences its server before fo-1's
+// promotion. After it, fo-2 streams again, from fo-1, and the record
+// lists no standby detached. Reachable again, fo-0 rejoins.
+func TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItselfFirst(t *testing.T) {
+	t.Parallel()
+	f := newFailoverSetupWithAgentArgs(t, 3, nil, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
+	e := f.e
+	f.waitPrimaryReportsStreaming("fo-0", "fo-1", "fo-2")
+	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
+	rec := failedOverFromACutOffPrimary(t, e)
+	f.isolatedPrimaryFencedItselfBeforeThePromotion("standby fo-1, fo-2 sent no reply")
+	assertEventReason(t, e, "NamingNewPrimaryFirst")
+
+	waitDatabase(t, e, "fo-2 attached again", func(ct *assert.CollectT, d *dbv1.Database) {
+		assert.Empty(ct, d.Status.Failovers[len(d.Status.Failovers)-1].DetachedStandbys)
+	})
+	assert.Empty(t, rec.DetachedStandbys, "attached right after the promotion")
+	assert.NoFileExists(t, filepath.Join(filepath.Dir(f.data["fo-2"]), instance.DetachedMarker))
+
+	f.rejoinsAfterItsSelfFence(restore) // a row 2 written on fo-1
+	f.waitRows("fo-2", "1,2")
+	out, err := f.psql("fo-2", "SELECT count(*) FROM pg_catalog.pg_stat_wal_receiver WHERE status = 'streaming'")
+	require.NoError(t, err, out)
+	assert.Equal(t, "1", out, "fo-2 streams again")
 }
 
 // rejoinsAfterItsSelfFence: the old primary fo-0, which fenced itself,
@@ -263,15 +303,15 @@ func TestAPrimaryThatFencedItselfWhileCutOffIsLiftedWhenNoFailoverHappened(t *te
 
 // waitPrimaryReportsStreaming waits until the primary's agent answers a
 // question (asked with the operator's certificate, as the operator asks)
-// with standby streaming from it: the isolation check watches the
+// with the standbys streaming from it: the isolation check watches the
 // standbys of the last answer, and a standby that began to stream after
 // it is not watched.
-func (f *failoverSetup) waitPrimaryReportsStreaming(primary, standby string) {
+func (f *failoverSetup) waitPrimaryReportsStreaming(primary string, standbys ...string) {
 	f.e.t.Helper()
 	ch := f.operatorClient()
 	require.EventuallyWithT(f.e.t, func(ct *assert.CollectT) {
 		st, err := ch.Status(context.Background(), instance.PodHosts(primary, "fo-headless", f.e.ns)[0])
 		require.NoError(ct, err)
-		assert.Contains(ct, st.StreamingStandbys, standby)
-	}, time.Minute, 200*time.Millisecond, "%s does not report %s streaming from it", primary, standby)
+		assert.Subset(ct, st.StreamingStandbys, standbys)
+	}, time.Minute, 200*time.Millisecond, "%s does not report %v streaming from it", primary, standbys)
 }
