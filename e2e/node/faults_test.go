@@ -370,19 +370,24 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 		startedAt.Sub(stoppedAt).Seconds(), len(failoversSince(after.Failovers, stoppedAt.Add(-time.Second))), acksWhileStopped, len(failed), countAcks(log), lost, len(unhealthy), asked, samples, len(two), cond)
 }
 
-// A network partition around the primary's pod, with synchronous
-// replication (one standby): its kubelet stopped (the node cut off from the
-// API server: no new name reaches the pod, and the Pod keeps showing its
-// server running), and inside the pod's network namespace its agent's
-// port, the API server's address and every connection to its server port
-// dropped, except a client writing at the pod's own address. The
-// operator fails over to the standby, named first, promoted after the 5 s
-// wait. The old primary's agent, cut off from the operator past its bound
-// (half primaryGoneAfter) and from the API server, with its standby
-// silent, fences its own server before the promotion: its marker says so
-// and is older than the promotion, and no write the direct client had
-// acknowledged is missing from the new primary. Healed, it rejoins.
-func TestRealNodeFencesAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandby(t *testing.T) {
+// A network partition around the primary's pod that leaves the
+// database's own traffic alone, with synchronous replication (one
+// standby): its kubelet stopped (the node cut off from the API server: no
+// new name reaches the pod, and the Pod keeps showing its server running),
+// and inside the pod's network namespace its agent's port and the API
+// server's address dropped. Its standby still streams from it, and a
+// client writes at the pod's own address. The operator's fence does not
+// reach it, so it detaches the standby, names it first and promotes it
+// after the wait (instance.IsolationFenceWithin). The old primary's
+// agent, cut off from the operator past its bound (half
+// primaryGoneAfter) and from the API server, sees its standby stop
+// replying and fences its own server before the promotion: its marker
+// says so and is older than the promotion, and no write the direct client
+// had acknowledged is missing from the new primary. Healed, it rejoins.
+// (The same partition cutting the standby off as well is the host test
+// TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst;
+// on this node it fenced 5.4-6.1 s after the cut, docs/performance.md.)
+func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T) {
 	// Serial (no t.Parallel): the kubelet runs every test's pods.
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -401,7 +406,6 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandby(t 
 	rules := [][]string{
 		{"INPUT", "-p", "tcp", "--dport", fmt.Sprint(instance.DefaultPort), "-j", "DROP"},
 		{"OUTPUT", "-d", api.Spec.ClusterIP, "-p", "tcp", "--dport", fmt.Sprint(api.Spec.Ports[0].Port), "-j", "DROP"},
-		{"INPUT", "-p", "tcp", "--dport", fmt.Sprint(pod.Spec.Containers[0].Ports[0].ContainerPort), "!", "-s", direct.pod.Status.PodIP, "-j", "DROP"},
 	}
 
 	nodeScript(ctx, t, "kubelet", "stop")
@@ -423,6 +427,7 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandby(t 
 	// Status times are whole seconds: older than the promotion's second.
 	assert.True(t, st.ModTime().Before(rec.Finished.Time), "the old primary fenced itself at %s, after the promotion (%s)", st.ModTime().Format(time.StampMilli), rec.Finished.Format(time.Stamp))
 	assert.Contains(t, string(reason), "cut off from the operator and from the API server")
+	assert.Contains(t, f.eventReasons()["NamingNewPrimaryFirst"], "(detached: ["+rec.To+"])", "the standby was detached before the promotion")
 
 	// Healed: its kubelet and its network back, it rejoins.
 	for _, r := range rules {
@@ -446,6 +451,6 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandby(t 
 	}
 	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks")
 	down, _ := outage(log, cut)
-	logf(t, "primary partitioned (its kubelet stopped; its agent, the API server and its standby cut off; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
+	logf(t, "primary partitioned (its kubelet stopped; its agent and the API server cut off, its standby not; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
 		st.ModTime().Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), alone)
 }
