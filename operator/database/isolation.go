@@ -39,6 +39,6 @@ func (r *Reconciler) liftFenceOfTheCurrentPrimary(ctx context.Context, db *Clust
 		return false, fmt.Errorf("lifting the fence of the primary %s, fenced by its own agent: %w", primary, err)
 	}
 	r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "PrimaryFenceLifted", "Failover", "%s",
-		fmt.Sprintf("the primary %s had been fenced by its own agent (cut off from the operator and from the API server while a standby stopped replying); no failover replaced it, so its fence is lifted and it starts again as the primary", primary))
+		fmt.Sprintf("the primary %s had been fenced by its own agent (its isolation check or its role guard: its agent's log says which); no failover replaced it and its pod names it the primary, so its fence is lifted and it starts again as the primary", primary))
 	return true, nil
 }
