@@ -4,25 +4,34 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // attachRetry bounds each attach tried again from the failover watch's
-// pass, which runs every second: a standby whose node is gone must not
-// hold it up.
-const attachRetry = 2 * instance.StatusTimeout
+// pass, which runs every second; attachEvery spaces the tries, so a
+// standby whose node is gone holds up no more than one pass in five.
+const (
+	attachRetry = 2 * instance.StatusTimeout
+	attachEvery = 10 * time.Second
+)
 
 // attachDetachedStandbys makes the standbys that the last, completed,
 // failover detached (failover.Steps.detachStandbys) and could not attach
 // after the promotion stream again. Those reached leave the record; the
 // others are tried again at the next pass. A pod scaled away is dropped:
 // nothing of it comes back.
-func (r *Reconciler) attachDetachedStandbys(ctx context.Context, db *Cluster, ch *instance.Client) error {
+func (r *Reconciler) attachDetachedStandbys(ctx context.Context, db *Cluster, ch *instance.Client, w *watched) error {
 	n := len(db.Status.Failovers)
 	if n == 0 || !db.Status.Failovers[n-1].Phase.Finished() || len(db.Status.Failovers[n-1].DetachedStandbys) == 0 {
 		return nil
 	}
+	now := r.now()
+	if now.Sub(w.attachTried) < attachEvery {
+		return nil
+	}
+	w.attachTried = now
 	rec := db.Status.Failovers[n-1].DeepCopy()
 	var left, attached []string
 	for _, pod := range rec.DetachedStandbys {

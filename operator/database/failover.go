@@ -61,6 +61,9 @@ type watched struct {
 	// unreadableReported is the old primary whose unreadable data
 	// directory was reported (rejoin.go).
 	unreadableReported string
+	// attachTried is when standbys a failover left detached were last
+	// tried (detach.go).
+	attachTried time.Time
 }
 
 func (w *primaryWatch) forget(uid types.UID) {
@@ -178,7 +181,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return failoverRecheck, err
 		}
 		r.fenceStrayPrimaries(ctx, db, ch, primary)
-		if err := r.attachDetachedStandbys(ctx, db, ch); err != nil {
+		if err := r.attachDetachedStandbys(ctx, db, ch, w); err != nil {
 			return failoverRecheck, err
 		}
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {

@@ -206,22 +206,33 @@ func (f *failoverSetup) isolatedPrimaryFencedItselfBeforeThePromotion(why string
 // traffic alone). The failover's fence does not reach fo-0, so the
 // operator detaches both standbys before it chooses: fo-0's isolation
 // check sees them stop replying and fences its server before fo-1's
-// promotion. After it, fo-2 streams again, from fo-1, and the record
-// lists no standby detached. Reachable again, fo-0 rejoins.
+// promotion. fo-2's agent, lost during the wait, is not attached with
+// the promotion; reached again, the failover watch attaches it and it
+// streams from fo-1. Reachable again, fo-0 rejoins.
 func TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItselfFirst(t *testing.T) {
 	t.Parallel()
 	f := newFailoverSetupWithAgentArgs(t, 3, nil, "--api-server", "127.0.0.1:"+pgtest.FreePort(t))
 	e := f.e
 	f.waitPrimaryReportsStreaming("fo-0", "fo-1", "fo-2")
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
+	named := waitDatabase(t, e, "fo-1 named first", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotEmpty(ct, d.Status.Failovers)
+		assert.NotNil(ct, d.Status.Failovers[len(d.Status.Failovers)-1].NamedFirst)
+	})
+	assert.Equal(t, []string{"fo-1", "fo-2"}, named.Status.Failovers[len(named.Status.Failovers)-1].DetachedStandbys)
+	// fo-2's agent lost before the promotion: it is not attached with it.
+	restoreFo2 := f.agents.Cut(instance.PodHosts("fo-2", "fo-headless", e.ns)[0])
 	rec := failedOverFromACutOffPrimary(t, e)
 	f.isolatedPrimaryFencedItselfBeforeThePromotion("standby fo-1, fo-2 sent no reply")
 	assertEventReason(t, e, "NamingNewPrimaryFirst")
+	assert.Equal(t, []string{"fo-2"}, rec.DetachedStandbys, "fo-2, not reached after the promotion, is still detached")
 
+	// Reached again, the failover watch attaches it.
+	restoreFo2()
 	waitDatabase(t, e, "fo-2 attached again", func(ct *assert.CollectT, d *dbv1.Database) {
 		assert.Empty(ct, d.Status.Failovers[len(d.Status.Failovers)-1].DetachedStandbys)
 	})
-	assert.Empty(t, rec.DetachedStandbys, "attached right after the promotion")
+	assertEventReason(t, e, "StandbysAttached")
 	assert.NoFileExists(t, filepath.Join(filepath.Dir(f.data["fo-2"]), instance.DetachedMarker))
 
 	f.rejoinsAfterItsSelfFence(restore) // a row 2 written on fo-1
