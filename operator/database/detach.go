@@ -4,59 +4,58 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
-// attachRetry bounds each attach tried again from the failover watch's
-// pass, which runs every second; attachEvery spaces the tries, so a
-// standby whose node is gone holds up no more than one pass in five.
-const (
-	attachRetry = 2 * instance.StatusTimeout
-	attachEvery = 10 * time.Second
-)
+// attachTimeout bounds each attach from the failover watch's pass (the
+// agent answered its status just before; the attach is a reload).
+const attachTimeout = 5 * instance.StatusTimeout
 
-// attachDetachedStandbys makes the standbys that the last, completed,
-// failover detached (failover.Steps.detachStandbys) and could not attach
-// after the promotion stream again. Those reached leave the record; the
-// others are tried again at the next pass. A pod scaled away is dropped:
-// nothing of it comes back.
-func (r *Reconciler) attachDetachedStandbys(ctx context.Context, db *Cluster, ch *instance.Client, w *watched) error {
+// attachDetachedStandbys makes every other instance whose agent says it is
+// detached (failover.Steps.detachStandbys) stream again, once the primary
+// is healthy: one the promotion's own attach did not reach, and one an
+// operator that stopped between the detach and its record left
+// unlisted. others are the other instances' statuses of this pass. The
+// last, finished, record's detachedStandbys keeps only those still
+// detached or not reached; a pod scaled away leaves it.
+func (r *Reconciler) attachDetachedStandbys(ctx context.Context, db *Cluster, ch *instance.Client, others []failover.Observation) error {
+	var attached []string
+	unsettled := map[string]bool{}
+	for _, o := range others {
+		switch {
+		case o.Status == nil:
+			unsettled[o.Pod] = true // not reached: still detached, perhaps
+		case o.Status.Detached:
+			actx, cancel := context.WithTimeout(ctx, attachTimeout)
+			_, err := ch.Attach(actx, r.instanceHost(db, o.Pod))
+			cancel()
+			if err != nil {
+				unsettled[o.Pod] = true
+				continue
+			}
+			attached = append(attached, o.Pod)
+		}
+	}
+	if len(attached) > 0 {
+		r.normal(db, "StandbysAttached", "Failover", "%s", fmt.Sprintf("standbys a failover detached stream again: %s", strings.Join(attached, ", ")))
+	}
 	n := len(db.Status.Failovers)
 	if n == 0 || !db.Status.Failovers[n-1].Phase.Finished() || len(db.Status.Failovers[n-1].DetachedStandbys) == 0 {
 		return nil
 	}
-	now := r.now()
-	if now.Sub(w.attachTried) < attachEvery {
-		return nil
-	}
-	w.attachTried = now
 	rec := db.Status.Failovers[n-1].DeepCopy()
-	var left, attached []string
+	var left []string
 	for _, pod := range rec.DetachedStandbys {
-		if ordinal, ok := podOrdinal(db, pod); !ok || int32(ordinal) >= replicasOf(db) {
-			continue
-		}
-		actx, cancel := context.WithTimeout(ctx, attachRetry)
-		_, err := ch.Attach(actx, r.instanceHost(db, pod))
-		cancel()
-		if err != nil {
+		if unsettled[pod] {
 			left = append(left, pod)
-			continue
 		}
-		attached = append(attached, pod)
 	}
 	if len(left) == len(rec.DetachedStandbys) {
 		return nil
 	}
 	rec.DetachedStandbys = left
 	db.Status.Failovers[n-1] = *rec
-	if err := r.saveStatus(ctx, db); err != nil {
-		return err
-	}
-	if len(attached) > 0 {
-		r.normal(db, "StandbysAttached", "Failover", "%s", fmt.Sprintf("standbys detached during the failover of %s stream again: %s", rec.From, strings.Join(attached, ", ")))
-	}
-	return nil
+	return r.saveStatus(ctx, db)
 }

@@ -61,9 +61,6 @@ type watched struct {
 	// unreadableReported is the old primary whose unreadable data
 	// directory was reported (rejoin.go).
 	unreadableReported string
-	// attachTried is when standbys a failover left detached were last
-	// tried (detach.go).
-	attachTried time.Time
 }
 
 func (w *primaryWatch) forget(uid types.UID) {
@@ -180,8 +177,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		if err := r.dropStaleForce(ctx, db); err != nil {
 			return failoverRecheck, err
 		}
-		r.fenceStrayPrimaries(ctx, db, ch, primary)
-		if err := r.attachDetachedStandbys(ctx, db, ch, w); err != nil {
+		others := r.standbyObservations(ctx, db, ch, primary)
+		r.fenceStrayPrimaries(ctx, db, ch, primary, others)
+		if err := r.attachDetachedStandbys(ctx, db, ch, others); err != nil {
 			return failoverRecheck, err
 		}
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
@@ -317,9 +315,9 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 // at its pod's address; on the real node it still did 2 minutes after its
 // agent was reachable again. Once its agent answers it is fenced, and it
 // rejoins as a standby when the fence is lifted (pg_rewind removes what
-// it took alone).
-func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string) {
-	for _, o := range r.standbyObservations(ctx, db, ch, primary) { // every other instance
+// it took alone). others are the other instances' statuses of this pass.
+func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string, others []failover.Observation) {
+	for _, o := range others { // every other instance
 		if o.Status != nil && o.Status.AwaitingRole {
 			_ = r.answerRole(ctx, db, ch, o.Pod, *o.Status)
 			continue

@@ -240,6 +240,19 @@ func TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItse
 	out, err := f.psql("fo-2", "SELECT count(*) FROM pg_catalog.pg_stat_wal_receiver WHERE status = 'streaming'")
 	require.NoError(t, err, out)
 	assert.Equal(t, "1", out, "fo-2 streams again")
+
+	// A standby detached that no record lists (an operator that stopped
+	// between the detach and its record) is attached by the watch too.
+	ch := f.operatorClient()
+	fo2 := instance.PodHosts("fo-2", "fo-headless", e.ns)[0]
+	_, err = ch.Detach(context.Background(), fo2)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		st, err := ch.Status(context.Background(), fo2)
+		require.NoError(ct, err)
+		assert.False(ct, st.Detached)
+		assert.True(ct, st.Streaming, "WAL receiver: %q", st.WALReceiver)
+	}, time.Minute, 200*time.Millisecond, "the watch did not attach fo-2")
 }
 
 // rejoinsAfterItsSelfFence: the old primary fo-0, which fenced itself,
