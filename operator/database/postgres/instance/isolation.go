@@ -98,10 +98,32 @@ func (w *isolationWatch) noteOperator(now time.Time, after time.Duration, st Sta
 		// Not read (the question cancelled, the server slow): the last
 		// standbys stand.
 	case st.Role == RolePrimary:
-		w.peers = slices.Clone(st.StreamingStandbys)
+		w.peers = siblings(st.Pod, st.StreamingStandbys)
 	default:
 		w.peers = nil
 	}
+}
+
+// siblings are the names among senders that are other pods of the
+// agent's own StatefulSet (pod's name with another ordinal): a standby's
+// application_name is its pod's name. Other WAL senders are no peers: a
+// clone's pg_basebackup streams WAL under its own name and ends with the
+// clone, which, counted, fenced a primary whose operator was slow to ask
+// while a standby was made (make test run AC).
+func siblings(pod string, senders []string) []string {
+	i := strings.LastIndexByte(pod, '-')
+	if i < 0 {
+		return nil
+	}
+	prefix := pod[:i+1]
+	var out []string
+	for _, name := range senders {
+		ordinal, ok := strings.CutPrefix(name, prefix)
+		if ok && ordinal != "" && strings.Trim(ordinal, "0123456789") == "" && name != pod {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // noteReplies records the standbys' last replies (application name to

@@ -35,8 +35,11 @@ func TestTheIsolationWatchCountsAStandbyLostWhenItsRepliesStop(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	assert.Zero(t, w.look(t0, DefaultPeerSilence).After, "never asked: no bound")
 
-	primary := Status{ServerUp: true, Role: RolePrimary, StreamingStandbys: []string{"db-1", "db-2"}}
+	// A clone's pg_basebackup streams too, and ends with the clone: it is
+	// no peer, nor is another Database's pod.
+	primary := Status{Pod: "db-0", ServerUp: true, Role: RolePrimary, StreamingStandbys: []string{"db-1", "db-2", "db-x-1", "pg_basebackup"}}
 	w.noteOperator(t0, 5*time.Second, primary)
+	assert.Equal(t, []string{"db-1", "db-2"}, w.look(t0, DefaultPeerSilence).Peers)
 	for s := 0; s <= 8; s++ {
 		now := t0.Add(time.Duration(s) * time.Second)
 		seen := map[string]string{"db-1": now.String()} // db-1 replies every second
