@@ -377,8 +377,9 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 // and inside the pod's network namespace its agent's port and the API
 // server's address dropped. Its standby still streams from it, and a
 // client writes at the pod's own address. The operator's fence does not
-// reach it, so it detaches the standby, names it first and promotes it
-// after the wait (instance.IsolationFenceWithin). The old primary's
+// reach it, so it names the standby first; past the 5 s wait the Pod
+// still shows the old server running, so it detaches the standby and
+// promotes it after instance.IsolationFenceWithin more. The old primary's
 // agent, cut off from the operator past its bound (half
 // primaryGoneAfter) and from the API server, sees its standby stop
 // replying and fences its own server before the promotion: its marker
@@ -427,7 +428,8 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T
 	// Status times are whole seconds: older than the promotion's second.
 	assert.True(t, st.ModTime().Before(rec.Finished.Time), "the old primary fenced itself at %s, after the promotion (%s)", st.ModTime().Format(time.StampMilli), rec.Finished.Format(time.Stamp))
 	assert.Contains(t, string(reason), "cut off from the operator and from the API server")
-	assert.Contains(t, f.eventReasons()["NamingNewPrimaryFirst"], "(detached: ["+rec.To+"])", "the standby was detached before the promotion")
+	assert.Contains(t, f.eventReasons()["StandbysDetached"], "standbys "+rec.To+" no longer stream", "the standby was detached before the promotion")
+	require.NotNil(t, rec.StandbysDetached)
 
 	// Healed: its kubelet and its network back, it rejoins.
 	for _, r := range rules {
@@ -451,6 +453,6 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T
 	}
 	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks")
 	down, _ := outage(log, cut)
-	logf(t, "primary partitioned (its kubelet stopped; its agent and the API server cut off, its standby not; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
-		st.ModTime().Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), alone)
+	logf(t, "primary partitioned (its kubelet stopped; its agent and the API server cut off, its standby not; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs, standby detached %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
+		st.ModTime().Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), rec.StandbysDetached.Sub(cut).Seconds(), rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), alone)
 }

@@ -66,8 +66,8 @@ type Steps struct {
 	// Nil: never named first.
 	ServerStopped func(pod string) (bool, string)
 	// NameFirstWait is how long a promotion waits after the new primary
-	// was named first (0: DefaultNameFirstWait); with standbys detached
-	// at least instance.IsolationFenceWithin (waitAfterNaming).
+	// was named first (0: DefaultNameFirstWait), before standbys still
+	// streaming are detached (detachStreamingStandbys).
 	NameFirstWait time.Duration
 }
 
@@ -79,8 +79,8 @@ type Steps struct {
 // do at once: on the real node the old primary fenced itself within 2 s
 // of the name (docs/performance.md). A kubelet that cannot reach the API
 // server never delivers it: the wait bounds what that costs, and the
-// standbys detached meanwhile make such an old primary fence itself
-// (waitAfterNaming).
+// standbys detached after it make such an old primary fence itself
+// (detachStreamingStandbys).
 const DefaultNameFirstWait = 5 * time.Second
 
 // ErrNamingFirst: the promotion waits while the old primary, which the
@@ -140,25 +140,7 @@ func (s Steps) Run(ctx context.Context, rec *dbv1.FailoverRecord, saved bool) er
 func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	s.fence(ctx, rec)
 	mayRun := s.mayStillRun(rec)
-	if mayRun {
-		s.detachStandbys(ctx, rec)
-	}
-	var obs []Observation
-	for _, pod := range s.Pods {
-		if pod == rec.From {
-			continue
-		}
-		o := Observation{Pod: pod}
-		if st, err := s.Channel.Status(ctx, s.Host(pod)); err == nil {
-			o.Status = &st
-		}
-		obs = append(obs, o)
-	}
-	sync := SynchronousOf(rec)
-	if s.Forced {
-		sync = Synchronous{}
-	}
-	choice, err := ChooseStandbyUnder(rec.From, obs, sync, s.MaxLag)
+	choice, err := s.choose(ctx, rec)
 	if s.Forced && err == nil && SynchronousOf(rec).On() {
 		choice.Reason = "forced (" + AnnotationForceFailover + "), acknowledged commits only unreachable synchronous standbys had may be lost: " + choice.Reason
 	}
@@ -187,7 +169,7 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		return fmt.Errorf("recording the choice of %s: %w", rec.To, err)
 	}
 	if rec.NamedFirst != nil {
-		s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("the fence did not reach %s and its pod shows its server running: %s is named the primary first, so %s's agent fences its server once its pod reads the name or once its standbys stop replying (detached: %v); %s is promoted within %s (%s)", rec.From, rec.To, rec.From, rec.DetachedStandbys, rec.To, s.waitAfterNaming(rec), rec.Reason))
+		s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("the fence did not reach %s and its pod shows its server running: %s is named the primary first, so %s's agent fences its server once its pod reads the name; %s is promoted within %s, or %s more if its pod still shows it running then and standbys still stream (%s)", rec.From, rec.To, rec.From, rec.To, s.nameFirstWait(), instance.IsolationFenceWithin, rec.Reason))
 		return nil
 	}
 	s.Event(false, "Promoting", fmt.Sprintf("promoting %s in place of %s: %s", rec.To, rec.From, rec.Reason))
@@ -210,25 +192,96 @@ func (s Steps) mayStillRun(rec *dbv1.FailoverRecord) bool {
 	return true
 }
 
-// detachStandbys tells every standby to stop streaming (instance's
-// detach.go) and records those that did. A standby not reached is not
-// chosen either (its status is not read); one that refused is said in a
-// Warning Event: the old primary's isolation check needs only one of its
-// standbys to stop replying.
-func (s Steps) detachStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
-	var failed []string
-	for _, pod := range s.Pods {
-		if pod == rec.From || slices.Contains(rec.DetachedStandbys, pod) {
-			continue
-		}
-		if _, err := s.Channel.Detach(ctx, s.Host(pod)); err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", pod, err))
-			continue
-		}
-		rec.DetachedStandbys = append(rec.DetachedStandbys, pod)
+// choose reads the other instances' statuses and chooses the standby
+// to promote (ChooseStandbyUnder; forced: any).
+func (s Steps) choose(ctx context.Context, rec *dbv1.FailoverRecord) (Choice, error) {
+	sync := SynchronousOf(rec)
+	if s.Forced {
+		sync = Synchronous{}
 	}
-	if len(failed) > 0 {
-		s.Event(true, "DetachFailed", fmt.Sprintf("standbys that still stream from %s, which the fence did not reach: %s", rec.From, strings.Join(failed, "; ")))
+	return ChooseStandbyUnder(rec.From, s.observeOthers(ctx, rec.From), sync, s.MaxLag)
+}
+
+// observeOthers are the statuses of every instance but from (nil: its
+// agent not reached).
+func (s Steps) observeOthers(ctx context.Context, from string) []Observation {
+	var obs []Observation
+	for _, pod := range s.Pods {
+		if pod == from {
+			continue
+		}
+		o := Observation{Pod: pod}
+		if st, err := s.Channel.Status(ctx, s.Host(pod)); err == nil {
+			o.Status = &st
+		}
+		obs = append(obs, o)
+	}
+	return obs
+}
+
+// detachStreamingStandbys runs once the name-first wait is over and the
+// old primary's pod still shows its server running: its role guard has
+// not fenced it, as when its node cannot reach the API server (the name
+// never arrives). Every standby still streaming is told to stop
+// (instance's detach.go), the new primary last, so that such an old
+// primary's isolation check sees them stop replying and fences its
+// server before the promotion. Not earlier: an old primary its role
+// guard fences in the wait sends its last WAL to the standbys still
+// streaming, and a standby detached before that would lack the writes
+// it acknowledged meanwhile. With synchronous replication the choice is
+// made again on the detached positions (one that flushed further may
+// hold an acknowledged commit the named one lacks), and named anew if it
+// changed. A standby that refused is said in a Warning Event: the
+// isolation check needs only one to stop replying.
+func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
+	rec.StandbysDetached = ptr.To(metav1.NewTime(s.Now()))
+	var order []string
+	toStreams := false
+	for _, o := range s.observeOthers(ctx, rec.From) {
+		switch {
+		case o.Status == nil || !o.Status.Streaming:
+		case o.Pod == rec.To:
+			toStreams = true
+		default:
+			order = append(order, o.Pod)
+		}
+	}
+	if toStreams {
+		order = append(order, rec.To)
+	}
+	for _, pod := range order {
+		s.detach(ctx, rec, pod)
+	}
+}
+
+// detach detaches pod and records it, or says why it could not.
+func (s Steps) detach(ctx context.Context, rec *dbv1.FailoverRecord, pod string) {
+	if slices.Contains(rec.DetachedStandbys, pod) {
+		return
+	}
+	if _, err := s.Channel.Detach(ctx, s.Host(pod)); err != nil {
+		s.Event(true, "DetachFailed", fmt.Sprintf("%s still streams from %s, which the fence did not reach: %v", pod, rec.From, err))
+		return
+	}
+	rec.DetachedStandbys = append(rec.DetachedStandbys, pod)
+}
+
+// chooseAgainUnderSync makes the choice again on the detached standbys'
+// positions when synchronous replication was on, and names the new one
+// if it changed.
+func (s Steps) chooseAgainUnderSync(ctx context.Context, rec *dbv1.FailoverRecord) {
+	if !SynchronousOf(rec).On() || len(rec.DetachedStandbys) == 0 {
+		return
+	}
+	choice, err := s.choose(ctx, rec)
+	if err != nil || choice.Pod == rec.To || choice.AlreadyPrimary {
+		return
+	}
+	s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("%s flushed further than %s once the standbys were detached: %s is named the primary instead (%s)", choice.Pod, rec.To, choice.Pod, choice.Reason))
+	rec.To, rec.Reason = choice.Pod, choice.Reason
+	rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
+	if choice.ReplayLSN != 0 {
+		rec.ToLSN = choice.ReplayLSN.String()
 	}
 }
 
@@ -249,37 +302,51 @@ func (s Steps) attachStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
 	rec.DetachedStandbys = left
 }
 
-// waitAfterNaming is how long the promotion of a record named first
-// waits: NameFirstWait, and with standbys detached at least what the old
-// primary's isolation check needs (instance.IsolationFenceWithin).
-func (s Steps) waitAfterNaming(rec *dbv1.FailoverRecord) time.Duration {
-	wait := DefaultNameFirstWait
+func (s Steps) nameFirstWait() time.Duration {
 	if s.NameFirstWait > 0 {
-		wait = s.NameFirstWait
+		return s.NameFirstWait
 	}
-	if len(rec.DetachedStandbys) > 0 {
-		wait = max(wait, instance.IsolationFenceWithin)
-	}
-	return wait
+	return DefaultNameFirstWait
 }
 
 // awaitName returns ErrNamingFirst while a record named first waits for
-// its old primary: until waitAfterNaming has passed since it was named,
-// or the old primary's pod shows its server stopped.
-func (s Steps) awaitName(rec *dbv1.FailoverRecord) error {
-	if rec.NamedFirst == nil {
+// its old primary, unless its pod shows its server stopped: NameFirstWait
+// after the name (its role guard reads it); then, with standbys still
+// streaming from it, detaches them and waits instance.IsolationFenceWithin
+// more (its isolation check sees them stop replying).
+func (s Steps) awaitName(ctx context.Context, rec *dbv1.FailoverRecord) error {
+	if rec.NamedFirst == nil || s.oldServerStopped(rec) {
 		return nil
 	}
-	left := rec.NamedFirst.Add(s.waitAfterNaming(rec)).Sub(s.Now())
-	if left <= 0 {
-		return nil
+	if left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now()); left > 0 && rec.StandbysDetached == nil {
+		return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
 	}
-	if s.ServerStopped != nil {
-		if stopped, _ := s.ServerStopped(rec.From); stopped {
-			return nil
+	if rec.StandbysDetached == nil {
+		s.detachStreamingStandbys(ctx, rec)
+		s.chooseAgainUnderSync(ctx, rec)
+		if err := s.Save(ctx, rec); err != nil {
+			return fmt.Errorf("recording the standbys detached: %w", err)
+		}
+		if len(rec.DetachedStandbys) > 0 {
+			s.Event(true, "StandbysDetached", fmt.Sprintf("%s's pod still shows its server running after the name-first wait: standbys %s no longer stream from it, so its agent, if cut off from the API server too, fences it; %s is promoted within %s", rec.From, strings.Join(rec.DetachedStandbys, ", "), rec.To, instance.IsolationFenceWithin))
 		}
 	}
-	return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
+	if len(rec.DetachedStandbys) == 0 {
+		return nil
+	}
+	if left := rec.StandbysDetached.Add(instance.IsolationFenceWithin).Sub(s.Now()); left > 0 {
+		return fmt.Errorf("%w (standbys detached: %s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
+	}
+	return nil
+}
+
+// oldServerStopped: the old primary's pod shows its server stopped.
+func (s Steps) oldServerStopped(rec *dbv1.FailoverRecord) bool {
+	if s.ServerStopped == nil {
+		return false
+	}
+	stopped, _ := s.ServerStopped(rec.From)
+	return stopped
 }
 
 // fence stops the old primary through its agent. It is best effort: an
@@ -304,7 +371,7 @@ func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
 // primary already (promoted by an operator that stopped before it
 // recorded so) is done.
 func (s Steps) promote(ctx context.Context, rec *dbv1.FailoverRecord) error {
-	if err := s.awaitName(rec); err != nil {
+	if err := s.awaitName(ctx, rec); err != nil {
 		return err
 	}
 	var slots []string

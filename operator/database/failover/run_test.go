@@ -88,6 +88,13 @@ func (f *fakeChannel) Attach(_ context.Context, pod string) (instance.ActionResu
 	return instance.ActionResult{Done: "attached"}, nil
 }
 
+// streamingAt is a standby that still streams from the primary.
+func streamingAt(lsn instance.LSN) instance.Status {
+	st := standbyAt(lsn)
+	st.Streaming = true
+	return st
+}
+
 func standbyAt(lsn instance.LSN) instance.Status {
 	return instance.Status{ServerUp: true, Role: instance.RoleStandby, Timeline: 1, ReplayLSN: lsn, ReceiveLSN: lsn}
 }
@@ -295,16 +302,17 @@ func serverShows(stopped map[string]bool) func(string) (bool, string) {
 }
 
 // An old primary the fence did not reach while its pod shows its server
-// running may still take writes: every standby is detached (so an old
-// primary cut off from the API server as well sees them stop replying and
-// fences itself), the standby chosen is named first (the record's
-// namedFirst, saved before anything is promoted) and promoted only once
-// the wait is over, so the old primary's agent reads the name or misses
-// its standbys and fences its server before a second primary exists. The
-// other standby streams again after the promotion.
+// running may still take writes: the standby chosen is named first (the
+// record's namedFirst, saved before anything is promoted), so its agent
+// reads the name and fences its server. Past the name-first wait, its pod
+// still showing it running (a node cut off from the API server never
+// reads the name), the standbys still streaming are detached, the new
+// primary last (its agent's isolation check sees them stop replying), and
+// the promotion waits instance.IsolationFenceWithin more. The other
+// standby streams again after the promotion.
 func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(t *testing.T) {
 	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
+		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)},
 		unreachable: map[string]bool{"db-0": true},
 	}
 	s := &saved{}
@@ -316,23 +324,34 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 
 	err := steps.Run(context.Background(), rec, false)
 	require.ErrorIs(t, err, failover.ErrNamingFirst)
-	assert.Contains(t, err.Error(), instance.IsolationFenceWithin.String()+" left")
-	assert.Equal(t, []string{"fence db-0", "detach db-1", "detach db-2"}, ch.calls, "nothing promoted yet")
+	assert.Contains(t, err.Error(), "5s left")
+	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing detached or promoted yet")
 	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase)
 	assert.Equal(t, "db-1", rec.To)
 	require.NotNil(t, rec.NamedFirst)
 	last := s.recs[len(s.recs)-1]
 	require.NotNil(t, last.NamedFirst, "saved before the pass ends: the ConfigMap names db-1 from this record")
 	assert.Equal(t, "db-1", last.To)
-	assert.Equal(t, []string{"db-1", "db-2"}, last.DetachedStandbys)
 	assert.Equal(t, []string{"PrimaryGone", "FenceFailed", "NamingNewPrimaryFirst"}, s.events)
 
 	// A pass within the wait (an operator resuming the record, too)
 	// promotes nothing.
+	now = now.Add(4 * time.Second)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
+	assert.Equal(t, []string{"fence db-0"}, ch.calls)
+
+	// The wait is over, the pod still shows the server running.
+	now = now.Add(time.Second)
+	err = steps.Run(context.Background(), rec, true)
+	require.ErrorIs(t, err, failover.ErrNamingFirst)
+	assert.Contains(t, err.Error(), instance.IsolationFenceWithin.String()+" left")
+	assert.Equal(t, []string{"fence db-0", "detach db-2", "detach db-1"}, ch.calls, "the new primary detached last")
+	assert.Equal(t, []string{"db-2", "db-1"}, s.recs[len(s.recs)-1].DetachedStandbys, "saved")
+	assert.NotNil(t, s.recs[len(s.recs)-1].StandbysDetached)
+	assert.Contains(t, s.events, "StandbysDetached")
+
 	now = now.Add(instance.IsolationFenceWithin - time.Second)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
-	assert.Len(t, ch.calls, 3)
-
 	now = now.Add(time.Second)
 	require.NoError(t, steps.Run(context.Background(), rec, true))
 	assert.Equal(t, []string{"promote db-1", "attach db-2"}, ch.calls[3:])
@@ -340,14 +359,80 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 	assert.Empty(t, rec.DetachedStandbys, "every standby streams again")
 }
 
+// An old primary its role guard fenced within the wait (its pod shows the
+// server stopped) is promoted away from without a detach: its fast
+// shutdown sent its last WAL to the standbys, which a detach would have
+// cut short. Past the wait, standbys that no longer stream (the old
+// primary gone) are not detached either, and nothing more is waited for.
+func TestNoStandbyIsDetachedWhenTheOldPrimaryStoppedOrNothingStreams(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	now := time.Now()
+	stopped := map[string]bool{}
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(stopped)
+	rec := failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	stopped["db-0"] = true
+	now = now.Add(2 * time.Second)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
+	assert.Nil(t, rec.StandbysDetached)
+
+	ch = &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	steps = (&saved{}).steps(ch)
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(nil)
+	rec = failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	now = now.Add(failover.DefaultNameFirstWait)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls, "no standby streamed: none detached")
+	assert.NotNil(t, rec.StandbysDetached, "looked once")
+}
+
 // A standby that cannot be detached is said in a Warning Event (the old
 // primary's isolation check needs one silent standby); one detached but
 // not reached after the promotion stays in the record, for the operator
-// to attach later. Without a detached standby the wait is NameFirstWait.
+// to attach later.
 func TestStandbysNotDetachedOrNotAttachedAreSaid(t *testing.T) {
 	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true, "db-2": true},
+		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x3000)},
+		unreachable: map[string]bool{"db-0": true},
+	}
+	s := &saved{}
+	now := time.Now()
+	steps := s.steps(detachRefusedFor{ch, "db-2"})
+	steps.Now = func() time.Time { return now }
+	steps.ServerStopped = serverShows(nil)
+	rec := failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	now = now.Add(failover.DefaultNameFirstWait)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
+	assert.Contains(t, s.events, "DetachFailed")
+	assert.Equal(t, []string{"db-1"}, rec.DetachedStandbys)
+
+	rec.DetachedStandbys = []string{"db-1", "db-2"} // db-2 was detached, then lost
+	ch.unreachable["db-2"] = true
+	now = now.Add(instance.IsolationFenceWithin)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"db-2"}, rec.DetachedStandbys)
+}
+
+// With synchronous replication the choice is made again once the
+// standbys are detached: one that flushed further than the named one may
+// hold an acknowledged commit it lacks, so it is named instead.
+func TestUnderSynchronousReplicationTheChoiceIsMadeAgainOnTheDetachedPositions(t *testing.T) {
+	ch := &fakeChannel{
+		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)},
+		unreachable: map[string]bool{"db-0": true},
 	}
 	s := &saved{}
 	now := time.Now()
@@ -355,34 +440,32 @@ func TestStandbysNotDetachedOrNotAttachedAreSaid(t *testing.T) {
 	steps.Now = func() time.Time { return now }
 	steps.ServerStopped = serverShows(nil)
 	rec := failover.Start("db-0", 0x3000, now)
+	rec.SynchronousStandbys, rec.SynchronousQuorum = []string{"db-1", "db-2"}, 1
 	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
-	assert.Contains(t, s.events, "DetachFailed")
-	assert.Equal(t, []string{"db-1"}, rec.DetachedStandbys)
+	require.Equal(t, "db-1", rec.To)
 
-	rec.DetachedStandbys = []string{"db-1", "db-2"} // db-2 was detached, then lost
+	ch.statuses["db-2"] = streamingAt(0x4000) // it confirmed a commit db-1 has not received
+	now = now.Add(failover.DefaultNameFirstWait)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
+	assert.Equal(t, "db-2", rec.To)
+	assert.Equal(t, now, rec.NamedFirst.Time, "named anew")
 	now = now.Add(instance.IsolationFenceWithin)
 	require.NoError(t, steps.Run(context.Background(), rec, true))
-	assert.Equal(t, []string{"db-2"}, rec.DetachedStandbys)
-
-	ch = &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true, "db-2": true},
-	}
-	steps = (&saved{}).steps(detachRefused{ch})
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(nil)
-	rec = failover.Start("db-0", 0x3000, now)
-	err := steps.Run(context.Background(), rec, false)
-	require.ErrorIs(t, err, failover.ErrNamingFirst)
-	assert.Contains(t, err.Error(), failover.DefaultNameFirstWait.String()+" left")
-	assert.Empty(t, rec.DetachedStandbys)
+	assert.Contains(t, ch.calls, "promote db-2")
+	assert.NotContains(t, ch.calls, "promote db-1")
 }
 
-// detachRefused is a channel whose detaches fail.
-type detachRefused struct{ *fakeChannel }
+// detachRefusedFor is a channel whose detaches of one pod fail.
+type detachRefusedFor struct {
+	*fakeChannel
+	pod string
+}
 
-func (d detachRefused) Detach(_ context.Context, pod string) (instance.ActionResult, error) {
-	return instance.ActionResult{}, errors.New("500: ALTER SYSTEM failed")
+func (d detachRefusedFor) Detach(ctx context.Context, pod string) (instance.ActionResult, error) {
+	if pod == d.pod {
+		return instance.ActionResult{}, errors.New("500: ALTER SYSTEM failed")
+	}
+	return d.fakeChannel.Detach(ctx, pod)
 }
 
 // The wait ends early once the old primary's pod shows its server

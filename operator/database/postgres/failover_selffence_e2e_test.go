@@ -212,11 +212,12 @@ func (f *failoverSetup) isolatedPrimaryFencedItselfBeforeThePromotion(why string
 // the primary fo-0's agent is cut off from the operator and the API
 // server's address does not answer it, but its standbys fo-1 and fo-2
 // still stream from it (a partition that leaves the database's own
-// traffic alone). The failover's fence does not reach fo-0, so the
-// operator detaches both standbys before it chooses: fo-0's isolation
-// check sees them stop replying and fences its server before fo-1's
-// promotion. fo-2's agent, lost during the wait, is not attached with
-// the promotion; reached again, the failover watch attaches it and it
+// traffic alone). The failover's fence does not reach fo-0, fo-1 is named
+// first, and fo-0's pod still shows its server running when the wait is
+// over, so the operator detaches both standbys: fo-0's isolation check
+// sees them stop replying and fences its server before fo-1's promotion.
+// fo-2's agent, lost during the wait, is not attached with the
+// promotion; reached again, the failover watch attaches it and it
 // streams from fo-1. Reachable again, fo-0 rejoins.
 func TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItselfFirst(t *testing.T) {
 	t.Parallel()
@@ -224,17 +225,17 @@ func TestAPrimaryCutOffFromTheOperatorAndTheAPIServerButNotItsStandbysFencesItse
 	e := f.e
 	f.waitPrimaryReportsStreaming("fo-0", "fo-1", "fo-2")
 	restore := f.agents.Cut(instance.PodHosts("fo-0", "fo-headless", e.ns)[0])
-	named := waitDatabase(t, e, "fo-1 named first", func(ct *assert.CollectT, d *dbv1.Database) {
+	detached := waitDatabase(t, e, "the standbys detached", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.NotEmpty(ct, d.Status.Failovers)
-		assert.NotNil(ct, d.Status.Failovers[len(d.Status.Failovers)-1].NamedFirst)
+		assert.NotNil(ct, d.Status.Failovers[len(d.Status.Failovers)-1].StandbysDetached)
 	})
-	assert.Equal(t, []string{"fo-1", "fo-2"}, named.Status.Failovers[len(named.Status.Failovers)-1].DetachedStandbys)
+	assert.Equal(t, []string{"fo-2", "fo-1"}, detached.Status.Failovers[len(detached.Status.Failovers)-1].DetachedStandbys, "the new primary last")
 	// fo-2's agent lost before the promotion: it is not attached with it.
 	restoreFo2 := f.agents.Cut(instance.PodHosts("fo-2", "fo-headless", e.ns)[0])
 	rec := failedOverFromACutOffPrimary(t, e)
 	// Whichever standby's silence came first is named.
 	f.isolatedPrimaryFencedItselfBeforeThePromotion("sent no reply")
-	assertEventReason(t, e, "NamingNewPrimaryFirst")
+	assertEventReason(t, e, "StandbysDetached")
 	assert.Equal(t, []string{"fo-2"}, rec.DetachedStandbys, "fo-2, not reached after the promotion, is still detached")
 
 	// Reached again, the failover watch attaches it.

@@ -346,12 +346,16 @@ type FailoverRecord struct {
 	// fence reached From or its pod showed its server stopped.
 	// +optional
 	NamedFirst *metav1.Time `json:"namedFirst,omitempty"`
-	// DetachedStandbys are the standbys told to stop streaming before the
-	// choice (with NamedFirst): an old primary cut off from the operator
-	// and the API server sees its standbys stop replying and fences
-	// itself before the promotion. They stream again, from the new
-	// primary, once it is promoted; those not reached then stay listed
-	// until they are.
+	// StandbysDetached is when the name-first wait ended with From's pod
+	// still showing its server running: the standbys still streaming
+	// from it were told to stop (DetachedStandbys), so that From, if its
+	// node cannot reach the API server either, sees them stop replying
+	// and fences itself before the promotion.
+	// +optional
+	StandbysDetached *metav1.Time `json:"standbysDetached,omitempty"`
+	// DetachedStandbys are the standbys detached then. They stream again,
+	// from the new primary, once it is promoted; those not reached then
+	// stay listed until they are.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	// +optional

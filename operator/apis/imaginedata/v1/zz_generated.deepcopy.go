@@ -507,6 +507,10 @@ func (in *FailoverRecord) DeepCopyInto(out *FailoverRecord) {
 		in, out := &in.NamedFirst, &out.NamedFirst
 		*out = (*in).DeepCopy()
 	}
+	if in.StandbysDetached != nil {
+		in, out := &in.StandbysDetached, &out.StandbysDetached
+		*out = (*in).DeepCopy()
+	}
 	if in.DetachedStandbys != nil {
 		in, out := &in.DetachedStandbys, &out.DetachedStandbys
 		*out = make([]string, len(*in))
