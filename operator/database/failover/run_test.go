@@ -290,6 +290,21 @@ func TestAFailoverThatCouldLoseASynchronousCommitIsRefusedUnlessForced(t *testin
 	assert.Contains(t, rec.Reason, "may be lost")
 }
 
+// cutOffPrimary is a channel on which db-0's agent is not reached and the
+// other pods answer with statuses.
+func cutOffPrimary(statuses map[string]instance.Status) *fakeChannel {
+	return &fakeChannel{statuses: statuses, unreachable: map[string]bool{"db-0": true}}
+}
+
+// namedFirstSteps are s's steps on ch with the clock *now and a
+// ServerStopped answering from stopped (nil: every server runs).
+func (s *saved) namedFirstSteps(ch failover.Channel, now *time.Time, stopped map[string]bool) failover.Steps {
+	steps := s.steps(ch)
+	steps.Now = func() time.Time { return *now }
+	steps.ServerStopped = serverShows(stopped)
+	return steps
+}
+
 // serverShows is a ServerStopped that answers from a map: true, the pod
 // shows its server stopped.
 func serverShows(stopped map[string]bool) func(string) (bool, string) {
@@ -311,15 +326,10 @@ func serverShows(stopped map[string]bool) func(string) (bool, string) {
 // the promotion waits instance.IsolationFenceWithin more. The other
 // standby streams again after the promotion.
 func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)})
 	s := &saved{}
 	now := time.Now()
-	steps := s.steps(ch)
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(nil)
+	steps := s.namedFirstSteps(ch, &now, nil)
 	rec := failover.Start("db-0", 0x3000, now)
 
 	err := steps.Run(context.Background(), rec, false)
@@ -365,16 +375,11 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 // cut short. Past the wait, standbys that no longer stream (the old
 // primary gone) are not detached either, and nothing more is waited for.
 func TestNoStandbyIsDetachedWhenTheOldPrimaryStoppedOrNothingStreams(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": streamingAt(0x3000)})
 	s := &saved{}
 	now := time.Now()
 	stopped := map[string]bool{}
-	steps := s.steps(ch)
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(stopped)
+	steps := s.namedFirstSteps(ch, &now, stopped)
 	rec := failover.Start("db-0", 0x3000, now)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
 	stopped["db-0"] = true
@@ -383,13 +388,8 @@ func TestNoStandbyIsDetachedWhenTheOldPrimaryStoppedOrNothingStreams(t *testing.
 	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls)
 	assert.Nil(t, rec.StandbysDetached)
 
-	ch = &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
-	steps = (&saved{}).steps(ch)
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(nil)
+	ch = cutOffPrimary(map[string]instance.Status{"db-1": standbyAt(0x3000), "db-2": standbyAt(0x2000)})
+	steps = (&saved{}).namedFirstSteps(ch, &now, nil)
 	rec = failover.Start("db-0", 0x3000, now)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
 	now = now.Add(failover.DefaultNameFirstWait)
@@ -403,15 +403,10 @@ func TestNoStandbyIsDetachedWhenTheOldPrimaryStoppedOrNothingStreams(t *testing.
 // not reached after the promotion stays in the record, for the operator
 // to attach later.
 func TestStandbysNotDetachedOrNotAttachedAreSaid(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x3000)})
 	s := &saved{}
 	now := time.Now()
-	steps := s.steps(detachRefusedFor{ch, "db-2"})
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(nil)
+	steps := s.namedFirstSteps(detachRefusedFor{ch, "db-2"}, &now, nil)
 	rec := failover.Start("db-0", 0x3000, now)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
 	now = now.Add(failover.DefaultNameFirstWait)
@@ -430,15 +425,10 @@ func TestStandbysNotDetachedOrNotAttachedAreSaid(t *testing.T) {
 // standbys are detached: one that flushed further than the named one may
 // hold an acknowledged commit it lacks, so it is named instead.
 func TestUnderSynchronousReplicationTheChoiceIsMadeAgainOnTheDetachedPositions(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)})
 	s := &saved{}
 	now := time.Now()
-	steps := s.steps(ch)
-	steps.Now = func() time.Time { return now }
-	steps.ServerStopped = serverShows(nil)
+	steps := s.namedFirstSteps(ch, &now, nil)
 	rec := failover.Start("db-0", 0x3000, now)
 	rec.SynchronousStandbys, rec.SynchronousQuorum = []string{"db-1", "db-2"}, 1
 	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
@@ -472,10 +462,7 @@ func (d detachRefusedFor) Detach(ctx context.Context, pod string) (instance.Acti
 // stopped; and an old primary whose pod shows it stopped when the standby
 // is chosen is not waited for at all (nothing there takes writes).
 func TestAnOldPrimaryWhosePodShowsItsServerStoppedIsNotWaitedFor(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": standbyAt(0x3000)})
 	s := &saved{}
 	stopped := map[string]bool{}
 	steps := s.steps(ch)
@@ -487,10 +474,7 @@ func TestAnOldPrimaryWhosePodShowsItsServerStoppedIsNotWaitedFor(t *testing.T) {
 	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
 	assert.NotNil(t, rec.NamedFirst)
 
-	ch = &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": standbyAt(0x3000)},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch = cutOffPrimary(map[string]instance.Status{"db-1": standbyAt(0x3000)})
 	s = &saved{}
 	steps = s.steps(ch)
 	steps.ServerStopped = serverShows(map[string]bool{"db-0": true})
@@ -517,10 +501,7 @@ func TestAnOldPrimaryWhosePodShowsItsServerStoppedIsNotWaitedFor(t *testing.T) {
 // promoted while it waits: it is told to start as the primary, which
 // promotes it.
 func TestAStandbyNamedFirstThatRestartedIsToldToStartAsThePrimary(t *testing.T) {
-	ch := &fakeChannel{
-		statuses:    map[string]instance.Status{"db-1": {AwaitingRole: true}},
-		unreachable: map[string]bool{"db-0": true},
-	}
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": {AwaitingRole: true}})
 	s := &saved{}
 	rec := &dbv1.FailoverRecord{Phase: dbv1.FailoverPromoting, From: "db-0", To: "db-1"}
 	ch.statuses["db-1"] = instance.Status{AwaitingRole: true, Role: instance.RoleStandby}
