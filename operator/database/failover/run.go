@@ -239,7 +239,9 @@ func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRe
 	toStreams := false
 	for _, o := range s.observeOthers(ctx, rec.From) {
 		switch {
-		case o.Status == nil || !o.Status.Streaming:
+		// A standby detached already was detached by an operator that
+		// stopped before it recorded so: it is listed, and waited for.
+		case o.Status == nil || !o.Status.Streaming && !o.Status.Detached:
 		case o.Pod == rec.To:
 			toStreams = true
 		default:

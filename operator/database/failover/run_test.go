@@ -398,6 +398,26 @@ func TestNoStandbyIsDetachedWhenTheOldPrimaryStoppedOrNothingStreams(t *testing.
 	assert.NotNil(t, rec.StandbysDetached, "looked once")
 }
 
+// An operator that stopped after it detached the standbys and before it
+// recorded so is followed by one that finds them not streaming but
+// detached: they are listed, and the promotion still waits for the old
+// primary's isolation check.
+func TestStandbysFoundDetachedAreListedAndWaitedFor(t *testing.T) {
+	detached := standbyAt(0x3000)
+	detached.Detached = true
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": detached, "db-2": standbyAt(0x2000)})
+	s := &saved{}
+	now := time.Now()
+	steps := s.namedFirstSteps(ch, &now, nil)
+	rec := failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst)
+	now = now.Add(failover.DefaultNameFirstWait)
+	err := steps.Run(context.Background(), rec, true)
+	require.ErrorIs(t, err, failover.ErrNamingFirst)
+	assert.Contains(t, err.Error(), "standbys detached")
+	assert.Equal(t, []string{"db-1"}, rec.DetachedStandbys)
+}
+
 // A standby that cannot be detached is said in a Warning Event (the old
 // primary's isolation check needs one silent standby); one detached but
 // not reached after the promotion stays in the record, for the operator
