@@ -12,16 +12,17 @@ import (
 // POST /detach and DELETE /detach: a standby stops streaming, and streams
 // again.
 //
-// A failover whose fence did not reach the old primary, while its pod
-// shows its server running, detaches every standby before it chooses one
-// (the operator's failover.Steps). An old primary cut off from the
-// operator and from the API server but not from its standbys then sees
-// them stop replying and fences itself (isolation.go) before the
-// promotion: without the detach they would keep replying until one of
-// them is promoted, and for a few seconds two primaries would take
-// writes. With synchronous replication the old primary can commit nothing
-// more once they are detached, and their positions stop moving, so the
-// choice compares positions that hold.
+// A failover whose fence did not reach the old primary names the new one
+// first; when that wait is over and the old primary's pod still shows its
+// server running, it detaches the standbys still streaming from it (the
+// operator's failover.Steps). An old primary cut off from the operator
+// and from the API server but not from its standbys then sees them stop
+// replying and fences itself (isolation.go) before the promotion: without
+// the detach they would keep replying until one of them is promoted, and
+// for a few seconds two primaries would take writes. With synchronous
+// replication the old primary can commit nothing more once they are
+// detached, and their positions stop moving, so the choice is checked on
+// positions that hold.
 //
 // Detaching sets primary_conninfo to "" (ALTER SYSTEM, a configuration
 // reload: the WAL receiver ends, no restart) after saving the setting
