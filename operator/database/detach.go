@@ -14,7 +14,7 @@ import (
 const attachTimeout = 5 * instance.StatusTimeout
 
 // attachDetachedStandbys makes every other instance whose agent says it is
-// detached (failover.Steps.detachStandbys) stream again, once the primary
+// detached (failover.Steps.detachStreamingStandbys) stream again, once the primary
 // is healthy: one the promotion's own attach did not reach, and one an
 // operator that stopped between the detach and its record left
 // unlisted. others are the other instances' statuses of this pass. The

@@ -111,17 +111,13 @@ func (c *Client) Promote(ctx context.Context, host string, slots ...string) (Sta
 // Fence stops the server at host and keeps it stopped (see the agent);
 // done again on a fenced instance it changes nothing.
 func (c *Client) Fence(ctx context.Context, host string) (ActionResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, FenceTimeout)
-	defer cancel()
-	return c.action(ctx, http.MethodPost, host, "/fence")
+	return c.action(ctx, FenceTimeout, http.MethodPost, host, "/fence")
 }
 
 // Unfence lifts the fence at host (the server starts again with its
 // container's next start).
 func (c *Client) Unfence(ctx context.Context, host string) (ActionResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, FenceTimeout)
-	defer cancel()
-	return c.action(ctx, http.MethodDelete, host, "/fence")
+	return c.action(ctx, FenceTimeout, http.MethodDelete, host, "/fence")
 }
 
 // AnswerRole tells the server at host, which waits to start as the
@@ -134,7 +130,10 @@ func (c *Client) AnswerRole(ctx context.Context, host, primary string) error {
 	return err
 }
 
-func (c *Client) action(ctx context.Context, method, host, path string) (ActionResult, error) {
+// action sends a request without a body, within timeout.
+func (c *Client) action(ctx context.Context, timeout time.Duration, method, host, path string) (ActionResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	return c.actionWith(ctx, method, host, path, nil)
 }
 

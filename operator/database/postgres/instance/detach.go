@@ -190,15 +190,11 @@ func (a *Agent) forgetDetach() error {
 
 // Detach stops the standby at host streaming (see the agent).
 func (c *Client) Detach(ctx context.Context, host string) (ActionResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, DetachTimeout)
-	defer cancel()
-	return c.action(ctx, http.MethodPost, host, "/detach")
+	return c.action(ctx, DetachTimeout, http.MethodPost, host, "/detach")
 }
 
 // Attach makes the standby at host, detached, stream again; on one not
 // detached it changes nothing.
 func (c *Client) Attach(ctx context.Context, host string) (ActionResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, DetachTimeout)
-	defer cancel()
-	return c.action(ctx, http.MethodDelete, host, "/detach")
+	return c.action(ctx, DetachTimeout, http.MethodDelete, host, "/detach")
 }

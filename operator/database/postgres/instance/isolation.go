@@ -205,7 +205,7 @@ func (w *isolationWatch) look(now time.Time, peerSilence time.Duration) Isolatio
 // fence's result, or nil when it did nothing. Without the API server's
 // address (Config.APIServer) it is off.
 func (a *Agent) CheckIsolation(ctx context.Context) *ActionResult {
-	if a.cfg.APIServer == "" || a.fencedNow() {
+	if a.cfg.APIServer == "" || a.fenced() {
 		return nil
 	}
 	seen, err := standbyReplies(ctx, a)
@@ -233,12 +233,6 @@ func (a *Agent) CheckIsolation(ctx context.Context) *ActionResult {
 	a.cfg.Log.Warn("fencing its own server: cut off from the operator and the API server, and a standby stopped replying (a failover elsewhere may promote it)",
 		"pod", a.cfg.Pod, "silence", i.Silence.String(), "lostStandbys", i.lostPeers(), "apiServer", a.cfg.APIServer, "currentLSN", st.CurrentLSN.String())
 	return a.fenceItself(ctx, why)
-}
-
-// fencedNow: the fence marker is in place.
-func (a *Agent) fencedNow() bool {
-	fenced, _ := a.fenceState()
-	return fenced
 }
 
 // standbyReplies are the streaming standbys' last reply times, by

@@ -73,12 +73,12 @@ func (a *Agent) GuardRole(ctx context.Context) {
 // postmaster yet, had nothing to stop. A fenced server never serves. It
 // reports whether it stopped one.
 func (a *Agent) KeepFencedServerStopped(ctx context.Context) bool {
-	if !a.fencedNow() || !a.postmasterRunning() {
+	if !a.fenced() || !a.postmasterRunning() {
 		return false
 	}
 	a.actions.Lock()
 	defer a.actions.Unlock()
-	if !a.fencedNow() || !a.postmasterRunning() {
+	if !a.fenced() || !a.postmasterRunning() {
 		return false // lifted, or stopped, meanwhile
 	}
 	a.cfg.Log.Warn("the server runs although it is fenced (it started as the fence was written): stopping it", "pod", a.cfg.Pod)
