@@ -155,15 +155,10 @@ func (s Steps) fenceAndChoose(ctx context.Context, rec *dbv1.FailoverRecord) err
 		}
 		return err
 	}
-	rec.To, rec.Reason, rec.Phase = choice.Pod, choice.Reason, dbv1.FailoverPromoting
+	rec.Phase = dbv1.FailoverPromoting
+	recordChoice(rec, choice)
 	if mayRun {
 		rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
-	}
-	if choice.ReplayLSN != 0 {
-		rec.ToLSN = choice.ReplayLSN.String()
-	}
-	if from, err := instance.ParseLSN(rec.FromLSN); err == nil && choice.ReplayLSN != 0 {
-		rec.BytesPossiblyLost = ptr.To(int64(choice.ReplayLSN.Behind(from)))
 	}
 	if err := s.Save(ctx, rec); err != nil {
 		return fmt.Errorf("recording the choice of %s: %w", rec.To, err)
@@ -280,10 +275,20 @@ func (s Steps) chooseAgainUnderSync(ctx context.Context, rec *dbv1.FailoverRecor
 		return
 	}
 	s.Event(true, "NamingNewPrimaryFirst", fmt.Sprintf("%s flushed further than %s once the standbys were detached: %s is named the primary instead (%s)", choice.Pod, rec.To, choice.Pod, choice.Reason))
-	rec.To, rec.Reason = choice.Pod, choice.Reason
+	recordChoice(rec, choice)
 	rec.NamedFirst = ptr.To(metav1.NewTime(s.Now()))
-	if choice.ReplayLSN != 0 {
-		rec.ToLSN = choice.ReplayLSN.String()
+}
+
+// recordChoice writes the standby chosen into rec: who, why, its replayed
+// position, and what the old primary had written beyond it.
+func recordChoice(rec *dbv1.FailoverRecord, choice Choice) {
+	rec.To, rec.Reason = choice.Pod, choice.Reason
+	if choice.ReplayLSN == 0 {
+		return
+	}
+	rec.ToLSN = choice.ReplayLSN.String()
+	if from, err := instance.ParseLSN(rec.FromLSN); err == nil {
+		rec.BytesPossiblyLost = ptr.To(int64(choice.ReplayLSN.Behind(from)))
 	}
 }
 
@@ -320,10 +325,10 @@ func (s Steps) awaitName(ctx context.Context, rec *dbv1.FailoverRecord) error {
 	if rec.NamedFirst == nil || s.oldServerStopped(rec) {
 		return nil
 	}
-	if left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now()); left > 0 && rec.StandbysDetached == nil {
-		return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
-	}
 	if rec.StandbysDetached == nil {
+		if left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now()); left > 0 {
+			return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
+		}
 		s.detachStreamingStandbys(ctx, rec)
 		s.chooseAgainUnderSync(ctx, rec)
 		if err := s.Save(ctx, rec); err != nil {
