@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -52,11 +53,42 @@ var (
 	// defaultVerifyStartTimeout bounds the wait for a node, a scratch
 	// volume or another verification.
 	defaultVerifyStartTimeout = time.Hour
-	defaultVerifyResources    = corev1.ResourceRequirements{
+)
+
+// verifyResourcesBeside is the verification's default resources (100m CPU
+// and 256Mi requested, 1 CPU and 1Gi at most), never a larger CPU request
+// than the database's own pods: when a node is busy the kernel divides
+// its CPU by request, and a BestEffort pod (nothing requested) gets almost
+// none beside one that requests any. A verification with its 100m beside
+// a Database without resources starved the primary on the real node: its
+// probes timed out for 30 s and -rw dropped it (CI, 2026-11-27). So:
+//   - servers with a CPU request (or only a limit, which Kubernetes makes
+//     the request) of less than 100m: that request;
+//   - servers without one: no CPU request or limit (a CPU limit alone
+//     would become the request);
+//   - BestEffort servers (no resources, no agent): no resources at all,
+//     BestEffort too.
+func verifyResourcesBeside(db *Cluster) corev1.ResourceRequirements {
+	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
-)
+	server := ptr.Deref(db.Spec.Resources, corev1.ResourceRequirements{})
+	cpu, requested := server.Requests[corev1.ResourceCPU]
+	if !requested {
+		cpu, requested = server.Limits[corev1.ResourceCPU]
+	}
+	switch {
+	case len(server.Requests) == 0 && len(server.Limits) == 0 && !failoverOn(db):
+		return corev1.ResourceRequirements{}
+	case !requested || cpu.IsZero():
+		delete(r.Requests, corev1.ResourceCPU)
+		delete(r.Limits, corev1.ResourceCPU)
+	case cpu.Cmp(r.Requests[corev1.ResourceCPU]) < 0:
+		r.Requests[corev1.ResourceCPU] = cpu
+	}
+	return r
+}
 
 // Scratch volume size: scratchFactor × the dump's size + scratchFloor. A
 // custom-format dump is compressed (text and numbers shrink 3 to 5 times)
@@ -94,7 +126,7 @@ type verifySettings struct {
 }
 
 func verifySettingsOf(db *Cluster) verifySettings {
-	s := verifySettings{Mode: dbv1.VerifyEachBackup, MaxAge: defaultVerifyMaxAge, StartTimeout: defaultVerifyStartTimeout, Resources: defaultVerifyResources}
+	s := verifySettings{Mode: dbv1.VerifyEachBackup, MaxAge: defaultVerifyMaxAge, StartTimeout: defaultVerifyStartTimeout, Resources: verifyResourcesBeside(db)}
 	b := db.Spec.Backup
 	if b == nil {
 		return s

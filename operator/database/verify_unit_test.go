@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
 
 // The scratch volume holds the restored cluster: 8 x the dump plus 1Gi,
@@ -218,4 +219,87 @@ func TestBackupVerifiedTurnsFalseWhenTheNewestVerifiedBackupIsTooOld(t *testing.
 	c = meta.FindStatusCondition(fresh.Status.Conditions, ConditionBackupVerified)
 	require.NotNil(t, c)
 	assert.Equal(t, "NoVerifiedBackup", c.Reason)
+}
+
+// A verification never requests more CPU than the database's own pods:
+// under contention the kernel divides a node's CPU by request, and the
+// servers' probes time out when a verification outranks them (a BestEffort
+// primary left -rw on the real node in CI). Resources the user gives are
+// used as given.
+func TestAVerificationNeverOutranksTheServersForCPU(t *testing.T) {
+	eng := DatabaseKind.Engines[dbv1.EnginePostgreSQL]
+	verifier := eng.(engine.Verifier)
+	b := &Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", UID: "b-uid"},
+		Cluster:    "db",
+		Status:     dbv1.DatabaseBackupStatus{Phase: dbv1.BackupCompleted, ClaimName: "db-backup", File: "b.dump", SHA256: "00"},
+	}
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
+	}
+	given := &corev1.ResourceRequirements{Requests: cpu("2")}
+	for _, tc := range []struct {
+		name       string
+		servers    *corev1.ResourceRequirements
+		failover   bool
+		verify     *corev1.ResourceRequirements
+		wantCPU    string // the verification pod's CPU request
+		bestEffort bool
+	}{
+		{"servers without resources: BestEffort like them", nil, false, nil, "0", true},
+		{"servers without resources but the agent's 10m: no CPU request", nil, true, nil, "0", false},
+		{"servers with memory only: no CPU request", &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}, false, nil, "0", false},
+		{"servers requesting 50m: 50m", &corev1.ResourceRequirements{Requests: cpu("50m")}, false, nil, "50m", false},
+		{"servers limited to 2 CPU (the request too): 100m", &corev1.ResourceRequirements{Limits: cpu("2")}, false, nil, "100m", false},
+		{"servers requesting 4 CPU: 100m", &corev1.ResourceRequirements{Requests: cpu("4")}, true, nil, "100m", false},
+		{"verify.resources as given", nil, false, given, "2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := &Cluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
+				Kind:       DatabaseKind,
+				Spec: dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL,
+					Resources: tc.servers, Failover: &dbv1.FailoverSpec{Enabled: tc.failover},
+					Backup: &dbv1.BackupSpec{Verify: &dbv1.BackupVerify{Resources: tc.verify}}},
+			}
+			servers := statefulSet(db, eng, nil)
+			if tc.failover {
+				require.NoError(t, withAgent(db, servers, "operator:1"))
+			}
+			verification := verifyJob(db, verifier, b, verifySettingsOf(db)).Spec.Template.Spec
+
+			got := podCPURequest(verification)
+			assert.Zero(t, got.Cmp(resource.MustParse(tc.wantCPU)), "the verification requests %s CPU, want %s", got.String(), tc.wantCPU)
+			assert.Equal(t, tc.bestEffort, bestEffort(verification), "the verification is BestEffort")
+			if tc.verify == nil {
+				serverCPU := podCPURequest(servers.Spec.Template.Spec)
+				assert.LessOrEqual(t, got.Cmp(serverCPU), 0, "the verification requests %s CPU, more than a server pod's %s", got.String(), serverCPU.String())
+				assert.Equal(t, bestEffort(servers.Spec.Template.Spec), bestEffort(verification), "the verification is BestEffort exactly when the servers are")
+			}
+		})
+	}
+}
+
+// podCPURequest is what the kubelet gives a pod's CPU share from: each
+// container's CPU request, or its limit when only that is set.
+func podCPURequest(spec corev1.PodSpec) resource.Quantity {
+	var sum resource.Quantity
+	for _, c := range spec.Containers {
+		q, ok := c.Resources.Requests[corev1.ResourceCPU]
+		if !ok {
+			q = c.Resources.Limits[corev1.ResourceCPU]
+		}
+		sum.Add(q)
+	}
+	return sum
+}
+
+// bestEffort: no container requests or limits anything.
+func bestEffort(spec corev1.PodSpec) bool {
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if len(c.Resources.Requests) > 0 || len(c.Resources.Limits) > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -76,7 +76,9 @@ type BackupVerify struct {
 
 	// Resources of the verification Job's container (the scratch server
 	// runs in it). Default: requests 100m CPU and 256Mi memory, limits
-	// 1 CPU and 1Gi memory.
+	// 1 CPU and 1Gi memory, but never more CPU requested than the
+	// database's own pods request: none when they request none, and no
+	// resources at all when they have none (BestEffort).
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
