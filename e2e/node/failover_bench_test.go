@@ -58,7 +58,10 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     gets a new pod after each run, as the first runs did when it still
 //     exited on a lost Lease (it now starts afresh in its process).
 //     Its runs are long (kube-proxy's watch backs off): select it alone
-//     with -bench 'Failover/APIServerStopped'.
+//     with -bench 'Failover/APIServerStopped'. It also prints how long
+//     after the API server's return writes came back: the fault itself
+//     keeps the operator from recording or promoting for 30 s (the bound,
+//     then the 20 s without an API server).
 //
 // It prints the median and worst outage, the acknowledged writes lost,
 // and the moments two servers accepted writes (every pod's agent asked
@@ -102,7 +105,11 @@ func BenchmarkFailover(b *testing.B) {
 		name       string
 		wantOutage bool
 		strike     func() (at time.Time, recover func())
+		// ended, when set, is when strike ended the fault (the API
+		// server's return): the outage's end is also measured from it.
+		ended *time.Time
 	}
+	var apiServerBack time.Time
 	hang := func(then func()) (time.Time, func()) {
 		at := time.Now()
 		thaw := f.freezeServer(f.primary())
@@ -124,7 +131,7 @@ func BenchmarkFailover(b *testing.B) {
 				f.waitOperatorRestarted(pod, id)
 				f.replaceOperatorPod(pod)
 			}
-		}},
+		}, nil},
 		{"OperatorPodLost", true, func() (time.Time, func()) {
 			return hang(func() {
 				pod, id := f.operatorContainer()
@@ -132,7 +139,7 @@ func BenchmarkFailover(b *testing.B) {
 				zero := int64(0)
 				require.NoError(b, f.cs.CoreV1().Pods(operatorNamespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 			})
-		}},
+		}, nil},
 		{"KubeletStopped", false, func() (time.Time, func()) {
 			nodeScript(ctx, b, "kubelet", "stop")
 			at := time.Now()
@@ -142,17 +149,17 @@ func BenchmarkFailover(b *testing.B) {
 				nodeScript(ctx, b, "kubelet", "start")
 				f.waitLogsServed(w.pod.Name)
 			}
-		}},
+		}, nil},
 		{"ContainerKilledOnce", true, func() (time.Time, func()) {
 			at := time.Now()
 			f.killServer(f.primary())
 			return at, func() {}
-		}},
+		}, nil},
 		{"PodDeleted", true, func() (time.Time, func()) {
 			at := time.Now()
 			require.NoError(b, f.cs.CoreV1().Pods(f.ns).Delete(ctx, f.primary(), metav1.DeleteOptions{}))
 			return at, func() {}
-		}},
+		}, nil},
 		{"PrimaryCannotComeBack", true, func() (time.Time, func()) {
 			old := f.primary()
 			data := f.dataDir(old)
@@ -163,7 +170,7 @@ func BenchmarkFailover(b *testing.B) {
 				f.waitFailedOver(at.Add(-time.Second))
 				require.NoError(b, os.Chmod(data, 0o700))
 			}
-		}},
+		}, nil},
 		{"APIServerStopped", true, func() (time.Time, func()) {
 			// The fault ends before it returns: the writer's log is read
 			// through the API server.
@@ -175,6 +182,7 @@ func BenchmarkFailover(b *testing.B) {
 			})
 			waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
 			nodeScript(ctx, b, "apiserver", "start")
+			apiServerBack = time.Now()
 			return at, func() {
 				recover()
 				// A pod of its own for the next run, as after
@@ -186,14 +194,14 @@ func BenchmarkFailover(b *testing.B) {
 				pod, _ := f.operatorContainer()
 				f.replaceOperatorPod(pod)
 			}
-		}},
+		}, &apiServerBack},
 	}
 	for _, fc := range faults {
 		b.Run(fc.name, func(b *testing.B) {
 			f.t = b
 			loadBefore := loadAverage()
 			watch := f.watchPrimaries()
-			var outages []time.Duration
+			var outages, afterEnd []time.Duration
 			var at []time.Time
 			began := time.Now()
 			for i := 0; i < runs; i++ {
@@ -202,7 +210,11 @@ func BenchmarkFailover(b *testing.B) {
 				t0, recover := fc.strike()
 				var down time.Duration
 				if fc.wantOutage {
-					down, _ = w.waitOutageOver(t0)
+					var first writeOutcome
+					down, first = w.waitOutageOver(t0)
+					if fc.ended != nil {
+						afterEnd = append(afterEnd, first.at.Add(down).Sub(*fc.ended))
+					}
 					recover()
 				} else {
 					recover()
@@ -245,6 +257,13 @@ func BenchmarkFailover(b *testing.B) {
 			b.ReportMetric(float64(len(two)), "two-writable-moments")
 			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d; /proc/loadavg before %s, after %s",
 				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples, loadBefore, loadAverage())
+			if len(afterEnd) > 0 {
+				slices.Sort(afterEnd)
+				median, worst := afterEnd[len(afterEnd)/2], afterEnd[len(afterEnd)-1]
+				b.ReportMetric(median.Seconds(), "after-fault-end-median-s")
+				b.ReportMetric(worst.Seconds(), "after-fault-end-worst-s")
+				logf(b, "failover bench %s: writes came back %s after the fault ended (median; worst %s)", fc.name, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond))
+			}
 		})
 	}
 	w.stop()
