@@ -435,6 +435,31 @@ func outage(log []writeOutcome, at time.Time) (time.Duration, writeOutcome) {
 	return 0, writeOutcome{}
 }
 
+// outageSpan is every write outage the writer saw after a fault at `at`,
+// as one span: from its first failed write after `at` to its first
+// acknowledged write after its last failed one. outage ends with the first
+// episode; a partition can bring a second, longer one (the old primary's
+// connections cut, then -rw moving to the new one). Zero when no write
+// failed; -1 when the last write failed.
+func outageSpan(log []writeOutcome, at time.Time) time.Duration {
+	_, first := outage(log, at)
+	if first.at.IsZero() {
+		return 0
+	}
+	last := -1
+	for i, o := range log {
+		if !o.ok && !o.at.Before(at) {
+			last = i
+		}
+	}
+	for _, o := range log[last+1:] {
+		if o.ok {
+			return o.at.Sub(first.at)
+		}
+	}
+	return -1
+}
+
 // lostAcks are the acknowledged writes the table does not hold.
 func lostAcks(log []writeOutcome, committed map[int]bool) []writeOutcome {
 	var lost []writeOutcome
@@ -896,12 +921,12 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, served, strings.TrimSpace(out), "the rejoined old primary holds rows the new primary does not (what it took alone)")
 	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks: it ran as a primary beside the new one")
-	down, _ := outage(log, cut)
+	down := outageSpan(log, cut)
 	sinceAlone := "none"
 	if alone > 0 {
 		sinceAlone = fmt.Sprintf("%.1fs", lastAlone.Sub(cut).Seconds())
 	}
-	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut (named first %.1fs after it), write outage through -rw %s, %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut; the direct client's first refused write %.1fs after the cut); %d writes at its own address acknowledged by it alone (the last %s after the cut)",
+	logf(t, "old primary cut off from the operator (2 replicas): failover %.1fs after the cut (named first %.1fs after it), write outage through -rw %s (first failed write to the first acknowledged after the last failed one), %d -rw writes lost (acknowledged by the old primary before -rw left it); it fenced itself (marker seen %.1fs after the cut; the direct client's first refused write %.1fs after the cut); %d writes at its own address acknowledged by it alone (the last %s after the cut)",
 		rec.Finished.Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), down.Round(100*time.Millisecond), len(lostAcks(log, committed)),
 		seen.Sub(cut).Seconds(), refused.Sub(cut).Seconds(), alone, sinceAlone)
 }

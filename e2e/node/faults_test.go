@@ -452,7 +452,7 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T
 		}
 	}
 	assert.Zero(t, alone, "the old primary acknowledged writes the new primary lacks")
-	down, _ := outage(log, cut)
-	logf(t, "primary partitioned (its kubelet stopped; its agent and the API server cut off, its standby not; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs, standby detached %.1fs and promoted %.1fs after it; write outage through -rw %s; %d writes at its own address acknowledged by it alone",
+	down := outageSpan(log, cut)
+	logf(t, "primary partitioned (its kubelet stopped; its agent and the API server cut off, its standby not; synchronous, 2 replicas): it fenced itself %.1fs after the cut, named first %.1fs, standby detached %.1fs and promoted %.1fs after it; write outage through -rw %s (first failed write to the first acknowledged after the last failed one); %d writes at its own address acknowledged by it alone",
 		st.ModTime().Sub(cut).Seconds(), rec.NamedFirst.Sub(cut).Seconds(), rec.StandbysDetached.Sub(cut).Seconds(), rec.Finished.Sub(cut).Seconds(), down.Round(100*time.Millisecond), alone)
 }
