@@ -78,6 +78,23 @@ func claimName(db *Cluster, ordinal int32) string {
 // which is the primary).
 func podName(db *Cluster, ordinal int32) string { return fmt.Sprintf("%s-%d", db.Name, ordinal) }
 
+// serverResources is spec.resources; without it, the servers request
+// 50m CPU and 256Mi, so their pods are not BestEffort: when a node is busy
+// the kernel divides its CPU by request, and a BestEffort pod gets almost
+// none beside any pod that requests some. Its probes time out and -rw
+// drops the primary (seen on the real node in CI, 2026-11-27, beside
+// failover tests' Burstable servers). Small, so that a laptop's cluster
+// schedules many; no limits: a memory limit kills the server when its
+// connections grow. `resources: {}` asks for BestEffort pods.
+func serverResources(db *Cluster) *corev1.ResourceRequirements {
+	if db.Spec.Resources != nil {
+		return db.Spec.Resources
+	}
+	return &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
+	}}
+}
+
 // clusterOf is the engine's view of a Database, with defaults filled in.
 func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 	n := namesOf(db)
@@ -89,7 +106,7 @@ func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 		Database:          db.Spec.Name,
 		AppUser:           appUser(db),
 		Parameters:        db.Spec.Parameters,
-		Resources:         db.Spec.Resources,
+		Resources:         serverResources(db),
 		SuperuserSecret:   n.Superuser,
 		AppSecret:         n.App,
 		ReplicationSecret: n.Replication,

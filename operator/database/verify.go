@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -57,23 +56,19 @@ var (
 
 // verifyResourcesBeside is the verification's default resources (100m CPU
 // and 256Mi requested, 1 CPU and 1Gi at most), never a larger CPU request
-// than the database's own pods: when a node is busy the kernel divides
-// its CPU by request, and a BestEffort pod (nothing requested) gets almost
-// none beside one that requests any. A verification with its 100m beside
-// a Database without resources starved the primary on the real node: its
-// probes timed out for 30 s and -rw dropped it (CI, 2026-11-27). So:
+// than the database's own pods (serverResources says why). So:
 //   - servers with a CPU request (or only a limit, which Kubernetes makes
 //     the request) of less than 100m: that request;
 //   - servers without one: no CPU request or limit (a CPU limit alone
 //     would become the request);
-//   - BestEffort servers (no resources, no agent): no resources at all,
-//     BestEffort too.
+//   - BestEffort servers (`resources: {}`, no agent): no resources at
+//     all, BestEffort too.
 func verifyResourcesBeside(db *Cluster) corev1.ResourceRequirements {
 	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
-	server := ptr.Deref(db.Spec.Resources, corev1.ResourceRequirements{})
+	server := *serverResources(db)
 	cpu, requested := server.Requests[corev1.ResourceCPU]
 	if !requested {
 		cpu, requested = server.Limits[corev1.ResourceCPU]

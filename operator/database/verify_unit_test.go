@@ -221,6 +221,26 @@ func TestBackupVerifiedTurnsFalseWhenTheNewestVerifiedBackupIsTooOld(t *testing.
 	assert.Equal(t, "NoVerifiedBackup", c.Reason)
 }
 
+// A Database without resources gets servers that request a little CPU and
+// memory, and no limits: not BestEffort pods, which a busy node starves.
+// `resources: {}` is BestEffort on purpose.
+func TestServersWithoutResourcesRequestALittleAndAreNotBestEffort(t *testing.T) {
+	eng := DatabaseKind.Engines[dbv1.EnginePostgreSQL]
+	db := &Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
+		Kind:       DatabaseKind,
+		Spec:       dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL},
+	}
+	server := statefulSet(db, eng, nil).Spec.Template.Spec
+	assert.Equal(t, corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
+	}}, server.Containers[0].Resources)
+	assert.False(t, bestEffort(server))
+
+	db.Spec.Resources = &corev1.ResourceRequirements{}
+	assert.True(t, bestEffort(statefulSet(db, eng, nil).Spec.Template.Spec), "resources: {} asks for BestEffort pods")
+}
+
 // A verification never requests more CPU than the database's own pods:
 // under contention the kernel divides a node's CPU by request, and the
 // servers' probes time out when a verification outranks them (a BestEffort
@@ -246,8 +266,9 @@ func TestAVerificationNeverOutranksTheServersForCPU(t *testing.T) {
 		wantCPU    string // the verification pod's CPU request
 		bestEffort bool
 	}{
-		{"servers without resources: BestEffort like them", nil, false, nil, "0", true},
-		{"servers without resources but the agent's 10m: no CPU request", nil, true, nil, "0", false},
+		{"servers with the default resources (50m): 50m", nil, false, nil, "50m", false},
+		{"servers with `resources: {}`: BestEffort like them", &corev1.ResourceRequirements{}, false, nil, "0", true},
+		{"servers with `resources: {}` but the agent's 10m: no CPU request", &corev1.ResourceRequirements{}, true, nil, "0", false},
 		{"servers with memory only: no CPU request", &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}, false, nil, "0", false},
 		{"servers requesting 50m: 50m", &corev1.ResourceRequirements{Requests: cpu("50m")}, false, nil, "50m", false},
 		{"servers limited to 2 CPU (the request too): 100m", &corev1.ResourceRequirements{Limits: cpu("2")}, false, nil, "100m", false},

@@ -126,7 +126,9 @@ type DatabaseSpec struct {
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// Resources of the database container.
+	// Resources of the database container. Default: requests 50m CPU and
+	// 256Mi memory, no limits (not BestEffort: a busy node starves those);
+	// {} asks for BestEffort pods.
 	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory', 'ephemeral-storage'].all(r, !(r in self.requests) || !(r in self.limits) || !isQuantity(string(self.requests[r])) || !isQuantity(string(self.limits[r])) || quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",message="resources: a request (cpu, memory or ephemeral-storage) must not be more than its limit"
 	// +kubebuilder:validation:XValidation:rule="['cpu', 'memory', 'ephemeral-storage'].all(r, (!has(self.requests) || !(r in self.requests) || !isQuantity(string(self.requests[r])) || !quantity(string(self.requests[r])).isLessThan(quantity('0'))) && (!has(self.limits) || !(r in self.limits) || !isQuantity(string(self.limits[r])) || !quantity(string(self.limits[r])).isLessThan(quantity('0'))))",message="resources: cpu, memory and ephemeral-storage requests and limits must not be negative"
 	// +optional
