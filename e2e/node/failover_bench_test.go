@@ -214,6 +214,7 @@ func BenchmarkFailover(b *testing.B) {
 					down, first = w.waitOutageOver(t0)
 					if fc.ended != nil {
 						afterEnd = append(afterEnd, first.at.Add(down).Sub(*fc.ended))
+						logf(b, "failover bench %s run %d: writes came back %s after the fault ended", fc.name, i+1, afterEnd[len(afterEnd)-1].Round(100*time.Millisecond))
 					}
 					recover()
 				} else {
