@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -100,4 +102,24 @@ func TestConnectionHashChangesWithThePortOnly(t *testing.T) {
 	assert.Equal(t, a.hash(), connectionOf(db, postgres.Engine{}).hash())
 	db.Spec.Port = 6543
 	assert.NotEqual(t, a.hash(), connectionOf(db, postgres.Engine{}).hash())
+}
+
+// A Database without resources gets servers that request a little CPU and
+// memory, and no limits: not BestEffort pods, which a busy node starves.
+// `resources: {}` is BestEffort on purpose.
+func TestServersWithoutResourcesRequestALittleAndAreNotBestEffort(t *testing.T) {
+	eng := DatabaseKind.Engines[dbv1.EnginePostgreSQL]
+	db := &Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
+		Kind:       DatabaseKind,
+		Spec:       dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL},
+	}
+	server := statefulSet(db, eng, nil).Spec.Template.Spec
+	assert.Equal(t, corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
+	}}, server.Containers[0].Resources)
+	assert.False(t, bestEffort(server))
+
+	db.Spec.Resources = &corev1.ResourceRequirements{}
+	assert.True(t, bestEffort(statefulSet(db, eng, nil).Spec.Template.Spec), "resources: {} asks for BestEffort pods")
 }

@@ -221,26 +221,6 @@ func TestBackupVerifiedTurnsFalseWhenTheNewestVerifiedBackupIsTooOld(t *testing.
 	assert.Equal(t, "NoVerifiedBackup", c.Reason)
 }
 
-// A Database without resources gets servers that request a little CPU and
-// memory, and no limits: not BestEffort pods, which a busy node starves.
-// `resources: {}` is BestEffort on purpose.
-func TestServersWithoutResourcesRequestALittleAndAreNotBestEffort(t *testing.T) {
-	eng := DatabaseKind.Engines[dbv1.EnginePostgreSQL]
-	db := &Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
-		Kind:       DatabaseKind,
-		Spec:       dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL},
-	}
-	server := statefulSet(db, eng, nil).Spec.Template.Spec
-	assert.Equal(t, corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
-	}}, server.Containers[0].Resources)
-	assert.False(t, bestEffort(server))
-
-	db.Spec.Resources = &corev1.ResourceRequirements{}
-	assert.True(t, bestEffort(statefulSet(db, eng, nil).Spec.Template.Spec), "resources: {} asks for BestEffort pods")
-}
-
 // A verification never requests more CPU than the database's own pods:
 // under contention the kernel divides a node's CPU by request, and the
 // servers' probes time out when a verification outranks them (a BestEffort
