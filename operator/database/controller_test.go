@@ -109,11 +109,7 @@ func TestConnectionHashChangesWithThePortOnly(t *testing.T) {
 // `resources: {}` is BestEffort on purpose.
 func TestServersWithoutResourcesRequestALittleAndAreNotBestEffort(t *testing.T) {
 	eng := DatabaseKind.Engines[dbv1.EnginePostgreSQL]
-	db := &Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
-		Kind:       DatabaseKind,
-		Spec:       dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL},
-	}
+	db := sample()
 	server := statefulSet(db, eng, nil).Spec.Template.Spec
 	assert.Equal(t, corev1.ResourceRequirements{Requests: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
