@@ -51,39 +51,11 @@ func TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease(t *testing.T) {
 	const pod, lease = "deckhand-7d4b9c6f8-q5m2x", "deckhand.deckhand.dev"
 	health := "127.0.0.1:" + freeport.String(t)
 
-	cmd := exec.Command(os.Args[0], "--kubeconfig", testenv.Kubeconfig(t),
+	p := startOperator(ctx, t, []string{"POD_NAME=" + pod}, "--kubeconfig", testenv.Kubeconfig(t),
 		"--controllers", "tdset", "--watch-namespaces", ns,
 		"--leader-elect", "--leader-election-namespace", ns, "--leader-election-id", lease,
 		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "1s",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", health, "--log-format", "console")
-	cmd.Env = append(os.Environ(), runOperatorEnv+"=1", "POD_NAME="+pod)
-	var log syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-
-	// until waits for cond, failing at once if the operator exits.
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			select {
-			case err := <-exited:
-				t.Fatalf("the operator exited (%v) while waiting for %s; its log:\n%s", err, what, log.String())
-			default:
-			}
-			return cond(), nil
-		})
-		require.NoError(t, err, "%s; the operator's log:\n%s", what, log.String())
-	}
 	holder := func() string {
 		var l coordinationv1.Lease
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: lease}, &l); err != nil {
@@ -91,8 +63,8 @@ func TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease(t *testing.T) {
 		}
 		return ptr.Deref(l.Spec.HolderIdentity, "")
 	}
-	until("the operator to take its Lease", func() bool { return holder() == pod })
-	until("its health endpoint", func() bool { return ready(health) })
+	p.until("the operator to take its Lease", func() bool { return holder() == pod })
+	p.until("its health endpoint", func() bool { return ready(health) })
 
 	// Another holder takes the Lease for 8 s: the operator's renewals fail
 	// and, 3 s on, it stops leading. The operator renews every second, so
@@ -109,9 +81,51 @@ func TestTheOperatorStartsAfreshInItsProcessWhenItLosesItsLease(t *testing.T) {
 		return c.Update(ctx, &l)
 	}))
 
-	until("the operator to start afresh", func() bool { return strings.Contains(log.String(), "starting afresh in this process") })
-	until("the same process to take the Lease back", func() bool { return holder() == pod })
-	until("its health endpoint on the same port", func() bool { return ready(health) })
+	p.until("the operator to start afresh", func() bool { return strings.Contains(p.log.String(), "starting afresh in this process") })
+	p.until("the same process to take the Lease back", func() bool { return holder() == pod })
+	p.until("its health endpoint on the same port", func() bool { return ready(health) })
+}
+
+// operatorProcess is the operator's main run by this test binary.
+type operatorProcess struct {
+	t      *testing.T
+	ctx    context.Context
+	log    syncbuf.Buffer
+	exited chan error
+}
+
+// startOperator starts the operator with args and the extra environment;
+// the test's cleanup stops it (SIGTERM, then SIGKILL after 20 s).
+func startOperator(ctx context.Context, t *testing.T, env []string, args ...string) *operatorProcess {
+	p := &operatorProcess{t: t, ctx: ctx, exited: make(chan error, 1)}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), runOperatorEnv+"=1"), env...)
+	cmd.Stdout, cmd.Stderr = &p.log, &p.log
+	require.NoError(t, cmd.Start())
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// until waits for cond, failing at once if the operator exits.
+func (p *operatorProcess) until(what string, cond func() bool) {
+	p.t.Helper()
+	err := wait.PollUntilContextTimeout(p.ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-p.exited:
+			p.t.Fatalf("the operator exited (%v) while waiting for %s; its log:\n%s", err, what, p.log.String())
+		default:
+		}
+		return cond(), nil
+	})
+	require.NoError(p.t, err, "%s; the operator's log:\n%s", what, p.log.String())
 }
 
 func ready(addr string) bool {

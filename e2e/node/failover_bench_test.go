@@ -54,14 +54,13 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     the bound) and started again: no failover is expected, and no
 //     outage (0 when no write failed).
 //   - APIServerStopped: the primary hung, and the API server killed once
-//     the failover is fencing, started again 20 s later; the operator
-//     gets a new pod after each run, as the first runs did when it still
-//     exited on a lost Lease (it now starts afresh in its process).
-//     Its runs are long (kube-proxy's watch backs off): select it alone
-//     with -bench 'Failover/APIServerStopped'. It also prints how long
-//     after the API server's return writes came back: the fault itself
-//     keeps the operator from recording or promoting for 30 s (the bound,
-//     then the 20 s without an API server).
+//     the failover is fencing, started again 20 s later. Its runs are
+//     long (kube-proxy's watch backs off): select it alone with -bench
+//     'Failover/APIServerStopped'. The fault itself keeps the operator
+//     from recording or promoting for 30 s (the bound, then the 20 s
+//     without an API server), so it also prints how long after the API
+//     server's return the failover finished, -rw's EndpointSlice named
+//     the new primary alone, and writes came back.
 //
 // It prints the median and worst outage, the acknowledged writes lost,
 // and the moments two servers accepted writes (every pod's agent asked
@@ -106,7 +105,8 @@ func BenchmarkFailover(b *testing.B) {
 		wantOutage bool
 		strike     func() (at time.Time, recover func())
 		// ended, when set, is when strike ended the fault (the API
-		// server's return): the outage's end is also measured from it.
+		// server started again): the outage's end is also measured from
+		// it.
 		ended *time.Time
 	}
 	var apiServerBack time.Time
@@ -181,19 +181,15 @@ func BenchmarkFailover(b *testing.B) {
 				b.Cleanup(func() { nodeScript(context.Background(), b, "apiserver", "start") })
 			})
 			waitFor(ctx, stopped.Add(20*time.Second)) // the fault's length
-			nodeScript(ctx, b, "apiserver", "start")
+			// The fault ends as the API server is started: its own boot,
+			// and the controller manager's return, count as the outage's.
 			apiServerBack = time.Now()
-			return at, func() {
-				recover()
-				// A pod of its own for the next run, as after
-				// OperatorKilled: the runs stay comparable with the first
-				// ones, taken when the operator still exited on its lost
-				// Lease and the kubelet's back-off grew with each run (a
-				// sixth run waited 5 minutes for it). It now starts
-				// afresh in its process instead.
-				pod, _ := f.operatorContainer()
-				f.replaceOperatorPod(pod)
-			}
+			nodeScript(ctx, b, "apiserver", "start")
+			// The operator keeps its pod from run to run: it starts
+			// afresh in its process when the outage costs it its Lease,
+			// and waits there for the API server, so the kubelet counts
+			// no restart and grows no back-off.
+			return at, recover
 		}, &apiServerBack},
 	}
 	for _, fc := range faults {
@@ -201,7 +197,12 @@ func BenchmarkFailover(b *testing.B) {
 			f.t = b
 			loadBefore := loadAverage()
 			watch := f.watchPrimaries()
-			var outages, afterEnd []time.Duration
+			var outages, afterEnd, finishedAfterEnd, namedAfterEnd []time.Duration
+			var endpoints *endpointsWatch
+			if fc.ended != nil {
+				endpoints = f.watchRWEndpoints()
+				defer endpoints.finish()
+			}
 			var at []time.Time
 			began := time.Now()
 			for i := 0; i < runs; i++ {
@@ -228,6 +229,18 @@ func BenchmarkFailover(b *testing.B) {
 				for _, rec := range recs {
 					logf(b, "failover bench %s run %d: %s %s -> %s, %s, started %s, finished %v: %s; %s", fc.name, i+1,
 						rec.Kind, rec.From, rec.To, rec.Phase, rec.Started.Format(time.RFC3339), rec.Finished, rec.Reason, rec.FenceMessage)
+				}
+				if fc.ended != nil && len(recs) == 1 && recs[0].Finished != nil {
+					// What came back when, after the fault's end: the
+					// operator's part (the failover finished), the
+					// Service's (its EndpointSlice naming the new primary
+					// alone), and kube-proxy's (the writes, above).
+					finishedAfterEnd = append(finishedAfterEnd, recs[0].Finished.Sub(*fc.ended))
+					named, ok := endpoints.onlySince(f.podIP(recs[0].To), *fc.ended)
+					require.True(b, ok, "-rw never listed the new primary %s alone as ready", recs[0].To)
+					namedAfterEnd = append(namedAfterEnd, named.Sub(*fc.ended))
+					logf(b, "failover bench %s run %d: after the fault ended, the failover finished %s, -rw named the new primary alone %s", fc.name, i+1,
+						finishedAfterEnd[len(finishedAfterEnd)-1].Round(100*time.Millisecond), namedAfterEnd[len(namedAfterEnd)-1].Round(100*time.Millisecond))
 				}
 				for _, rec := range recs {
 					f.liftFence(rec.From, rec.To)
@@ -259,11 +272,20 @@ func BenchmarkFailover(b *testing.B) {
 			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d; /proc/loadavg before %s, after %s",
 				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples, loadBefore, loadAverage())
 			if len(afterEnd) > 0 {
-				slices.Sort(afterEnd)
-				median, worst := afterEnd[len(afterEnd)/2], afterEnd[len(afterEnd)-1]
-				b.ReportMetric(median.Seconds(), "after-fault-end-median-s")
-				b.ReportMetric(worst.Seconds(), "after-fault-end-worst-s")
-				logf(b, "failover bench %s: writes came back %s after the fault ended (median; worst %s)", fc.name, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond))
+				for _, m := range []struct {
+					what, metric string
+					d            []time.Duration
+				}{
+					{"the failover finished", "finished", finishedAfterEnd},
+					{"-rw named the new primary alone", "named", namedAfterEnd},
+					{"writes came back", "writes", afterEnd},
+				} {
+					slices.Sort(m.d)
+					median, worst := m.d[len(m.d)/2], m.d[len(m.d)-1]
+					b.ReportMetric(median.Seconds(), m.metric+"-after-fault-end-median-s")
+					b.ReportMetric(worst.Seconds(), m.metric+"-after-fault-end-worst-s")
+					logf(b, "failover bench %s: %s %s after the fault ended (median; worst %s)", fc.name, m.what, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond))
+				}
 			}
 		})
 	}

@@ -232,6 +232,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := waitForAPIServer(ctx, rc); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting: nothing ran
+		}
+		return fmt.Errorf("waiting for the API server at %s: %w", rc.Host, err)
+	}
 	mgr, selected, err := New(cfg, rc)
 	if err != nil {
 		return err
