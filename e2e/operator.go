@@ -103,6 +103,10 @@ func runOperatorBinaryAsChart(t testing.TB, binary string, r *Rendered, namespac
 	if _, ok := cfg["watch-namespaces"]; !ok {
 		cfg["watch-namespaces"] = []string{namespace}
 	}
+	// kwok's pods run no instance agent and their addresses are fake: the
+	// operator must never ask them, so a Database made here without
+	// spec.failover.enabled gets failover off (the chart's default is on).
+	cfg["database-failover-default"] = false
 	metrics := ""
 	if cfg["metrics-bind-address"] != "0" {
 		metrics = freeAddress(t)

@@ -59,7 +59,8 @@ func chartManagedConfigKeys(t *testing.T) []string {
 	for _, sets := range [][]string{
 		nil,
 		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
-			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}"},
+			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
+			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
 			keys[k] = true
@@ -91,6 +92,7 @@ func TestConfigTakesTheOperatorsFlagsButNotTheOnesTheChartSets(t *testing.T) {
 	require.Contains(t, managed, "leader-elect")
 	require.Contains(t, managed, "watch-namespaces")
 	require.Contains(t, managed, "configmonitor-ignore-secrets")
+	require.Contains(t, managed, "database-failover-default")
 	refused := append(managed, "kubeconfig", "config", "leader-election-namespace", "controllers")
 
 	manager.Flags().VisitAll(func(f *pflag.Flag) {

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -54,7 +55,7 @@ func startFailoverCluster(ctx context.Context, t testing.TB, replicas int32, gon
 	operatorDeployment(ctx, t, cs)
 	helmUpgrade(ctx, t, "--set", "controllers.database.enabled=true")
 	f := &failoverCluster{t: t, ctx: ctx, cfg: cfg, cs: cs, c: crClient(t, cfg), ns: namespace(ctx, t, cs), name: "pay"}
-	spec := &dbv1.FailoverSpec{Enabled: true}
+	spec := &dbv1.FailoverSpec{Enabled: ptr.To(true)}
 	if gone > 0 {
 		spec.PrimaryGoneAfter = &metav1.Duration{Duration: gone}
 	}

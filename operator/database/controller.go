@@ -113,6 +113,12 @@ type Options struct {
 	// the operator on kwok refuse every dial unless they give one). Nil:
 	// the pod's address from the operator's cache (agentdial.go).
 	InstanceDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// FailoverByDefault: a new PostgreSQL Database without
+	// spec.failover.enabled gets automatic failover (the flag
+	// --database-failover-default, on by default; the chart's
+	// controllers.database.failoverByDefault). Off here, the zero value,
+	// for tests that run the operator on kwok, whose pods run no agent.
+	FailoverByDefault bool
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -136,9 +142,10 @@ type Reconciler struct {
 	Now func() time.Time
 	// MajorPathWithinMajor: Options.MajorPathWithinMajor (test-only).
 	MajorPathWithinMajor bool
-	// OperatorImage and InstanceDial: Options'.
-	OperatorImage string
-	InstanceDial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	// OperatorImage, InstanceDial and FailoverByDefault: Options'.
+	OperatorImage     string
+	InstanceDial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	FailoverByDefault bool
 	// channels are the Databases' instance channel clients; failovers
 	// what the operator saw of each primary (failover.go).
 	channels  channels
@@ -184,6 +191,7 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		MajorPathWithinMajor: o.MajorPathWithinMajor,
 		OperatorImage:        o.OperatorImage,
 		InstanceDial:         o.InstanceDial,
+		FailoverByDefault:    o.FailoverByDefault,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).
@@ -311,7 +319,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Kind.Clusters.SetStatus(obj, db)
 		return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, obj))
 	}
-	if err := r.ensureFinalizer(ctx, obj); err != nil {
+	if err := r.ensureFinalizerAndDefaults(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
 	before := obj.DeepCopyObject().(client.Object)

@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,10 +23,46 @@ import (
 // What the operator does with it when the primary dies is in
 // failover.go.
 
+// AnnotationFailoverDefault on a Database says whether failover is on when
+// spec.failover.enabled is unset ("true" or "false"): the operator's
+// default when it first saw the Database, recorded then and never
+// changed, so that no later operator, with another default, turns
+// failover on or off under a running Database (either restarts every
+// pod). A person may change it, as the field.
+const AnnotationFailoverDefault = "stable.imaginedata.co/failover-default"
+
 // failoverOn: the Database asks for automatic failover (PostgreSQL only:
-// the agent speaks to PostgreSQL).
+// the agent speaks to PostgreSQL), in spec.failover.enabled or, when that
+// is unset, by its recorded default.
 func failoverOn(db *Cluster) bool {
-	return db.Spec.Failover != nil && db.Spec.Failover.Enabled && engineOf(db) == dbv1.EnginePostgreSQL
+	if engineOf(db) != dbv1.EnginePostgreSQL {
+		return false
+	}
+	if f := db.Spec.Failover; f != nil && f.Enabled != nil {
+		return *f.Enabled
+	}
+	return db.Annotations[AnnotationFailoverDefault] == "true"
+}
+
+// recordFailoverDefault sets AnnotationFailoverDefault on a PostgreSQL
+// cluster that has none, and reports whether it did: the operator's
+// default (byDefault) for a cluster it has never reconciled, "false" for
+// one an operator from before the annotation ran (its observedGeneration
+// is set), whose default was off.
+func recordFailoverDefault(obj client.Object, db *Cluster, byDefault bool) bool {
+	if engineOf(db) != dbv1.EnginePostgreSQL {
+		return false
+	}
+	if _, ok := obj.GetAnnotations()[AnnotationFailoverDefault]; ok {
+		return false
+	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationFailoverDefault] = strconv.FormatBool(byDefault && db.Status.ObservedGeneration == 0)
+	obj.SetAnnotations(annotations)
+	return true
 }
 
 // instanceSecretNames are the operator's Secret (never mounted) and the

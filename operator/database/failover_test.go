@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -22,6 +24,62 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
+
+// Failover is on by default for a Database the operator has never run,
+// and the default is recorded on it (annotation
+// stable.imaginedata.co/failover-default) so a later operator with
+// another default never turns it on or off under a running Database. A
+// Database an older operator already ran (its status.observedGeneration
+// set) keeps failover off: turning it on would restart every pod. The
+// field, when set, wins over the recorded default; a recorded default a
+// person set is kept.
+func TestFailoverIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+
+	// Run by an operator from before the default: it has a status, and
+	// no recorded default.
+	older := newDatabase(ns, "older", 1)
+	require.NoError(t, c.Create(ctx, older))
+	older.Status.ObservedGeneration = older.Generation
+	require.NoError(t, c.Status().Update(ctx, older))
+
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", FailoverByDefault: true})
+	fresh := newDatabase(ns, "fresh", 2)
+	optedOut := newDatabase(ns, "opted-out", 1)
+	optedOut.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(false)}
+	annotated := newDatabase(ns, "annotated", 1)
+	annotated.Annotations = map[string]string{database.AnnotationFailoverDefault: "false"}
+	for _, db := range []*dbv1.Database{fresh, optedOut, annotated} {
+		require.NoError(t, c.Create(ctx, db))
+	}
+
+	for _, tc := range []struct {
+		db       *dbv1.Database
+		recorded string
+		agent    bool
+		why      string
+	}{
+		{fresh, "true", true, "a new Database without spec.failover.enabled gets the operator's default, on"},
+		{older, "false", false, "a Database an older operator ran keeps failover off"},
+		{optedOut, "true", false, "spec.failover.enabled false wins over the recorded default"},
+		{annotated, "false", false, "a recorded default is never rewritten"},
+	} {
+		cur := waitFor(t, c, tc.db, "its failover default recorded", func(ct *assert.CollectT, d *dbv1.Database) {
+			assert.Contains(ct, d.Annotations, database.AnnotationFailoverDefault)
+		})
+		assert.Equal(t, tc.recorded, cur.Annotations[database.AnnotationFailoverDefault], "%s: %s", tc.db.Name, tc.why)
+		sts := get(t, c, ns, tc.db.Name, &appsv1.StatefulSet{})
+		var names []string
+		for _, ctr := range sts.Spec.Template.Spec.Containers {
+			names = append(names, ctr.Name)
+		}
+		assert.Equal(t, tc.agent, slices.Contains(names, instance.AgentContainer), "%s: the instance agent in its pods (%v): %s", tc.db.Name, names, tc.why)
+	}
+}
 
 // With spec.failover.enabled, a new Database's pods carry the instance
 // agent (its init container copies it from the operator's image), the
@@ -36,7 +94,7 @@ func TestFailoverEnabledRunsTheInstanceAgentInEveryPod(t *testing.T) {
 	ns := testenv.Namespace(t, c)
 	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test"})
 	db := newDatabase(ns, "fo", 2)
-	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true}
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true)}
 	require.NoError(t, c.Create(context.Background(), db))
 
 	sts := get(t, c, ns, "fo", &appsv1.StatefulSet{})
@@ -133,7 +191,7 @@ func failoverWithAgents(t *testing.T, c client.Client, ns, name string, bound ti
 	a := &agents{}
 	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: a.DialContext})
 	db := newDatabase(ns, name, 2)
-	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: bound}}
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true), PrimaryGoneAfter: &metav1.Duration{Duration: bound}}
 	require.NoError(t, c.Create(context.Background(), db))
 	waitFor(t, c, db, "Ready", ready)
 
@@ -246,7 +304,7 @@ func TestTurningFailoverOnRecreatesAnOrderedReadyStatefulSetAsParallel(t *testin
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
 			return err
 		}
-		cur.Spec.Failover = &dbv1.FailoverSpec{Enabled: true}
+		cur.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true)}
 		return c.Update(context.Background(), &cur)
 	}))
 	var sts appsv1.StatefulSet

@@ -407,25 +407,25 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		{"dotted metadata.name", func(d *dbv1.Database) { d.Name = "my.db" }, "metadata.name must be a DNS label"},
 		{"runAsUser root", func(d *dbv1.Database) { d.Spec.PodTemplate = &dbv1.PodTemplate{RunAsUser: ptr.To(int64(0))} }, "podTemplate.runAsUser must be more than 0"},
 		{"switchover to another Database's pod", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "other-1"}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTo: "other-1"}
 		}, `spec.failover.switchoverTo must name an instance of this Database, bad-<ordinal> with an ordinal below spec.replicas, not "other-1"`},
 		{"switchover beyond the replicas", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "bad-2"}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTo: "bad-2"}
 		}, "spec.failover.switchoverTo must name an instance of this Database"},
 		{"switchover to a non-ordinal", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "bad-x"}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTo: "bad-x"}
 		}, "spec.failover.switchoverTo must name an instance of this Database"},
 		{"switchover without failover", func(d *dbv1.Database) {
 			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{SwitchoverTo: "bad-1"}
 		}, "spec.failover.switchoverTo needs spec.failover.enabled: true"},
 		{"switchover timeout too short", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTimeout: &metav1.Duration{Duration: time.Second}}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTimeout: &metav1.Duration{Duration: time.Second}}
 		}, "failover.switchoverTimeout must be at least 5s"},
 		{"switchover timeout too long", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true, SwitchoverTimeout: &metav1.Duration{Duration: 2 * time.Hour}}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTimeout: &metav1.Duration{Duration: 2 * time.Hour}}
 		}, "failover.switchoverTimeout must be at most 1h"},
 		{"synchronous standbys as many as replicas", func(d *dbv1.Database) {
-			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: true}
+			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true)}
 			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}
 		}, "spec.replication.synchronous.minStandbys must be below spec.replicas"},
 		{"synchronous without failover", func(d *dbv1.Database) {
@@ -449,7 +449,7 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 	require.NoError(t, c.Create(ctx, ok))
 	// A switchover to an instance, synchronous standbys below replicas.
 	wanted := newDatabase(ns, "wanted", 3)
-	wanted.Spec.Failover = &dbv1.FailoverSpec{Enabled: true, SwitchoverTo: "wanted-2"}
+	wanted.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTo: "wanted-2"}
 	wanted.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}
 	require.NoError(t, c.Create(ctx, wanted))
 

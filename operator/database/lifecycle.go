@@ -77,15 +77,20 @@ func scheduledBackupName(db *Cluster, at time.Time) string {
 	return ScheduledName(db.Name, at)
 }
 
-// ensureFinalizer is on every Database before the operator makes anything
-// for it, so nothing it made is deleted without the deletionPolicy.
-func (r *Reconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
-	finalizer := r.Kind.Keys.FinalizerDeletionPolicy
-	if !obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, finalizer) {
+// ensureFinalizerAndDefaults puts the finalizer on every Database before
+// the operator makes anything for it, so nothing it made is deleted
+// without the deletionPolicy, and records its failover default
+// (AnnotationFailoverDefault) in the same write.
+func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.Object) error {
+	if !obj.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(obj, finalizer)
+	added := controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerDeletionPolicy)
+	recorded := recordFailoverDefault(obj, r.Kind.Clusters.View(obj), r.FailoverByDefault)
+	if !added && !recorded {
+		return nil
+	}
 	return r.Client.Patch(ctx, obj, patch)
 }
 

@@ -3,11 +3,15 @@ package database
 import (
 	"os"
 
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 )
+
+// flagFailoverDefault is the Database controller's one setting.
+const flagFailoverDefault = "database-failover-default"
 
 // Registration is how the registry knows the Database controller. It lists
 // no Owns: its objects include Secrets, ConfigMaps and pods, which other
@@ -18,9 +22,16 @@ var Registration = registration.Controller{
 	Name:        Name,
 	ValuesKey:   "database",
 	AddToScheme: dbv1.AddToScheme,
+	Flags: func(fs *pflag.FlagSet) {
+		fs.Bool(flagFailoverDefault, true, "automatic failover for a new PostgreSQL Database that leaves spec.failover.enabled unset (recorded on it when first seen: annotation "+AnnotationFailoverDefault+")")
+	},
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
 		// The chart sets the operator's own image: database pods copy
 		// the instance agent from it (spec.failover).
-		return Setup(mgr, Options{WatchNamespaces: s.GetStringSlice("watch-namespaces"), OperatorImage: os.Getenv("DECKHAND_OPERATOR_IMAGE")})
+		return Setup(mgr, Options{
+			WatchNamespaces:   s.GetStringSlice("watch-namespaces"),
+			OperatorImage:     os.Getenv("DECKHAND_OPERATOR_IMAGE"),
+			FailoverByDefault: s.GetBool(flagFailoverDefault),
+		})
 	},
 }

@@ -260,7 +260,7 @@ func TestAVerificationNeverOutranksTheServersForCPU(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "db-uid"},
 				Kind:       DatabaseKind,
 				Spec: dbv1.DatabaseSpec{Name: "app", Port: 5432, StorageSize: "1Gi", Replicas: 2, Image: "postgres:15.4", Engine: dbv1.EnginePostgreSQL,
-					Resources: tc.servers, Failover: &dbv1.FailoverSpec{Enabled: tc.failover},
+					Resources: tc.servers, Failover: &dbv1.FailoverSpec{Enabled: ptr.To(tc.failover)},
 					Backup: &dbv1.BackupSpec{Verify: &dbv1.BackupVerify{Resources: tc.verify}}},
 			}
 			servers := statefulSet(db, eng, nil)

@@ -158,6 +158,9 @@ a YAML list with each rule once: several controllers need the same rule
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
 {{- end }}
+{{- if and .Values.controllers.database.enabled (not .Values.controllers.database.failoverByDefault) }}
+{{- $_ := set $cfg "database-failover-default" false }}
+{{- end }}
 {{- with .Values.controllers.jmxExporter }}
 {{- if .enabled }}
 {{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
@@ -184,6 +187,7 @@ health-probe-bind-address: healthProbe.port
 log-level: logLevel
 log-format: logFormat
 configmonitor-ignore-secrets: controllers.configMonitor.secrets
+database-failover-default: controllers.database.failoverByDefault
 jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)

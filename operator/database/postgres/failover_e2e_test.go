@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/syncbuf"
@@ -172,7 +173,7 @@ func newFailoverSetupWithAgentArgs(t *testing.T, replicas int32, change func(*db
 		Spec: dbv1.DatabaseSpec{
 			Name: appDatabase, Port: e.freePort(), StorageSize: "1Gi", Replicas: replicas, Image: e.image,
 			PodTemplate: &dbv1.PodTemplate{NodeSelector: selector},
-			Failover:    &dbv1.FailoverSpec{Enabled: true, PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
+			Failover:    &dbv1.FailoverSpec{Enabled: ptr.To(true), PrimaryGoneAfter: &metav1.Duration{Duration: 2 * time.Second}},
 		},
 	}
 	if change != nil {

@@ -195,8 +195,8 @@ type DatabaseSpec struct {
 	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
 
 	// Failover: automatic failover of a PostgreSQL primary that is gone
-	// (docs/database.md, Failover). Off by default for now: it is proven
-	// on the host's PostgreSQL, not yet on a real node.
+	// (docs/database.md, Failover). On by default for a Database created
+	// under this operator (failover.enabled).
 	// +optional
 	Failover *FailoverSpec `json:"failover,omitempty"`
 
@@ -232,11 +232,15 @@ type FailoverSpec struct {
 	// Enabled: each server pod runs the instance agent
 	// (deckhand-instance), the operator asks it for its server's status
 	// every second, and a primary gone longer than primaryGoneAfter is
-	// fenced and its most advanced healthy standby promoted. Default
-	// false. Turning it on changes the pod template (every pod restarts
-	// once).
+	// fenced and its most advanced healthy standby promoted. Unset: the
+	// default the operator recorded on the Database when it first saw it
+	// (annotation stable.imaginedata.co/failover-default): the operator's
+	// (on, unless the chart's controllers.database.failoverByDefault is
+	// false) for a new Database, off for one an older operator already
+	// ran, which an upgrade of the operator must not restart. Turning it
+	// on or off changes the pod template (every pod restarts once).
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// PrimaryGoneAfter is how long the primary may be unhealthy before it
 	// is failed over; default 10s: a container killed once restarts and
