@@ -206,3 +206,21 @@ func TestHealthProbeAndMetricsNeedTwoPorts(t *testing.T) {
 	require.NoError(t, renderErr(t, "healthProbe.port=8080", "metrics.enabled=false"), "no metrics listener, no clash")
 	require.NoError(t, renderErr(t, fmt.Sprintf("healthProbe.port=%d", 9443)))
 }
+
+// Only an explicit controllers.database.failoverByDefault=false reaches
+// the operator's config. Unset, as after helm upgrade --reuse-values from
+// a chart without the value (helm then keeps the old chart's values), the
+// operator keeps its default: failover on for new Databases.
+func TestDatabaseFailoverDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want any
+	}{
+		{"controllers.database.failoverByDefault=false", false},
+		{"controllers.database.failoverByDefault=true", nil},
+		{"controllers.database.failoverByDefault=null", nil},
+	} {
+		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
+		assert.Equal(t, tc.want, got["database-failover-default"], tc.set)
+	}
+}

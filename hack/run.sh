@@ -64,12 +64,15 @@ if [[ $mode == node ]]; then
 else
   # The chart installs CRDs, RBAC, the operator's config and the demo. Its
   # Deployment is scaled to 0: the operator runs here, with the chart's
-  # config and ServiceAccount.
+  # config and ServiceAccount. Failover is off by default here: it asks
+  # each database pod's agent at the pod's address, which an operator
+  # outside the cluster cannot reach (and kwok's pods have none).
   echo ">> helm upgrade --install $release charts/deckhand -n $namespace"
   # shellcheck disable=SC2086
   "$helm" upgrade --install "$release" charts/deckhand -n "$namespace" --create-namespace \
     --take-ownership --wait --timeout 120s \
-    --set replicaCount=0 --set demo.enabled=true ${DECKHAND_HELM_ARGS:-} >/dev/null
+    --set replicaCount=0 --set demo.enabled=true --set controllers.database.failoverByDefault=false \
+    ${DECKHAND_HELM_ARGS:-} >/dev/null
 fi
 
 work=$(mktemp -d)

@@ -25,6 +25,8 @@ import (
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	magalixv1 "github.com/deckhand-dev/deckhand/operator/apis/magalix/v1"
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // A Database on the real node, run by the chart's operator from its image
@@ -53,6 +55,7 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	}
 	require.NoError(t, c.Create(ctx, db))
 	waitDatabaseReady(ctx, t, c, ns, name)
+	failoverOnByDefault(ctx, t, cs, c, ns, name)
 
 	orphanDyingLeavesTheServerUp(ctx, t, cfg, cs, ns, servedBy(ctx, t, cs, ns, name+"-rw"))
 
@@ -116,6 +119,23 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	assert.Equal(t, sortedRows(rows+",three "+token),
 		psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY v) FROM notes"),
 		"the rows of the final backup, restored")
+}
+
+// failoverOnByDefault: the chart's operator gave the Database, which does
+// not set spec.failover.enabled, automatic failover, recorded on it, and
+// its pods run the instance agent.
+func failoverOnByDefault(ctx context.Context, t testing.TB, cs clientset, c client.Client, ns, name string) {
+	t.Helper()
+	var db dbv1.Database
+	require.NoError(t, c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &db))
+	assert.Equal(t, "true", db.Annotations[database.AnnotationFailoverDefault], "the recorded failover default of a new Database")
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name+"-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	var containers []string
+	for _, ctr := range pod.Spec.Containers {
+		containers = append(containers, ctr.Name)
+	}
+	assert.Contains(t, containers, instance.AgentContainer, "the instance agent in %s", pod.Name)
 }
 
 // orphanDyingLeavesTheServerUp starts a process in the server's container

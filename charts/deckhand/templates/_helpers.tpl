@@ -158,7 +158,9 @@ a YAML list with each rule once: several controllers need the same rule
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
 {{- end }}
-{{- if and .Values.controllers.database.enabled (not .Values.controllers.database.failoverByDefault) }}
+{{- /* Only an explicit false: helm upgrade --reuse-values from a chart
+without the value leaves it unset, which keeps the operator's default. */}}
+{{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.failoverByDefault) "false") }}
 {{- $_ := set $cfg "database-failover-default" false }}
 {{- end }}
 {{- with .Values.controllers.jmxExporter }}
