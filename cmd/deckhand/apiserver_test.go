@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -20,11 +21,12 @@ import (
 
 // The operator started while its API server is down (its container
 // restarted during an outage, or its process started afresh after the
-// outage cost it its Lease) waits for the API server instead of exiting:
-// each exit grows the kubelet's back-off, and on the real node the
-// operator came back 20 s after the API server did, with a failover
-// waiting on it. Here the operator's API server address answers nothing
-// (connection refused) until a proxy to the real API server opens on it.
+// outage cost it its Lease) waits for the API server instead of exiting,
+// and answers the liveness probe meanwhile: each exit or kill grows the
+// kubelet's back-off, and on the real node the operator came back 20 s
+// after the API server did, with a failover waiting on it. Here the
+// operator's API server address answers nothing (connection refused) until
+// a proxy to the real API server opens on it.
 func TestTheOperatorWaitsForAnAPIServerThatIsDownWhenItStarts(t *testing.T) {
 	c := testenv.Client(t)
 	testenv.InstallCRDs(t)
@@ -45,10 +47,23 @@ func TestTheOperatorWaitsForAnAPIServerThatIsDownWhenItStarts(t *testing.T) {
 	// fails at once if it has).
 	wait := time.Now().Add(3 * time.Second)
 	p.until("three seconds without an API server", func() bool { return time.Now().After(wait) })
+	// Meanwhile it is alive for the kubelet's liveness probe, and not
+	// ready.
+	assert.True(t, live(health), "/healthz while waiting for the API server")
+	assert.False(t, ready(health), "/readyz while waiting for the API server")
 
 	proxy(ctx, t, addr, apiServer)
 	p.until("its health endpoint, once the API server answers", func() bool { return ready(health) })
 	assert.Contains(t, p.log.String(), "the API server is ready")
+}
+
+func live(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // kubeconfigThrough writes a copy of the test cluster's kubeconfig whose

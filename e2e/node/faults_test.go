@@ -138,6 +138,17 @@ func (f *failoverCluster) operatorRestarts(pod string) int32 {
 	return p.Status.ContainerStatuses[0].RestartCount
 }
 
+// operatorPreviousLog is the end of the log of the operator container's
+// previous run (why it ended).
+func (f *failoverCluster) operatorPreviousLog(pod string) string {
+	tail := int64(40)
+	b, err := f.cs.CoreV1().Pods(operatorNamespace).GetLogs(pod, &corev1.PodLogOptions{Previous: true, TailLines: &tail}).DoRaw(f.ctx)
+	if err != nil {
+		return "(not read: " + err.Error() + ")"
+	}
+	return string(b)
+}
+
 // podIP is the address of one of the Database's pods.
 func (f *failoverCluster) podIP(pod string) string {
 	f.t.Helper()
@@ -300,7 +311,10 @@ func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
 	// waited for the API server in its process rather than exiting, so
 	// the kubelet counted no restart (each would grow its back-off, and
 	// the operator would come back long after the API server).
-	assert.Equal(t, restarts, f.operatorRestarts(operatorPod), "the operator's container restarted during the API server's outage")
+	if now := f.operatorRestarts(operatorPod); now != restarts {
+		assert.Fail(t, "the operator's container restarted during the API server's outage",
+			"restarts %d before, %d after; the end of its previous run's log:\n%s", restarts, now, f.operatorPreviousLog(operatorPod))
+	}
 	named, ok := endpoints.onlySince(f.podIP(rec.To), startedAt)
 	endpoints.finish()
 	require.True(t, ok, "-rw never listed the new primary %s alone as ready", rec.To)

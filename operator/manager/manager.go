@@ -133,7 +133,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 	}
 	mgr, err := ctrl.NewManager(rc, opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating manager: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", errCreatingManager, err)
 	}
 	if leaseEvents != nil {
 		// The Events controller-runtime's own lock records ("<identity>
@@ -232,13 +232,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := waitForAPIServer(ctx, rc); err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting: nothing ran
-		}
-		return fmt.Errorf("waiting for the API server at %s: %w", rc.Host, err)
+	mgr, selected, err := newWhenAPIServerServes(ctx, cfg, rc)
+	if ctx.Err() != nil {
+		return nil // stopped before it ran
 	}
-	mgr, selected, err := New(cfg, rc)
 	if err != nil {
 		return err
 	}
