@@ -334,7 +334,7 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 
 	err := steps.Run(context.Background(), rec, false)
 	require.ErrorIs(t, err, failover.ErrNamingFirst)
-	assert.Contains(t, err.Error(), "5s left")
+	assert.Contains(t, err.Error(), failover.DefaultNameFirstWait.String()+" left")
 	assert.Equal(t, []string{"fence db-0"}, ch.calls, "nothing detached or promoted yet")
 	assert.Equal(t, dbv1.FailoverPromoting, rec.Phase)
 	assert.Equal(t, "db-1", rec.To)
@@ -346,7 +346,7 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 
 	// A pass within the wait (an operator resuming the record, too)
 	// promotes nothing.
-	now = now.Add(4 * time.Second)
+	now = now.Add(failover.DefaultNameFirstWait - time.Second)
 	require.ErrorIs(t, steps.Run(context.Background(), rec, true), failover.ErrNamingFirst)
 	assert.Equal(t, []string{"fence db-0"}, ch.calls)
 
