@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -49,21 +48,12 @@ func TestTheOperatorWaitsForAnAPIServerThatIsDownWhenItStarts(t *testing.T) {
 	p.until("three seconds without an API server", func() bool { return time.Now().After(wait) })
 	// Meanwhile it is alive for the kubelet's liveness probe, and not
 	// ready.
-	assert.True(t, live(health), "/healthz while waiting for the API server")
+	assert.True(t, answers200(health, "/healthz"), "/healthz while waiting for the API server")
 	assert.False(t, ready(health), "/readyz while waiting for the API server")
 
 	proxy(ctx, t, addr, apiServer)
 	p.until("its health endpoint, once the API server answers", func() bool { return ready(health) })
 	assert.Contains(t, p.log.String(), "the API server is ready")
-}
-
-func live(addr string) bool {
-	resp, err := http.Get("http://" + addr + "/healthz")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
 
 // kubeconfigThrough writes a copy of the test cluster's kubeconfig whose

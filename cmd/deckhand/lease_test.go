@@ -128,8 +128,11 @@ func (p *operatorProcess) until(what string, cond func() bool) {
 	require.NoError(p.t, err, "%s; the operator's log:\n%s", what, p.log.String())
 }
 
-func ready(addr string) bool {
-	resp, err := http.Get("http://" + addr + "/readyz")
+func ready(addr string) bool { return answers200(addr, "/readyz") }
+
+// answers200: the operator's health endpoint at addr answers path with 200.
+func answers200(addr, path string) bool {
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return false
 	}
