@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -72,17 +73,20 @@ func (w *endpointsWatch) record(at time.Time, ready []string) {
 	w.changes = append(w.changes, endpointsChange{at: at, ready: ready})
 }
 
-// onlySince is when, at or after `since`, the Service first listed ip
-// alone as ready; false if it has not (yet).
-func (w *endpointsWatch) onlySince(ip string, since time.Time) (time.Time, bool) {
+// rwNamedAlone is when, at or after `since`, the watch first saw -rw list
+// the pod's address alone as ready; the test fails if it never did.
+func (f *failoverCluster) rwNamedAlone(w *endpointsWatch, pod string, since time.Time) time.Time {
+	f.t.Helper()
+	ip := f.podIP(pod)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range w.changes {
 		if !c.at.Before(since) && slices.Equal(c.ready, []string{ip}) {
-			return c.at, true
+			return c.at
 		}
 	}
-	return time.Time{}, false
+	require.FailNow(f.t, "-rw never listed the new primary alone as ready", "%s (%s) since %s; changes seen: %v", pod, ip, since.Format(time.StampMilli), w.changes)
+	return time.Time{}
 }
 
 func (w *endpointsWatch) finish() {

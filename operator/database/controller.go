@@ -24,7 +24,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -320,12 +319,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Kind.Clusters.SetStatus(obj, db)
 		return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, obj))
 	}
-	if err := r.ensureFinalizerAndDefaults(ctx, obj); err != nil {
-		if apierrors.IsConflict(err) {
-			// The cached Database is older than the API server's: the
-			// next pass reads the newer one (no error to log).
-			return ctrl.Result{RequeueAfter: staleRecheck}, nil
-		}
+	err := r.ensureFinalizerAndDefaults(ctx, obj)
+	if errors.Is(err, errStaleDatabase) {
+		return ctrl.Result{RequeueAfter: staleRecheck}, nil
+	}
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	before := obj.DeepCopyObject().(client.Object)

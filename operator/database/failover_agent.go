@@ -46,21 +46,27 @@ func failoverOn(db *Cluster) bool {
 
 // recordFailoverDefault sets AnnotationFailoverDefault on a PostgreSQL
 // cluster that has none, and reports whether it did: the operator's
-// default (byDefault) for a cluster it has never reconciled, "false" for
-// one an operator from before the annotation ran (its observedGeneration
-// is set), whose default was off.
-func recordFailoverDefault(obj client.Object, db *Cluster, byDefault bool) bool {
+// default (r.FailoverByDefault) for a cluster it has never reconciled,
+// "false" for one an operator from before the annotation ran (its
+// observedGeneration is set), whose default was off. It runs on every
+// pass: the cluster's view (a copy) is built only for one without the
+// annotation, of a kind that serves PostgreSQL.
+func (r *Reconciler) recordFailoverDefault(obj client.Object) bool {
+	annotations := obj.GetAnnotations()
+	if _, ok := annotations[AnnotationFailoverDefault]; ok {
+		return false
+	}
+	if _, ok := r.Kind.Engines[dbv1.EnginePostgreSQL]; !ok {
+		return false
+	}
+	db := r.Kind.Clusters.View(obj)
 	if engineOf(db) != dbv1.EnginePostgreSQL {
 		return false
 	}
-	if _, ok := obj.GetAnnotations()[AnnotationFailoverDefault]; ok {
-		return false
-	}
-	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AnnotationFailoverDefault] = strconv.FormatBool(byDefault && db.Status.ObservedGeneration == 0)
+	annotations[AnnotationFailoverDefault] = strconv.FormatBool(r.FailoverByDefault && db.Status.ObservedGeneration == 0)
 	obj.SetAnnotations(annotations)
 	return true
 }

@@ -80,18 +80,23 @@ func scheduledBackupName(db *Cluster, at time.Time) string {
 // ensureFinalizerAndDefaults puts the finalizer on every Database before
 // the operator makes anything for it, so nothing it made is deleted
 // without the deletionPolicy, and records its failover default
-// (AnnotationFailoverDefault) in the same write.
+// (AnnotationFailoverDefault) in the same write. A write that meets a
+// newer Database is errStaleDatabase: the cache is behind.
 func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.Object) error {
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	added := controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerDeletionPolicy)
-	recorded := recordFailoverDefault(obj, r.Kind.Clusters.View(obj), r.FailoverByDefault)
+	recorded := r.recordFailoverDefault(obj)
 	if !added && !recorded {
 		return nil
 	}
-	return r.Client.Patch(ctx, obj, patch)
+	err := r.Client.Patch(ctx, obj, patch)
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: %w", errStaleDatabase, err)
+	}
+	return err
 }
 
 // finalize carries out the deletionPolicy. It reports gone once the

@@ -115,16 +115,9 @@ func waitForAPIServer(ctx context.Context, rc *rest.Config) error {
 			return true, nil
 		}
 		if time.Since(lastLog) >= 10*time.Second {
-			log.Info("waiting for the API server to be ready before starting", "host", rc.Host, "status", code, "error", errString(err))
+			log.Info("waiting for the API server to be ready before starting", "host", rc.Host, "status", code, "error", err)
 			lastLog = time.Now()
 		}
 		return false, nil
 	})
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
