@@ -11,6 +11,7 @@ CLUSTER := hack/cluster.sh
 tool     = $(shell $(TOOLS) dir $(1))/$(2)
 CONTROLLER_GEN = $(call tool,controller-gen,controller-gen)
 HELM_DOCS      = $(call tool,helm-docs,helm-docs)
+CRD_REF_DOCS   = $(call tool,crd-ref-docs,crd-ref-docs)
 KUBECTL        = $(call tool,kube,kubectl)
 IMAGE ?= deckhand:dev
 # The operator's version: the chart's appVersion, stamped into the binary and the image.
@@ -51,18 +52,19 @@ env: ## print exports for the pinned tools and the local cluster: eval "$$(make 
 
 ##@ development
 .PHONY: generate
-generate: ## regenerate deepcopy code, CRDs, the chart's generated templates, schema and README
-	@$(TOOLS) build controller-gen helm-docs
+generate: ## regenerate deepcopy code, CRDs, the chart's generated templates, schema and README, docs/api-reference.md
+	@$(TOOLS) build controller-gen helm-docs crd-ref-docs
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./operator/apis/...
 	rm -f crds/*.yaml
 	$(CONTROLLER_GEN) crd paths=./operator/apis/... output:crd:dir=crds
 	go run ./hack/genchart --controller-gen $(CONTROLLER_GEN)
 	$(HELM_DOCS) --log-level warning --chart-search-root charts --sort-values-order file
+	go run ./hack/apidocs --crd-ref-docs $(CRD_REF_DOCS)
 
 .PHONY: verify
 verify: generate ## fail when a generated file is stale
-	@if [ -n "$$(git status --porcelain -- crds operator/apis charts)" ]; then \
-	  git status --porcelain -- crds operator/apis charts; git --no-pager diff --stat -- crds operator/apis charts; \
+	@if [ -n "$$(git status --porcelain -- crds operator/apis charts docs/api-reference.md)" ]; then \
+	  git status --porcelain -- crds operator/apis charts docs/api-reference.md; git --no-pager diff --stat -- crds operator/apis charts docs/api-reference.md; \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
 	@echo "generated files are up to date"
 

@@ -16,7 +16,7 @@ cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The real node's tools (kubenode, containerd, coredns, below) are not in
 # this list: hack/node.sh builds them on demand (`hack/tools.sh build
 # kubenode`), so a plain `build` or `path` stays as the kwok suite needs it.
-tools=(etcd kube kwok helm controller-gen ct helm-docs)
+tools=(etcd kube kwok helm controller-gen ct helm-docs crd-ref-docs)
 
 # module path whose version keys the cache, per tool
 declare -A pinned=(
@@ -27,6 +27,7 @@ declare -A pinned=(
   [controller-gen]=sigs.k8s.io/controller-tools
   [ct]=github.com/helm/chart-testing/v3
   [helm-docs]=github.com/norwoodj/helm-docs
+  [crd-ref-docs]=github.com/elastic/crd-ref-docs
   [kubenode]=k8s.io/kubernetes
   [containerd]=github.com/containerd/containerd/v2
   [coredns]=github.com/coredns/coredns
@@ -40,6 +41,7 @@ declare -A packages=(
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen
   [ct]=github.com/helm/chart-testing/v3/ct
   [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs
+  [crd-ref-docs]=github.com/elastic/crd-ref-docs
   [kubenode]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
   [containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
   [coredns]=github.com/coredns/coredns
@@ -49,7 +51,7 @@ declare -A packages=(
 declare -A tags=([containerd]="no_btrfs no_zfs no_devmapper")
 # Bump a tool's recipe when its build flags change, so caches rebuild it.
 declare -A recipe=([helm]=2)
-declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6)
+declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [crd-ref-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
   awk -v m="${pinned[$1]}" '$1 == m || ($1 == "require" && $2 == m) { v = ($1 == m) ? $2 : $3 } END { print v }' \
