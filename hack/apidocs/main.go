@@ -43,7 +43,7 @@ func main() {
 	}
 	var doc bytes.Buffer
 	doc.WriteString(header)
-	doc.Write(bytes.TrimSpace(fields))
+	doc.Write(bytes.TrimSpace(disambiguate(fields)))
 	doc.WriteString("\n\n")
 	writeAdmissionRules(&doc, crds)
 	if err := os.WriteFile(*out, doc.Bytes(), 0o644); err != nil {
@@ -67,6 +67,64 @@ func renderFields(bin, config, apis string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	return os.ReadFile(file)
+}
+
+// disambiguate gives a type whose name exists in more than one API group
+// (Retention, Phase, ...) a heading, and so an anchor, that names its group,
+// and points that group's links at it: crd-ref-docs links every type by its
+// bare name, which would send a reader of one group to another's type.
+func disambiguate(md []byte) []byte {
+	sections := splitGroups(string(md))
+	seen := map[string]int{}
+	for _, sec := range sections {
+		for _, name := range typeHeadings(sec) {
+			seen[name]++
+		}
+	}
+	var out strings.Builder
+	for _, sec := range sections {
+		group, ok := strings.CutPrefix(strings.SplitN(sec, "\n", 2)[0], "## ")
+		if ok {
+			for _, name := range typeHeadings(sec) {
+				if seen[name] < 2 {
+					continue
+				}
+				titled := name + " (" + group + ")"
+				sec = strings.ReplaceAll(sec, "\n#### "+name+"\n", "\n#### "+titled+"\n")
+				sec = strings.ReplaceAll(sec, "](#"+strings.ToLower(name)+")", "](#"+anchor(titled)+")")
+			}
+		}
+		out.WriteString(sec)
+	}
+	return []byte(out.String())
+}
+
+// splitGroups cuts the document before each level-two heading.
+func splitGroups(md string) []string {
+	var parts []string
+	for {
+		i := strings.Index(md, "\n## ")
+		if i < 0 {
+			return append(parts, md)
+		}
+		parts = append(parts, md[:i+1])
+		md = md[i+1:]
+	}
+}
+
+func typeHeadings(section string) []string {
+	var names []string
+	for _, line := range strings.Split(section, "\n") {
+		if name, ok := strings.CutPrefix(line, "#### "); ok {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// anchor is the id GitHub gives a heading.
+func anchor(heading string) string {
+	return strings.NewReplacer(" ", "-", ".", "", "/", "", "(", "", ")", "").Replace(strings.ToLower(heading))
 }
 
 func readCRDs(dir string) ([]apiextensionsv1.CustomResourceDefinition, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -66,4 +67,34 @@ func countValidations(v any) int {
 
 func TestCellsKeepATableIntact(t *testing.T) {
 	require.Equal(t, `a \|\| b c`, cell("a || b\n   c"))
+}
+
+// Every link inside the committed reference lands on exactly one heading:
+// types of the same name in two groups must not send a reader to the other
+// group's type.
+func TestEveryLinkInTheReferenceLandsOnOneHeading(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "api-reference.md"))
+	require.NoError(t, err)
+	anchors := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "#") {
+			anchors[anchor(strings.TrimSpace(strings.TrimLeft(line, "#")))]++
+		}
+	}
+	links := regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(string(data), -1)
+	require.NotEmpty(t, links)
+	for _, l := range links {
+		require.Equal(t, 1, anchors[l[1]], "link #%s", l[1])
+	}
+}
+
+func TestDisambiguateNamesTheGroupOfATypeNameTwoGroupsUse(t *testing.T) {
+	in := "## a.io/v1\n\n#### Retention\n\n| `r` _[Retention](#retention)_ |\n\n#### Only\n\n" +
+		"## b.io/v1\n\n#### Retention\n\nsee [Retention](#retention)\n"
+	out := string(disambiguate([]byte(in)))
+	require.Contains(t, out, "#### Retention (a.io/v1)\n")
+	require.Contains(t, out, "[Retention](#retention-aiov1)")
+	require.Contains(t, out, "#### Retention (b.io/v1)\n")
+	require.Contains(t, out, "[Retention](#retention-biov1)")
+	require.Contains(t, out, "#### Only\n")
 }
