@@ -20,8 +20,8 @@ import (
 // Its password is never shown in a refusal.
 const exitingConfig = testConfig + "username: monitor\npassword: jmx-Pa55-never-shown\nhostPort: localhost:9999\n"
 
-// Issue 22 item 1: a changed ConfigMap is checked before it is copied; a
-// refused one leaves the running agent's file as it was and says why.
+// A changed ConfigMap is checked before it is copied; a refused one
+// leaves the running agent's file as it was and says why.
 func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	f := newPodFixture(t, exporter("exp", time.Now(), 9400))
 	f.reconcile()
@@ -74,8 +74,8 @@ func TestPodReconcilerRefusesAConfigChangeTheAgentWouldExitOn(t *testing.T) {
 	assert.Contains(t, evs[0], "ConfigUpdated")
 }
 
-// Issue 22 items 1 and 2: at attach the configuration is checked before
-// anything is copied or run in the container.
+// At attach the configuration is checked before anything is copied or
+// run in the container.
 func TestPodReconcilerRefusesAnExitingConfigBeforeAttaching(t *testing.T) {
 	for name, config := range map[string]string{
 		"jmxUrl":                 "jmxUrl: service:jmx:rmi:///jndi/rmi://localhost:9999/jmxrmi\n",

@@ -69,8 +69,7 @@ func targetDir(t *testing.T) string {
 // A container's root copies the files and attaches to a JVM of another
 // user: the directory is root's with 0755, the files 0644 (the helper
 // 0755), so the JVM reads the agent and its configuration and can change
-// nothing root runs. Before, the directory was 0700 and the JVM could not
-// read the files.
+// nothing root runs.
 func TestRootCopiesFilesANonRootJVMCanReadButNotChange(t *testing.T) {
 	marker := jvmtest.Marker(t)
 	c := &container{exec: hostExec{}, pod: &corev1.Pod{}, name: "app", dir: targetDir(t)}

@@ -106,8 +106,7 @@ func (p *PodExecutor) Exec(ctx context.Context, pod *corev1.Pod, container strin
 // never blocking the stream. The buffer is a field, not embedded: an
 // embedded bytes.Buffer's ReadFrom would let io.Copy (which the exec
 // stream uses) write past max. The mutex: an exec that times out returns
-// while the stream's copy goroutine may still write (the race detector
-// caught it).
+// while the stream's copy goroutine may still write.
 type boundedBuffer struct {
 	mu        sync.Mutex
 	buf       bytes.Buffer

@@ -241,7 +241,7 @@ func TestEachImageChangeOfAMySQLClusterTakesABackupOfItsOwn(t *testing.T) {
 
 // An instance's file is deleted by a Job that runs as the cluster's
 // spec.runAsUser, recorded on the instance (status.runAsUser), even once
-// the cluster is gone; it used to run as 999.
+// the cluster is gone.
 func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -272,7 +272,7 @@ func TestTheJobThatDeletesAnInstancesFileRunsAsTheClustersUser(t *testing.T) {
 }
 
 // The Job that deletes an instance's file runs where the cluster's pods
-// may run: its spec.nodeSelector and spec.tolerations (issue 21).
+// may run: its spec.nodeSelector and spec.tolerations.
 func TestTheJobThatDeletesAnInstancesFileRunsWhereTheClustersPodsRun(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)

@@ -677,7 +677,7 @@ func (c *configChecker) ssl(top *javaMap) *configProblem {
 	// Optional: without it the agent takes the JVM's
 	// -Djavax.net.ssl.keyStore (upstream's own SSL tests do so) and exits
 	// at start when that is unset too. The check cannot see the JVM's
-	// properties and lets it pass: a known gap, see docs/jmxexporter.md.
+	// properties and lets it pass: a known gap, see docs/design/jmxexporter.md.
 	file, p := stringSetting(ks, base+"/keyStore/filename", "filename", false)
 	if p != nil {
 		return p

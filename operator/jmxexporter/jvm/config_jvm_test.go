@@ -18,9 +18,9 @@ import (
 // (JmxCollector.exitOnConfigError), as the stand-in agent does.
 const hostPortRule = heapRule + "hostPort: localhost:9999\n"
 
-// Issue 22 item 1: the attach refuses a configuration with hostPort, and
-// the real JVM (JDK 17) lives on; the stand-in, loaded with it anyway,
-// exits the JVM as upstream does.
+// The attach refuses a configuration with hostPort, and the real JVM
+// (JDK 17) lives on; the stand-in, loaded with it anyway, exits the JVM
+// as upstream does.
 func TestAttachRefusesAHostPortConfigAndTheJVMLives(t *testing.T) {
 	marker := jvmtest.Marker(t)
 	j := jvmtest.Start(t, t.TempDir(), nil, marker)
@@ -43,9 +43,9 @@ func TestAttachRefusesAHostPortConfigAndTheJVMLives(t *testing.T) {
 	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
 }
 
-// Issue 22 item 1: upstream also exits after a reload that sets hostPort
-// (getLatestConfig calls exitOnConfigError on every scrape); this is why
-// the operator never copies such a change. The stand-in does the same.
+// Upstream also exits after a reload that sets hostPort (getLatestConfig
+// calls exitOnConfigError on every scrape); this is why the operator
+// never copies such a change. The stand-in does the same.
 func TestStandInAgentExitsTheJVMOnAReloadedHostPort(t *testing.T) {
 	marker := jvmtest.Marker(t)
 	j := jvmtest.Start(t, t.TempDir(), nil, marker)
@@ -65,8 +65,8 @@ func TestStandInAgentExitsTheJVMOnAReloadedHostPort(t *testing.T) {
 	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
 }
 
-// Issue 22 item 2: `name: on` is a Boolean to the agent, a
-// ClassCastException at start that exits the JVM; the attach refuses it.
+// `name: on` is a Boolean to the agent, a ClassCastException at start
+// that exits the JVM; the attach refuses it.
 func TestAttachRefusesAYAML11BooleanName(t *testing.T) {
 	marker := jvmtest.Marker(t)
 	j := jvmtest.Start(t, t.TempDir(), nil, marker)

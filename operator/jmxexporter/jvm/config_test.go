@@ -71,13 +71,13 @@ var upstreamCases = []configCase{
 // ObjectNameAttributeFilter and HTTPServerFactory (1.0.1), and from
 // SnakeYAML 2.2's YAML 1.1 resolver.
 var agentCases = []configCase{
-	// Issue 22, item 1: the standalone exporter's settings exit the agent.
+	// The standalone exporter's settings exit the agent.
 	{"hostPort", "hostPort: localhost:9999\n", exit, exit, "hostPort is set"},
 	{"jmxUrl", "jmxUrl: service:jmx:rmi:///jndi/rmi://localhost:9999/jmxrmi\n", exit, exit, "jmxUrl is set"},
 	{"hostPort and jmxUrl", "hostPort: a:1\njmxUrl: b\n", exit, log, "at most one of hostPort and jmxUrl"},
 	{"empty jmxUrl", "jmxUrl: ''\n", accept, accept, ""},
 	{"null jmxUrl", "jmxUrl:\n", exit, log, "jmxUrl is null"},
-	// Issue 22, item 2: YAML 1.1 scalars.
+	// YAML 1.1 scalars.
 	{"lowercaseOutputName: yes", "lowercaseOutputName: yes\n", accept, accept, ""},
 	{"lowercaseOutputName: On", "lowercaseOutputName: On\nlowercaseOutputLabelNames: off\n", accept, accept, ""},
 	{"lowercaseOutputName: y is a String in SnakeYAML", "lowercaseOutputName: y\n", exit, log, "is a String, not a Boolean"},
@@ -189,7 +189,7 @@ func TestConfigCheckFollowsTheAgent(t *testing.T) {
 
 // TestCheckConfigRefusesWhatWouldExitTheJVM: the helper's check before an
 // attach refuses every configuration the agent exits the JVM over, and
-// takes what the agent takes (issue 22, items 1 and 2).
+// takes what the agent takes.
 func TestCheckConfigRefusesWhatWouldExitTheJVM(t *testing.T) {
 	for config, refused := range map[string]bool{
 		"hostPort: localhost:9999\n":                         true,

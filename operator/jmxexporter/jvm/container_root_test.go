@@ -37,9 +37,9 @@ func runHelperAsContainerRoot(t *testing.T, helper string, o AttachOptions, extr
 	return helperResult(t, out)
 }
 
-// The done-when: a real JDK 17 JVM running as another user than
-// the exec, the exec a container's root without CAP_SYS_PTRACE, and the
-// JVM started with -Xrs (its attach socket is open from the start).
+// A real JDK 17 JVM running as another user than the exec, the exec a
+// container's root without CAP_SYS_PTRACE, with and without -Xrs (its
+// attach socket is open from the start): the helper attaches.
 func TestContainerRootAttachesToAnotherUsersJVM(t *testing.T) {
 	for _, flags := range [][]string{nil, {"-Xrs"}} {
 		t.Run(fmt.Sprint(flags), func(t *testing.T) {
@@ -60,9 +60,9 @@ func TestContainerRootAttachesToAnotherUsersJVM(t *testing.T) {
 
 // An exporter given in JAVA_TOOL_OPTIONS is only visible in the JVM's
 // /proc/<pid>/environ, which a container's root cannot read for another
-// user. The helper reads it as the JVM's user and leaves the JVM alone;
-// before, it took the unreadable file for "no exporter" and the second
-// load exited the JVM.
+// user. The helper reads it as the JVM's user and leaves the JVM alone
+// (taking the unreadable file for "no exporter" would load a second one,
+// which exits the JVM).
 func TestContainerRootSeesAnExporterFromAnotherUsersEnvironment(t *testing.T) {
 	helper := buildHelper(t)
 	marker := jvmtest.Marker(t)

@@ -416,7 +416,7 @@ func (p *javaRegex) backReference(n int) {
 }
 
 // boundedBehind: JDK 17 takes an unbounded repetition inside a
-// lookbehind (the oracle test found it), JDK 8 refuses it, and the JVM's
+// lookbehind (oracle_test.go shows it), JDK 8 refuses it, and the JVM's
 // JDK is not known here.
 func (p *javaRegex) boundedBehind() {
 	if p.behind > 0 {
@@ -455,7 +455,7 @@ var javaProperties = map[string]bool{}
 
 // javaScripts are the scripts accepted as \p{IsX}: ones every JDK since 8
 // (Unicode 6.2) knows. Go's tables are newer (JDK 17 refuses Unicode 14's
-// Toto, the oracle test found), and the JVM's JDK is not known here.
+// Toto, as oracle_test.go shows), and the JVM's JDK is not known here.
 var javaScripts = map[string]bool{}
 
 func init() {

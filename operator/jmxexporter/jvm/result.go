@@ -19,8 +19,9 @@ const (
 	// safe and may help.
 	Failed = "Failed"
 	// Unknown: the load command was sent but its outcome is unknown. It is
-	// never retried: loading the agent twice would make the second one
-	// fail to bind its port, and the agent exits the JVM when that happens.
+	// never retried: a second agent in one JVM exits it (its metrics'
+	// registration or its port's bind fails, and the agent calls
+	// System.exit).
 	Unknown = "Unknown"
 	// Serving and NotServing are the outcomes of verify.
 	Serving    = "Serving"
