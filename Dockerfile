@@ -12,7 +12,7 @@ COPY operator/ operator/
 ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/deckhand ./cmd/deckhand
 # The PostgreSQL instance agent: a database pod's init container copies it
-# from this image into an emptyDir (docs/database.md, "The instance channel").
+# from this image into an emptyDir (docs/design/database-failover.md, "The instance channel").
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o /out/lib/deckhand-instance ./cmd/deckhand-instance
 # The JMX exporter's attach helper, copied by the operator into Java
 # containers of either architecture: static, no cgo.

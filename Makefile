@@ -39,7 +39,7 @@ cluster-down: ## delete the local cluster, and the real-node cluster if one is u
 	@hack/node.sh down
 
 .PHONY: node-cluster
-node-cluster: ## start (or restart) the real-node cluster (needs root; docs/realnode.md); last line is its export KUBECONFIG=...
+node-cluster: ## start (or restart) the real-node cluster (needs root; docs/development/realnode.md); last line is its export KUBECONFIG=...
 	@hack/node.sh up
 
 .PHONY: node-ct
@@ -105,7 +105,7 @@ test: test-deps verify lint chart-lint ## every test: unit and integration (real
 
 # Benchmarks run one package at a time (-p 1): two benchmarks sharing the
 # cores would measure each other. BENCH selects some (a go test -bench
-# pattern); docs/performance.md has the line for each table.
+# pattern); docs/performance.md gives the command for each figure.
 BENCH ?= .
 .PHONY: bench
 bench: ## benchmarks, one package at a time (print numbers next to a floor; not pass/fail)

@@ -252,9 +252,9 @@ restart() {
 # exists says whether kwokctl knows the cluster. The list is read whole
 # before it is searched: under pipefail, `kwokctl get clusters | grep -q`
 # fails whenever grep's early exit kills kwokctl with SIGPIPE while it still
-# prints a later cluster's name, and `up` then took a stopped cluster for a
-# missing one and ran `kwokctl create` on it, which fails on the CRDs it
-# made the first time (a make test run lost e2e/faults' restart to it).
+# prints a later cluster's name, and `up` would then take a stopped
+# cluster for a missing one and run `kwokctl create` on it, which fails on
+# the CRDs it made the first time (e2e/faults' restart would be lost).
 exists() {
   local clusters
   clusters=$("$kwokctl" get clusters 2>/dev/null) || return 1
@@ -283,9 +283,9 @@ up() {
     ensure_nodes
   elif ! restart && ! { echo ">> restart failed; trying once more" >&2 && restart; }; then
     # A recreated cluster has new certificates and none of its objects: a
-    # fault test that stopped it cannot go on (make test run AJ failed on
-    # "certificate signed by unknown authority" after one restart failed
-    # under load), so a failed restart is tried once more first.
+    # fault test that stopped it cannot go on (its clients fail with
+    # "certificate signed by unknown authority"), and a restart can fail
+    # once under load, so a failed restart is tried once more first.
     echo ">> restart failed twice; recreating cluster $name" >&2
     recreate
   fi

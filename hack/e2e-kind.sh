@@ -139,7 +139,7 @@ wait_phase mysqlcluster my-cluster Ready
 kubectl -n "$dbns" exec pg-0 -- psql -v ON_ERROR_STOP=1 -d app -c 'CREATE TABLE e2e (v int); INSERT INTO e2e VALUES (42)'
 replicated pg-1 psql -At -d app -c 'SELECT v FROM e2e' \
   || { echo "PostgreSQL: the row written on the primary never reached the standby" >&2; exit 1; }
-# The standby streams as the replication role, not the superuser (docs/database.md).
+# The standby streams as the replication role, not the superuser (docs/design/database.md).
 streamer=$(kubectl -n "$dbns" exec pg-0 -- psql -At -d postgres -c 'SELECT usename FROM pg_stat_replication')
 [[ $streamer == deckhand_replication ]] \
   || { echo "PostgreSQL: the standby streams as \"$streamer\", not deckhand_replication" >&2; exit 1; }

@@ -17,24 +17,23 @@
 # Jobs and the API server far more than they use CPU; go test's default
 # runs two at a time on 2 cores.
 #
-# The real-node group (e2e/node, docs/realnode.md) starts with the raced
+# The real-node group (e2e/node, docs/development/realnode.md) starts with the raced
 # group; the e2e group follows the raced group. The node group starts the
 # node cluster (hack/node.sh up), runs go test ./e2e/node/ against it and
 # removes it (hack/node.sh down) when gotest.sh exits, failed or not.
-# All three groups at once took 16.8 minutes but drove the load to 24 on
-# 2 cores, and tests that pass at the usual load failed; the node group
-# after the raced group took 23 to 25 minutes (docs/performance.md, Test
-# time). DECKHAND_NODE=0 leaves it
-# out (and e2e/node then skips, saying why): the fast part alone, no root
-# needed for it.
+# Measured: all three groups at once drove the load to 24 on 2 cores, and
+# tests that pass at the usual load failed; the node group after the raced
+# group made the run 23 to 25 minutes (docs/performance.md has the current
+# times). DECKHAND_NODE=0 leaves it out (and e2e/node then skips, saying
+# why): the fast part alone, no root needed for it.
 #
 # GO_TEST_FLAGS is passed to every go test run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=$(go list -m)
-# operator/database/postgres second: once it ran its real-server tests
-# one at a time (470 s in CI) it came third and started only when
-# operator/mysqlcluster ended, the raced group's longest chain.
+# operator/database/postgres second: third, it would start only when
+# operator/mysqlcluster ended, and the two would make the raced group's
+# longest chain.
 slowest=(operator/database operator/database/postgres operator/mysqlcluster operator/jmxexporter
   hack/image operator/database/mysql operator/configmonitor)
 mapfile -t raced < <({ printf "$module/%s\n" "${slowest[@]}"; go list ./... | grep -v "^$module/e2e\(/\|$\)"; } | awk '!seen[$0]++')
@@ -120,7 +119,7 @@ timed() {
 # or the kubelet) waits on the node far more than it computes, and it is
 # the longest group. The e2e group follows the raced group: all three at
 # once drove the load to 24 on 2 cores and tests failed that pass at the
-# usual load (docs/performance.md, Test time).
+# usual load.
 node_pid=
 if [[ $node != 0 ]]; then
   node_started=1

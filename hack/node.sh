@@ -17,7 +17,7 @@
 #   hack/node.sh apiserver stop|start  kill the node cluster's kube-apiserver (SIGKILL) / start it again (fault tests)
 #   hack/node.sh kubelet stop|start    stop the node's kubelet (its containers keep running) / start it again (fault tests)
 #
-# Addresses (docs/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
+# Addresses (docs/development/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
 # 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
 # `deckhand` that the rest of the suite runs on.
 set -euo pipefail
@@ -66,7 +66,7 @@ use_tools() {
 
 log() { echo ">> $*" >&2; }
 
-# timed runs a step and logs how long it took (docs/realnode.md's timings).
+# timed runs a step and logs how long it took (docs/performance.md).
 timed() {
   local what=$1 start=$SECONDS
   shift
@@ -327,10 +327,11 @@ containerd_up() {
 
 # registry_hosts points every registry (containerd's _default host
 # namespace: docker.io and any other) at 127.0.0.1:1, where nothing
-# listens. Without it, a pod whose image was never imported made containerd
-# look up registry-1.docker.io through the machine's resolver ("dial tcp:
-# lookup registry-1.docker.io on 10.255.255.53:53: no such host"), traffic
-# off the machine; now the pull fails at once with "connection refused".
+# listens. Without it, a pod whose image was never imported makes
+# containerd look up registry-1.docker.io through the machine's resolver
+# ("dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such
+# host"), traffic off the machine; with it the pull fails at once with
+# "connection refused".
 registry_hosts() {
   mkdir -p "$state/certs.d/_default"
   cat >"$state/certs.d/_default/hosts.toml" <<EOF

@@ -1,15 +1,18 @@
 // Package faults is the fault campaign: what production does to an
-// operator (its leader killed, the API server stopped, a configuration
-// storm), done to the operator running as the chart runs it, and checked
-// for what users would lose: a workload rolled twice or never.
+// operator (its leader killed; the operator killed mid-rollout, mid-backup
+// or mid-upgrade; the API server stopped, or refusing and slow; a
+// configuration storm), done to the operator running as the chart runs it,
+// and checked for what users would lose: a workload rolled twice or never,
+// a backup or an upgrade run twice.
 //
 // These tests disrupt the cluster they run on, so they run on a second
 // local cluster of their own (DECKHAND_CLUSTER=deckhand-faults), started
 // here and deleted afterwards. The faults that disturb nothing but their
 // own namespace run first, side by side (TestFaultsConfinedToTheirNamespace);
 // the API-server stop and the storm (which times the API server) then run
-// alone. Timings are logged for docs/reliability.md; the assertions are
-// about what happened.
+// alone. Timings are logged (RESULT lines; docs/performance.md); the
+// assertions are about what happened. docs/development/reliability.md
+// describes the campaign.
 package faults
 
 import (

@@ -143,8 +143,8 @@ func failoverOnByDefault(ctx context.Context, t testing.TB, cs clientset, c clie
 // does when the kubelet gives up on the probe and its shell is gone. The
 // orphan is re-parented to the pod's PID 1; were that the postmaster, it
 // would take the death for a crashed backend and restart the server,
-// ending every session ("the database system is in recovery mode": a CI
-// run failed so). A session open meanwhile must end normally.
+// ending every session ("the database system is in recovery mode"). A
+// session open meanwhile must end normally.
 func orphanDyingLeavesTheServerUp(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, ns, podName string) {
 	t.Helper()
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})

@@ -16,7 +16,7 @@ import (
 )
 
 // RunsEnv sets how many times BenchmarkFailover repeats each fault
-// (default 10, as issue 25 asks).
+// (default 10).
 const RunsEnv = "DECKHAND_FAILOVER_RUNS"
 
 // SyncEnv, when set to k > 0, runs BenchmarkFailover with synchronous

@@ -614,12 +614,12 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 	// its data directory could not be read (so its container waits on
 	// the fence instead of failing into the kubelet's back-off), and lifts
 	// the fence now; it rejoins as a standby of the new one (pg_rewind)
-	// and the Database is Ready with every replica. Before, one make test
-	// run in three found it not rejoined 8 minutes later: its entrypoint
-	// took the unreadable directory for an empty one and cloned beside it
-	// at every restart, and a clone finished once the disk was back was
-	// moved into the old directory, which started as a second primary,
-	// was fenced, and stayed fenced (docs/database.md).
+	// and the Database is Ready with every replica. Were the fence lifted
+	// while the directory could not be read, its entrypoint would take the
+	// unreadable directory for an empty one and clone beside it at every
+	// restart, and a clone finished once the disk was back would be moved
+	// into the old directory, start as a second primary, be fenced, and
+	// stay fenced (docs/design/database-failover.md).
 	require.NoError(t, os.Chmod(data, 0o700))
 	back := time.Now()
 	f.liftFence(old, rec.To)
@@ -668,13 +668,13 @@ func (f *failoverCluster) waitFollowing(pod, primary string) {
 }
 
 // liftFence lifts the fence of the old primary through its agent, as a
-// person does today (docs/database.md), once its pod reads the new
-// primary's name: lifted before, it would start as a primary again. It
+// person does (docs/guides/database-failover.md), once its pod reads the
+// new primary's name: lifted before, it would start as a primary again. It
 // reads the name in the server container, which the kubelet may hold back
 // for up to 5 minutes (CrashLoopBackOff) when the same pod's server failed
 // to start again and again within 10 minutes: the benchmark's "cannot
-// come back" fault strikes each pod every third run, and its sixth run
-// waited past 3 minutes (2026-11-27).
+// come back" fault strikes each pod every third run, and a run has waited
+// past 3 minutes for it.
 func (f *failoverCluster) liftFence(old, primary string) {
 	f.t.Helper()
 	pod, err := f.cs.CoreV1().Pods(f.ns).Get(f.ctx, old, metav1.GetOptions{})
@@ -787,10 +787,10 @@ func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
 	// streams, as its agent says: a standby still reconnecting to a primary that restarted
 	// moments ago (wal_retrieve_retry_interval, 5 s) has not received
 	// what it took since, and a failover to it then loses those writes
-	// (the first runs here lost 8 to 10, acknowledged in the second
-	// after the restart and before the pod's deletion; docs/database.md).
-	// A restart slower than the bound (a loaded machine) was failed
-	// over: the old primary rejoins once its fence is lifted.
+	// (measured: 8 to 10, acknowledged in the second after the restart and
+	// before the pod's deletion; docs/design/database-failover.md).
+	// A restart slower than the bound (a loaded machine) is failed over:
+	// the old primary rejoins once its fence is lifted.
 	for _, rec := range failoversSince(afterKill.Failovers, killedAt.Add(-time.Second)) {
 		f.liftFence(rec.From, rec.To)
 	}

@@ -28,7 +28,7 @@ import (
 const jmxPort = 9404
 
 // A PrometheusJmxExporter on the real node: the chart's operator, from its
-// image (with the test stand-in agent: docs/realnode.md), with the JMX
+// image (with the test stand-in agent: docs/development/realnode.md), with the JMX
 // controller on for the test's namespace, attaches the agent to a JDK 17
 // application in a real container (deckhand-local/jdk-app, running as
 // 10001 with the default capabilities) through the real exec path: the
@@ -98,7 +98,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 }
 
 // A JVM started with -Xrs never handles SIGQUIT, and SIGQUIT's default
-// action would end it (issue 22 item 4). Such a JVM opens its attach
+// action would end it. Such a JVM opens its attach
 // socket at start, so the operator attaches it without a signal; when the
 // socket is gone (removed here, as a /tmp cleaner would), the operator
 // reports SignalNotHandled and does not signal it. Both containers keep
@@ -114,7 +114,7 @@ func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
 	// The JVM runs under a shell, as in many images' entrypoints: as the
 	// container's PID 1 it would survive SIGQUIT anyway, since the kernel
 	// delivers no signal to a PID namespace's init from inside it unless
-	// init handles that signal (docs/realnode.md).
+	// init handles that signal (docs/development/realnode.md).
 	xrs := []string{"/bin/sh", "-c", `java -Xrs -Xmx64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp /app App; echo "java exited: $?"`}
 	open := startJDKApp(ctx, t, cs, ns, "xrs-open", "xrs", xrs...)
 	gone := startJDKApp(ctx, t, cs, ns, "xrs-nosocket", "xrs", xrs...)

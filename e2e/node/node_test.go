@@ -8,12 +8,14 @@
 //
 // Tests that change what others share run alone, before the rest: chart
 // testing (it scales the cluster's operator to 0 while ct runs), seed 000's
-// demo (a helm upgrade of the cluster's release), the operator's own checks
-// and the node's basics. The tests of one workload each (PostgreSQL, MariaDB,
-// the JVMs, ConfigMonitor, TDSet, the instance agent) call t.Parallel first
-// thing: each has a namespace of its own and mostly waits on containers, a
-// server or the real clock, so together they take about as long as the
-// longest of them.
+// demo (a helm upgrade of the cluster's release), the operator's own checks,
+// the node's basics, and the faults of the cluster's own parts during a
+// failover (faults_test.go: the operator, the API server, the kubelet). The
+// tests of one workload each (PostgreSQL, MariaDB, the JVMs, ConfigMonitor,
+// TDSet, the instance agent, the failovers of failover_test.go) call
+// t.Parallel first thing: each has a namespace of its own and mostly waits
+// on containers, a server or the real clock, so together they take about as
+// long as the longest of them.
 package node
 
 import (
@@ -348,8 +350,9 @@ func tryExecIn(ctx context.Context, cfg *rest.Config, cs *kubernetes.Clientset, 
 
 // An image that was never imported is not fetched from anywhere: every
 // registry is 127.0.0.1:1 (hack/node.sh registry_hosts), so the pull fails
-// there, at once, with no DNS lookup or connection off the machine. Before,
-// containerd asked the machine's resolver for registry-1.docker.io.
+// there, at once, with no DNS lookup or connection off the machine.
+// Without that, containerd would ask the machine's resolver for
+// registry-1.docker.io.
 func TestRealNodePullsNoImageFromOffTheMachine(t *testing.T) {
 	_, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -69,8 +69,8 @@ func withClaim(pod *corev1.Pod, claim string) {
 // A new volume is writable by a server that runs as a user of its own,
 // as PostgreSQL's (UID 999) does: hostPath volumes ignore fsGroup, so the
 // provisioner makes each directory 0777, as kind's local-path does.
-// Before it did, the directory was root's, 0755, and the write below
-// failed with "Permission denied".
+// Without that, the directory is root's, 0755, and the write below fails
+// with "Permission denied".
 func TestRealNodeVolumeIsWritableByANonRootUser(t *testing.T) {
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -21,7 +21,7 @@ import (
 // waits that long before any failover resumes, and the renew deadline
 // shrinks with it (it must stay below the lease), which costs little since
 // a leader that stops leading starts afresh in its process instead of
-// exiting (docs/database.md, The operator itself killed).
+// exiting (docs/design/database-failover.md, The operator's Lease).
 const (
 	DefaultLeaseDuration = 10 * time.Second
 	DefaultRenewDeadline = 8 * time.Second

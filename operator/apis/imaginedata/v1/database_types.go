@@ -10,8 +10,8 @@ import (
 // +kubebuilder:validation:Enum=PostgreSQL
 type Engine string
 
-// Engines. MySQL and MariaDB come with the MySQLCluster work, behind the
-// same engine interface.
+// Engines. A Database runs PostgreSQL; MySQL and MariaDB run behind the
+// same engine interface under the MySQLCluster API (cr.mysqloperator.grtl.github.com).
 const (
 	EnginePostgreSQL Engine = "PostgreSQL"
 )
@@ -195,12 +195,12 @@ type DatabaseSpec struct {
 	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
 
 	// Failover: automatic failover of a PostgreSQL primary that is gone
-	// (docs/database.md, Failover). On by default for a Database created
+	// (docs/guides/database-failover.md). On by default for a Database created
 	// under this operator (failover.enabled).
 	// +optional
 	Failover *FailoverSpec `json:"failover,omitempty"`
 
-	// Replication: how the standbys replicate (docs/database.md,
+	// Replication: how the standbys replicate (docs/guides/database-failover.md,
 	// Synchronous replication).
 	// +optional
 	Replication *ReplicationSpec `json:"replication,omitempty"`
@@ -348,8 +348,9 @@ type FailoverRecord struct {
 	// From while its pod showed its server running, so From's own agent
 	// fences it once its pod reads the new name (the agent's guard), and
 	// To is promoted only after that had time to happen
-	// (docs/database.md, "Naming the new primary first"). Absent when the
-	// fence reached From or its pod showed its server stopped.
+	// (docs/design/database-failover.md, "Naming the new primary first").
+	// Absent when the fence reached From or its pod showed its server
+	// stopped.
 	// +optional
 	NamedFirst *metav1.Time `json:"namedFirst,omitempty"`
 	// StandbysDetached is when the name-first wait ended with From's pod
@@ -392,7 +393,7 @@ type FailoverRecord struct {
 	// acknowledged commit was on k of synchronousStandbys, so a standby
 	// is promoted only while at least len(synchronousStandbys) - k + 1 of
 	// them answer (one of those has every acknowledged commit), unless
-	// the failover is forced (docs/database.md).
+	// the failover is forced (docs/guides/database-failover.md).
 	// +optional
 	SynchronousQuorum int32 `json:"synchronousQuorum,omitempty"`
 	// Reason says why the standby was chosen.
