@@ -2,13 +2,21 @@
 // each Database it keeps a StatefulSet of a primary and streaming standbys
 // with a volume each, the Services in front of them, generated credentials,
 // the engine's scripts and an init Job that creates the database and the
-// role that owns it.
+// role that owns it; and its backups, restore, upgrades, deletion and
+// failover. The same core serves the MySQLCluster (operator/mysqlcluster)
+// through a Kind of its own (kind.go).
 //
-// The operator never connects to a database. It sees the servers through
-// the Kubernetes API: pod readiness (the kubelet runs the probes), Job
-// results, and what a Job reports in its container's termination message.
-// Engine knowledge (images, scripts, containers) lives behind the
-// engine.Engine interface; operator/database/postgres implements it.
+// The operator never connects to a database server and holds no database
+// password in memory. It sees the servers through the Kubernetes API (pod
+// readiness: the kubelet runs the probes; Job results and what a Job
+// reports in its container's termination message; the end of a standby's
+// log while it clones). With spec.failover.enabled it also asks the
+// instance agent in every pod (operator/database/postgres/instance) over
+// mutual TLS: the primary's agent on every pass of the failover watch,
+// once a second, and every other instance's while the primary is healthy
+// (failover.go). Engine knowledge (images, scripts, containers) lives
+// behind the engine.Engine interface; operator/database/postgres and
+// operator/database/mysql implement it. docs/design/database.md says why.
 package database
 
 import (
@@ -102,7 +110,7 @@ type Options struct {
 	// takes the major-upgrade path (backup, servers stopped, upgrade Job,
 	// new start), so that path can run on this machine's one PostgreSQL
 	// major. No flag, chart value or config key sets it: only Go code
-	// that calls Setup (tests) can. See docs/database.md, Upgrades.
+	// that calls Setup (tests) can. See docs/design/database.md, Upgrades.
 	MajorPathWithinMajor bool
 	// OperatorImage is the operator's own image: the database pods' init
 	// container copies the instance agent from it (spec.failover).

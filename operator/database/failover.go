@@ -22,17 +22,24 @@ import (
 
 // What happens when the primary dies (spec.failover.enabled): each pass
 // asks the primary's agent for its status (within instance.StatusTimeout)
-// and a pass a second keeps asking. A primary not healthy (its pod not
+// and a pass a second keeps asking; while the primary is healthy it asks
+// every other instance too (stray primaries, role questions, detached
+// standbys, a switchover's target). A primary not healthy (its pod not
 // ready, or its agent not reached, or its server down, not a primary, or
-// fenced) for longer than spec.failover.primaryGoneAfter is failed over
-// by failover.Steps: fenced through the channel (best effort), the
-// standby chosen by failover.ChooseStandby, promoted. The record in
-// status.failovers is written (a locked status write) before each step,
-// so a failover under way is resumed from it by the next pass, by this
-// operator or the next: the standby it names is the only one ever
-// promoted. Once it is promoted, status.currentPrimary names it, and the
-// scripts ConfigMap's primary key and the role labels follow in the same
-// pass (the read-write Service with them).
+// fenced) for longer than spec.failover.primaryGoneAfter (longer for a
+// server back as the primary, failover.GoneAfter) is failed over by
+// failover.Steps: fenced through the channel (best effort), the standby
+// chosen by failover.ChooseStandbyUnder (only one that holds every
+// acknowledged synchronous commit), promoted. When the fence did not reach
+// the old primary and its pod shows it running, the standby is named in
+// the scripts ConfigMap and the role labels first, and the standbys still
+// streaming are detached, so that the old primary fences itself before the
+// promotion. The record in status.failovers is written (a locked status
+// write) before each step, so a failover under way is resumed from it by
+// the next pass, by this operator or the next: the standby it names is the
+// only one ever promoted. Once it is promoted, status.currentPrimary names
+// it, and the scripts ConfigMap's primary key and the role labels follow
+// in the same pass (the read-write Service with them).
 
 // ConditionFailover says whether automatic failover watches the primary,
 // and each failover's step.
@@ -312,8 +319,9 @@ func (r *Reconciler) standbyObservations(ctx context.Context, db *Cluster, ch *i
 // an unfenced primary beside the healthy one. A failover whose fence did
 // not reach the old primary (its agent cut off from the operator, not
 // from its clients) leaves it taking writes on its open connections and
-// at its pod's address; on the real node it still did 2 minutes after its
-// agent was reachable again. Once its agent answers it is fenced, and it
+// at its pod's address; on the real node, without this fence, it still
+// did 2 minutes after its agent was reachable again. Once its agent
+// answers it is fenced, and it
 // rejoins as a standby when the fence is lifted (pg_rewind removes what
 // it took alone). others are the other instances' statuses of this pass.
 func (r *Reconciler) fenceStrayPrimaries(ctx context.Context, db *Cluster, ch *instance.Client, primary string, others []failover.Observation) {

@@ -90,6 +90,17 @@ func withAgent(db *Cluster, desired *appsv1.StatefulSet, operatorImage string) e
 	return instance.AddAgent(spec, instance.PodOptions{OperatorImage: operatorImage, TLSSecret: pods, Server: spec.Containers[0].Name, ScriptsVolume: engine.ScriptsVolume})
 }
 
+// keepParallel keeps a Parallel StatefulSet Parallel once failover is
+// turned off: the field cannot change in place, so asking for OrderedReady
+// would have every update refused. Parallel is right without the agent too:
+// a primary a failover left at a higher ordinal still starts after a
+// restart of every pod.
+func keepParallel(desired *appsv1.StatefulSet, l *live) {
+	if l.has("StatefulSet", desired.Name) && l.statefulSet.Spec.PodManagementPolicy == appsv1.ParallelPodManagement {
+		desired.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	}
+}
+
 // instanceHosts are the instances of the Database's ordinals, by the
 // names their certificates carry.
 func instanceHosts(db *Cluster) []instance.Instance {
@@ -246,6 +257,7 @@ func (r *Reconciler) writeInstanceSecret(ctx context.Context, db *Cluster, name 
 // that is not Parallel is recreated (parallel.go).
 func (r *Reconciler) wireInstanceChannel(ctx context.Context, db *Cluster, desired *appsv1.StatefulSet, l *live) (bool, error) {
 	if !failoverOn(db) {
+		keepParallel(desired, l)
 		return false, nil
 	}
 	if r.OperatorImage == "" {

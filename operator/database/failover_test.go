@@ -278,6 +278,48 @@ func gaugeValue(t *testing.T, name, ns, db string) float64 {
 	return -1
 }
 
+// Turning failover off on a Database that runs with it keeps its
+// StatefulSet (podManagementPolicy cannot change in place, so asking for
+// OrderedReady would have every update refused): the same StatefulSet,
+// still Parallel, its pods without the agent, the Database Ready.
+func TestTurningFailoverOffKeepsTheParallelStatefulSetAndDropsTheAgent(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperatorWith(t, ns, database.Options{OperatorImage: "example.org/deckhand:test"})
+	db := newDatabase(ns, "off", 2)
+	db.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true)}
+	require.NoError(t, c.Create(context.Background(), db))
+	waitFor(t, c, db, "Ready", ready)
+	before := get(t, c, ns, "off", &appsv1.StatefulSet{})
+	require.Equal(t, appsv1.ParallelPodManagement, before.Spec.PodManagementPolicy)
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Failover.Enabled = ptr.To(false)
+		return c.Update(context.Background(), &cur)
+	}))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var sts appsv1.StatefulSet
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "off"}, &sts))
+		assert.Equal(ct, before.UID, sts.UID, "the same StatefulSet")
+		assert.Equal(ct, appsv1.ParallelPodManagement, sts.Spec.PodManagementPolicy)
+		for _, ctr := range sts.Spec.Template.Spec.Containers {
+			assert.NotEqual(ct, instance.AgentContainer, ctr.Name, "the agent left the pod template")
+		}
+	}, wait, 100*time.Millisecond)
+	waitFor(t, c, db, "Ready with failover off", ready)
+	var cur dbv1.Database
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur))
+	for _, cond := range cur.Status.Conditions {
+		assert.NotEqual(t, "ApplyFailed", cond.Reason, "%s: %s", cond.Type, cond.Message)
+	}
+}
+
 // Turning failover on for an existing Database recreates its OrderedReady
 // StatefulSet as Parallel (a primary at a non-zero ordinal would deadlock
 // OrderedReady after a restart of every pod): the old one deleted with

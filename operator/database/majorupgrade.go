@@ -389,7 +389,7 @@ func (r *Reconciler) upgradeJob(ctx context.Context, db *Cluster, eng engine.Eng
 		// Node-local volumes: the data and backup volumes may be bound on
 		// different nodes, and no pod can mount both. The servers are down
 		// meanwhile: give up after upgradeTimeout.
-		why = fmt.Sprintf("its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/database.md, Upgrades)",
+		why = fmt.Sprintf("its pod cannot be scheduled (%s): with node-local volumes, %s and the backup volume %s must be on one node (docs/guides/database.md, Upgrades)",
 			truncate(why, 300), primaryClaim(db), backupClaimOf(job))
 		if !r.now().Before(u.StepStartTime.Add(upgradeTimeoutOf(db))) {
 			u.FailureReason = "UpgradeJobUnschedulable"
@@ -615,7 +615,7 @@ func (r *Reconciler) rollbackJob(ctx context.Context, db *Cluster, eng engine.En
 		r.toStep(db, dbv1.UpgradeFailed, "%s", msg)
 		return steadyPlan(db, u.FromImage), nil
 	case jobFinished(job, batchv1.JobFailed):
-		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/database-scripts.md says where the old directory is kept), then delete Job %s to run it again",
+		msg := fmt.Sprintf("the upgrade from %s to %s failed (%s) and rollback Job %s failed too (%s): the servers stay stopped so none starts on a directory of the wrong version. Look at the primary's volume %s (docs/design/database-backup.md, upgrade.sh, says where the old directory is kept), then delete Job %s to run it again",
 			u.FromImage, u.ToImage, u.FailureReason, job.Name, jobFailure(ctx, r, job), primaryClaim(db), job.Name)
 		if c := meta.FindStatusCondition(db.Status.Conditions, ConditionUpgradeFailed); c == nil || c.Reason != "RollbackFailed" {
 			r.Kind.metrics.upgrades.WithLabelValues(db.Namespace, db.Name, "rollback_failed").Inc()

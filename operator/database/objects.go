@@ -82,10 +82,10 @@ func podName(db *Cluster, ordinal int32) string { return fmt.Sprintf("%s-%d", db
 // 50m CPU and 256Mi, so their pods are not BestEffort: when a node is busy
 // the kernel divides its CPU by request, and a BestEffort pod gets almost
 // none beside any pod that requests some. Its probes time out and -rw
-// drops the primary (seen on the real node in CI, 2026-11-27, beside
-// failover tests' Burstable servers). Small, so that a laptop's cluster
-// schedules many; no limits: a memory limit kills the server when its
-// connections grow. `resources: {}` asks for BestEffort pods.
+// drops the primary (seen on the real node, beside failover tests'
+// Burstable servers). Small, so that a laptop's cluster schedules many; no
+// limits: a memory limit kills the server when its connections grow.
+// `resources: {}` asks for BestEffort pods.
 func serverResources(db *Cluster) *corev1.ResourceRequirements {
 	if db.Spec.Resources != nil {
 		return db.Spec.Resources

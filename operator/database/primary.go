@@ -19,10 +19,11 @@ import (
 //     initialise or run as a primary; any other comes up as its standby)
 //     and the readiness probe fails while the server's role disagrees.
 //
-// It is set to ordinal 0 when the cluster is created and nothing here
-// changes it: a failover will, and nothing else needs to change with it.
-// The pods may hear a failover's new primary before the status names it
-// (namedPrimary): the one thing the name does ahead of the status.
+// It is set to ordinal 0 when the cluster is created, and only a
+// completed failover or switchover changes it (saveFailover, failover.go);
+// nothing else needs to change with it. The pods may hear a failover's new
+// primary before the status names it (namedPrimary): the one thing the
+// name does ahead of the status.
 
 // currentPrimary is the pod the operator names the primary. A cluster
 // whose status names none (made before the field existed, or a Kind whose
@@ -92,9 +93,10 @@ type standbyHealth struct {
 	// Healthy: ready and not being deleted: it streams from the primary.
 	Healthy bool
 	// LagBytes is how far its replay is behind the primary; nil: not
-	// known. The operator measures no lag today (it never connects to a
-	// server; a backup Job measures a standby's lag for itself only), so
-	// it is nil until an in-pod channel reports it.
+	// known. Nothing sets it: standbyHealth is read from the pods alone. A
+	// backup Job measures a standby's lag for itself, and the failover
+	// reads replay positions from the instance agents (failover.go), not
+	// from here.
 	LagBytes *int64
 	// Why says, when not healthy, what the operator sees.
 	Why string

@@ -82,7 +82,7 @@ func secretsOf(t *testing.T, c client.Client, ns string, names ...string) map[st
 	return out
 }
 
-// docs/database.md: with deletionPolicy Retain the volumes and Secrets are
+// docs/guides/database.md, Deletion: with deletionPolicy Retain the volumes and Secrets are
 // kept, and a Database made again under the same name reuses them. The
 // whole round trip: rows written by the real server, the Database deleted,
 // made again, and the same rows read with the same passwords.

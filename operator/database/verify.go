@@ -21,7 +21,7 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/status"
 )
 
-// Verification (issue 23): a backup is proven by restoring it. A Job per
+// Verification: a backup is proven by restoring it. A Job per
 // verification runs the engine's verify script (engine.Verifier) with the
 // cluster's image: it restores the dump into a scratch server inside its
 // own pod, on a generic ephemeral volume (created with the pod and removed
@@ -44,7 +44,8 @@ const (
 	holdVerified    = "verified"
 )
 
-// Defaults of spec.backup.verify (docs/database.md says why).
+// Defaults of spec.backup.verify (docs/design/database-backup.md says
+// why).
 var (
 	// defaultVerifyMaxAge: a weekly verification of daily backups keeps
 	// the newest verified backup at most 8 days old; a day more of slack.

@@ -1,8 +1,11 @@
-// Package failover holds the Database's failover decisions as pure
+// Package failover holds the Database's failover: its decisions as pure
 // functions of what the instance channel reports
 // (operator/database/postgres/instance): is the primary gone, and which
-// standby to promote. The reconciler observes, these decide, the channel
-// acts; "what happens when the primary dies" is read here.
+// standby to promote (decide.go); and its steps, a failover's and a
+// switchover's, each saved in the Database's status before it is taken
+// (Steps: run.go, switchover.go), which act through a Channel and need no
+// API server of their own. The reconciler observes, these decide, the
+// channel acts; "what happens when the primary dies" is read here.
 package failover
 
 import (
@@ -20,7 +23,7 @@ import (
 // kubelet at once (no back-off the first time) and PostgreSQL's crash
 // recovery replays only the WAL since the last checkpoint, a few seconds:
 // 10 s lets such a primary come back without a failover in the common
-// case, and leaves 20 s of the 30 s write outage for the rest (a
+// case, and leaves 20 s of a 30 s write-outage target for the rest (a
 // status a second, the fence, pg_promote and the -rw Service's endpoints,
 // a few seconds together). CloudNativePG's users see 40-80 s on node
 // loss because they wait for the node to be declared lost; the agent's
@@ -92,14 +95,17 @@ const NameWait = 3 * time.Minute
 // AwaitingItsName: the primary is up, a primary, not fenced, its pod not
 // ready, and its pod still names another pod the primary. That is a
 // standby just promoted whose mounted scripts ConfigMap the kubelet has
-// not refreshed yet: its readiness probe passes only once the pod names
-// it. The refresh is quick when all is well, but after an API-server
-// outage the kubelet's watch backs off as kube-proxy's does (65 to 140 s
-// measured for kube-proxy), and any other standby promoted in its place
-// would wait for the same refresh: a second failover gains nothing and
-// costs another fence and outage. On the node, with the API server
-// stopped during a failover, the promoted pay-1 was failed over to pay-2
-// 20 s after its promotion, both at one WAL position (2026-11-27).
+// not refreshed yet, and which was promoted otherwise than through its
+// agent (a standby promoted through its agent is ready at once: its
+// promotion note names the pod its pod still names). Its readiness probe
+// passes only once the pod names it. The refresh is quick when all is
+// well, but after an API-server outage the kubelet's watch backs off as
+// kube-proxy's does (65 to 140 s measured for kube-proxy), and any other
+// standby promoted in its place would wait for the same refresh: a second
+// failover gains nothing and costs another fence and outage: without this
+// wait, on the node, with the API server stopped during a failover, a
+// promoted standby was failed over to the other 20 s after its promotion,
+// both at one WAL position.
 func AwaitingItsName(o Observation) bool {
 	return ServerBackAsPrimary(o) && o.Status.NamedPrimary != "" && o.Status.NamedPrimary != o.Pod
 }

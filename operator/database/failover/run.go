@@ -77,9 +77,9 @@ type Steps struct {
 // (instance.Agent.GuardRole). The name reaches a pod when its kubelet
 // refreshes the mounted ConfigMap, which the role labels' change makes it
 // do at once: on the real node the old primary fenced itself within 2 s
-// of the name (docs/performance.md), but 5.4 s after it on the node
-// loaded by make test (run AI), where a 5 s wait detached its standby a
-// second before its fence and it acknowledged two writes alone. A kubelet
+// of the name (docs/performance.md), but 5.4 s after it on a node loaded
+// by make test, where a 5 s wait detached its standby a second before its
+// fence and it acknowledged two writes alone. A kubelet
 // that cannot reach the API server never delivers it: the wait bounds
 // what that costs, and the standbys detached after it make such an old
 // primary fence itself (detachStreamingStandbys).
@@ -360,9 +360,10 @@ func (s Steps) oldServerStopped(rec *dbv1.FailoverRecord) bool {
 
 // fence stops the old primary through its agent. It is best effort: an
 // agent not reached (its node gone, its pod deleted) is recorded; the
-// primary key of the ConfigMap names another pod once the failover is
-// done, so that server's readiness fails and the Services leave it, and
-// its next start comes up as a standby.
+// primary key of the ConfigMap names another pod once the failover has
+// named its standby (first, when that server may still run) or completed,
+// so that server's readiness fails and the Services leave it, its agent's
+// guard fences it, and its next start comes up as a standby.
 func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
 	res, err := s.Channel.Fence(ctx, s.Host(rec.From))
 	if err != nil {
@@ -440,5 +441,6 @@ func SynchronousOf(rec *dbv1.FailoverRecord) Synchronous {
 // AnnotationForceFailover on a Database lets the next failover promote a
 // standby although too few synchronous standbys answer to be sure it has
 // every acknowledged commit (ErrSynchronousQuorum); the operator removes
-// it once that failover is recorded.
+// it once that failover has completed, or when it finds the primary
+// healthy (a force asked for an outage that is over).
 const AnnotationForceFailover = "stable.imaginedata.co/force-failover"

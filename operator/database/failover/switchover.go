@@ -23,10 +23,12 @@ import (
 //     committed), takes no new connection, writes a shutdown checkpoint
 //     and waits until the connected standbys have received all WAL up to
 //     it. Its agent answers with that checkpoint's location (the last
-//     record it wrote), saved as fromLSN. A fence that fails, or a
-//     shutdown that was not clean, leaves the record at Fencing and is
-//     tried again: nothing is promoted while the old primary may still
-//     take writes or its last position is unknown.
+//     record it wrote), saved as fromLSN. A fence that fails leaves the
+//     record at Fencing and is tried again: nothing is promoted while the
+//     old primary may still take writes. A shutdown that was not clean
+//     leaves its last position unknown: the switchover goes on as a
+//     failover (fallBackToFailover), which promotes the most advanced
+//     standby.
 //  2. The target replays up to fromLSN (asked every pass: ErrCatchingUp
 //     until then); then the record says Promoting, and
 //  3. it is promoted as a failover's standby is (its slots first).

@@ -14,7 +14,7 @@ import (
 // The statements scripts/lib.sh generates for each server. The MariaDB
 // ones also run against a real MariaDB (mariadb_test.go); the MySQL ones
 // are checked here only: Debian ships no MySQL, so they are not proven
-// on a real server here (docs/mysqlcluster.md).
+// on a real server here (docs/design/mysqlcluster.md).
 
 // lib runs a shell snippet with lib.sh sourced, as the scripts do (sh).
 func lib(t *testing.T, snippet string, args ...string) string {

@@ -1,9 +1,12 @@
 // Package postgres is the PostgreSQL engine of the Database controller:
 // the official image, and shell scripts (embedded, so the bytes the tests
-// run against a real server are the bytes the operator ships) that
-// initialise a primary, clone standbys, create the app database, and back
-// it up, restore it and upgrade it to a new major version
-// (docs/database-scripts.md).
+// run against a real server are the bytes the operator ships) that take
+// each server's role from the primary the operator names, initialise a
+// primary, clone and rewind standbys, create the app database, back it up,
+// verify and restore a backup, fence writes and upgrade it to a new major
+// version (docs/design/database-backup.md; the role and its changes:
+// docs/design/database-failover.md). The instance agent that runs beside
+// each server is the subpackage instance.
 package postgres
 
 import (
@@ -52,7 +55,7 @@ const (
 	FenceScript     = "fence.sh"
 	VerifyScript    = "verify.sh"
 	ProbeScript     = "probe.sh"
-	// backupMount is where backup, restore and upgrade Jobs mount
+	// backupMount is where the Jobs that use a backup mount
 	// engine.BackupVolume.
 	backupMount = engine.BackupMount
 	// TerminationMessagePath is where Jobs write their Report.

@@ -1,10 +1,18 @@
 // Package instance is deckhand's instance channel: a small agent that runs
-// in every PostgreSQL pod (cmd/deckhand-instance) and answers the
-// operator over mutual TLS with the server's role and WAL positions
-// (GET /status), promotes a standby (POST /promote) and fences a server
-// (POST /fence: stopped cleanly and kept stopped), each within a bound;
-// and the Go client the operator asks it with. docs/database.md, "The
-// instance channel", says why it exists and how it is wired.
+// beside the server in every pod of a PostgreSQL Database with failover on
+// (cmd/deckhand-instance) and answers the operator over mutual TLS, a CA
+// per Database (credentials.go), each request within a bound: the
+// server's role and WAL positions (GET /status), promoting a standby
+// (POST /promote, its replication slots first), fencing a server
+// (POST /fence: stopped cleanly and kept stopped; DELETE /fence lifts it),
+// the operator's answer to an entrypoint that asks whether to start as the
+// primary (POST /role), detaching and attaching a standby (/detach) and
+// the primary's synchronous_standby_names (POST /synchronous). On its own
+// it fences a server that runs as a primary its pod no longer names
+// (selffence.go) or that is cut off from the operator, the API server and
+// its standbys (isolation.go). It also holds the Go client the operator
+// asks it with, and the pod spec that adds it (pod.go).
+// docs/design/database-failover.md says why it exists and how it is wired.
 package instance
 
 import (
@@ -523,7 +531,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // ScriptsPrimaryFile is the file of the scripts ConfigMap that names the
-// primary (database.ScriptsPrimaryKey).
+// primary (engine.ScriptsPrimaryKey).
 const ScriptsPrimaryFile = "primary"
 
 // namedPrimary reads the pod's view of the primary's name.

@@ -109,7 +109,7 @@ func (w *isolationWatch) noteOperator(now time.Time, after time.Duration, st Sta
 // application_name is its pod's name. Other WAL senders are no peers: a
 // clone's pg_basebackup streams WAL under its own name and ends with the
 // clone, which, counted, fenced a primary whose operator was slow to ask
-// while a standby was made (make test run AC).
+// while a standby was made (seen once under make test's load).
 func siblings(pod string, senders []string) []string {
 	i := strings.LastIndexByte(pod, '-')
 	if i < 0 {

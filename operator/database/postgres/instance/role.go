@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 )
 
-// A server about to start as the primary asks the operator first
-// (issue 25's gap): the scripts ConfigMap its pod mounts can be a minute
+// A server about to start as the primary asks the operator first: the
+// scripts ConfigMap its pod mounts can be a minute
 // behind status.currentPrimary, and an old primary whose pod is made again
 // while a failover promotes another reads its own name there. Its
 // entrypoint (bootstrap.sh, with DECKHAND_ROLE_DIR set to the socket
