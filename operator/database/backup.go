@@ -36,8 +36,8 @@ const (
 	// small Job) before the object goes, so no file is left that no object
 	// accounts for.
 	FinalizerBackupFile = "stable.imaginedata.co/backup-file"
-	// LabelBackupReason on DatabaseBackups the operator makes: scheduled or
-	// final.
+	// LabelBackupReason on DatabaseBackups the operator makes: scheduled,
+	// final or pre-upgrade.
 	LabelBackupReason = "stable.imaginedata.co/backup-reason"
 	// ConditionBackupCompleted is the DatabaseBackup's condition.
 	ConditionBackupCompleted = "Completed"
@@ -273,7 +273,7 @@ func (r *BackupReconciler) run(ctx context.Context, b *Backup) (reconcile.Result
 	b.Status.RunAsUser = ptr.To(runAsUserOf(db))
 	// Where it reads is known once the Job says so (a standby is used
 	// only when the Job finds it close enough).
-	b.Status.Source, b.Status.LagBytes = "", nil
+	b.Status.Source, b.Status.LagBytes, b.Status.SourceReason = "", nil, ""
 	if src.StandbyHost == "" {
 		b.Status.Source = src.Primary
 	}
@@ -628,6 +628,7 @@ func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report
 		b.Status.Source = sourcePod(db, report.Source)
 	}
 	b.Status.LagBytes = report.LagBytes
+	b.Status.SourceReason = report.SourceReason
 	b.Status.Tables, b.Status.Rows = int32(report.Tables), report.Rows
 	if v := report.Version(); v != "" {
 		b.Status.Version = v
@@ -635,6 +636,11 @@ func (r *BackupReconciler) complete(b *Backup, db *Cluster, report engine.Report
 		b.Status.Version, _ = eng.VersionFromImage(b.Status.Image)
 	}
 	msg := fmt.Sprintf("%s (%d bytes, sha256 %s) on PersistentVolumeClaim %s", b.Status.File, b.Status.Size, b.Status.SHA256, b.Status.ClaimName)
+	if b.Status.SourceReason != "" {
+		// Where it read decides what it holds (a dump taken on a standby
+		// has no rows of unlogged tables): say it where the result is read.
+		msg += fmt.Sprintf("; read from %s: %s", b.Status.Source, b.Status.SourceReason)
+	}
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionBackupCompleted, true, "Completed", msg)
 	r.Kind.metrics.backupsTotal.WithLabelValues(b.Namespace, b.Cluster, "succeeded").Inc()
 	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "Completed", "Backup", "%s", msg)
@@ -662,7 +668,8 @@ func (r *BackupReconciler) pending(b *Backup, reason, msg string) {
 }
 
 // deleteFile runs the finalizer: a small Job deletes the backup's file
-// before the DatabaseBackup goes, unless a restore still needs it.
+// before the DatabaseBackup goes, once nothing holds it (holds.go: an
+// upgrade, a restore, the newest verified backup).
 func (r *BackupReconciler) deleteFile(ctx context.Context, b *Backup) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(b.Object, r.Kind.Keys.FinalizerBackupFile) {
 		return reconcile.Result{}, nil

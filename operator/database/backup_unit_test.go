@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,6 +145,42 @@ func TestABackupJobIsDeletedOnlyAfterItsResultIsRecorded(t *testing.T) {
 	assert.Equal(t, ptr.To(int64(4096)), b.Status.LagBytes)
 	err = c.Get(ctx, jobKey, &batchv1.Job{})
 	assert.True(t, apierrors.IsNotFound(err), "the finished Job is deleted: %v", err)
+}
+
+// A backup Job that had a standby to read and read the primary instead
+// (the database holds unlogged tables, whose rows a dump on a standby
+// leaves out) says why; the DatabaseBackup's status, its Completed
+// condition and the Event it completes with say it too.
+func TestACompletedBackupSaysWhyItReadWhereItDid(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, dbv1.AddToScheme(scheme))
+	objs := finishedBackup()
+	const why = "the database holds 1 unlogged table (public.sessions), whose rows a dump from a standby leaves out"
+	objs[2].(*corev1.Pod).Status.ContainerStatuses[0].State.Terminated.Message =
+		`{"serverVersion":"17.6","file":"first-backup-uid.dump","size":10,"sha256":"ab","source":"shop-rw","sourceReason":"` + why + `"}`
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&dbv1.DatabaseBackup{}).Build()
+	rec := events.NewFakeRecorder(100)
+	r := &BackupReconciler{Client: c, Owned: c, API: c, Recorder: rec, Kind: DatabaseKind}
+	ctx := context.Background()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "first"}}
+	_, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+
+	var b dbv1.DatabaseBackup
+	require.NoError(t, c.Get(ctx, req.NamespacedName, &b))
+	require.Equal(t, dbv1.BackupCompleted, b.Status.Phase)
+	assert.Equal(t, "shop-0", b.Status.Source)
+	assert.Nil(t, b.Status.LagBytes)
+	assert.Equal(t, why, b.Status.SourceReason)
+	completed := findCondition(b.Status.Conditions, ConditionBackupCompleted)
+	require.NotNil(t, completed)
+	assert.Contains(t, completed.Message, "read from shop-0: "+why)
+	var said []string
+	for len(rec.Events) > 0 {
+		said = append(said, <-rec.Events)
+	}
+	assert.Contains(t, strings.Join(said, "\n"), "read from shop-0: "+why)
 }
 
 // The status write right after the backup Job's creation is refused (a

@@ -1,8 +1,8 @@
 // Package engine is what the Database controller asks of a database
 // server: its image, version, scripts and the containers that run them.
 // The controller (objects, status, lifecycle) knows no engine; PostgreSQL
-// (operator/database/postgres) implements this interface, and MySQL/MariaDB
-// are meant to sit beside it.
+// (operator/database/postgres, a Database's engine) and MySQL/MariaDB
+// (operator/database/mysql, a MySQLCluster's) implement this interface.
 package engine
 
 import (
@@ -24,7 +24,8 @@ const (
 	// ScriptsVolume is the ConfigMap holding Scripts().
 	ScriptsVolume = "scripts"
 	// BackupVolume is a Database's backup PersistentVolumeClaim (one per
-	// Database, not owned by it), mounted by backup and restore Jobs.
+	// Database, not owned by it), mounted by the backup, restore,
+	// verification, upgrade and file-deletion Jobs.
 	BackupVolume = "backup"
 )
 
@@ -45,10 +46,12 @@ const (
 )
 
 // Cluster is what an engine needs to know about one set of database
-// servers, whichever API asked for it (Database today, MySQLCluster later).
+// servers, whichever API asked for it (a Database or a MySQLCluster).
 type Cluster struct {
 	// Name prefixes every object and is the StatefulSet's name, so pods are
-	// Name-0 (the primary), Name-1, ...
+	// Name-0, Name-1, ...; the primary is the pod ScriptsPrimaryKey names
+	// (Name-0 at creation; an engine that does not read the key keeps it
+	// there).
 	Name      string
 	Namespace string
 	// Image of the server, and of the Jobs, which must match it.
@@ -165,8 +168,8 @@ type Fencer interface {
 	LiftByHand(appUser string) string
 }
 
-// Verifier is an engine whose backups can be proven by restoring them
-// (issue 23). A verification Job restores a dump into a scratch server of
+// Verifier is an engine whose backups can be proven by restoring them.
+// A verification Job restores a dump into a scratch server of
 // its own, inside the Job's pod, listening on 127.0.0.1 only, and checks
 // it.
 type Verifier interface {
@@ -305,7 +308,8 @@ type Upgrade struct {
 }
 
 // Report is what a Job found, written as JSON to its container's
-// termination message (the operator never connects to a database).
+// termination message (the operator never connects to a database server:
+// what needs SQL runs in a Job, and reports this way).
 type Report struct {
 	// ServerVersion is the server's own version string.
 	ServerVersion string `json:"serverVersion,omitempty"`
@@ -319,6 +323,11 @@ type Report struct {
 	// standby source (nil when it read from the primary).
 	Source   string `json:"source,omitempty"`
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// SourceReason says why a backup Job given a standby read where it
+	// did (the standby's lag, or what made it read the primary instead:
+	// the database's unlogged tables or sequences, a lag over the bound, a
+	// standby that does not stream).
+	SourceReason string `json:"sourceReason,omitempty"`
 	// SessionsEnded is how many sessions of the app user a fence Job
 	// ended.
 	SessionsEnded int `json:"sessionsEnded,omitempty"`
@@ -377,8 +386,8 @@ func TagVersion(image string) (string, bool) {
 const (
 	// ScriptsDir is where the scripts volume is mounted.
 	ScriptsDir = "/deckhand/scripts"
-	// BackupMount is where backup, restore and upgrade Jobs mount
-	// BackupVolume.
+	// BackupMount is where the Jobs that use a backup (backup, restore,
+	// verification, upgrade, file deletion) mount BackupVolume.
 	BackupMount = "/deckhand/backup"
 	// TerminationMessagePath is where Jobs write their Report.
 	TerminationMessagePath = "/dev/termination-log"

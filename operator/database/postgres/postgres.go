@@ -236,9 +236,12 @@ func (Engine) MajorVersion(version string) (string, bool) {
 // Environment: SOURCE_HOST, SOURCE_PORT (b.Host), PGUSER and PGPASSWORD
 // (the superuser), APP_DATABASE, BACKUP_DIR (the backup volume's mount),
 // BACKUP_FILE (relative to BACKUP_DIR), BACKUP_JOB_UID,
-// TERMINATION_MESSAGE_PATH; with b.Standby, STANDBY_HOST, STANDBY_PORT and
-// MAX_LAG_BYTES: the script dumps from the standby only when it streams
-// and its replay lag, measured before the dump, is at most MAX_LAG_BYTES.
+// TERMINATION_MESSAGE_PATH, REPLICATION_USER; with b.Standby,
+// STANDBY_HOST, STANDBY_PORT and MAX_LAG_BYTES: the script dumps from the
+// standby only when the database holds no unlogged table or sequence (a
+// dump taken on a standby holds none of their contents) and the standby
+// streams with a replay lag, measured before the dump, of at most
+// MAX_LAG_BYTES; the Report's SourceReason says why it read where it did.
 func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 	env := []corev1.EnvVar{
 		{Name: "SOURCE_HOST", Value: b.Host},
@@ -246,6 +249,9 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 		{Name: "APP_DATABASE", Value: c.Database},
 		{Name: "BACKUP_FILE", Value: b.File},
 		engine.JobUIDEnv(),
+		// Its name only: the Job's warning about roles a backup does not
+		// hold leaves the operator's own out.
+		{Name: "REPLICATION_USER", Value: ReplicationUser},
 	}
 	if b.Standby != "" {
 		env = append(env,

@@ -139,6 +139,8 @@ func TestBackupPodDumpsFromTheGivenHostIntoTheBackupVolume(t *testing.T) {
 	assert.Equal(t, "5433", env["SOURCE_PORT"])
 	assert.Equal(t, "name-of-database", env["APP_DATABASE"])
 	assert.Equal(t, "db/2026.dump", env["BACKUP_FILE"])
+	assert.Equal(t, ReplicationUser, env["REPLICATION_USER"], "the operator's own role, which the warning about roles leaves out")
+	assert.NotContains(t, env, "REPLICATION_PASSWORD")
 	assert.Equal(t, map[string]string{engine.ScriptsVolume: "/deckhand/scripts", engine.BackupVolume: "/deckhand/backup"}, mounts(p.Container))
 	assert.Equal(t, map[string]string{engine.BackupVolume: "db-backup"}, claims(p))
 	assert.True(t, p.Container.VolumeMounts[0].ReadOnly, "scripts are read-only")

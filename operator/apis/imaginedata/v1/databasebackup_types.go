@@ -78,6 +78,14 @@ type DatabaseBackupStatus struct {
 	// when it read from the primary.
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
+	// SourceReason says why the backup Job read from Source when it had a
+	// standby to choose from: the standby's measured lag, or why it read
+	// the primary instead (the database holds unlogged tables or
+	// sequences, whose contents a dump taken on a standby leaves out; the
+	// standby lagged beyond spec.backup.maxStandbyLag or did not stream).
+	// Absent when the backup was given the primary only.
+	// +optional
+	SourceReason string `json:"sourceReason,omitempty"`
 	// Tables and Rows: what the backup Job counted inside the dump's own
 	// snapshot (recorded beside the file; a verification compares a
 	// restore with them).

@@ -4,8 +4,16 @@
 # Dumps APP_DATABASE with the server image's own pg_dump (custom format:
 # compressed, restored with pg_restore) from SOURCE_HOST (the primary), or
 # from STANDBY_HOST when that standby streams and replays at most
-# MAX_LAG_BYTES behind the primary, measured before the dump starts; as
-# the superuser.
+# MAX_LAG_BYTES behind the primary, measured before the dump starts, and
+# the database holds no unlogged table or sequence; as the superuser.
+#
+# Unlogged tables and sequences are not written to the WAL, so a standby
+# has none of their contents, and pg_dump on a standby dumps their
+# definitions only: a dump taken there would restore them empty (an
+# unlogged sequence at its start, below the ids its table's rows hold). A
+# database that holds one is dumped from the primary. One made after that
+# check, found in the standby's snapshot, fails the Job: its next try
+# reads the primary.
 #
 # What a dump holds: the database's schemas, tables, data, sequences (with
 # their values), functions, extensions' CREATE EXTENSION. What it does not
@@ -35,17 +43,20 @@
 # verification Job (verify.sh) compares a restore's counts with them.
 #
 # Writes {"serverVersion","file","size","sha256","source","lagBytes",
-# "tables","rows"} to the termination message (source: the host dumped
-# from; lagBytes: the standby's measured lag, only when it was the source;
-# tables and rows: what the counts file holds).
+# "sourceReason","tables","rows"} to the termination message (source: the
+# host dumped from; lagBytes: the standby's measured lag, only when it was
+# the source; sourceReason: with STANDBY_HOST, why the dump read where it
+# did; tables and rows: what the counts file holds).
 #
 # Uses only what PostgreSQL 15 to 18 share.
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, PGUSER and
 # PGPASSWORD (the superuser), APP_DATABASE, BACKUP_DIR, BACKUP_FILE
 # (relative to BACKUP_DIR), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH;
-# STANDBY_HOST, STANDBY_PORT and MAX_LAG_BYTES (optional); SERVER_WAIT_SECONDS
-# (default 600).
+# STANDBY_HOST, STANDBY_PORT and MAX_LAG_BYTES (optional); REPLICATION_USER
+# (optional: the operator's replication role, which the warning about
+# roles a backup does not hold leaves out); SERVER_WAIT_SECONDS (default
+# 600).
 set -eu
 . "$(dirname "$0")/lib.sh"
 
@@ -79,22 +90,66 @@ done
 wait_for_server
 source=$SOURCE_HOST
 lag=
+# reason: why the dump reads where it does, when it had a standby to read.
+reason=
+
+# unlogged_relations [SNAPSHOT]: the unlogged tables and sequences of
+# APP_DATABASE on the server at PGHOST (read inside the exported SNAPSHOT
+# when given) as "<how many><TAB><the first five names>", or nothing when
+# it holds none. Partitions count as themselves.
+unlogged_relations() {
+	{
+		printf 'BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;\n'
+		[ -z "${1:-}" ] || printf "SET TRANSACTION SNAPSHOT '%s';\n" "$1"
+		cat <<-'SQL'
+		SELECT count(*), string_agg(name, ', ' ORDER BY name) FILTER (WHERE nth <= 5)
+		  FROM (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name,
+		               row_number() OVER (ORDER BY quote_ident(n.nspname) || '.' || quote_ident(c.relname)) AS nth
+		          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		         WHERE c.relpersistence = 'u' AND c.relkind IN ('r', 'p', 'S')
+		           AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_(toast|temp)') unlogged
+		HAVING count(*) > 0;
+		COMMIT;
+		SQL
+	} | psql -X -q -A -t -F "$(printf '\t')" -v ON_ERROR_STOP=1 -d "$(app_dbname)"
+}
+
+# unlogged_names LINE: an unlogged_relations line as words
+# ("public.sessions, public.tokens and 3 more").
+unlogged_names() {
+	tab=$(printf '\t')
+	n=${1%%"$tab"*} names=${1#*"$tab"}
+	if [ "$n" -gt 5 ]; then
+		printf '%s and %s more' "$names" "$((n - 5))"
+	else
+		printf '%s' "$names"
+	fi
+}
 
 # use_standby_if_close: with STANDBY_HOST, dump from the standby instead
-# when it is streaming from the primary and its replay position is at most
+# when the database holds no unlogged table or sequence, and the standby is
+# streaming from the primary and its replay position is at most
 # MAX_LAG_BYTES behind the primary's current WAL position, both read now,
 # before the dump starts (the primary's first: the lag can only be
-# overstated). Otherwise the dump reads the primary.
+# overstated). Otherwise the dump reads the primary. reason says why.
 use_standby_if_close() {
+	unlogged=$(unlogged_relations) || fail "could not list the unlogged tables of database $APP_DATABASE on the primary"
+	if [ -n "$unlogged" ]; then
+		reason="the database holds unlogged tables or sequences ($(unlogged_names "$unlogged")), whose contents a dump taken on a standby leaves out"
+		log "$reason: dumping from the primary"
+		return 0
+	fi
 	primary_lsn=$(psql -X -A -t -v ON_ERROR_STOP=1 -c 'SELECT pg_current_wal_lsn()') || return 0
 	standby=$(PGHOST=$STANDBY_HOST PGPORT=$STANDBY_PORT psql -X -A -t -v ON_ERROR_STOP=1 \
 		-c "SELECT coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || ' ' || coalesce(pg_last_wal_replay_lsn()::text, 'none')" 2>&1) || {
-		log "standby $STANDBY_HOST does not answer ($standby): dumping from the primary"
+		reason="standby $STANDBY_HOST does not answer ($standby)"
+		log "$reason: dumping from the primary"
 		return 0
 	}
 	status=${standby% *} standby_lsn=${standby#* }
 	if [ "$status" != streaming ]; then
-		log "standby $STANDBY_HOST is not streaming from the primary (WAL receiver: $status): dumping from the primary"
+		reason="standby $STANDBY_HOST is not streaming from the primary (WAL receiver: $status)"
+		log "$reason: dumping from the primary"
 		return 0
 	fi
 	case $standby_lsn in
@@ -102,10 +157,12 @@ use_standby_if_close() {
 	esac
 	bytes=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT greatest(pg_wal_lsn_diff('$primary_lsn', '$standby_lsn'), 0)::bigint")
 	if [ "$bytes" -gt "$MAX_LAG_BYTES" ]; then
-		log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from the primary"
+		reason="standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed)"
+		log "$reason: dumping from the primary"
 		return 0
 	fi
-	log "standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed): dumping from it"
+	reason="standby $STANDBY_HOST replays $bytes bytes behind the primary (at most $MAX_LAG_BYTES allowed)"
+	log "$reason: dumping from it"
 	source=$STANDBY_HOST lag=$bytes
 	export PGHOST="$STANDBY_HOST" PGPORT="$STANDBY_PORT"
 }
@@ -121,9 +178,11 @@ report() {
 	summary=$(counts_summary "$counts")
 	tables=${summary% *} rows=${summary#* }
 	log "$target: $size bytes, SHA-256 $sha256; $tables tables, $rows rows"
-	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s,"tables":%s,"rows":%s}\n' \
+	why=
+	[ -z "$reason" ] || why=,\"sourceReason\":$(json_text "$reason")
+	printf '{"serverVersion":%s,"file":%s,"size":%s,"sha256":%s,"source":%s%s%s,"tables":%s,"rows":%s}\n' \
 		"$(json_string "$version")" "$(json_string "$BACKUP_FILE")" "$size" "$(json_string "$sha256")" \
-		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" "$tables" "$rows" >"$TERMINATION_MESSAGE_PATH"
+		"$(json_string "$source")" "${lag:+,\"lagBytes\":$lag}" "$why" "$tables" "$rows" >"$TERMINATION_MESSAGE_PATH"
 }
 
 # A file under this backup's name is this backup's result only when this
@@ -142,10 +201,13 @@ if [ -e "$target" ]; then
 fi
 
 # A dump holds one database, not roles: say which roles it leaves out.
-others=$(psql -X -A -t -v ON_ERROR_STOP=1 <<-'SQL'
+# The operator's replication role is not one of them: every primary makes
+# it again, and naming it in each backup's log would bury the roles a
+# restore really loses.
+others=$(psql -X -A -t -v ON_ERROR_STOP=1 -v repl="${REPLICATION_USER:-}" <<-'SQL'
 \getenv appdb APP_DATABASE
 SELECT string_agg(quote_ident(rolname), ', ' ORDER BY rolname) FROM pg_catalog.pg_roles
- WHERE rolname !~ '^pg_' AND rolname <> current_user
+ WHERE rolname !~ '^pg_' AND rolname <> current_user AND rolname <> :'repl'
    AND rolname <> (SELECT pg_catalog.pg_get_userbyid(datdba) FROM pg_catalog.pg_database WHERE datname = :'appdb')
 SQL
 )
@@ -194,6 +256,13 @@ trap cleanup EXIT
 
 log "dumping database $APP_DATABASE from $PGHOST:$PGPORT (PostgreSQL $version) to $partial"
 hold_snapshot
+if [ -n "$lag" ]; then
+	# The primary held no unlogged table or sequence when the standby was
+	# chosen; one made since may be in the standby's snapshot, and its
+	# contents would be missing from a dump taken here.
+	unlogged=$(unlogged_relations "$SNAPSHOT") || fail "could not list the unlogged tables of database $APP_DATABASE on standby $STANDBY_HOST"
+	[ -z "$unlogged" ] || fail "database $APP_DATABASE holds unlogged tables or sequences ($(unlogged_names "$unlogged")) made after the primary was checked: a dump taken on standby $STANDBY_HOST would leave their contents out; the next try reads the primary"
+fi
 # The counts read the snapshot alongside the dump, so they add no time of
 # their own to the backup; counter is that psql's PID (a killed dump must
 # not leave it waiting).
