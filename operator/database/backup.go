@@ -731,7 +731,7 @@ func (r *BackupReconciler) deleteFileSteps(ctx context.Context, b *Backup) (reco
 		return reconcile.Result{}, true, nil
 	case jobFinished(&job, batchv1.JobFailed):
 		msg := fmt.Sprintf("Job %s could not delete %s from PersistentVolumeClaim %s; the DatabaseBackup stays so the file stays accounted for (remove the finalizer %s by hand to let it go anyway)",
-			name, b.Status.File, b.Status.ClaimName, FinalizerBackupFile)
+			name, b.Status.File, b.Status.ClaimName, r.Kind.Keys.FinalizerBackupFile)
 		if c := findCondition(b.Status.Conditions, "FileDeleted"); c == nil || c.Reason != "DeleteJobFailed" {
 			r.Recorder.Eventf(b.Object, nil, corev1.EventTypeWarning, "DeleteJobFailed", "Delete", "%s", msg)
 		}

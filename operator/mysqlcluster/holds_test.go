@@ -314,3 +314,36 @@ func deleteInstanceHoldingItsJob(t *testing.T, c client.Client, b *grtlv1.MySQLB
 	}, wait, 100*time.Millisecond, "the Job that deletes the file")
 	return job, quota
 }
+
+// A Job that cannot delete an instance's file leaves the instance with a
+// condition that names the finalizer to remove by hand: the MySQL API's
+// own, not the Database API's.
+func TestAFailedFileDeletionNamesTheInstancesOwnFinalizer(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	startOperator(t, ns, nil)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, newCluster(ns, "gone", "gone-root", 1)))
+	waitFor(t, c, ns, "gone", "Ready", ready)
+	b := &grtlv1.MySQLBackupInstance{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: ns}, Spec: grtlv1.MySQLBackupInstanceSpec{Cluster: "gone"}}
+	require.NoError(t, c.Create(ctx, b))
+	b = completeBackup(t, c, ns, "gone", "one", 100)
+
+	job, quota := deleteInstanceHoldingItsJob(t, c, b)
+	testenv.FailJob(t, c, &job)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var cur grtlv1.MySQLBackupInstance
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(b), &cur))
+		var msg string
+		for _, cond := range cur.Status.Conditions {
+			if cond.Type == "FileDeleted" && cond.Reason == "DeleteJobFailed" {
+				msg = cond.Message
+			}
+		}
+		assert.Contains(ct, msg, "remove the finalizer "+mysqlcluster.Keys.FinalizerBackupFile+" by hand")
+		assert.NotContains(ct, msg, "stable.imaginedata.co")
+	}, wait, 100*time.Millisecond)
+	require.NoError(t, c.Delete(ctx, quota))
+}
