@@ -187,9 +187,8 @@ func TestACompletedBackupSaysWhyItReadWhereItDid(t *testing.T) {
 // Conflict: the reconcile read a stale copy of the backup, as under a busy
 // API server); the Job runs on and succeeds. The completed backup must
 // still name its claim, so that its verification mounts the backup
-// volume. Before recordJobStart it completed with no claim, and the
-// verification Job had no backup volume: "backup file ... not found on
-// the backup volume" (a make test run failed so).
+// volume; without the claim a verification Job has no backup volume and
+// fails with "backup file ... not found on the backup volume".
 func TestABackupWhoseStartWasNotRecordedStillNamesItsClaim(t *testing.T) {
 	const ns = "ns"
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns, UID: "db-uid"},

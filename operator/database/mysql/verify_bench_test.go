@@ -25,7 +25,7 @@ import (
 // writing the same data, and the verification Job (verify.sh: checksum,
 // a new scratch server, the load, the row counts) against the bare client
 // loading the same dump into a fresh, already running server: floors
-// measured in the same run. Targets (issue 23): backup ≤ 1.2 × the bare
+// measured in the same run. Targets: backup ≤ 1.2 × the bare
 // dump, verification ≤ 1.3 × the bare load.
 //
 //	go test -run '^$' -bench Verification -benchtime 1x -timeout 60m ./operator/database/mysql/

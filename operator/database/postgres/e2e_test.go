@@ -259,5 +259,5 @@ func TestTheOperatorAndItsScriptsBackUpRestoreAndSnapshotARealPostgreSQL(t *test
 
 // appDatabase is the Databases' spec.name: libpq would read it as a
 // connection string naming the postgres database if a script passed it
-// as one (issue 21, item 8), and it holds a space and a quote.
+// as one, and it holds a space and a quote.
 const appDatabase = "dbname=postgres app's data"
