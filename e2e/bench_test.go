@@ -48,7 +48,7 @@ func BenchmarkOperatorMemory(b *testing.B) {
 	// the objects go there.
 	ns := testenv.Namespace(b, c)
 	profiles := os.Getenv("DECKHAND_BENCH_PROFILE_DIR")
-	sets := enableAll()
+	sets := allControllers()
 	if profiles != "" {
 		sets = append(sets, "config.pprof-bind-address="+freeAddress(b))
 	}
@@ -251,27 +251,22 @@ func BenchmarkOperatorMemoryPerController(b *testing.B) {
 	for _, row := range rows {
 		sets := disableAll()
 		if row == "all" {
-			sets = enableAll()
+			sets = allControllers()
 		} else {
 			for _, ctl := range operator.Controllers {
 				if ctl.Name == row {
 					sets = append(sets, "controllers."+ctl.ValuesKey+".enabled=true")
 				}
 			}
+			if row == "jmxexporter" {
+				// pods/exec in every namespace must be asked for.
+				sets = append(sets, "controllers.jmxExporter.allNamespaces=true")
+			}
 		}
 		rss := operatorRSS(b, installChartIn(b, c, ns, localValues(b, sets...)))
 		fmt.Printf("%-20s %s\n", row, mib(rss))
 		b.ReportMetric(float64(rss)/1024, "rss-MiB/"+row)
 	}
-}
-
-// enableAll turns every controller on.
-func enableAll() []string {
-	var sets []string
-	for _, c := range operator.Controllers {
-		sets = append(sets, "controllers."+c.ValuesKey+".enabled=true")
-	}
-	return sets
 }
 
 // foreignDeployment is a user's Deployment: no deckhand label, padded
@@ -307,7 +302,7 @@ func loadAverage() string {
 }
 
 // BenchmarkConfigMonitorMemory measures the operator's resident memory (a
-// separate process, run as the chart runs it, only ConfigMonitor enabled)
+// separate process, run as the chart runs it, every controller enabled)
 // with 10,000 ConfigMaps of 10 KiB that no monitor names (~100 MiB of
 // data), next to the same operator before they exist and to a plain
 // ConfigMap informer (what a full cache holds), all in the same run.
@@ -315,13 +310,13 @@ func BenchmarkConfigMonitorMemory(b *testing.B) {
 	const count, size = 10000, 10 << 10
 	c := testenv.Client(b)
 	data := testenv.Namespace(b, c)
-	rel := installChartIn(b, c, data, localValues(b, append(disableAll(), "controllers.configMonitor.enabled=true")...))
+	rel := installChartIn(b, c, data, localValues(b, allControllers()...))
 	before := operatorRSS(b, rel)
 	createConfigMaps(b, c, data, count, size)
 	after := operatorRSS(b, rel)
 	informer := fullInformerHeap(b, data)
 
-	fmt.Printf("\nConfigMonitor memory with %d unreferenced ConfigMaps of %d KiB (%.0f MiB of data)\n", count, size>>10, float64(count*size)/(1<<20))
+	fmt.Printf("\nOperator memory, every controller on, with %d unreferenced ConfigMaps of %d KiB (%.0f MiB of data)\n", count, size>>10, float64(count*size)/(1<<20))
 	fmt.Printf("%-56s %s\n", "operator RSS before the ConfigMaps exist", mib(before))
 	fmt.Printf("%-56s %s (target < 80 MiB)\n", "operator RSS with them", mib(after))
 	fmt.Printf("%-56s %.1f MiB\n", "for comparison: heap of a full ConfigMap informer", float64(informer)/(1<<20))

@@ -53,10 +53,12 @@ const (
 	ConditionTargetsSupported = "TargetsSupported"
 )
 
-// Field indexes: which monitors name a ConfigMap or a Secret.
+// Field indexes: which monitors name a ConfigMap or a Secret, and which
+// pods carry a label (key=value).
 const (
 	indexConfigMap = "configmonitor.spec.configMap"
 	indexSecret    = "configmonitor.spec.secret"
+	indexPodLabel  = "configmonitor.pod.label"
 )
 
 // Rollout rate limit shared by every monitor in the process (Wave's: a
@@ -111,9 +113,11 @@ type Reconciler struct {
 	// only deckhand's Deployments (TDSet's label filter), and a restart
 	// needs every workload's resourceVersion and generation.
 	Workloads client.Reader
-	// Reader reads ConfigMaps, Secrets and, when the cache is behind,
-	// workloads straight from the API server: nothing of theirs but
-	// metadata is cached.
+	// ConfigMaps reads ConfigMaps with their data's hash instead of their
+	// data (keepDataHash), from the same cache; nil reads them live.
+	ConfigMaps client.Reader
+	// Reader reads Secrets and, when the cache has not seen them,
+	// ConfigMaps and workloads straight from the API server.
 	Reader   client.Reader
 	Recorder events.EventRecorder
 	// Limiter paces restarts across all monitors.
@@ -163,12 +167,13 @@ func restartLimiter(o Options) *rate.Limiter {
 
 // Setup registers the ConfigMonitor controller with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	workloads, err := workloadCache(mgr, o.Namespaces)
+	own, err := ownCache(mgr, o.Namespaces)
 	if err != nil {
 		return err
 	}
 	r := &Reconciler{
-		Workloads:     workloads,
+		Workloads:     own,
+		ConfigMaps:    own,
 		Client:        mgr.GetClient(),
 		Reader:        mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("deckhand-" + Name),
@@ -179,13 +184,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if r.IgnoreSecrets {
 		mgr.GetLogger().WithName(Name).Info("Secrets are ignored: monitors naming a Secret are reported as SecretsIgnored and restart nothing")
 	}
-	return r.SetupWithManager(mgr, workloads, cmp.Or(o.Workers, DefaultWorkers))
+	return r.SetupWithManager(mgr, own, cmp.Or(o.Workers, DefaultWorkers))
 }
 
 // SetupWithManager indexes monitors by what they watch and wires the
-// watches. The workload cache's informers are started by watches that
-// enqueue nothing, so the controller starts only once they have synced.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workloads cache.Cache, workers int) error {
+// watches. The workload informers of own (ownCache) are started by
+// watches that enqueue nothing, so the controller starts only once they
+// have synced.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, own cache.Cache, workers int) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &magalixv1.ConfigMonitor{}, indexConfigMap, func(o client.Object) []string {
@@ -201,25 +207,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workloads cache.Cache, w
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, podMetadata(), indexPodLabel, podLabels); err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, RateLimiter: failureBackoff()}).
 		// Status writes (its own) must not queue a second reconcile that
 		// would delay the next ConfigMap event.
 		For(&magalixv1.ConfigMonitor{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// Metadata only: a ConfigMap nobody monitors costs its name and
-		// labels in memory, not its data.
-		// A relist delivers unchanged objects again: not a change, and no
-		// start for the reaction clock.
-		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap)),
-			builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		// ConfigMaps come with their data's hash, not their data: a
+		// ConfigMap nobody monitors costs its name in memory, and a change
+		// is known without reading it.
+		WatchesRawSource(source.Kind[client.Object](own, &corev1.ConfigMap{},
+			handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexConfigMap)), dataChanged{})).
 		// Pod and ReplicaSet metadata (labels, owner references) map a
 		// monitor's selector to its workloads without a request; nothing
 		// is enqueued from them.
 		WatchesMetadata(&corev1.Pod{}, handler.Funcs{}).
 		WatchesMetadata(&appsv1.ReplicaSet{}, handler.Funcs{})
 	for _, kind := range workloadKinds {
-		b = b.WatchesRawSource(source.Kind[client.Object](workloads, workloadMetadata(kind), handler.Funcs{}))
+		b = b.WatchesRawSource(source.Kind[client.Object](own, workloadMetadata(kind), handler.Funcs{}))
 	}
 	if !r.IgnoreSecrets {
 		b = b.WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.monitorsNaming(indexSecret)),
@@ -376,11 +384,23 @@ func debounceLeft(m *magalixv1.ConfigMonitor, now time.Time) time.Duration {
 	return m.Status.PendingSince.Add(m.Spec.Debounce.Duration).Sub(now)
 }
 
-// configHash reads the ConfigMap (and Secret) from the API server and hashes
-// their data. missing names what does not exist.
+// configHash is the hash of the monitor's configuration: a ConfigMap's
+// from the cache, which hashed it when its event arrived; with a Secret,
+// both read from the API server and hashed together (Secrets' data is
+// neither cached nor hashed in memory). missing names what does not exist.
 func (r *Reconciler) configHash(ctx context.Context, m *magalixv1.ConfigMonitor) (hash, missing string, err error) {
+	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ConfigMapName()}
 	var cm corev1.ConfigMap
-	err = r.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ConfigMapName()}, &cm)
+	if m.Spec.Secret == "" && r.ConfigMaps != nil {
+		// A ConfigMap the cache has not seen (just created, or missing) is
+		// asked of the API server below.
+		if r.ConfigMaps.Get(ctx, key, &cm) == nil {
+			if hash, ok := cachedHash(&cm); ok {
+				return hash, "", nil
+			}
+		}
+	}
+	err = r.Reader.Get(ctx, key, &cm)
 	if apierrors.IsNotFound(err) {
 		return "", "ConfigMap " + m.Spec.ConfigMapName(), nil
 	}

@@ -126,7 +126,8 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&magalixv1.ConfigMonitor{}).WithObjects(objs...).
 		WithIndex(&magalixv1.ConfigMonitor{}, indexConfigMap, func(o client.Object) []string {
 			return []string{o.(*magalixv1.ConfigMonitor).Spec.ConfigMapName()}
-		}).Build()
+		}).
+		WithIndex(&corev1.Pod{}, indexPodLabel, podLabels).Build()
 	f := &fixture{c: c, events: events.NewFakeRecorder(100), now: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
 	f.r = &Reconciler{Client: c, Reader: c, Recorder: f.events, Limiter: rate.NewLimiter(rate.Inf, 1), Now: func() time.Time { return f.now }}
 	return f

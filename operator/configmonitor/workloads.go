@@ -2,9 +2,11 @@ package configmonitor
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // workloadKinds are the kinds ConfigMonitor rolls.
@@ -17,17 +19,37 @@ func workloadMetadata(kind string) *metav1.PartialObjectMetadata {
 	return m
 }
 
-// workloadCache is a metadata-only cache of the workloads ConfigMonitor may
-// roll, separate from the manager's: there the Deployment type may be
-// limited to deckhand's own objects (a controller that Owns Deployments),
-// while ConfigMonitor rolls anyone's. A workload costs its name, labels,
-// owner references, resourceVersion and generation: annotations and
-// managedFields are dropped. The manager starts and stops it.
-func workloadCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
+// podMetadata is an empty metadata-only pod, for the pod label index.
+func podMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return m
+}
+
+// podLabels are a pod's labels as key=value, its values in the pod label
+// index.
+func podLabels(o client.Object) []string {
+	out := make([]string, 0, len(o.GetLabels()))
+	for k, v := range o.GetLabels() {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// ownCache is ConfigMonitor's cache, separate from the manager's. It holds
+// the metadata of the workloads ConfigMonitor may roll: there the
+// Deployment type may be limited to deckhand's own objects (a controller
+// that Owns Deployments), while ConfigMonitor rolls anyone's. A workload
+// costs its name, labels, owner references, resourceVersion and
+// generation: annotations and managedFields are dropped. And it holds
+// ConfigMaps as their name and data hash (keepDataHash). The manager
+// starts and stops it.
+func ownCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
 	opts := cache.Options{
 		Scheme:           mgr.GetScheme(),
 		Mapper:           mgr.GetRESTMapper(),
 		DefaultTransform: slimMetadata,
+		ByObject:         map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Transform: keepDataHash}},
 	}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}

@@ -176,8 +176,9 @@ func OwnedObjectsOnly(selected []registration.Controller) map[client.Object]cach
 
 // SlimCachedObjects drops what no controller reads from the cache:
 // managedFields everywhere, and the annotations of metadata-only objects
-// (ConfigMaps watched by ConfigMonitor), where kubectl's last-applied copy
-// would otherwise keep every ConfigMap's data in memory after all.
+// (the ConfigMaps, Secrets and pods controllers watch as metadata), where
+// kubectl's last-applied copy would otherwise keep every ConfigMap's data
+// in memory after all.
 func SlimCachedObjects(in any) (any, error) {
 	if obj, ok := in.(metav1.Object); ok {
 		obj.SetManagedFields(nil)
