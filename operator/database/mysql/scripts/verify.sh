@@ -1,5 +1,5 @@
 #!/bin/sh
-# deckhand: a verification Job of a MySQL or MariaDB backup (issue 23): the
+# deckhand: a verification Job of a MySQL or MariaDB backup: the
 # backup is proven by restoring it.
 #
 # Runs in the cluster's own image, with the backup volume mounted

@@ -1,5 +1,5 @@
 #!/bin/sh
-# deckhand: a verification Job of a PostgreSQL Database's backup (issue 23):
+# deckhand: a verification Job of a PostgreSQL Database's backup:
 # the backup is proven by restoring it.
 #
 # Runs in the Database's own image, with the backup volume mounted
