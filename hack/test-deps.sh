@@ -12,6 +12,9 @@ command -v curl >/dev/null || need+=(curl)
 # The Database controller's scripts are proven on Debian's PostgreSQL (15 on
 # bookworm); the servers run as its postgres user.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/null 2>&1 || need+=(postgresql)
+# The continuous archiving scripts are proven with Debian's Barman Cloud
+# (barman-cli-cloud 3.4; boto3 is its S3 client).
+command -v barman-cloud-wal-archive >/dev/null && /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(barman-cli-cloud python3-boto3)
 # The MySQL engine's scripts are proven on Debian's MariaDB (10.11 on bookworm).
 command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
 # The MySQL engine's row counting runs in the images' awk: gawk (MySQL's)
@@ -38,6 +41,9 @@ if [[ ${#need[@]} -gt 0 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
 fi
 "$root/hack/tools.sh" build
+# The object store the archiving tests run (versitygw, ~2 min cold). Not in
+# tools.sh's default list: the local cluster and make run do not use it.
+"$root/hack/tools.sh" build versitygw
 # The node's own tools, built from source on a fresh machine (cold, on 2
 # busy cores: kubenode ~2.5 min, containerd ~2 min, coredns ~6 min;
 # docs/performance.md), cached like the others.

@@ -16,6 +16,9 @@ cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The real node's tools (kubenode, containerd, coredns, below) are not in
 # this list: hack/node.sh builds them on demand (`hack/tools.sh build
 # kubenode`), so a plain `build` or `path` stays as the kwok suite needs it.
+# Nor is versitygw, the object store of the archiving tests:
+# hack/test-deps.sh builds it, and so does the tests' harness
+# (operator/database/postgres/s3test) when it is missing.
 tools=(etcd kube kwok helm controller-gen ct helm-docs crd-ref-docs)
 
 # module path whose version keys the cache, per tool
@@ -31,6 +34,7 @@ declare -A pinned=(
   [kubenode]=k8s.io/kubernetes
   [containerd]=github.com/containerd/containerd/v2
   [coredns]=github.com/coredns/coredns
+  [versitygw]=github.com/versity/versitygw
 )
 # packages built per tool
 declare -A packages=(
@@ -45,13 +49,14 @@ declare -A packages=(
   [kubenode]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
   [containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
   [coredns]=github.com/coredns/coredns
+  [versitygw]=github.com/versity/versitygw/cmd/versitygw
 )
 # Go build tags per tool: containerd without the snapshotters that need cgo
 # or kernel features this node does not use (overlayfs is the one it uses).
 declare -A tags=([containerd]="no_btrfs no_zfs no_devmapper")
 # Bump a tool's recipe when its build flags change, so caches rebuild it.
 declare -A recipe=([helm]=2)
-declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [crd-ref-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6)
+declare -A minutes=([etcd]=3 [kube]=12 [kwok]=2 [helm]=2 [controller-gen]=1 [ct]=2 [helm-docs]=1 [crd-ref-docs]=1 [kubenode]=8 [containerd]=4 [coredns]=6 [versitygw]=2)
 
 version_of() { # tool -> pinned version, read from the tool's go.mod
   awk -v m="${pinned[$1]}" '$1 == m || ($1 == "require" && $2 == m) { v = ($1 == m) ? $2 : $3 } END { print v }' \

@@ -1,0 +1,43 @@
+# PostgreSQL's archive_command: ships one WAL segment (or history file) to
+# the object store with barman-cloud-wal-archive.
+#
+#   archive_command = 'sh /path/to/wal-archive.sh %p'
+#
+# It runs in the data directory, with the store's settings in the
+# environment (store.sh). A non-zero exit leaves the segment in pg_wal and
+# PostgreSQL tries again; pg_stat_archiver counts the failures.
+#
+# Before the first segment goes to a destination, the archive there must
+# be empty (barman-cloud-check-wal-archive): a second server pointed at
+# another's archive is refused instead of mixing its WAL into it. The
+# check is recorded in the data directory (deckhand-archive-checked, which
+# names the destination), so it runs again when the destination changes;
+# STORE_SKIP_EMPTY_CHECK=true skips it (a Database taking over its own
+# archive, restored from it).
+set -eu
+here=$(dirname "$0")
+. "$here/store.sh"
+[ $# -eq 1 ] || store_fail "usage: wal-archive.sh <%p>"
+trap store_cleanup EXIT
+store_setup
+
+data=${PGDATA:-.}
+checked="$data/deckhand-archive-checked"
+destination="$store_url/$STORE_SERVER ${STORE_ENDPOINT:-}"
+if [ "$(cat "$checked" 2>/dev/null || true)" != "$destination" ]; then
+  if [ "${STORE_SKIP_EMPTY_CHECK:-false}" != true ]; then
+    # Exit 1: the archive holds WAL already; 2: the store did not answer.
+    rc=0
+    barman-cloud-check-wal-archive $store_endpoint "$store_url" "$STORE_SERVER" || rc=$?
+    case $rc in
+      0) ;;
+      1) store_fail "refusing to archive into $store_url/$STORE_SERVER: it already holds WAL of another server (set STORE_SKIP_EMPTY_CHECK=true only for a server restored from that archive, whose history it continues)" ;;
+      *) store_fail "cannot check that $store_url/$STORE_SERVER is empty (barman-cloud-check-wal-archive exited $rc)" ;;
+    esac
+  fi
+  printf '%s\n' "$destination" >"$checked.tmp"
+  mv "$checked.tmp" "$checked"
+fi
+
+# shellcheck disable=SC2086 # the flags are single words or empty
+barman-cloud-wal-archive $store_endpoint $store_compress "$store_url" "$STORE_SERVER" "$1"
