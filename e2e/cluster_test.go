@@ -78,7 +78,7 @@ func (r installed) serviceAccount() string {
 
 func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	testenv.InstallCRDs(t)
-	// ServiceMonitor and PrometheusRule, checked against the Prometheus
+	// ServiceMonitor, PodMonitor and PrometheusRule, checked against the Prometheus
 	// Operator's own CRD schemas.
 	testenv.InstallMonitoringCRDs(t)
 	c := testenv.Client(t)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
 
@@ -129,6 +130,8 @@ func operatorMetricNames(t *testing.T) []string {
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	names := append(database.DatabaseKind.MetricNames(), mysqlcluster.Kind.MetricNames()...)
+	// PostgreSQL's own, from the collector in the Database pods.
+	names = append(names, instance.MetricNames...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
@@ -185,8 +188,16 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
 		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete"}
-	assert.ElementsMatch(t, append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), keys(alerts))
+	postgresAlerts := []string{"DeckhandPostgresDown", "DeckhandPostgresReplicationLagHigh", "DeckhandPostgresStandbyNotStreaming",
+		"DeckhandPostgresXIDAgeHigh", "DeckhandPostgresConnectionsNearLimit"}
+	assert.ElementsMatch(t, append(append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), postgresAlerts...), keys(alerts))
 	for name, expr := range alerts {
+		if slices.Contains(postgresAlerts, name) {
+			// Scraped from the Database pods, not the operator's Service.
+			assert.NotContains(t, expr, `service="`, name)
+			assertKnownMetrics(t, expr, name)
+			continue
+		}
 		assert.Contains(t, expr, `service="`+svc.Name+`"`, name)
 		assert.Contains(t, expr, `namespace="`+ns+`"`, name)
 	}
@@ -403,4 +414,66 @@ func TestNotesCommandsWorkWhenPasted(t *testing.T) {
 		}
 	}
 	assert.NotContains(t, MustRender(t, ns, Values(t, nil)).Notes, "do nothing", "the defaults are all in use")
+}
+
+// PostgreSQL's own metrics: with the values that render the ServiceMonitor
+// and the Database controller, a PodMonitor scrapes the Database pods'
+// port "metrics" in every namespace (or the watched ones), labelling each
+// target with its Database; the PrometheusRule alerts on replication lag,
+// a standby not streaming, XID age and connections near max_connections,
+// with the thresholds' values; the dashboard has server panels. Without
+// the Database controller, or without the ServiceMonitor's values, there is
+// no PodMonitor.
+func TestPostgresPodMonitorAlertsAndPanelsRenderWithMonitoringOn(t *testing.T) {
+	on := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"},
+		"metrics.prometheusRule.postgresReplicationLagBytes=1000", "metrics.prometheusRule.postgresXIDAge=12345",
+		"metrics.prometheusRule.postgresReplicationLagSeconds=42"))
+	pm := on.One(t, "PodMonitor")
+	assert.Equal(t, "prometheus", pm.GetLabels()["release"], "metrics.serviceMonitor.labels")
+	selector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	assert.Equal(t, map[string]string{database.LabelComponent: "server"}, selector)
+	exprs, _, _ := unstructured.NestedSlice(pm.Object, "spec", "selector", "matchExpressions")
+	require.Len(t, exprs, 1)
+	assert.Equal(t, database.LabelDatabase, exprs[0].(map[string]any)["key"])
+	anyNS, _, _ := unstructured.NestedBool(pm.Object, "spec", "namespaceSelector", "any")
+	assert.True(t, anyNS, "every namespace, as the operator watches")
+	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	require.Len(t, endpoints, 1)
+	ep := endpoints[0].(map[string]any)
+	assert.Equal(t, instance.MetricsPortName, ep["port"])
+	assert.Equal(t, "/metrics", ep["path"])
+	relabel := ep["relabelings"].([]any)[0].(map[string]any)
+	assert.Equal(t, "database", relabel["targetLabel"])
+	assert.Equal(t, []any{"__meta_kubernetes_pod_label_stable_imaginedata_co_database"}, relabel["sourceLabels"])
+
+	alerts := alertsOf(t, on.One(t, "PrometheusRule"))
+	assert.Contains(t, alerts["DeckhandPostgresReplicationLagHigh"], "deckhand_pg_replication_lag_bytes")
+	assert.Contains(t, alerts["DeckhandPostgresReplicationLagHigh"], "> 1000")
+	assert.Contains(t, alerts["DeckhandPostgresReplicationLagHigh"], "> 42")
+	assert.Contains(t, alerts["DeckhandPostgresXIDAgeHigh"], "deckhand_pg_database_xid_age > 12345")
+	assert.Contains(t, alerts["DeckhandPostgresConnectionsNearLimit"], "deckhand_pg_max_connections")
+	assert.Contains(t, alerts["DeckhandPostgresConnectionsNearLimit"], "> 0.9", "metrics.prometheusRule.postgresConnectionsRatio")
+	assert.Contains(t, alerts["DeckhandPostgresStandbyNotStreaming"], "deckhand_pg_standby_streaming == 0")
+
+	var dashboard *corev1.ConfigMap
+	for _, o := range on.Kind("ConfigMap") {
+		if o.GetLabels()["app.kubernetes.io/component"] == "dashboard" {
+			dashboard = Into[corev1.ConfigMap](t, o)
+		}
+	}
+	require.NotNil(t, dashboard)
+	for _, m := range []string{"deckhand_pg_up", "deckhand_pg_replication_lag_bytes", "deckhand_pg_connections", "deckhand_pg_max_connections",
+		"deckhand_pg_wal_bytes_total", "deckhand_pg_database_xid_age", "deckhand_pg_database_dead_tuples", "deckhand_pg_checkpoints_timed_total",
+		"deckhand_pg_database_size_bytes", "deckhand_pg_archiver_archived_total"} {
+		assert.Contains(t, dashboard.Data["deckhand.json"], m, "a server panel of the dashboard")
+	}
+
+	watched := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "watchNamespaces={apps,billing}"))
+	names, _, _ := unstructured.NestedStringSlice(watched.One(t, "PodMonitor").Object, "spec", "namespaceSelector", "matchNames")
+	assert.Equal(t, []string{"apps", "billing"}, names)
+
+	for _, set := range []string{"controllers.database.enabled=false", "metrics.serviceMonitor.enabled=false", "metrics.enabled=false"} {
+		r := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, set))
+		assert.Empty(t, r.Kind("PodMonitor"), set)
+	}
 }

@@ -60,7 +60,7 @@ func chartManagedConfigKeys(t *testing.T) []string {
 		nil,
 		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
-			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false"},
+			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
 			keys[k] = true
@@ -93,6 +93,7 @@ func TestConfigTakesTheOperatorsFlagsButNotTheOnesTheChartSets(t *testing.T) {
 	require.Contains(t, managed, "watch-namespaces")
 	require.Contains(t, managed, "configmonitor-ignore-secrets")
 	require.Contains(t, managed, "database-failover-default")
+	require.Contains(t, managed, "database-tls-default")
 	refused := append(managed, "kubeconfig", "config", "leader-election-namespace", "controllers")
 
 	manager.Flags().VisitAll(func(f *pflag.Flag) {
@@ -222,5 +223,20 @@ func TestDatabaseFailoverDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
 	} {
 		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
 		assert.Equal(t, tc.want, got["database-failover-default"], tc.set)
+	}
+}
+
+// The same for controllers.database.tlsByDefault: TLS for new Databases.
+func TestDatabaseTLSDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want any
+	}{
+		{"controllers.database.tlsByDefault=false", false},
+		{"controllers.database.tlsByDefault=true", nil},
+		{"controllers.database.tlsByDefault=null", nil},
+	} {
+		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
+		assert.Equal(t, tc.want, got["database-tls-default"], tc.set)
 	}
 }

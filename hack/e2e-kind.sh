@@ -59,7 +59,7 @@ demo_sets="--set=demo.flask.image.repository=${demo_image%:*} --set=demo.flask.i
 # the Prometheus Operator's CRDs, from its Go module at the pinned version.
 promop=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$(cat "$root/hack/prometheus-operator.version")" \
   | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-for crd in servicemonitors prometheusrules; do
+for crd in servicemonitors podmonitors prometheusrules; do
   kubectl apply --server-side -f "$promop/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml"
 done
 

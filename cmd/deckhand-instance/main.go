@@ -3,12 +3,15 @@
 //
 //	deckhand-instance install DEST
 //	deckhand-instance serve [flags]
+//	deckhand-instance metrics [flags]
 //
 // install copies this binary to DEST (mode 0755): an init container runs
 // it from the operator image, so the agent reaches the database pod
 // through an emptyDir and the database image stays the official one.
 // serve answers the operator over mutual TLS; its flags default to the
-// database container's environment (POD_NAME, PGDATA, PGPORT).
+// database container's environment (POD_NAME, PGDATA, PGPORT); with
+// --metrics-listen it also serves PostgreSQL's metrics in plain HTTP.
+// metrics serves the metrics alone (a Database without failover).
 package main
 
 import (
@@ -30,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST | serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST | serve [flags] | metrics [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -43,8 +46,10 @@ func main() {
 		err = install(os.Args[2])
 	case "serve":
 		err = serve(os.Args[2:])
+	case "metrics":
+		err = metricsOnly(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "deckhand-instance: unknown command %q (install, serve)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "deckhand-instance: unknown command %q (install, serve, metrics)\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -97,6 +102,7 @@ func serve(args []string) error {
 	roleDir := fs.String("role-dir", "", "where the server's entrypoint asks for its role (its DECKHAND_ROLE_DIR); empty: the socket directory")
 	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
 	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
+	mf := metricsFlags(fs)
 	apiServer := fs.String("api-server", apiServerAddress(), "the API server's address (host:port) the isolation check tries before it fences; empty: no isolation check (default: the kubelet's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -126,8 +132,79 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *mf.listen != "" {
+		collector, ml, err := mf.start(*socketDir, *port, *user, log)
+		if err != nil {
+			return err
+		}
+		defer collector.Close()
+		go func() {
+			if err := collector.ServeMetrics(ctx, ml); err != nil {
+				log.Error("the metrics server ended", "error", err.Error())
+			}
+		}()
+	}
 	log.Info("serving the instance channel", "pod", *pod, "listen", l.Addr().String())
 	return agent.Serve(ctx, l, tlsConfig)
+}
+
+// metricsFlagSet are the collector's flags, of serve and metrics.
+type metricsFlagSet struct {
+	listen, appUser, appDatabase, queries *string
+}
+
+func metricsFlags(fs *flag.FlagSet) metricsFlagSet {
+	return metricsFlagSet{
+		listen:      fs.String("metrics-listen", "", "address to serve PostgreSQL's metrics on, in plain HTTP (GET /metrics); empty: none"),
+		appUser:     fs.String("app-user", "", "the app role, which runs the user's queries; empty: they do not run"),
+		appDatabase: fs.String("app-database", "", "the app database the user's queries run in (default: the app role's name)"),
+		queries:     fs.String("queries", "", "the user's queries file (CloudNativePG's custom-queries format); empty: none"),
+	}
+}
+
+func (mf metricsFlagSet) start(socketDir string, port int, user string, log *slog.Logger) (*instance.Collector, net.Listener, error) {
+	collector, err := instance.NewCollector(instance.MetricsConfig{
+		SocketDir: socketDir, Port: port, User: user,
+		AppUser: *mf.appUser, AppDatabase: *mf.appDatabase, QueriesFile: *mf.queries, Log: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := net.Listen("tcp", *mf.listen)
+	if err != nil {
+		collector.Close()
+		return nil, nil, err
+	}
+	log.Info("serving PostgreSQL's metrics", "listen", l.Addr().String())
+	return collector, l, nil
+}
+
+// metricsOnly serves the metrics alone: the pod of a Database without
+// failover has no channel, and the collector needs no certificate.
+func metricsOnly(args []string) error {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	port := fs.Int("pgport", envInt("PGPORT", 5432), "the server's port (its socket's name)")
+	socketDir := fs.String("socket-dir", "/var/run/postgresql", "the server's unix socket directory")
+	user := fs.String("user", "postgres", "the local superuser (pg_hba.conf: local trust); the collector drops to pg_monitor")
+	mf := metricsFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *mf.listen == "" {
+		*mf.listen = ":" + strconv.Itoa(instance.MetricsPort)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	collector, l, err := mf.start(*socketDir, *port, *user, log)
+	if err != nil {
+		return err
+	}
+	defer collector.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return collector.ServeMetrics(ctx, l)
 }
 
 // apiServerAddress is the API server's Service address the kubelet gives

@@ -54,13 +54,13 @@ if helm status deckhand -n deckhand-system >/dev/null 2>&1; then
   echo ">> the release deckhand-system/deckhand keeps the CRDs; its operator is scaled to 0 until ct ends"
 fi
 
-# ci/monitoring-values.yaml renders a ServiceMonitor and a PrometheusRule:
+# ci/monitoring-values.yaml renders a ServiceMonitor, a PodMonitor and a PrometheusRule:
 # the Prometheus Operator's CRDs, from its Go module at the pinned version
 # (as make e2e-kind does).
 promop_version=$(cat hack/prometheus-operator.version)
 promop=$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$promop_version" |
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-for crd in servicemonitors prometheusrules; do
+for crd in servicemonitors podmonitors prometheusrules; do
   kubectl apply --server-side -f "$promop/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" >/dev/null
 done
 

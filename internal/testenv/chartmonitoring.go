@@ -15,8 +15,8 @@ import (
 
 var monitoringOnce sync.Once
 
-// InstallMonitoringCRDs installs the Prometheus Operator's ServiceMonitor
-// and PrometheusRule CRDs, the real ones, from the module at the version
+// InstallMonitoringCRDs installs the Prometheus Operator's ServiceMonitor,
+// PodMonitor and PrometheusRule CRDs, the real ones, from the module at the version
 // in hack/prometheus-operator.version (through the Go module proxy, cached
 // in the module cache), so the API server validates the chart's monitoring
 // objects against their schemas.
@@ -25,7 +25,7 @@ func InstallMonitoringCRDs(t testing.TB) {
 	c := Client(t)
 	monitoringOnce.Do(func() {
 		dir := prometheusOperatorModule(t)
-		for _, name := range []string{"servicemonitors", "prometheusrules"} {
+		for _, name := range []string{"servicemonitors", "podmonitors", "prometheusrules"} {
 			crd := ReadCRD(t, filepath.Join(dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+name+".yaml"))
 			err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return createOrReplace(c, crd.DeepCopy()) })
 			require.NoError(t, err, crd.Name)

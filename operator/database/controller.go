@@ -127,6 +127,17 @@ type Options struct {
 	// controllers.database.failoverByDefault). Off here, the zero value,
 	// for tests that run the operator on kwok, whose pods run no agent.
 	FailoverByDefault bool
+	// TLSByDefault: a new PostgreSQL Database without spec.tls.enabled
+	// gets TLS (the flag --database-tls-default, on by default; the
+	// chart's controllers.database.tlsByDefault). Off here, the zero
+	// value, as FailoverByDefault.
+	TLSByDefault bool
+	// MonitoringByDefault: a new PostgreSQL Database without
+	// spec.monitoring.enabled serves metrics (the flag
+	// --database-monitoring-default, on by default; the chart's
+	// controllers.database.monitoringByDefault). Off here, the zero
+	// value, as FailoverByDefault.
+	MonitoringByDefault bool
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -154,6 +165,11 @@ type Reconciler struct {
 	OperatorImage     string
 	InstanceDial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	FailoverByDefault bool
+	TLSByDefault      bool
+	// MonitoringByDefault: Options'.
+	MonitoringByDefault bool
+	// serverTLS are the Databases' server certificates (tls.go).
+	serverTLS serverTLS
 	// channels are the Databases' instance channel clients; failovers
 	// what the operator saw of each primary (failover.go).
 	channels  channels
@@ -200,6 +216,8 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		OperatorImage:        o.OperatorImage,
 		InstanceDial:         o.InstanceDial,
 		FailoverByDefault:    o.FailoverByDefault,
+		TLSByDefault:         o.TLSByDefault,
+		MonitoringByDefault:  o.MonitoringByDefault,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).
@@ -345,6 +363,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		next, err = r.manageBackups(ctx, db)
 		if upgrade := upgradeRecheck(db, r.now()); upgrade > 0 && (next == 0 || upgrade < next) {
 			next = upgrade
+		}
+		if certs := r.tlsRecheck(db); certs > 0 && (next == 0 || certs < next) {
+			next = certs
 		}
 		if next > 0 && (result.RequeueAfter == 0 || next < result.RequeueAfter) {
 			result.RequeueAfter = next

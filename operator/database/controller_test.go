@@ -97,11 +97,11 @@ func TestObjectNamesFitInALabel(t *testing.T) {
 
 func TestConnectionHashChangesWithThePortOnly(t *testing.T) {
 	db := sample()
-	a := connectionOf(db, postgres.Engine{})
+	a := connectionOf(db, postgres.Engine{}, "")
 	db.Spec.Replicas = 5
-	assert.Equal(t, a.hash(), connectionOf(db, postgres.Engine{}).hash())
+	assert.Equal(t, a.hash(), connectionOf(db, postgres.Engine{}, "").hash())
 	db.Spec.Port = 6543
-	assert.NotEqual(t, a.hash(), connectionOf(db, postgres.Engine{}).hash())
+	assert.NotEqual(t, a.hash(), connectionOf(db, postgres.Engine{}, "").hash())
 }
 
 // A Database without resources gets servers that request a little CPU and

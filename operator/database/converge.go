@@ -24,10 +24,19 @@ import (
 // they are needed.
 func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engine, l *live) error {
 	n := namesOf(db)
-	if err := r.ensureSecrets(ctx, db, eng, l); err != nil {
+	bundle := ""
+	if tlsOn(db) {
+		var err error
+		if bundle, err = r.ensureServerTLS(ctx, db); err != nil {
+			return err
+		}
+	} else {
+		r.forgetServerTLS(db)
+	}
+	if err := r.ensureSecrets(ctx, db, eng, l, bundle); err != nil {
 		return err
 	}
-	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
+	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng, tlsRequired(db, l)), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
 		return err
 	}
 	for i, svc := range services(db, eng) {
@@ -47,6 +56,9 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 		desired := statefulSetRunning(db, eng, claims, plan)
 		skip, err := r.wireInstanceChannel(ctx, db, desired, l)
 		if err != nil {
+			return err
+		}
+		if err := r.wireMetrics(db, desired); err != nil {
 			return err
 		}
 		if !skip {
@@ -102,7 +114,10 @@ func newPassword() string { return rand.Text() }
 // ensureSecrets creates the superuser, replication and app Secrets once
 // (those the cluster has). Their passwords are never replaced; the app
 // Secret's other keys follow the spec (a new port, say).
-func (r *Reconciler) ensureSecrets(ctx context.Context, db *Cluster, eng engine.Engine, l *live) error {
+//
+// bundle is the CA bundle of a Database with TLS on (ca.crt and the
+// verifying connection keys of the app Secret), "" without TLS.
+func (r *Reconciler) ensureSecrets(ctx context.Context, db *Cluster, eng engine.Engine, l *live, bundle string) error {
 	n := namesOf(db)
 	if !l.has("Secret", n.Superuser) {
 		if err := r.createSecret(ctx, db, superuserSecret(db, eng, newPassword())); err != nil {
@@ -118,9 +133,9 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, db *Cluster, eng engine.
 		return nil
 	}
 	if !l.has("Secret", n.App) {
-		return r.createSecret(ctx, db, appSecret(db, eng, newPassword()))
+		return r.createSecret(ctx, db, appSecret(db, eng, newPassword(), bundle))
 	}
-	conn := connectionOf(db, eng)
+	conn := connectionOf(db, eng, bundle)
 	if l.app.Labels[db.Kind.Keys.Connection] == conn.hash() {
 		return nil
 	}
@@ -146,9 +161,19 @@ func (r *Reconciler) updateConnection(ctx context.Context, db *Cluster, eng engi
 		return fmt.Errorf("reading Secret %s: %w", namesOf(db).App, err)
 	}
 	data := conn.appData(eng, string(s.Data["password"]))
+	// Keys the details no longer have (TLS turned off) are removed.
+	removed := map[string]any{}
+	for k := range s.Data {
+		if _, ok := data[k]; !ok && tlsAppKeys[k] {
+			removed[k] = nil
+		}
+	}
 	patch := map[string]any{
 		"metadata":   map[string]any{"labels": map[string]string{db.Kind.Keys.Connection: conn.hash()}, "resourceVersion": s.ResourceVersion},
 		"stringData": data,
+	}
+	if len(removed) > 0 {
+		patch["data"] = removed
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {

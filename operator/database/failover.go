@@ -427,7 +427,13 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 // pod's kubelet refresh its copy of the ConfigMap at once, so the key must
 // be written first.
 func (r *Reconciler) publishNamedPrimary(ctx context.Context, db *Cluster, eng engine.Engine) error {
-	if _, err := r.apply(ctx, scriptsConfigMap(db, eng), nil, false); err != nil {
+	// The TLS key as it is: a failover changes the primary only.
+	var cur corev1.ConfigMap
+	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).Scripts}, &cur); err != nil {
+		return fmt.Errorf("reading ConfigMap %s: %w", namesOf(db).Scripts, err)
+	}
+	tls := cur.Data[engine.ScriptsTLSKey]
+	if _, err := r.apply(ctx, scriptsConfigMap(db, eng, tls), nil, false); err != nil {
 		return fmt.Errorf("naming %s the primary in ConfigMap %s: %w", namedPrimary(db), namesOf(db).Scripts, err)
 	}
 	serverPods, err := r.serverPods(ctx, db)

@@ -428,6 +428,11 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true)}
 			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 2}}
 		}, "spec.replication.synchronous.minStandbys must be below spec.replicas"},
+		{"tls: a Secret name with capitals", func(d *dbv1.Database) { d.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "My_Cert"} },
+			`tls.serverCertSecret must be the name of a Secret (lower-case letters, digits, '-' and '.'), not "My_Cert"`},
+		{"tls: a certificate with TLS off", func(d *dbv1.Database) {
+			d.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(false), ServerCertSecret: "mine"}
+		}, "tls.serverCertSecret needs TLS on: remove tls.enabled: false, or remove tls.serverCertSecret"},
 		{"synchronous without failover", func(d *dbv1.Database) {
 			d.Spec.Replicas = 2
 			d.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}

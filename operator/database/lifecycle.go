@@ -79,8 +79,8 @@ func scheduledBackupName(db *Cluster, at time.Time) string {
 
 // ensureFinalizerAndDefaults puts the finalizer on every Database before
 // the operator makes anything for it, so nothing it made is deleted
-// without the deletionPolicy, and records its failover default
-// (AnnotationFailoverDefault) in the same write. A write that meets a
+// without the deletionPolicy, and records its failover and TLS defaults
+// (AnnotationFailoverDefault, AnnotationTLSDefault) in the same write. A write that meets a
 // newer Database is errStaleDatabase: the cache is behind.
 func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.Object) error {
 	if !obj.GetDeletionTimestamp().IsZero() {
@@ -89,7 +89,9 @@ func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	added := controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerDeletionPolicy)
 	recorded := r.recordFailoverDefault(obj)
-	if !added && !recorded {
+	recordedTLS := r.recordTLSDefault(obj)
+	recordedMonitoring := r.recordMonitoringDefault(obj)
+	if !added && !recorded && !recordedTLS && !recordedMonitoring {
 		return nil
 	}
 	err := r.Client.Patch(ctx, obj, patch)

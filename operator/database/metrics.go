@@ -25,6 +25,7 @@ type metrics struct {
 	verifiedStale       *prometheus.GaugeVec
 	failovers           *prometheus.CounterVec
 	failoverPending     *prometheus.GaugeVec
+	certificateExpiry   *prometheus.GaugeVec
 	// names of the above, for MetricNames.
 	names []string
 }
@@ -86,6 +87,10 @@ func newMetrics(name, kind, label string) *metrics {
 			Name: named("failover_pending"),
 			Help: "1 while the " + kind + "'s primary is gone and not replaced: a failover or switchover under way (not completed) or blocked (no healthy standby) or refused (it could lose a synchronous commit); else 0. The Failover condition says why.",
 		}, []string{"namespace", label}),
+		certificateExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: named("server_certificate_expiry_timestamp_seconds"),
+			Help: "When the certificate the " + kind + "'s servers present expires (Unix time); absent without TLS. A generated one is renewed at two thirds of its life; a user's is renewed by its issuer.",
+		}, []string{"namespace", label}),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: named("ready"),
 			Help: "1 when the " + kind + "'s Ready condition is True, else 0.",
@@ -105,6 +110,7 @@ func newMetrics(name, kind, label string) *metrics {
 	m.verifiedStale = register(m.verifiedStale)
 	m.failovers = register(m.failovers)
 	m.failoverPending = register(m.failoverPending)
+	m.certificateExpiry = register(m.certificateExpiry)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 
@@ -112,7 +113,18 @@ func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 		ReplicationSecret: n.Replication,
 		PrimaryHost:       n.ReadWrite,
 		RunAsUser:         runAsUserOf(db),
+		TLSSecret:         tlsSecretOf(db),
 	}
+}
+
+// tlsSecretOf is the pods' server TLS Secret of a Database with TLS on,
+// "" without.
+func tlsSecretOf(db *Cluster) string {
+	if !tlsOn(db) {
+		return ""
+	}
+	_, pods := serverTLSSecretNames(db)
+	return pods
 }
 
 // DefaultRunAsUser is the UID of the official images' server user
@@ -240,34 +252,66 @@ func passwordSecret(db *Cluster, name, password string) *corev1.Secret {
 // connection is what the app Secret tells a client, but the password.
 type connection struct {
 	Host, Port, Database, User string
+	// CA is the CA bundle of a Database with TLS on ("" without).
+	CA string
 }
 
-func connectionOf(db *Cluster, eng engine.Engine) connection {
+func connectionOf(db *Cluster, eng engine.Engine, bundle string) connection {
 	return connection{
 		Host:     fmt.Sprintf("%s.%s.svc", namesOf(db).ReadWrite, db.Namespace),
 		Port:     fmt.Sprint(portOf(db, eng)),
 		Database: db.Spec.Name,
 		User:     appUser(db),
+		CA:       bundle,
 	}
 }
 
 func (c connection) hash() string {
-	sum := sha256.Sum256([]byte(c.Host + "\x00" + c.Port + "\x00" + c.Database + "\x00" + c.User))
+	parts := c.Host + "\x00" + c.Port + "\x00" + c.Database + "\x00" + c.User
+	if c.CA != "" {
+		// Only with TLS: the hash of a Database without stays as it was.
+		parts += "\x00" + c.CA
+	}
+	sum := sha256.Sum256([]byte(parts))
 	return hex.EncodeToString(sum[:8])
 }
+
+// Keys of the app Secret with TLS on: the CA bundle, and the URIs that
+// verify the server against it (libpq and pgx; pgjdbc). Both name the
+// bundle by CAFile: mount the app Secret at CAMountDir.
+const (
+	AppCAKey            = "ca.crt"
+	AppVerifyFullURIKey = "verify-full-uri"
+	AppJDBCURIKey       = "jdbc-uri"
+	// CAMountDir is where the verifying URIs expect the app Secret (its
+	// ca.crt key) to be mounted in the client's container.
+	CAMountDir = "/etc/deckhand/db"
+)
+
+// tlsAppKeys are the keys a Database without TLS does not have.
+var tlsAppKeys = map[string]bool{AppCAKey: true, AppVerifyFullURIKey: true, AppJDBCURIKey: true}
 
 // appData is the app Secret's content for a password.
 func (c connection) appData(eng engine.Engine, password string) map[string]string {
 	port := int32(0)
 	fmt.Sscan(c.Port, &port)
-	return map[string]string{
+	uri := eng.ConnectionURI(c.User, password, c.Host, port, c.Database)
+	data := map[string]string{
 		"host": c.Host, "port": c.Port, "dbname": c.Database, "user": c.User, "password": password,
-		"uri": eng.ConnectionURI(c.User, password, c.Host, port, c.Database),
+		"uri": uri,
 	}
+	if c.CA != "" {
+		ca := CAMountDir + "/" + AppCAKey
+		data[AppCAKey] = c.CA
+		data[AppVerifyFullURIKey] = uri + "?" + url.Values{"sslmode": {"verify-full"}, "sslrootcert": {ca}}.Encode()
+		data[AppJDBCURIKey] = fmt.Sprintf("jdbc:postgresql://%s:%s/%s?", c.Host, c.Port, url.PathEscape(c.Database)) +
+			url.Values{"user": {c.User}, "password": {password}, "sslmode": {"verify-full"}, "sslrootcert": {ca}}.Encode()
+	}
+	return data
 }
 
-func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
-	conn := connectionOf(db, eng)
+func appSecret(db *Cluster, eng engine.Engine, password, bundle string) *corev1.Secret {
+	conn := connectionOf(db, eng, bundle)
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: secretMeta(db, namesOf(db).App, map[string]string{db.Kind.Keys.Connection: conn.hash()}),
@@ -276,10 +320,18 @@ func appSecret(db *Cluster, eng engine.Engine, password string) *corev1.Secret {
 	}
 }
 
-func scriptsConfigMap(db *Cluster, eng engine.Engine) *corev1.ConfigMap {
+// scriptsConfigMap is the scripts and their keys; tls is the value of
+// engine.ScriptsTLSKey ("": "offered"). The key is always written: a key
+// left out would stay on the live ConfigMap (apply writes only what
+// differs).
+func scriptsConfigMap(db *Cluster, eng engine.Engine, tls string) *corev1.ConfigMap {
 	data := eng.Scripts()
 	data[engine.ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
 	data[engine.ScriptsPrimaryKey] = namedPrimary(db)
+	if tls == "" {
+		tls = "offered"
+	}
+	data[engine.ScriptsTLSKey] = tls
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),

@@ -399,4 +399,5 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.lastVerifiedBackup.DeleteLabelValues(namespace, name)
 	k.metrics.verifiedStale.DeleteLabelValues(namespace, name)
 	k.metrics.failoverPending.DeleteLabelValues(namespace, name)
+	k.metrics.certificateExpiry.DeleteLabelValues(namespace, name)
 }

@@ -13,6 +13,12 @@ import (
 // flagFailoverDefault is the Database controller's one setting.
 const flagFailoverDefault = "database-failover-default"
 
+// flagTLSDefault: TLS for new Databases.
+const flagTLSDefault = "database-tls-default"
+
+// flagMonitoringDefault: metrics for new Databases.
+const flagMonitoringDefault = "database-monitoring-default"
+
 // Registration is how the registry knows the Database controller. It lists
 // no Owns: its objects include Secrets, ConfigMaps and pods, which other
 // controllers watch unfiltered in the manager's cache, so it watches
@@ -23,15 +29,19 @@ var Registration = registration.Controller{
 	ValuesKey:   "database",
 	AddToScheme: dbv1.AddToScheme,
 	Flags: func(fs *pflag.FlagSet) {
+		fs.Bool(flagTLSDefault, true, "TLS on every connection for a new PostgreSQL Database that leaves spec.tls.enabled unset (recorded on it when first seen: annotation "+AnnotationTLSDefault+")")
+		fs.Bool(flagMonitoringDefault, true, "PostgreSQL's metrics served by every pod of a new PostgreSQL Database that leaves spec.monitoring.enabled unset (recorded on it when first seen: annotation "+AnnotationMonitoringDefault+")")
 		fs.Bool(flagFailoverDefault, true, "automatic failover for a new PostgreSQL Database that leaves spec.failover.enabled unset (recorded on it when first seen: annotation "+AnnotationFailoverDefault+")")
 	},
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
 		// The chart sets the operator's own image: database pods copy
 		// the instance agent from it (spec.failover).
 		return Setup(mgr, Options{
-			WatchNamespaces:   s.GetStringSlice("watch-namespaces"),
-			OperatorImage:     os.Getenv("DECKHAND_OPERATOR_IMAGE"),
-			FailoverByDefault: s.GetBool(flagFailoverDefault),
+			WatchNamespaces:     s.GetStringSlice("watch-namespaces"),
+			OperatorImage:       os.Getenv("DECKHAND_OPERATOR_IMAGE"),
+			FailoverByDefault:   s.GetBool(flagFailoverDefault),
+			TLSByDefault:        s.GetBool(flagTLSDefault),
+			MonitoringByDefault: s.GetBool(flagMonitoringDefault),
 		})
 	},
 }

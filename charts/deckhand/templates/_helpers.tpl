@@ -163,6 +163,9 @@ without the value leaves it unset, which keeps the operator's default. */}}
 {{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.failoverByDefault) "false") }}
 {{- $_ := set $cfg "database-failover-default" false }}
 {{- end }}
+{{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.tlsByDefault) "false") }}
+{{- $_ := set $cfg "database-tls-default" false }}
+{{- end }}
 {{- with .Values.controllers.jmxExporter }}
 {{- if .enabled }}
 {{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
@@ -190,6 +193,7 @@ log-level: logLevel
 log-format: logFormat
 configmonitor-ignore-secrets: controllers.configMonitor.secrets
 database-failover-default: controllers.database.failoverByDefault
+database-tls-default: controllers.database.tlsByDefault
 jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)

@@ -43,6 +43,15 @@ const (
 	// (PostgreSQL's bootstrap script), and its readiness probe fails while
 	// its role disagrees.
 	ScriptsPrimaryKey = "primary"
+	// ScriptsTLSKey is "required" once every server of a cluster with TLS
+	// (else "offered")
+	// runs with its certificate: the scripts then refuse connections
+	// without TLS (hostssl) and verify the servers they connect to
+	// (sslmode=verify-full). Until then (TLS being turned on under running
+	// servers, or off) they accept and ask for TLS without requiring it, so
+	// a server restarted first still reaches one that is not. Changes
+	// without a restart, as the other keys.
+	ScriptsTLSKey = "tls"
 )
 
 // Cluster is what an engine needs to know about one set of database
@@ -84,6 +93,10 @@ type Cluster struct {
 	// Database's spec (with a documented default), never from the image
 	// reference: every container of the cluster runs as it.
 	RunAsUser int64
+	// TLSSecret is the Secret (kubernetes.io/tls, with ca.crt) the servers
+	// present and the Jobs trust; "" without TLS. Only the servers mount
+	// its key; Jobs get its ca.crt only.
+	TLSSecret string
 }
 
 // Pod is the engine's part of a pod: its one container, the volumes it

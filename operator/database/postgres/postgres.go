@@ -172,7 +172,7 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	if c.Resources != nil {
 		container.Resources = *c.Resources
 	}
-	return engine.Pod{
+	pod := engine.Pod{
 		Container: container,
 		// Docker's 64 MiB /dev/shm is too small for parallel queries.
 		Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
@@ -180,6 +180,57 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		}}},
 		SecurityContext: podSecurityContext(c.RunAsUser),
 	}
+	if c.TLSSecret != "" {
+		// The server reads its certificate and key from a copy in memory
+		// (TLS_RUN_DIR, mode 0600: PostgreSQL refuses a key others can
+		// read), made at start and again by the readiness probe when the
+		// Secret's files change, followed by a reload.
+		pod.Volumes = append(pod.Volumes,
+			corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: c.TLSSecret, DefaultMode: ptr.To[int32](0o440),
+			}}},
+			corev1.Volume{Name: tlsRunVolume, VolumeSource: corev1.VolumeSource{
+				EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+			}},
+		)
+		pod.Container.VolumeMounts = append(pod.Container.VolumeMounts,
+			corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true},
+			corev1.VolumeMount{Name: tlsRunVolume, MountPath: tlsRunDir},
+		)
+		pod.Container.Env = append(pod.Container.Env,
+			corev1.EnvVar{Name: "TLS_DIR", Value: TLSDir},
+			corev1.EnvVar{Name: "TLS_RUN_DIR", Value: tlsRunDir},
+			corev1.EnvVar{Name: "TLS_CA_FILE", Value: TLSDir + "/ca.crt"},
+		)
+	}
+	return pod
+}
+
+// TLS: where the servers mount the server TLS Secret (Cluster.TLSSecret),
+// and the Jobs its ca.crt alone.
+const (
+	TLSVolume    = "server-tls"
+	TLSDir       = "/deckhand/tls"
+	tlsRunVolume = "tls-run"
+	tlsRunDir    = "/deckhand/tls-run"
+)
+
+// withCA gives a Job's pod that connects to the servers (init, backup,
+// restore, fence; not the upgrade and verification Jobs, which start
+// servers of their own on 127.0.0.1) the CA bundle of a cluster with TLS (the ca.crt
+// of its TLS Secret, never the key) and TLS_CA_FILE: its scripts connect
+// to them with sslmode=verify-full.
+func withCA(c engine.Cluster, pod engine.Pod) engine.Pod {
+	if c.TLSSecret == "" {
+		return pod
+	}
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: c.TLSSecret, DefaultMode: ptr.To[int32](0o444),
+		Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+	}}})
+	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true})
+	pod.Container.Env = append(pod.Container.Env, corev1.EnvVar{Name: "TLS_CA_FILE", Value: TLSDir + "/ca.crt"})
+	return pod
 }
 
 // InitPod runs init.sh against the primary.
@@ -193,7 +244,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 		{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
 	}
 	env = append(env, superuserEnv(c)...)
-	return engine.Pod{
+	return withCA(c, engine.Pod{
 		Container: corev1.Container{
 			Name:    "init",
 			Image:   c.Image,
@@ -209,7 +260,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 			SecurityContext:          containerSecurityContext(),
 		},
 		SecurityContext: podSecurityContext(c.RunAsUser),
-	}
+	})
 }
 
 // MajorVersion is the first number: PostgreSQL 10 and later number their
@@ -260,7 +311,7 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 			corev1.EnvVar{Name: "MAX_LAG_BYTES", Value: fmt.Sprint(b.MaxLagBytes)},
 		)
 	}
-	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
+	return withCA(c, jobPod(c, "backup", BackupScript, env, b.ClaimName, nil))
 }
 
 // RestorePod runs restore.sh.
@@ -277,7 +328,7 @@ func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
 		{Name: "BACKUP_FILE", Value: r.File},
 		{Name: "BACKUP_SHA256", Value: r.SHA256},
 	}
-	return jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil)
+	return withCA(c, jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil))
 }
 
 // UpgradePod runs upgrade.sh with the primary's data volume mounted where
@@ -334,7 +385,7 @@ func (e Engine) FencePod(c engine.Cluster, lift bool) engine.Pod {
 		{Name: "APP_USER", Value: c.AppUser},
 		{Name: "LIFT", Value: strconv.FormatBool(lift)},
 	}
-	return jobPod(c, name, FenceScript, env, "", nil)
+	return withCA(c, jobPod(c, name, FenceScript, env, "", nil))
 }
 
 // LiftByHand is fence.sh's lift, as SQL a person can paste.

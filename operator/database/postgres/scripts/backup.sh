@@ -61,6 +61,7 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 
 export PGHOST="$SOURCE_HOST" PGPORT="$SOURCE_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=5
+tls_client_env
 
 target=$BACKUP_DIR/$BACKUP_FILE
 dir=$(dirname "$target")

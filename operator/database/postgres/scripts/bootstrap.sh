@@ -43,11 +43,17 @@
 # REPLICATION_USER and REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>),
 # PRIMARY_HOST and PRIMARY_PORT (the read-write Service), LISTEN_ADDRESSES;
 # REMOVE_OLD_DATA, CLONE_MAX_RATE, PROMOTE_WAIT_SECONDS, DECKHAND_ROLE_DIR
-# (optional; the last set where the instance agent runs, see below). The
+# (optional; the last set where the instance agent runs, see below);
+# with TLS, TLS_DIR (the server TLS Secret, mounted), TLS_RUN_DIR (where
+# the server reads its copy) and TLS_CA_FILE (the CA bundle the
+# connections to the primary verify). The
 # file "primary" beside this script names the primary's pod; a file
 # deckhand-fenced beside PGDATA keeps the server from starting.
 set -eu
 . "$(dirname "$0")/lib.sh"
+# With TLS, every connection to the primary (clone, rewind, slots) is
+# verify-full against the CA bundle.
+tls_client_env
 
 # The replication role's name is written into SQL and pg_hba.conf as it
 # is: a plain lower-case identifier only.
@@ -197,7 +203,7 @@ write_primary_conninfo() {
 	conf=$1/postgresql.auto.conf
 	conninfo="host=$(conninfo_value "$PRIMARY_HOST") port=$(conninfo_value "$PRIMARY_PORT")"
 	conninfo="$conninfo user=$(conninfo_value "$REPLICATION_USER") password=$(conninfo_value "$REPLICATION_PASSWORD")"
-	conninfo="$conninfo application_name=$(conninfo_value "$POD_NAME")"
+	conninfo="$conninfo application_name=$(conninfo_value "$POD_NAME")$(tls_conninfo)"
 	# What a start killed before its rename left.
 	rm -f "$conf".deckhand-*
 	new=$(umask 077 && mktemp "$conf.deckhand-XXXXXX")
@@ -398,6 +404,9 @@ if [ "$role" = primary ]; then
 	ensure_replication_role "$PGDATA"
 	ensure_replication_hba "$PGDATA"
 else
+	# A standby serves reads: its pg_hba.conf (a copy of the primary's)
+	# follows TLS being turned on or off too.
+	ensure_replication_hba "$PGDATA"
 	# A standby cloned before deckhand used slots gets one; a primary that
 	# does not answer yet gets none now (the standby streams without it
 	# until its next start).
@@ -419,7 +428,15 @@ case " $* " in
 	;;
 esac
 
+# TLS: the server presents the certificate copied from the mounted Secret
+# (tls_install); the readiness probe copies a renewed one and reloads.
+if [ -n "${TLS_DIR:-}" ]; then
+	tls_install || true
+	set -- "$@" -c ssl=on -c "ssl_cert_file=$TLS_RUN_DIR/tls.crt" -c "ssl_key_file=$TLS_RUN_DIR/tls.key"
+	log "TLS on: serving the certificate of $TLS_DIR; connections from other hosts must use TLS"
+fi
+
 # The server needs neither password: keep them out of its environment (and
 # so of every process it starts).
-unset PGPASSWORD REPLICATION_PASSWORD
+unset PGPASSWORD REPLICATION_PASSWORD PGSSLMODE PGSSLROOTCERT
 exec postgres -D "$PGDATA" -p "$PGPORT" -c listen_addresses="$LISTEN_ADDRESSES" "$@"

@@ -30,6 +30,7 @@ here=$(dirname "$0")
 . "$here/lib.sh"
 
 export PGHOST="$PRIMARY_HOST" PGPORT="$PRIMARY_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=5
+tls_client_env
 wait_for_server
 
 # sql: psql on stdin, names from the environment.

@@ -21,6 +21,16 @@ set -eu
 log() { printf '%s init: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 
 export PGHOST="$PRIMARY_HOST" PGPORT="$PRIMARY_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=5
+# With TLS (TLS_CA_FILE: the CA bundle), verify the primary's certificate
+# (once TLS is required: the file "tls" beside this script; before, ask for
+# TLS without requiring it).
+if [ -n "${TLS_CA_FILE:-}" ]; then
+	if [ "$(cat "$(dirname "$0")/tls" 2>/dev/null || true)" = required ]; then
+		export PGSSLMODE=verify-full PGSSLROOTCERT="$TLS_CA_FILE"
+	else
+		export PGSSLMODE=prefer PGSSLROOTCERT="$TLS_CA_FILE"
+	fi
+fi
 
 waited=0
 until pg_isready -q; do

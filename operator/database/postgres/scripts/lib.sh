@@ -104,18 +104,29 @@ init_datadir() {
 # "host replication all all" line that init_datadir wrote before deckhand
 # had a replication role is removed (only inside a block that starts with
 # a "# deckhand:" comment and ends at a blank line; a line the user wrote is
-# left alone). Changes the file only when something is missing, in one
-# rename.
+# left alone). With TLS required (TLS_DIR set, tls_required) deckhand's
+# lines for other hosts are hostssl: a connection without TLS matches none
+# of them and is refused; otherwise they are host. Changes the file only when something is
+# missing or of the other type, in one rename.
 ensure_replication_hba() {
 	hba=$1/pg_hba.conf
-	rule="host replication $REPLICATION_USER all scram-sha-256"
+	type=host
+	if [ -n "${TLS_DIR:-}" ] && tls_required; then
+		type=hostssl
+	fi
+	rule="$type replication $REPLICATION_USER all scram-sha-256"
 	# What a start killed before its rename left.
 	rm -f "$hba".deckhand-*
 	new=$(mktemp "$hba.deckhand-XXXXXX")
-	awk -v rule="$rule" '
+	awk -v rule="$rule" -v type="$type" -v user="$REPLICATION_USER" '
 		/^# deckhand:/ { block = 1 }
 		/^[ \t]*$/ { block = 0 }
 		block && NF == 5 && $1 == "host" && $2 == "replication" && $3 == "all" && $4 == "all" && $5 == "scram-sha-256" { dropped = 1; next }
+		block && NF == 5 && ($1 == "host" || $1 == "hostssl") && $1 != type && $4 == "all" && $5 == "scram-sha-256" &&
+			(($2 == "all" && $3 == "all") || ($2 == "replication" && $3 == user)) {
+			$0 = type " " $2 " " $3 " " $4 " " $5
+			dropped = 1
+		}
 		{ print }
 		$0 == rule { found = 1 }
 		END {
@@ -130,7 +141,7 @@ ensure_replication_hba() {
 	0)
 		chmod 600 "$new"
 		mv "$new" "$hba"
-		log "$hba: replication connections over TCP only for $REPLICATION_USER"
+		log "$hba: replication connections over TCP only for $REPLICATION_USER; connections from other hosts: $type"
 		;;
 	3) rm -f "$new" ;;
 	*)
@@ -139,6 +150,74 @@ ensure_replication_hba() {
 		;;
 	esac
 	unset status
+}
+
+# tls_required: TLS is required, not only offered: the file "tls" beside
+# this script (the scripts ConfigMap's key) says "required", which the
+# operator writes once every server of the Database runs with its
+# certificate. Until then (TLS being turned on or off under running
+# servers) the servers accept connections without TLS and the scripts ask
+# for TLS without requiring it, so a server restarted first still reaches
+# one that is not.
+tls_required() {
+	[ "$(cat "$(dirname "$0")/tls" 2>/dev/null || true)" = required ]
+}
+
+# tls_sslmode: how this pod connects to another server: verify-full with
+# TLS required, prefer while TLS is being turned on or off, nothing
+# without TLS (TLS_CA_FILE unset).
+tls_sslmode() {
+	if [ -z "${TLS_CA_FILE:-}" ]; then
+		return 0
+	elif tls_required; then
+		printf verify-full
+	else
+		printf prefer
+	fi
+}
+
+# tls_client_env: with TLS_CA_FILE set (a Database with TLS), every
+# connection libpq makes from here to another server is encrypted and
+# verifies the server's certificate against that CA bundle and the name
+# dialled (sslmode=verify-full; prefer while TLS is not yet required).
+# Connections over the Unix socket are not affected.
+tls_client_env() {
+	mode=$(tls_sslmode)
+	if [ -n "$mode" ]; then
+		export PGSSLMODE="$mode" PGSSLROOTCERT="$TLS_CA_FILE"
+	fi
+}
+
+# tls_conninfo: the same, as words of a libpq connection string ("" without
+# TLS).
+tls_conninfo() {
+	mode=$(tls_sslmode)
+	if [ -n "$mode" ]; then
+		printf ' sslmode=%s sslrootcert=%s' "$mode" "$(conninfo_value "$TLS_CA_FILE")"
+	fi
+}
+
+# tls_install: with TLS_DIR set (the server TLS Secret, mounted), copies its
+# tls.crt and tls.key into TLS_RUN_DIR, the key with mode 0600 (PostgreSQL
+# refuses a key others can read, and a Secret volume's files are root's),
+# each renamed into place. Returns 0 when it copied (the files changed, or
+# were not there), 1 when the copies are current or there is no TLS.
+tls_install() {
+	[ -n "${TLS_DIR:-}" ] || return 1
+	[ -f "$TLS_DIR/tls.crt" ] && [ -f "$TLS_DIR/tls.key" ] || fail "TLS is on but $TLS_DIR holds no tls.crt and tls.key"
+	if [ -f "$TLS_RUN_DIR/tls.crt" ] && [ -f "$TLS_RUN_DIR/tls.key" ] &&
+		[ "$(cat "$TLS_DIR/tls.crt" "$TLS_DIR/tls.key" | sha256sum)" = "$(cat "$TLS_RUN_DIR/tls.crt" "$TLS_RUN_DIR/tls.key" | sha256sum)" ]; then
+		return 1
+	fi
+	(
+		umask 077
+		cp "$TLS_DIR/tls.key" "$TLS_RUN_DIR/tls.key.new"
+		cp "$TLS_DIR/tls.crt" "$TLS_RUN_DIR/tls.crt.new"
+	) || fail "could not copy the server certificate into $TLS_RUN_DIR"
+	chmod 600 "$TLS_RUN_DIR/tls.key.new"
+	mv "$TLS_RUN_DIR/tls.key.new" "$TLS_RUN_DIR/tls.key"
+	mv "$TLS_RUN_DIR/tls.crt.new" "$TLS_RUN_DIR/tls.crt"
+	return 0
 }
 
 # restore_marker FILE SHA256: what a restore writes as the comment of the

@@ -38,9 +38,12 @@
 # with n >= replicas), so a removed standby does not hold the primary's
 # WAL.
 #
+# Also (ready, with TLS): when the server TLS Secret's files (TLS_DIR)
+# changed, copies them (tls_install) and reloads the server.
+#
 # Environment: PGPORT, PGUSER and PGPASSWORD (the superuser), PGDATA,
 # POD_NAME, PRIMARY_HOST, PRIMARY_PORT, REPLICATION_USER and
-# REPLICATION_PASSWORD.
+# REPLICATION_PASSWORD; TLS_DIR, TLS_RUN_DIR and TLS_CA_FILE with TLS.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -78,7 +81,7 @@ clone_progressing() {
 slot_lost() {
 	receiver=$(psql -X -A -t -c "SELECT pg_is_in_recovery() AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')" 2>/dev/null) || return 1
 	[ "$receiver" = t ] || return 1
-	lost=$(PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD PGHOST=$PRIMARY_HOST PGPORT=$PRIMARY_PORT \
+	lost=$(tls_client_env && PGUSER=$REPLICATION_USER PGPASSWORD=$REPLICATION_PASSWORD PGHOST=$PRIMARY_HOST PGPORT=$PRIMARY_PORT \
 		psql -X -A -t -c "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = 'deckhand_standby_${POD_NAME##*-}'" 2>/dev/null) || return 1
 	[ "$lost" = lost ]
 }
@@ -94,6 +97,39 @@ slot_lost() {
 # excused.
 promoted_replacing() {
 	[ -f "$beside/deckhand-promoted" ] && [ "$(cat "$beside/deckhand-promoted")" = "$1" ]
+}
+
+# tls_converge: a renewed certificate (the mounted Secret's files changed)
+# is copied; pg_hba.conf follows TLS becoming required or not (the file
+# "tls" beside this script), and so does a standby's primary_conninfo
+# (sslmode); then the server reloads (SIGHUP): sessions are kept, new
+# connections and a restarted WAL receiver get the new settings.
+tls_converge() {
+	why=
+	if tls_install; then
+		why="server certificate changed in $TLS_DIR"
+	fi
+	before=$(sha256sum "$PGDATA/pg_hba.conf" 2>/dev/null || true)
+	ensure_replication_hba "$PGDATA" 2>/dev/null
+	if [ "$before" != "$(sha256sum "$PGDATA/pg_hba.conf" 2>/dev/null || true)" ]; then
+		why="${why:+$why; }pg_hba.conf rewritten (TLS required: $(tls_required && echo yes || echo no))"
+	fi
+	want=$(tls_sslmode)
+	conninfo=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN current_setting('primary_conninfo') END" 2>/dev/null || true)
+	case $conninfo in
+	*" sslmode=$want "* | *" sslmode=$want") ;;
+	*" sslmode="*)
+		CONNINFO=$(printf '%s' "$conninfo" | sed "s/ sslmode=[a-z-]*/ sslmode=$want/") psql -X -q -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<-'SQL' &&
+		\getenv c CONNINFO
+		ALTER SYSTEM SET primary_conninfo = :'c';
+		SQL
+			why="${why:+$why; }primary_conninfo sslmode=$want"
+		;;
+	esac
+	unset conninfo
+	if [ -n "$why" ] && pg_ctl -D "$PGDATA" reload >/dev/null 2>&1; then
+		log "$why: reloaded"
+	fi
 }
 
 case $mode in
@@ -125,6 +161,7 @@ ready)
 		exit 1
 	fi
 	pg_isready -q -p "$PGPORT" || exit 1
+	[ -z "${TLS_DIR:-}" ] || tls_converge
 	state=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT status FROM pg_stat_wal_receiver), 'no WAL receiver') ELSE 'primary' END" 2>&1) || {
 		echo "cannot ask the server: $state" >&2
 		exit 1

@@ -27,6 +27,7 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 
 export PGHOST="$PRIMARY_HOST" PGPORT="$PRIMARY_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=5
+tls_client_env
 
 file=$BACKUP_DIR/$BACKUP_FILE
 check_sha256 "$file" "$BACKUP_SHA256"
