@@ -31,10 +31,11 @@ cleanup() {
 trap cleanup EXIT
 
 kubectl create namespace "$ns" >/dev/null
-# Failover off in both (on by default): the instance agent's own CPU
-# request would make the BestEffort pod Burstable.
+# Failover and monitoring off in both (on by default): the CPU request of
+# the instance agent or of the metrics sidecar would make the BestEffort
+# pod Burstable.
 database() { # name, then the resources line ("" for the default)
-  printf 'apiVersion: stable.imaginedata.co/v1\nkind: Database\nmetadata: {name: %s}\nspec:\n  name: app\n  image: %s\n  storage-size: 64Mi\n  replicas: 1\n  failover: {enabled: false}\n%s\n' "$1" "$postgres" "$2" |
+  printf 'apiVersion: stable.imaginedata.co/v1\nkind: Database\nmetadata: {name: %s}\nspec:\n  name: app\n  image: %s\n  storage-size: 64Mi\n  replicas: 1\n  failover: {enabled: false}\n  monitoring: {enabled: false}\n%s\n' "$1" "$postgres" "$2" |
     kubectl apply -n "$ns" -f - >/dev/null
 }
 database besteffort "  resources: {}"
