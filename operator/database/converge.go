@@ -58,9 +58,6 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 		if err != nil {
 			return err
 		}
-		if err := r.wireMetrics(db, desired); err != nil {
-			return err
-		}
 		if !skip {
 			if err := r.applyOne(ctx, db, desired, &l.statefulSet, l.has("StatefulSet", n.StatefulSet)); err != nil {
 				return err

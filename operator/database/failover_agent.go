@@ -250,31 +250,47 @@ func (r *Reconciler) writeInstanceSecret(ctx context.Context, db *Cluster, name 
 }
 
 // wireInstanceChannel, when failover is on, writes the channel's Secrets
-// and adds the agent to the desired StatefulSet. An operator that does not
-// know its own image cannot: it says so and leaves the pods as they are.
+// and adds the agent to the desired StatefulSet, and with monitoring on the
+// metrics collector (addPodExtras). An operator that does not know its own
+// image cannot add either: it says so and leaves the pods as they are.
 //
 // It reports whether the StatefulSet must not be written this pass: one
 // that is not Parallel is recreated (parallel.go).
 func (r *Reconciler) wireInstanceChannel(ctx context.Context, db *Cluster, desired *appsv1.StatefulSet, l *live) (bool, error) {
-	if !failoverOn(db) {
-		keepParallel(desired, l)
-		return false, nil
-	}
-	if r.OperatorImage == "" {
+	switch {
+	case !failoverOn(db):
+	case r.OperatorImage == "":
 		msg := "spec.failover.enabled is set but the operator does not know its own image (DECKHAND_OPERATOR_IMAGE), from which the pods copy the instance agent: no failover"
 		r.warn(db, ConditionFailover, "AgentImageUnknown", msg)
 		r.setCondition(db, ConditionFailover, false, "AgentImageUnknown", msg)
-		return false, nil
+	default:
+		if _, err := r.ensureInstanceSecrets(ctx, db); err != nil {
+			return false, err
+		}
+		var existing *appsv1.StatefulSet
+		if l.has("StatefulSet", namesOf(db).StatefulSet) {
+			existing = &l.statefulSet
+		}
+		if skip, err := r.recreateForParallel(ctx, db, existing); skip || err != nil {
+			return true, err
+		}
 	}
-	if _, err := r.ensureInstanceSecrets(ctx, db); err != nil {
-		return false, err
+	return false, r.addPodExtras(db, desired, l)
+}
+
+// addPodExtras adds to a desired StatefulSet what wireInstanceChannel and
+// wireMetrics add to it, with no request: the instance agent (failover on
+// and the operator's image known; failover off keeps a Parallel
+// StatefulSet Parallel) and the metrics collector. A check that the live
+// StatefulSet runs the desired template must build it the same way.
+func (r *Reconciler) addPodExtras(db *Cluster, desired *appsv1.StatefulSet, l *live) error {
+	switch {
+	case !failoverOn(db):
+		keepParallel(desired, l)
+	case r.OperatorImage != "":
+		if err := withAgent(db, desired, r.OperatorImage); err != nil {
+			return err
+		}
 	}
-	var existing *appsv1.StatefulSet
-	if l.has("StatefulSet", namesOf(db).StatefulSet) {
-		existing = &l.statefulSet
-	}
-	if skip, err := r.recreateForParallel(ctx, db, existing); skip || err != nil {
-		return true, err
-	}
-	return false, withAgent(db, desired, r.OperatorImage)
+	return r.wireMetrics(db, desired)
 }

@@ -571,10 +571,13 @@ func (r *Reconciler) upgradeRemoveOldData(db *Cluster, eng engine.Engine, l *liv
 	sts := &l.statefulSet
 	desired := statefulSetRunning(db, eng, sts.Spec.VolumeClaimTemplates, plan)
 	replicas := replicasOf(db)
-	// The live StatefulSet has the plan's template (the API server adds
+	// The live StatefulSet has the plan's template as converge writes it
+	// (with the agent and the metrics collector; the API server adds
 	// defaults, so compare what the plan sets) and every server restarted
 	// with it.
-	state, err := desiredState(desired)
+	err := r.addPodExtras(db, desired, l)
+	state, stateErr := desiredState(desired)
+	err = errors.Join(err, stateErr)
 	applied, _ := upToDate(state, sts)
 	rolled := err == nil && applied &&
 		sts.Status.ObservedGeneration >= sts.Generation && sts.Status.CurrentRevision == sts.Status.UpdateRevision &&
