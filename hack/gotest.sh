@@ -152,10 +152,12 @@ done
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
 awk '($1 == "ok" || $1 == "FAIL") && NF >= 3 { t = $3; if (t == "(cached)") t = "0s (cached)"; printf "  %-5s %12s  %s\n", $1, t, $2 }' "${logs[@]}" | sort -k2 -g -r
 # With GO_TEST_FLAGS=-v each test's own time is in the logs too: the slowest
-# tests are what to look at first when the suite grows slow.
+# tests are what to look at first when the suite grows slow. (awk, not
+# head, keeps the first 30: head would end the pipe early, and with
+# pipefail sort's SIGPIPE would fail the run.)
 if grep -qh -- '^--- \(PASS\|FAIL\): ' "${logs[@]}" 2>/dev/null; then
   echo "slowest top-level tests (GO_TEST_FLAGS=-v):"
   grep -h -- '^--- \(PASS\|FAIL\): ' "${logs[@]}" | sed -E 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\).*/\3 \1 \2/' |
-    sort -g -r | head -30 | awk '{ printf "  %8.1f s  %-4s %s\n", $1, $2, $3 }'
+    sort -g -r | awk 'NR <= 30 { printf "  %8.1f s  %-4s %s\n", $1, $2, $3 }'
 fi
 exit $status
