@@ -44,16 +44,32 @@ func failoverOn(db *Cluster) bool {
 	return db.Annotations[AnnotationFailoverDefault] == "true"
 }
 
-// recordFailoverDefault sets AnnotationFailoverDefault on a PostgreSQL
-// cluster that has none, and reports whether it did: the operator's
-// default (r.FailoverByDefault) for a cluster it has never reconciled,
-// "false" for one an operator from before the annotation ran (its
+// recordDefaults records, on a PostgreSQL cluster, each default it has no
+// annotation for yet (AnnotationFailoverDefault, AnnotationTLSDefault,
+// AnnotationMonitoringDefault), and reports whether it recorded any: the
+// operator's default (r.FailoverByDefault, r.TLSByDefault,
+// r.MonitoringByDefault) for a cluster it has never reconciled, "false"
+// for one an operator from before the annotation ran (its
 // observedGeneration is set), whose default was off. It runs on every
-// pass: the cluster's view (a copy) is built only for one without the
+// pass: the cluster's view (a copy) is built only for one missing an
 // annotation, of a kind that serves PostgreSQL.
-func (r *Reconciler) recordFailoverDefault(obj client.Object) bool {
+func (r *Reconciler) recordDefaults(obj client.Object) bool {
+	defaults := []struct {
+		key string
+		on  bool
+	}{
+		{AnnotationFailoverDefault, r.FailoverByDefault},
+		{AnnotationTLSDefault, r.TLSByDefault},
+		{AnnotationMonitoringDefault, r.MonitoringByDefault},
+	}
 	annotations := obj.GetAnnotations()
-	if _, ok := annotations[AnnotationFailoverDefault]; ok {
+	missing := false
+	for _, d := range defaults {
+		if _, ok := annotations[d.key]; !ok {
+			missing = true
+		}
+	}
+	if !missing {
 		return false
 	}
 	if _, ok := r.Kind.Engines[dbv1.EnginePostgreSQL]; !ok {
@@ -66,7 +82,11 @@ func (r *Reconciler) recordFailoverDefault(obj client.Object) bool {
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AnnotationFailoverDefault] = strconv.FormatBool(r.FailoverByDefault && db.Status.ObservedGeneration == 0)
+	for _, d := range defaults {
+		if _, ok := annotations[d.key]; !ok {
+			annotations[d.key] = strconv.FormatBool(d.on && db.Status.ObservedGeneration == 0)
+		}
+	}
 	obj.SetAnnotations(annotations)
 	return true
 }

@@ -79,8 +79,8 @@ func scheduledBackupName(db *Cluster, at time.Time) string {
 
 // ensureFinalizerAndDefaults puts the finalizer on every Database before
 // the operator makes anything for it, so nothing it made is deleted
-// without the deletionPolicy, and records its failover and TLS defaults
-// (AnnotationFailoverDefault, AnnotationTLSDefault) in the same write. A write that meets a
+// without the deletionPolicy, and records its failover, TLS and monitoring
+// defaults (recordDefaults) in the same write. A write that meets a
 // newer Database is errStaleDatabase: the cache is behind.
 func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.Object) error {
 	if !obj.GetDeletionTimestamp().IsZero() {
@@ -88,10 +88,8 @@ func (r *Reconciler) ensureFinalizerAndDefaults(ctx context.Context, obj client.
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	added := controllerutil.AddFinalizer(obj, r.Kind.Keys.FinalizerDeletionPolicy)
-	recorded := r.recordFailoverDefault(obj)
-	recordedTLS := r.recordTLSDefault(obj)
-	recordedMonitoring := r.recordMonitoringDefault(obj)
-	if !added && !recorded && !recordedTLS && !recordedMonitoring {
+	recorded := r.recordDefaults(obj)
+	if !added && !recorded {
 		return nil
 	}
 	err := r.Client.Patch(ctx, obj, patch)

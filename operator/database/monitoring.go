@@ -1,10 +1,7 @@
 package database
 
 import (
-	"strconv"
-
 	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
@@ -32,30 +29,6 @@ func monitoringOn(db *Cluster) bool {
 		return *m.Enabled
 	}
 	return db.Annotations[AnnotationMonitoringDefault] == "true"
-}
-
-// recordMonitoringDefault sets AnnotationMonitoringDefault on a PostgreSQL
-// cluster that has none, as recordFailoverDefault does: the operator's
-// default (r.MonitoringByDefault) for a cluster it has never reconciled,
-// "false" for one an older operator ran.
-func (r *Reconciler) recordMonitoringDefault(obj client.Object) bool {
-	annotations := obj.GetAnnotations()
-	if _, ok := annotations[AnnotationMonitoringDefault]; ok {
-		return false
-	}
-	if _, ok := r.Kind.Engines[dbv1.EnginePostgreSQL]; !ok {
-		return false
-	}
-	db := r.Kind.Clusters.View(obj)
-	if engineOf(db) != dbv1.EnginePostgreSQL {
-		return false
-	}
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[AnnotationMonitoringDefault] = strconv.FormatBool(r.MonitoringByDefault && db.Status.ObservedGeneration == 0)
-	obj.SetAnnotations(annotations)
-	return true
 }
 
 // wireMetrics adds the collector to the desired StatefulSet when

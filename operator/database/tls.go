@@ -3,7 +3,6 @@ package database
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,30 +57,6 @@ func tlsOn(db *Cluster) bool {
 		}
 	}
 	return db.Annotations[AnnotationTLSDefault] == "true"
-}
-
-// recordTLSDefault sets AnnotationTLSDefault on a PostgreSQL cluster that
-// has none, as recordFailoverDefault does: the operator's default
-// (r.TLSByDefault) for a cluster it has never reconciled, "false" for one
-// an operator from before the annotation ran.
-func (r *Reconciler) recordTLSDefault(obj client.Object) bool {
-	annotations := obj.GetAnnotations()
-	if _, ok := annotations[AnnotationTLSDefault]; ok {
-		return false
-	}
-	if _, ok := r.Kind.Engines[dbv1.EnginePostgreSQL]; !ok {
-		return false
-	}
-	db := r.Kind.Clusters.View(obj)
-	if engineOf(db) != dbv1.EnginePostgreSQL {
-		return false
-	}
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[AnnotationTLSDefault] = strconv.FormatBool(r.TLSByDefault && db.Status.ObservedGeneration == 0)
-	obj.SetAnnotations(annotations)
-	return true
 }
 
 // tlsRequired is the scripts ConfigMap's engine.ScriptsTLSKey: "required"

@@ -16,7 +16,6 @@ package servertls
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -27,11 +26,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"net"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/deckhand-dev/deckhand/internal/pki"
 )
 
 // Keys of the operator's Secret.
@@ -324,11 +324,11 @@ func NewCA(namespace, name string, now time.Time) (*CA, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	certPEM, cert, err := sign(tmpl, tmpl, &key.PublicKey, key)
+	certPEM, cert, err := pki.Sign(tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM(key)}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: pki.KeyPEM(key)}, nil
 }
 
 func loadCA(certPEM, keyPEM []byte) (*CA, error) {
@@ -375,11 +375,11 @@ func (ca *CA) IssueServer(hosts []string, now time.Time) (certPEM, keyOut []byte
 	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
 		tmpl.NotAfter = ca.Cert.NotAfter
 	}
-	certPEM, _, err = sign(tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	certPEM, _, err = pki.Sign(tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return certPEM, keyPEM(key), nil
+	return certPEM, pki.KeyPEM(key), nil
 }
 
 func dnsNames(hosts []string) []string {
@@ -400,28 +400,6 @@ func ipAddresses(hosts []string) []net.IP {
 		}
 	}
 	return out
-}
-
-func sign(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) ([]byte, *x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl.SerialNumber = serial
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-	if err != nil {
-		return nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert, nil
-}
-
-func keyPEM(key *ecdsa.PrivateKey) []byte {
-	der, _ := x509.MarshalECPrivateKey(key) // a P-256 key always marshals
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
 }
 
 func keyMatches(certPEM, keyPEM []byte) bool {

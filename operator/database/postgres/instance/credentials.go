@@ -10,10 +10,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/deckhand-dev/deckhand/internal/pki"
 )
 
 // Mutual TLS between the operator and the agents, per Database: a CA of
@@ -91,11 +92,11 @@ func NewCA(namespace, name string, now time.Time) (*CA, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	certPEM, cert, err := sign(tmpl, tmpl, &key.PublicKey, key)
+	certPEM, cert, err := pki.Sign(tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM(key)}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: pki.KeyPEM(key)}, nil
 }
 
 // LoadCA reads a CA from its PEM certificate and key.
@@ -151,33 +152,11 @@ func (ca *CA) issue(tmpl *x509.Certificate, now time.Time) (Pair, error) {
 		tmpl.NotAfter = ca.Cert.NotAfter
 	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	certPEM, _, err := sign(tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	certPEM, _, err := pki.Sign(tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		return Pair{}, err
 	}
-	return Pair{CertPEM: certPEM, KeyPEM: keyPEM(key)}, nil
-}
-
-func sign(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) ([]byte, *x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl.SerialNumber = serial
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-	if err != nil {
-		return nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert, nil
-}
-
-func keyPEM(key *ecdsa.PrivateKey) []byte {
-	der, _ := x509.MarshalECPrivateKey(key) // a P-256 key always marshals
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	return Pair{CertPEM: certPEM, KeyPEM: pki.KeyPEM(key)}, nil
 }
 
 // Credentials are a Database's whole set.

@@ -37,6 +37,7 @@ import (
 
 	"github.com/deckhand-dev/deckhand/internal/freeport"
 	"github.com/deckhand-dev/deckhand/internal/syncbuf"
+	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
 
 // Region is the store's region (versitygw's default).
@@ -104,7 +105,7 @@ func Start(t testing.TB, bucket string) *Store {
 // asked for on this machine (about 3 minutes on 2 cores).
 func Binary(t testing.TB) string {
 	t.Helper()
-	tools := filepath.Join(root(t), "hack", "tools.sh")
+	tools := filepath.Join(testenv.Root(t), "hack", "tools.sh")
 	out, err := exec.Command(tools, "dir", "versitygw").Output()
 	require.NoError(t, err)
 	bin := filepath.Join(strings.TrimSpace(string(out)), "versitygw")
@@ -321,20 +322,4 @@ func randomHex(t testing.TB, n int) string {
 	_, err := rand.Read(b)
 	require.NoError(t, err)
 	return hex.EncodeToString(b)
-}
-
-// root is the repository's root: the nearest directory above the working
-// directory holding go.mod.
-func root(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "go.mod not found above the test's directory")
-		dir = parent
-	}
 }
