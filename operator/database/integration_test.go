@@ -430,6 +430,9 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		}, "spec.replication.synchronous.minStandbys must be below spec.replicas"},
 		{"tls: a Secret name with capitals", func(d *dbv1.Database) { d.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "My_Cert"} },
 			`tls.serverCertSecret must be the name of a Secret (lower-case letters, digits, '-' and '.'), not "My_Cert"`},
+		{"monitoring: a ConfigMap name with capitals", func(d *dbv1.Database) {
+			d.Spec.Monitoring = &dbv1.MonitoringSpec{CustomQueries: &dbv1.CustomQueriesSource{Name: "My_Queries"}}
+		}, `monitoring.customQueries.name must be the name of a ConfigMap (lower-case letters, digits, '-' and '.'), not "My_Queries"`},
 		{"tls: a certificate with TLS off", func(d *dbv1.Database) {
 			d.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(false), ServerCertSecret: "mine"}
 		}, "tls.serverCertSecret needs TLS on: remove tls.enabled: false, or remove tls.serverCertSecret"},

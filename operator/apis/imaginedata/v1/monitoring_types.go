@@ -27,6 +27,7 @@ type CustomQueriesSource struct {
 	// Name of the ConfigMap.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'monitoring.customQueries.name must be the name of a ConfigMap (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	Name string `json:"name"`
 	// Key of the ConfigMap that holds the queries (YAML); default
 	// queries.yaml.
