@@ -254,6 +254,13 @@ func TestNamespacedRBAC(t *testing.T) {
 	require.ErrorContains(t, err, "rbac.namespaced=true needs watchNamespaces")
 }
 
+func TestExcludedNamespacesReachTheOperatorsConfig(t *testing.T) {
+	r := MustRender(t, ns, Values(t, nil, "excludeNamespaces={team-a,team-b}"))
+	assert.Equal(t, []any{"team-a", "team-b"}, configFile(t, r)["exclude-namespaces"])
+	assert.NotEmpty(t, r.Kind("ClusterRole"), "the operator still watches the other namespaces")
+	assert.NotContains(t, configFile(t, MustRender(t, ns, Values(t, nil))), "exclude-namespaces")
+}
+
 func TestBadValuesAreRejectedReadably(t *testing.T) {
 	for name, tc := range map[string]struct {
 		sets []string
@@ -264,6 +271,9 @@ func TestBadValuesAreRejectedReadably(t *testing.T) {
 		"wrong type":         {[]string{"replicaCount=two"}, "got string, want integer"},
 		"bad log level":      {[]string{"logLevel=loud"}, "logLevel"},
 		"no controller":      {disableAll(), "enable at least one controller"},
+		"watched and excluded namespaces": {[]string{"watchNamespaces={a}", "excludeNamespaces={b}"},
+			"watchNamespaces and excludeNamespaces cannot both be set"},
+		"bad excluded namespace": {[]string{"excludeNamespaces={Team_A}"}, "/excludeNamespaces/0': 'Team_A' does not match"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(t, ChartDir(t), ns, Values(t, nil, tc.sets...))

@@ -58,6 +58,7 @@ func chartManagedConfigKeys(t *testing.T) []string {
 	keys := map[string]bool{}
 	for _, sets := range [][]string{
 		nil,
+		{"excludeNamespaces={b}"}, // not with watchNamespaces
 		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
 			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false"},
@@ -91,6 +92,7 @@ func TestConfigTakesTheOperatorsFlagsButNotTheOnesTheChartSets(t *testing.T) {
 	managed := chartManagedConfigKeys(t)
 	require.Contains(t, managed, "leader-elect")
 	require.Contains(t, managed, "watch-namespaces")
+	require.Contains(t, managed, "exclude-namespaces")
 	require.Contains(t, managed, "configmonitor-ignore-secrets")
 	require.Contains(t, managed, "database-failover-default")
 	require.Contains(t, managed, "database-tls-default")

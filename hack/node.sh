@@ -153,12 +153,20 @@ options:
   - ${service_cidr%.0/16}.1
   - kubernetes.default.svc
   - kubernetes.default.svc.cluster.local
+# GOGC and GOMEMLIMIT: as in hack/kwok.yaml, the collectors run a third as
+# often, under a ceiling.
 componentsPatches:
 - name: etcd
   extraArgs:
   - key: unsafe-no-fsync
     value: "true"
+  extraEnvs:
+  - {name: GOGC, value: "300"}
+  - {name: GOMEMLIMIT, value: 1GiB}
 - name: kube-apiserver
+  extraEnvs:
+  - {name: GOGC, value: "300"}
+  - {name: GOMEMLIMIT, value: 2GiB}
   extraArgs:
   # later flags win: kwokctl binds 127.0.0.1; see apiserver_guard_up
   - key: bind-address
@@ -178,6 +186,9 @@ componentsPatches:
   - key: kubelet-preferred-address-types
     value: InternalIP
 - name: kube-controller-manager
+  extraEnvs:
+  - {name: GOGC, value: "300"}
+  - {name: GOMEMLIMIT, value: 1GiB}
   extraArgs:
   - key: service-cluster-ip-range
     value: $service_cidr

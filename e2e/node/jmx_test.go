@@ -167,7 +167,7 @@ func jmxNamespace(ctx context.Context, t testing.TB, cs clientset) string {
 	jmxMu.Lock()
 	d := operatorDeployment(ctx, t, cs)
 	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, "-standin-agent") {
-		out, err := exec.CommandContext(ctx, "../../hack/node.sh", "operator").CombinedOutput()
+		out, err := exec.CommandContext(ctx, "../../hack/node.sh", append([]string{"operator"}, clusterReleaseValues...)...).CombinedOutput()
 		require.NoError(t, err, "hack/node.sh operator:\n%s", out)
 	}
 	jmxMu.Unlock()

@@ -73,6 +73,14 @@ func TestRealNodeRunsTheOperatorFromItsImage(t *testing.T) {
 	assert.Contains(t, string(out), "Phase:          Succeeded")
 }
 
+// ctNamespace is where hack/node/ct-install.sh installs its releases.
+const ctNamespace = "deckhand-ct"
+
+// clusterReleaseValues are the cluster release's own values: every CRD
+// (ct's releases install none) and ct's namespace left to ct's operators,
+// so ct runs beside the other tests instead of pausing this operator.
+var clusterReleaseValues = []string{"--set", "crds.installAll=true", "--set", "excludeNamespaces={" + ctNamespace + "}"}
+
 // operatorDeployment is the chart's operator Deployment, installed first
 // (hack/node.sh operator: image build, import, helm upgrade --install) if
 // the release is not there. Parallel tests that each find it missing
@@ -87,7 +95,7 @@ func operatorDeployment(ctx context.Context, t testing.TB, cs *kubernetes.Client
 		return d
 	}
 	require.True(t, apierrors.IsNotFound(err), "get the operator Deployment: %v", err)
-	out, err := exec.CommandContext(ctx, "../../hack/node.sh", "operator").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "../../hack/node.sh", append([]string{"operator"}, clusterReleaseValues...)...).CombinedOutput()
 	require.NoError(t, err, "hack/node.sh operator:\n%s", out)
 	d, err = cs.AppsV1().Deployments(operatorNamespace).Get(ctx, "deckhand", metav1.GetOptions{})
 	require.NoError(t, err)

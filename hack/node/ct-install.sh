@@ -10,10 +10,12 @@
 # restricted Pod Security Standard, and watch only it: the cluster's own
 # release (deckhand in deckhand-system, which the other node tests use)
 # keeps the CRDs, so the ct releases install none (crds.enabled=false; a
-# CRD belongs to one release), and that release's operator is scaled to 0
-# meanwhile (and back afterwards) so that one operator at a time handles the
-# demo's objects. Without that release, each ct release installs the CRDs
-# and removes them again (ct.yaml's crds.keep=false).
+# CRD belongs to one release). One operator at a time must handle the
+# demo's objects: when that release's operator excludes deckhand-ct
+# (excludeNamespaces, as e2e/node installs it) it keeps running beside ct;
+# otherwise it is scaled to 0 meanwhile (and back afterwards). Without that
+# release, each ct release installs the CRDs and removes them again
+# (ct.yaml's crds.keep=false).
 #
 #   hack/node/ct-install.sh            every ci values file
 #   CT_ARGS='--debug' hack/node/ct-install.sh
@@ -42,16 +44,29 @@ sets=(--set=crds.keep=false
   --set=demo.flask.image.pullPolicy=Never
   "--set=watchNamespaces={$ns}")
 
-# The cluster's own release holds the CRDs; its operator pauses meanwhile.
+# release_value prints a value of the cluster's release (a Python
+# expression over its values, v), as JSON.
+release_value() {
+  helm get values deckhand -n deckhand-system --all -o json |
+    python3 -c "import json, sys; v = json.load(sys.stdin); print(json.dumps($1))"
+}
+
+# The cluster's own release holds the CRDs.
 if helm status deckhand -n deckhand-system >/dev/null 2>&1; then
   sets+=(--set=crds.enabled=false)
   # It holds only its enabled controllers' CRDs; the ci values enable
   # others (all-controllers-values.yaml: every one), so it installs all.
-  helm upgrade deckhand "$root/charts/deckhand" -n deckhand-system --reuse-values --set=crds.installAll=true >/dev/null
-  replicas=$(kubectl -n deckhand-system get deployment deckhand -o jsonpath='{.spec.replicas}')
-  trap 'kubectl -n deckhand-system scale deployment deckhand --replicas "$replicas" >/dev/null' EXIT
-  kubectl -n deckhand-system scale deployment deckhand --replicas 0 >/dev/null
-  echo ">> the release deckhand-system/deckhand keeps the CRDs; its operator is scaled to 0 until ct ends"
+  if [[ $(release_value "v.get('crds', {}).get('installAll')") != true ]]; then
+    helm upgrade deckhand "$root/charts/deckhand" -n deckhand-system --reuse-values --set=crds.installAll=true >/dev/null
+  fi
+  if [[ $(release_value "'$ns' in (v.get('excludeNamespaces') or [])") == true ]]; then
+    echo ">> the release deckhand-system/deckhand keeps the CRDs; its operator excludes $ns and keeps running"
+  else
+    replicas=$(kubectl -n deckhand-system get deployment deckhand -o jsonpath='{.spec.replicas}')
+    trap 'kubectl -n deckhand-system scale deployment deckhand --replicas "$replicas" >/dev/null' EXIT
+    kubectl -n deckhand-system scale deployment deckhand --replicas 0 >/dev/null
+    echo ">> the release deckhand-system/deckhand keeps the CRDs; its operator is scaled to 0 until ct ends"
+  fi
 fi
 
 # ci/monitoring-values.yaml renders a ServiceMonitor, a PodMonitor and a PrometheusRule:

@@ -16,6 +16,23 @@ cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The node's images: the one list, which hack/node.sh up builds and imports.
 images=(pause busybox coredns demo-flask postgres mariadb jdk-app)
 
+# candidate prints the version of a package that apt would install.
+# apt-cache reads every package list (0.6 s of CPU a call), and the node
+# tests ask for the images' references dozens of times a run, so the
+# answers are kept, keyed by the package lists (apt-get update rewrites
+# them).
+candidate() {
+  local stamp memo
+  stamp=$(stat -c '%n %Y %s' /var/lib/apt/lists/*Packages* 2>/dev/null | sha256sum | cut -c1-12)
+  memo=$cache/apt-candidates/$stamp-$1
+  if [[ ! -s $memo ]]; then
+    mkdir -p "$cache/apt-candidates"
+    apt-cache policy "$1" | awk '/Candidate:/ {print $2}' >"$memo.$$"
+    mv "$memo.$$" "$memo"
+  fi
+  cat "$memo"
+}
+
 version_of() {
   case $1 in
     # the sandbox: hack/node/pause, versioned by its source's hash
@@ -25,18 +42,18 @@ version_of() {
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
     # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
     # version and the app's hash, so either change rebuilds it
-    demo-flask) echo "0.1.0-flask$(apt-cache policy python3-flask | awk '/Candidate:/ {print $2}' | sed 's/[+~:]/-/g')-$(content_hash "$root/demo/flask/app")" ;;
+    demo-flask) echo "0.1.0-flask$(candidate python3-flask | sed 's/[+~:]/-/g')-$(content_hash "$root/demo/flask/app")" ;;
     busybox) dpkg-query -W -f '${Version}' busybox-static 2>/dev/null | sed 's/^[0-9]*://; s/[+~]/-/g' ;;
     # postgres: PostgreSQL's own version from Debian's postgresql-15
     # (15.20-0+deb12u1 -> 15.20), as the official image's tags, so the
     # engine reads the major version from the tag
-    postgres) apt-cache policy postgresql-15 | awk '/Candidate:/ {print $2}' | sed 's/-.*//' ;;
+    postgres) candidate postgresql-15 | sed 's/-.*//' ;;
     # mariadb: MariaDB's version from Debian's mariadb-server
     # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
-    mariadb) apt-cache policy mariadb-server | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/-.*//' ;;
+    mariadb) candidate mariadb-server | sed 's/^[0-9]*://; s/-.*//' ;;
     # jdk-app: the JDK's version from Debian's openjdk-17-jre-headless
     # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
-    jdk-app) echo "$(apt-cache policy openjdk-17-jre-headless | awk '/Candidate:/ {print $2}' | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
+    jdk-app) echo "$(candidate openjdk-17-jre-headless | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
   esac
 }
 

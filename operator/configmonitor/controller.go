@@ -149,8 +149,9 @@ type Options struct {
 	// DefaultWorkers.
 	Workers int
 	// Namespaces limits the workload metadata cache to the namespaces the
-	// operator watches; empty means all.
-	Namespaces []string
+	// operator watches; empty means all but ExcludeNamespaces.
+	Namespaces        []string
+	ExcludeNamespaces []string
 }
 
 // restartLimiter is the token bucket of o, with the defaults for zeros.
@@ -167,7 +168,7 @@ func restartLimiter(o Options) *rate.Limiter {
 
 // Setup registers the ConfigMonitor controller with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	own, err := ownCache(mgr, o.Namespaces)
+	own, err := ownCache(mgr, o.Namespaces, o.ExcludeNamespaces)
 	if err != nil {
 		return err
 	}

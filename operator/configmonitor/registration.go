@@ -16,9 +16,6 @@ const (
 	flagRestartBurst      = "configmonitor-restart-burst"
 	flagIgnoreSecrets     = "configmonitor-ignore-secrets"
 	flagWorkers           = "configmonitor-workers"
-	// flagWatchNamespaces is the operator's own option: the workload
-	// cache covers the same namespaces as the manager's.
-	flagWatchNamespaces = "watch-namespaces"
 )
 
 // Registration is how the registry knows ConfigMonitor.
@@ -51,7 +48,8 @@ func OptionsFrom(s registration.Settings) (Options, error) {
 		RestartsPerSecond: s.GetFloat64(flagRestartsPerSecond),
 		RestartBurst:      s.GetInt(flagRestartBurst),
 		Workers:           s.GetInt(flagWorkers),
-		Namespaces:        s.GetStringSlice(flagWatchNamespaces),
+		Namespaces:        s.GetStringSlice(registration.FlagWatchNamespaces),
+		ExcludeNamespaces: s.GetStringSlice(registration.FlagExcludeNamespaces),
 	}
 	if o.RestartsPerSecond <= 0 || o.RestartBurst <= 0 {
 		return o, fmt.Errorf("%s and %s must be positive (suspend a monitor with spec.suspend instead)", flagRestartsPerSecond, flagRestartBurst)

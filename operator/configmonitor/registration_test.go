@@ -7,12 +7,15 @@ import (
 	"github.com/spf13/viper"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 func settings(t *testing.T, args ...string) *viper.Viper {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	fs.StringSlice(flagWatchNamespaces, nil, "")
+	fs.StringSlice(registration.FlagWatchNamespaces, nil, "")
+	fs.StringSlice(registration.FlagExcludeNamespaces, nil, "")
 	addFlags(fs)
 	require.NoError(t, fs.Parse(args))
 	v := viper.New()

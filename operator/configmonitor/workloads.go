@@ -7,6 +7,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
 // workloadKinds are the kinds ConfigMonitor rolls.
@@ -44,18 +46,13 @@ func podLabels(o client.Object) []string {
 // generation: annotations and managedFields are dropped. And it holds
 // ConfigMaps as their name and data hash (keepDataHash). The manager
 // starts and stops it.
-func ownCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
+func ownCache(mgr ctrl.Manager, watch, exclude []string) (cache.Cache, error) {
 	opts := cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: slimMetadata,
-		ByObject:         map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Transform: keepDataHash}},
-	}
-	if len(namespaces) > 0 {
-		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			opts.DefaultNamespaces[ns] = cache.Config{}
-		}
+		Scheme:            mgr.GetScheme(),
+		Mapper:            mgr.GetRESTMapper(),
+		DefaultTransform:  slimMetadata,
+		ByObject:          map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Transform: keepDataHash}},
+		DefaultNamespaces: registration.CacheNamespaces(watch, exclude),
 	}
 	c, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {

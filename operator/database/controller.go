@@ -53,6 +53,7 @@ import (
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/status"
 )
 
@@ -102,6 +103,9 @@ type Options struct {
 	// WatchNamespaces limits the owned-object cache to these namespaces
 	// (empty: all), as the manager's cache is.
 	WatchNamespaces []string
+	// ExcludeNamespaces leaves these namespaces out when WatchNamespaces
+	// is empty, as the manager's cache does.
+	ExcludeNamespaces []string
 	// Now is the clock of schedules and retention (tests may set one; nil:
 	// the system clock).
 	Now func() time.Time
@@ -192,7 +196,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // them. Each Kind has its own label, so a Database controller never sees
 // a MySQLCluster's objects, nor the other way round.
 func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
-	owned, err := ownedObjectsCluster(mgr, kind, o.WatchNamespaces)
+	owned, err := ownedObjectsCluster(mgr, kind, o.WatchNamespaces, o.ExcludeNamespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +285,7 @@ func secretMetadata() *metav1.PartialObjectMetadata {
 
 // ownedObjectsCluster is a cache (with the manager's client settings)
 // holding only objects labelled with the Kind's cluster label.
-func ownedObjectsCluster(mgr ctrl.Manager, kind *Kind, namespaces []string) (cluster.Cluster, error) {
+func ownedObjectsCluster(mgr ctrl.Manager, kind *Kind, watch, exclude []string) (cluster.Cluster, error) {
 	hasCluster, err := labels.NewRequirement(kind.Keys.Cluster, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -289,12 +293,7 @@ func ownedObjectsCluster(mgr ctrl.Manager, kind *Kind, namespaces []string) (clu
 	opts := cache.Options{
 		DefaultLabelSelector: labels.NewSelector().Add(*hasCluster),
 		DefaultTransform:     dropManagedFields,
-	}
-	if len(namespaces) > 0 {
-		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			opts.DefaultNamespaces[ns] = cache.Config{}
-		}
+		DefaultNamespaces:    registration.CacheNamespaces(watch, exclude),
 	}
 	return cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
 		o.Scheme = mgr.GetScheme()

@@ -37,7 +37,8 @@ var Registration = registration.Controller{
 		// The chart sets the operator's own image: database pods copy
 		// the instance agent from it (spec.failover).
 		return Setup(mgr, Options{
-			WatchNamespaces:     s.GetStringSlice("watch-namespaces"),
+			WatchNamespaces:     s.GetStringSlice(registration.FlagWatchNamespaces),
+			ExcludeNamespaces:   s.GetStringSlice(registration.FlagExcludeNamespaces),
 			OperatorImage:       os.Getenv("DECKHAND_OPERATOR_IMAGE"),
 			FailoverByDefault:   s.GetBool(flagFailoverDefault),
 			TLSByDefault:        s.GetBool(flagTLSDefault),

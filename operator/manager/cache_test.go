@@ -2,6 +2,8 @@ package manager_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,11 +12,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	schedulev1 "github.com/deckhand-dev/deckhand/operator/apis/schedule/v1"
 	"github.com/deckhand-dev/deckhand/operator/manager"
+	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/tdset"
 )
 
@@ -80,4 +85,47 @@ func names[T any, P interface {
 		out = append(out, P(&items[i]).GetName())
 	}
 	return out
+}
+
+// exclude-namespaces leaves a namespace's objects out of a cache that
+// covers every other namespace: the API server applies the field
+// selector, so they never reach the operator.
+func TestAnExcludedNamespaceIsLeftOutOfTheCaches(t *testing.T) {
+	c := testenv.Client(t)
+	ctx := context.Background()
+	excluded, watched := testenv.Namespace(t, c), testenv.Namespace(t, c)
+	// A label of this test's own: the cache covers every namespace of a
+	// cluster other tests use at the same time.
+	mark := map[string]string{"deckhand-test-exclude": excluded}
+	for _, ns := range []string{excluded, watched} {
+		require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns, Labels: mark}}))
+	}
+
+	cc, err := cache.New(testenv.RESTConfig(t), cache.Options{
+		Scheme:               c.Scheme(),
+		DefaultLabelSelector: labels.SelectorFromSet(mark),
+		DefaultNamespaces:    registration.CacheNamespaces(nil, []string{excluded}),
+	})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() { _ = cc.Start(runCtx) }()
+	require.True(t, cc.WaitForCacheSync(ctx))
+
+	var got corev1.ConfigMapList
+	require.NoError(t, cc.List(ctx, &got))
+	seen := []string{}
+	for _, cm := range got.Items {
+		seen = append(seen, cm.Namespace)
+	}
+	assert.Equal(t, []string{watched}, seen, "namespaces of the cached ConfigMaps (%s excluded)", excluded)
+}
+
+func TestCacheNamespacesListsWatchedOnesOrExcludesByFieldSelector(t *testing.T) {
+	assert.Nil(t, registration.CacheNamespaces(nil, nil), "every namespace")
+	assert.Equal(t, []string{"a", "b"}, slices.Sorted(maps.Keys(registration.CacheNamespaces([]string{"a", "b"}, nil))))
+	all := registration.CacheNamespaces(nil, []string{"x", "y"})
+	require.Len(t, all, 1)
+	require.Contains(t, all, cache.AllNamespaces)
+	assert.Equal(t, "metadata.namespace!=x,metadata.namespace!=y", all[cache.AllNamespaces].FieldSelector.String())
 }

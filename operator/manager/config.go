@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/deckhand-dev/deckhand/operator"
 	"github.com/deckhand-dev/deckhand/operator/registration"
@@ -24,6 +25,7 @@ type Config struct {
 	Kubeconfig              string   `mapstructure:"kubeconfig"`
 	Controllers             []string `mapstructure:"controllers"`
 	WatchNamespaces         []string `mapstructure:"watch-namespaces"`
+	ExcludeNamespaces       []string `mapstructure:"exclude-namespaces"`
 	LeaderElect             bool     `mapstructure:"leader-elect"`
 	LeaderElectionNamespace string   `mapstructure:"leader-election-namespace"`
 	LeaderElectionID        string   `mapstructure:"leader-election-id"`
@@ -64,6 +66,7 @@ func Flags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig for running outside a cluster (default: in-cluster config, then $KUBECONFIG)")
 	fs.StringSlice("controllers", []string{"*"}, `controllers to run: "*" for all, "a,b" for those, "*,-a" for all but a`)
 	fs.StringSlice("watch-namespaces", nil, "namespaces to watch (default: all)")
+	fs.StringSlice("exclude-namespaces", nil, "namespaces to leave alone when watch-namespaces is empty: every controller ignores their objects (e.g. where another deckhand release runs)")
 	fs.Bool("leader-elect", false, "elect a leader with a Lease so only one replica reconciles")
 	fs.String("leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own namespace)")
 	fs.String("leader-election-id", "deckhand.deckhand.dev", "name of the leader-election Lease")
@@ -195,6 +198,9 @@ func (c Config) validate() error {
 	if err := checkLeaderElectionTimes(c.LeaderElectionLeaseDuration, c.LeaderElectionRenewDeadline, c.LeaderElectionRetryPeriod); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkNamespaces(c.WatchNamespaces, c.ExcludeNamespaces); err != nil {
+		errs = append(errs, err)
+	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
 		errs = append(errs, fmt.Errorf("kube-api-qps and kube-api-burst must be positive"))
 	}
@@ -216,4 +222,25 @@ func (c Config) settings() registration.Settings {
 		return DefaultSettings()
 	}
 	return c.Settings
+}
+
+// checkNamespaces refuses watch-namespaces and exclude-namespaces together
+// (leaving a namespace out of a list is not listing it) and names that
+// cannot be namespaces.
+func checkNamespaces(watch, exclude []string) error {
+	if len(watch) > 0 && len(exclude) > 0 {
+		return fmt.Errorf("watch-namespaces and exclude-namespaces cannot both be set: exclude-namespaces applies when every namespace is watched; leave the namespace out of watch-namespaces instead")
+	}
+	var errs []error
+	for _, list := range []struct {
+		flag  string
+		names []string
+	}{{"watch-namespaces", watch}, {"exclude-namespaces", exclude}} {
+		for _, ns := range list.names {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("%s: %q is not a namespace name: %s", list.flag, ns, strings.Join(msgs, "; ")))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

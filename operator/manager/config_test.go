@@ -146,3 +146,20 @@ func TestListsInTheConfigFile(t *testing.T) {
 	assert.Equal(t, []string{"blogpost", "tdset"}, cfg.Controllers)
 	assert.Equal(t, []string{"a", "b"}, cfg.WatchNamespaces)
 }
+
+func TestExcludeNamespacesIsRefusedBesideWatchNamespacesAndForBadNames(t *testing.T) {
+	cfg, err := Load([]string{"--exclude-namespaces=team-a,team-b"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"team-a", "team-b"}, cfg.ExcludeNamespaces)
+
+	_, err = Load([]string{"--watch-namespaces=a", "--exclude-namespaces=b"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "watch-namespaces and exclude-namespaces cannot both be set")
+
+	_, err = Load([]string{"--exclude-namespaces=Team_A"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `exclude-namespaces: "Team_A" is not a namespace name`)
+	_, err = Load([]string{"--watch-namespaces=ok,-bad"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `watch-namespaces: "-bad" is not a namespace name`)
+}

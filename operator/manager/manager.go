@@ -112,12 +112,7 @@ func New(cfg Config, rc *rest.Config) (ctrl.Manager, []registration.Controller, 
 		MapperProvider:                newRememberingRESTMapper,
 	}
 	opts.Cache = cache.Options{DefaultTransform: SlimCachedObjects, ByObject: OwnedObjectsOnly(selected)}
-	if len(cfg.WatchNamespaces) > 0 {
-		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range cfg.WatchNamespaces {
-			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
+	opts.Cache.DefaultNamespaces = registration.CacheNamespaces(cfg.WatchNamespaces, cfg.ExcludeNamespaces)
 	var leaseEvents *laterRecorder
 	var identity string
 	if cfg.LeaderElect {
@@ -245,7 +240,7 @@ func Run(ctx context.Context, cfg Config) error {
 		names = append(names, c.Name)
 	}
 	ctrl.Log.WithName("setup").Info("starting deckhand", "controllers", names,
-		"host", rc.Host, "leaderElect", cfg.LeaderElect, "watchNamespaces", cfg.WatchNamespaces)
+		"host", rc.Host, "leaderElect", cfg.LeaderElect, "watchNamespaces", cfg.WatchNamespaces, "excludeNamespaces", cfg.ExcludeNamespaces)
 	err = mgr.Start(ctx)
 	if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), leaderElectionLost) {
 		return fmt.Errorf("%w: %w", ErrLeaseLost, err)

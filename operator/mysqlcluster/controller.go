@@ -49,6 +49,9 @@ type Options struct {
 	// WatchNamespaces limits the owned-object cache to these namespaces
 	// (empty: all), as the manager's cache is.
 	WatchNamespaces []string
+	// ExcludeNamespaces leaves these namespaces out when WatchNamespaces
+	// is empty, as the manager's cache does.
+	ExcludeNamespaces []string
 	// Now is the clock of schedules and retention (tests may set one).
 	Now func() time.Time
 }
@@ -56,7 +59,7 @@ type Options struct {
 // Setup registers the MySQLCluster, MySQLBackupInstance and
 // MySQLBackupSchedule controllers with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces, Now: o.Now})
+	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces, ExcludeNamespaces: o.ExcludeNamespaces, Now: o.Now})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,9 @@ var Registration = registration.Controller{
 	ValuesKey:   "mysqlCluster",
 	AddToScheme: grtlv1.AddToScheme,
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
-		return Setup(mgr, Options{WatchNamespaces: s.GetStringSlice("watch-namespaces")})
+		return Setup(mgr, Options{
+			WatchNamespaces:   s.GetStringSlice(registration.FlagWatchNamespaces),
+			ExcludeNamespaces: s.GetStringSlice(registration.FlagExcludeNamespaces),
+		})
 	},
 }

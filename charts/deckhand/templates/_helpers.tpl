@@ -155,6 +155,9 @@ a YAML list with each rule once: several controllers need the same rule
 {{- with .Values.watchNamespaces }}
 {{- $_ := set $cfg "watch-namespaces" . }}
 {{- end }}
+{{- with .Values.excludeNamespaces }}
+{{- $_ := set $cfg "exclude-namespaces" . }}
+{{- end }}
 {{- if not .Values.controllers.configMonitor.secrets }}
 {{- $_ := set $cfg "configmonitor-ignore-secrets" true }}
 {{- end }}
@@ -181,6 +184,7 @@ without the value leaves it unset, which keeps the operator's default. */}}
 {{- define "deckhand.managedConfigKeys" -}}
 controllers: controllers.<name>.enabled
 watch-namespaces: watchNamespaces
+exclude-namespaces: excludeNamespaces
 leader-elect: leaderElection.enabled
 leader-election-id: nothing (the chart names the Lease after the release)
 leader-election-namespace: nothing (the Lease is in the release namespace, where the chart grants access to it)
@@ -254,6 +258,9 @@ not the operator's start. */}}
 {{- if le $renew (mulf 1.2 $retry | floor | int64) }}
 {{- fail (printf "leaderElection.renewDeadline %s must be longer than 1.2 × leaderElection.retryPeriod %s (renewals come every retry period, 20%% later at most)" .renewDeadline .retryPeriod) }}
 {{- end }}
+{{- end }}
+{{- if and .Values.watchNamespaces .Values.excludeNamespaces }}
+{{- fail "watchNamespaces and excludeNamespaces cannot both be set: excludeNamespaces applies when every namespace is watched; leave the namespace out of watchNamespaces instead" }}
 {{- end }}
 {{- if and .Values.rbac.namespaced (not .Values.watchNamespaces) }}
 {{- fail "rbac.namespaced=true needs watchNamespaces: the Roles are created in those namespaces" }}
