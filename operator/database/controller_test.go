@@ -95,11 +95,14 @@ func TestObjectNamesFitInALabel(t *testing.T) {
 	assert.Equal(t, db.Name+"-replication", n.Replication)
 }
 
-func TestConnectionHashChangesWithThePortOnly(t *testing.T) {
+func TestConnectionHashChangesWithThePortAndTheReplicas(t *testing.T) {
 	db := sample()
 	a := connectionOf(db, postgres.Engine{}, "")
-	db.Spec.Replicas = 5
+	db.Spec.Image = "another-image"
 	assert.Equal(t, a.hash(), connectionOf(db, postgres.Engine{}, "").hash())
+	db.Spec.Replicas = 5
+	assert.NotEqual(t, a.hash(), connectionOf(db, postgres.Engine{}, "").hash(), "the multi-host keys name every instance")
+	db.Spec.Replicas = 3
 	db.Spec.Port = 6543
 	assert.NotEqual(t, a.hash(), connectionOf(db, postgres.Engine{}, "").hash())
 }

@@ -234,10 +234,22 @@ func TestSeedSampleRunsThreeReplicasWithBoundVolumes(t *testing.T) {
 	assert.Equal(t, "postgres", string(super.Data["username"]))
 	assert.Len(t, string(super.Data["password"]), 26)
 	app := get(t, c, ns, "my-first-crd-database-app", &corev1.Secret{})
+	var instances []string
+	for i := range 3 {
+		instances = append(instances, fmt.Sprintf("my-first-crd-database-%d.my-first-crd-database-headless.%s.svc:5432", i, ns))
+	}
+	hosts, appPassword := strings.Join(instances, ","), string(app.Data["password"])
+	jdbc := "jdbc:postgresql://" + hosts + "/name-of-database?connectTimeout=2&password=" + appPassword + "&sslResponseTimeout=2000&targetServerType="
 	assert.Equal(t, map[string]string{
 		"host": "my-first-crd-database-rw." + ns + ".svc", "port": "5432", "dbname": "name-of-database", "user": "name-of-database",
-		"password": string(app.Data["password"]),
-		"uri":      "postgresql://name-of-database:" + string(app.Data["password"]) + "@my-first-crd-database-rw." + ns + ".svc:5432/name-of-database",
+		"password": appPassword,
+		"uri":      "postgresql://name-of-database:" + appPassword + "@my-first-crd-database-rw." + ns + ".svc:5432/name-of-database",
+		// Every instance, without kube-proxy: the primary, or a standby
+		// for reads (no TLS here: the driver's default sslmode).
+		"multihost-uri":         "postgresql://name-of-database:" + appPassword + "@" + hosts + "/name-of-database?connect_timeout=2&target_session_attrs=read-write",
+		"multihost-ro-uri":      "postgresql://name-of-database:" + appPassword + "@" + hosts + "/name-of-database?connect_timeout=2&target_session_attrs=prefer-standby",
+		"multihost-jdbc-uri":    jdbc + "primary&user=name-of-database",
+		"multihost-ro-jdbc-uri": jdbc + "preferSecondary&user=name-of-database",
 	}, stringData(app))
 	assert.NotEqual(t, super.Data["password"], app.Data["password"])
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -254,15 +255,20 @@ type connection struct {
 	Host, Port, Database, User string
 	// CA is the CA bundle of a Database with TLS on ("" without).
 	CA string
+	// Instances are every instance's host:port (multihost.go), nil for
+	// an engine without multi-host strings.
+	Instances []string
 }
 
 func connectionOf(db *Cluster, eng engine.Engine, bundle string) connection {
+	port := fmt.Sprint(portOf(db, eng))
 	return connection{
-		Host:     fmt.Sprintf("%s.%s.svc", namesOf(db).ReadWrite, db.Namespace),
-		Port:     fmt.Sprint(portOf(db, eng)),
-		Database: db.Spec.Name,
-		User:     appUser(db),
-		CA:       bundle,
+		Host:      fmt.Sprintf("%s.%s.svc", namesOf(db).ReadWrite, db.Namespace),
+		Port:      port,
+		Database:  db.Spec.Name,
+		User:      appUser(db),
+		CA:        bundle,
+		Instances: multiHostInstances(db, port),
 	}
 }
 
@@ -271,6 +277,10 @@ func (c connection) hash() string {
 	if c.CA != "" {
 		// Only with TLS: the hash of a Database without stays as it was.
 		parts += "\x00" + c.CA
+	}
+	if len(c.Instances) > 0 {
+		// A scale-out or scale-in rewrites the multi-host keys.
+		parts += "\x00instances\x00" + strings.Join(c.Instances, ",")
 	}
 	sum := sha256.Sum256([]byte(parts))
 	return hex.EncodeToString(sum[:8])
@@ -307,6 +317,7 @@ func (c connection) appData(eng engine.Engine, password string) map[string]strin
 		data[AppJDBCURIKey] = fmt.Sprintf("jdbc:postgresql://%s:%s/%s?", c.Host, c.Port, url.PathEscape(c.Database)) +
 			url.Values{"user": {c.User}, "password": {password}, "sslmode": {"verify-full"}, "sslrootcert": {ca}}.Encode()
 	}
+	maps.Copy(data, c.multiHostData(password))
 	return data
 }
 

@@ -73,6 +73,12 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 		app := get(t, c, ns, tc.db.Name+"-app", &corev1.Secret{})
 		assert.Equal(t, tc.tls, len(app.Data["ca.crt"]) > 0, "%s: the app Secret's ca.crt", tc.db.Name)
 		assert.NotContains(t, string(app.Data["uri"]), "sslmode", "%s: uri stays as it was", tc.db.Name)
+		// The multi-host strings verify the servers with TLS, and leave
+		// sslmode to the driver without.
+		for _, k := range []string{database.AppMultiHostURIKey, database.AppMultiHostJDBCURIKey, database.AppMultiHostROURIKey, database.AppMultiHostROJDBCURIKey} {
+			assert.Contains(t, string(app.Data[k]), tc.db.Name+"-0."+tc.db.Name+"-headless."+ns+".svc:5432", "%s: %s", tc.db.Name, k)
+			assert.Equal(t, tc.tls, strings.Contains(string(app.Data[k]), "sslmode=verify-full"), "%s: %s", tc.db.Name, k)
+		}
 		if !tc.tls {
 			err := c.Get(ctx, client2Key(ns, tc.db.Name+"-server-tls"), &corev1.Secret{})
 			assert.True(t, apierrors.IsNotFound(err), "%s: no server TLS Secret: %v", tc.db.Name, err)
@@ -113,6 +119,25 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 	jdbc := string(app.Data[database.AppJDBCURIKey])
 	assert.True(t, strings.HasPrefix(jdbc, "jdbc:postgresql://fresh-rw."+ns+".svc:5432/name-of-database?"), jdbc)
 	assert.Contains(t, jdbc, "sslmode=verify-full")
+	// The multi-host keys: every pod under the headless Service, the names
+	// the certificate carries, each string verifying against ca.crt.
+	pods2 := "fresh-0.fresh-headless." + ns + ".svc:5432,fresh-1.fresh-headless." + ns + ".svc:5432"
+	for k, want := range map[string]string{
+		database.AppMultiHostURIKey:       "target_session_attrs=read-write",
+		database.AppMultiHostROURIKey:     "target_session_attrs=prefer-standby",
+		database.AppMultiHostJDBCURIKey:   "targetServerType=primary",
+		database.AppMultiHostROJDBCURIKey: "targetServerType=preferSecondary",
+	} {
+		v := string(app.Data[k])
+		assert.Contains(t, v, pods2+"/name-of-database?", k)
+		assert.Contains(t, v, want, k)
+		assert.Contains(t, v, "sslmode=verify-full&sslrootcert=%2Fetc%2Fdeckhand%2Fdb%2Fca.crt", k)
+		assert.Contains(t, v, map[bool]string{true: "connectTimeout=2", false: "connect_timeout=2"}[strings.HasPrefix(v, "jdbc:")], k)
+	}
+	for _, name := range strings.Split(pods2, ",") {
+		host, _, _ := strings.Cut(name, ":")
+		assert.NoError(t, leaf.VerifyHostname(host), "the certificate carries %s", host)
+	}
 
 	// A new Database's servers require TLS from their first start.
 	assert.Equal(t, "required", get(t, c, ns, "fresh-scripts", &corev1.ConfigMap{}).Data[engine.ScriptsTLSKey])
@@ -148,6 +173,15 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 		assert.NoError(ct, servertls.ParseCert(s.Data[servertls.TLSCertKey]).VerifyHostname("fresh-2.fresh-headless."+ns+".svc"))
 	}, wait, 100*time.Millisecond)
 	assertEvent(t, c, ns, "fresh", corev1.EventTypeNormal, "CertificateRenewed")
+	// ... and the app Secret's multi-host keys, the password kept.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var s corev1.Secret
+		require.NoError(ct, c.Get(ctx, client2Key(ns, "fresh-app"), &s))
+		for _, k := range []string{database.AppMultiHostURIKey, database.AppMultiHostJDBCURIKey, database.AppMultiHostROURIKey, database.AppMultiHostROJDBCURIKey} {
+			assert.Contains(ct, string(s.Data[k]), pods2+",fresh-2.fresh-headless."+ns+".svc:5432/", k)
+		}
+		assert.Equal(ct, app.Data["password"], s.Data["password"], "the password is never replaced")
+	}, wait, 100*time.Millisecond)
 
 	// The older Database's owner opts in, then out again: the pods and the
 	// app Secret follow.
