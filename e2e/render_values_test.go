@@ -61,7 +61,8 @@ func chartManagedConfigKeys(t *testing.T) []string {
 		{"excludeNamespaces={b}"}, // not with watchNamespaces
 		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
-			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false"},
+			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false",
+			"controllers.database.archiverImage=example.org/archiver:1"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
 			keys[k] = true

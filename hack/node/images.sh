@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The node's images: the one list, which hack/node.sh up builds and imports.
-images=(pause busybox coredns demo-flask postgres mariadb jdk-app)
+images=(pause busybox coredns demo-flask postgres mariadb jdk-app archiver)
 
 # candidate prints the version of a package that apt would install.
 # apt-cache reads every package list (0.6 s of CPU a call), and the node
@@ -51,6 +51,9 @@ version_of() {
     # mariadb: MariaDB's version from Debian's mariadb-server
     # (1:10.11.19-0+deb12u1 -> 10.11.19), as the official image's tags
     mariadb) candidate mariadb-server | sed 's/^[0-9]*://; s/-.*//' ;;
+    # archiver: Barman Cloud's version from Debian's barman-cli-cloud
+    # (3.4.0-1 -> 3.4.0), as the operator's default archiver image's tag
+    archiver) candidate barman-cli-cloud | sed 's/^[0-9]*://; s/-.*//' ;;
     # jdk-app: the JDK's version from Debian's openjdk-17-jre-headless
     # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
     jdk-app) echo "$(candidate openjdk-17-jre-headless | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
@@ -176,6 +179,36 @@ PASSWD
   chmod 3777 "$dir/var/run/postgresql"
   image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     --env PGDATA=/var/lib/postgresql/data --env LANG=C.UTF-8 --cmd postgres)
+}
+
+# rootfs_archiver: the archiver sidecar of a Database that archives WAL
+# (spec.backup.storage.objectStore): Barman Cloud (barman-cli-cloud, with
+# python3-boto3) and the PostgreSQL client (psql, pg_waldump for
+# recover.sh) from Debian's packages and their closure, sh and the tools
+# the archiving scripts call, the system CAs. The scripts come from the
+# Database's scripts ConfigMap, not from the image. Runs as 999 (the
+# servers' user, who owns the data directory the sidecar reads).
+rootfs_archiver() {
+  local dir=$1
+  debian_closure "$dir" barman-cli-cloud python3-boto3 postgresql-client-15 postgresql-15 dash coreutils grep sed mawk \
+    findutils gzip bzip2 ca-certificates -- locales locales-all
+  [[ -e $dir/bin/sh ]] || ln -s dash "$dir/bin/sh"
+  [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
+  # what update-ca-certificates (ca-certificates' postinst) would write
+  mkdir -p "$dir/etc/ssl/certs"
+  cat "$dir"/usr/share/ca-certificates/mozilla/*.crt >"$dir/etc/ssl/certs/ca-certificates.crt"
+  mkdir -p "$dir/tmp" "$dir/etc"
+  chmod 1777 "$dir/tmp"
+  cat >"$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+postgres:x:999:999:PostgreSQL administrator:/tmp:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+  printf 'root:x:0:\npostgres:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+  # pg_waldump (recover.sh) is in the server package's directory
+  image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    --env LANG=C.UTF-8 --env HOME=/tmp --cmd sh)
 }
 
 # rootfs_mariadb: MariaDB from Debian's mariadb-server and mariadb-client

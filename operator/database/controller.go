@@ -142,6 +142,10 @@ type Options struct {
 	// controllers.database.monitoringByDefault). Off here, the zero
 	// value, as FailoverByDefault.
 	MonitoringByDefault bool
+	// ArchiverImage is the archiver sidecar's image (Barman Cloud) for
+	// Databases with spec.backup.storage.objectStore; empty:
+	// DefaultArchiverImage.
+	ArchiverImage string
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -172,6 +176,8 @@ type Reconciler struct {
 	TLSByDefault      bool
 	// MonitoringByDefault: Options'.
 	MonitoringByDefault bool
+	// ArchiverImage: Options'.
+	ArchiverImage string
 	// serverTLS are the Databases' server certificates (tls.go).
 	serverTLS serverTLS
 	// channels are the Databases' instance channel clients; failovers
@@ -222,6 +228,7 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		FailoverByDefault:    o.FailoverByDefault,
 		TLSByDefault:         o.TLSByDefault,
 		MonitoringByDefault:  o.MonitoringByDefault,
+		ArchiverImage:        o.ArchiverImage,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name).

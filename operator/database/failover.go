@@ -142,6 +142,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	primary := currentPrimary(db)
 	st, statusErr := ch.PrimaryStatus(ctx, r.instanceHost(db, primary), isolationAfter(db))
 	if statusErr == nil {
+		r.observeArchiving(db, st)
 		if lifted, err := r.liftFenceOfTheCurrentPrimary(ctx, db, ch, primary, st); lifted || err != nil {
 			// Its restart gets a whole bound before it counts as gone.
 			r.failovers.forget(db.UID)

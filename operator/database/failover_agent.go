@@ -312,5 +312,8 @@ func (r *Reconciler) addPodExtras(db *Cluster, desired *appsv1.StatefulSet, l *l
 			return err
 		}
 	}
+	if err := r.wireArchiving(db, desired); err != nil {
+		return err
+	}
 	return r.wireMetrics(db, desired)
 }

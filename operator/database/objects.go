@@ -337,6 +337,7 @@ func appSecret(db *Cluster, eng engine.Engine, password, bundle string) *corev1.
 // differs).
 func scriptsConfigMap(db *Cluster, eng engine.Engine, tls string) *corev1.ConfigMap {
 	data := eng.Scripts()
+	maps.Copy(data, archiveScripts(db))
 	data[engine.ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
 	data[engine.ScriptsPrimaryKey] = namedPrimary(db)
 	if tls == "" {
@@ -406,6 +407,7 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 	c := clusterOf(db, eng)
 	c.Image = plan.Image
 	c.RemoveOldData = plan.RemoveOldData
+	c.Parameters = archiveParameters(db, c.Parameters)
 	pod := eng.ServerPod(c)
 	podLabels := withLabels(objectLabels(db), selectorLabels(db, componentServer))
 	if claims == nil {

@@ -400,4 +400,5 @@ func (k *Kind) forgetMetrics(namespace, name string) {
 	k.metrics.verifiedStale.DeleteLabelValues(namespace, name)
 	k.metrics.failoverPending.DeleteLabelValues(namespace, name)
 	k.metrics.certificateExpiry.DeleteLabelValues(namespace, name)
+	forgetArchivingMetrics(namespace, name)
 }

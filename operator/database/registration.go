@@ -19,6 +19,9 @@ const flagTLSDefault = "database-tls-default"
 // flagMonitoringDefault: metrics for new Databases.
 const flagMonitoringDefault = "database-monitoring-default"
 
+// flagArchiverImage: the archiver sidecar's image.
+const flagArchiverImage = "database-archiver-image"
+
 // Registration is how the registry knows the Database controller. It lists
 // no Owns: its objects include Secrets, ConfigMaps and pods, which other
 // controllers watch unfiltered in the manager's cache, so it watches
@@ -31,6 +34,7 @@ var Registration = registration.Controller{
 	Flags: func(fs *pflag.FlagSet) {
 		fs.Bool(flagTLSDefault, true, "TLS on every connection for a new PostgreSQL Database that leaves spec.tls.enabled unset (recorded on it when first seen: annotation "+AnnotationTLSDefault+")")
 		fs.Bool(flagMonitoringDefault, true, "PostgreSQL's metrics served by every pod of a new PostgreSQL Database that leaves spec.monitoring.enabled unset (recorded on it when first seen: annotation "+AnnotationMonitoringDefault+")")
+		fs.String(flagArchiverImage, DefaultArchiverImage, "image of the archiver sidecar (Barman Cloud) in the pods of a Database with spec.backup.storage.objectStore")
 		fs.Bool(flagFailoverDefault, true, "automatic failover for a new PostgreSQL Database that leaves spec.failover.enabled unset (recorded on it when first seen: annotation "+AnnotationFailoverDefault+")")
 	},
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
@@ -43,6 +47,7 @@ var Registration = registration.Controller{
 			FailoverByDefault:   s.GetBool(flagFailoverDefault),
 			TLSByDefault:        s.GetBool(flagTLSDefault),
 			MonitoringByDefault: s.GetBool(flagMonitoringDefault),
+			ArchiverImage:       s.GetString(flagArchiverImage),
 		})
 	},
 }

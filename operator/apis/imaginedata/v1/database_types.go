@@ -66,6 +66,7 @@ type PodTemplate struct {
 //
 // +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !(self.name in ['postgres', 'template0', 'template1'] || self.name.startsWith('pg_'))",message="name: postgres, template0, template1 and names starting with pg_ are reserved by PostgreSQL (the app role is named after the database, and pg_ role names are reserved)"
 // +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['port', 'listen_addresses', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories'])",message="parameters: port, listen_addresses, data_directory, hba_file, ident_file, config_file and unix_socket_directories are set by the operator (use spec.port for the port)"
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.storage) || !has(self.backup.storage.objectStore) || (self.engine == 'PostgreSQL' && (!has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['archive_mode', 'archive_command', 'archive_library', 'archive_timeout'])))",message="backup.storage.objectStore: the operator sets archive_mode, archive_command, archive_library and archive_timeout for it (use backup.storage.objectStore.archiveTimeout), and it archives PostgreSQL only"
 // +kubebuilder:validation:XValidation:rule="has(self.fromBackup) == has(oldSelf.fromBackup) && (!has(self.fromBackup) || self.fromBackup == oldSelf.fromBackup)",message="fromBackup is set at creation only: the Database was (or was not) restored from it when it was made"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change: the existing volumes keep their StorageClass (make a new Database to move the data)"
 type DatabaseSpec struct {
@@ -533,13 +534,19 @@ type Retention struct {
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }
 
-// BackupStorage is where backups go. A volume today; object storage and
-// WAL archiving would be further members.
+// BackupStorage is where backups go: logical dumps to a volume, and,
+// with objectStore, continuous WAL archiving to an object store.
 type BackupStorage struct {
 	// Volume: a PersistentVolumeClaim <name>-backup, one per Database,
 	// not owned by it (it outlives the Database).
 	// +optional
 	Volume *BackupVolume `json:"volume,omitempty"`
+
+	// ObjectStore: the primary archives every WAL segment to this
+	// S3-compatible store (PostgreSQL only). Logical dumps keep going to
+	// the volume.
+	// +optional
+	ObjectStore *ObjectStore `json:"objectStore,omitempty"`
 }
 
 // BackupVolume is the backup PersistentVolumeClaim's shape, used when it

@@ -8,7 +8,8 @@
 # PostgreSQL tries again; pg_stat_archiver counts the failures.
 #
 # Before the first segment goes to a destination, the archive there must
-# be empty (barman-cloud-check-wal-archive): a second server pointed at
+# hold no WAL of that segment's timeline or a later one
+# (barman-cloud-check-wal-archive --timeline): a second server pointed at
 # another's archive is refused instead of mixing its WAL into it. The
 # check is recorded in the data directory (deckhand-archive-checked, which
 # names the destination), so it runs again when the destination changes;
@@ -26,9 +27,18 @@ checked="$data/deckhand-archive-checked"
 destination="$store_url/$STORE_SERVER ${STORE_ENDPOINT:-}"
 if [ "$(cat "$checked" 2>/dev/null || true)" != "$destination" ]; then
   if [ "${STORE_SKIP_EMPTY_CHECK:-false}" != true ]; then
+    # Only WAL of this file's timeline or a later one counts: a standby
+    # promoted after the archive began (its data directory cloned before
+    # the check was recorded) archives its new timeline's history file
+    # first, and the WAL its old primary archived is of earlier timelines.
+    name=${1##*/}
+    case $name in
+      [0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F]*) timeline=$((0x${name%"${name#????????}"})) ;;
+      *) store_fail "$name is not a WAL segment or history file" ;;
+    esac
     # Exit 1: the archive holds WAL already; 2: the store did not answer.
     rc=0
-    barman-cloud-check-wal-archive $store_endpoint "$store_url" "$STORE_SERVER" || rc=$?
+    barman-cloud-check-wal-archive $store_endpoint --timeline "$timeline" "$store_url" "$STORE_SERVER" || rc=$?
     case $rc in
       0) ;;
       1) store_fail "refusing to archive into $store_url/$STORE_SERVER: it already holds WAL of another server (set STORE_SKIP_EMPTY_CHECK=true only for a server restored from that archive, whose history it continues)" ;;

@@ -77,6 +77,9 @@ type Status struct {
 	// Detached: the standby was told to stop streaming (POST /detach,
 	// during a failover) and not told to stream again yet.
 	Detached bool `json:"detached,omitempty"`
+	// Archiver is the server's pg_stat_archiver, on a primary whose
+	// archive_mode is not off; nil otherwise.
+	Archiver *ArchiverStatus `json:"archiver,omitempty"`
 	// Error says why the server is not up (connection refused, timeout).
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"`
@@ -100,8 +103,11 @@ SELECT r.rec,
   coalesce((SELECT status FROM pg_catalog.pg_stat_wal_receiver), ''),
   pg_catalog.current_setting('primary_conninfo'),
   pg_catalog.current_setting('synchronous_standby_names'),
-  coalesce((SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'), '')
-FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r`
+  coalesce((SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'), ''),
+  pg_catalog.current_setting('archive_mode'),
+  a.archived_count, a.failed_count, coalesce(a.last_archived_wal, ''), a.last_archived_time,
+  coalesce(a.last_failed_wal, ''), a.last_failed_time
+FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r, pg_catalog.pg_stat_archiver a`
 
 // readStatus asks the server through db; on any error the status says the
 // server is down and why.
@@ -113,8 +119,12 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 		timeline                  sql.NullInt64
 		receiver, primaryConninfo string
 		syncNames, streamingTo    string
+		archiveMode               string
+		arch                      ArchiverStatus
+		archivedAt, failedAt      sql.NullTime
 	)
-	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo)
+	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo,
+		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt)
 	if err != nil {
 		st.Error = describe(ctx, err)
 		return st
@@ -132,7 +142,32 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 	if streamingTo != "" {
 		st.StreamingStandbys = strings.Split(streamingTo, ",")
 	}
+	if !rec && archiveMode != "off" {
+		if archivedAt.Valid {
+			arch.LastArchivedTime = &archivedAt.Time
+		}
+		if failedAt.Valid {
+			arch.LastFailedTime = &failedAt.Time
+		}
+		st.Archiver = &arch
+	}
 	return st
+}
+
+// ArchiverStatus is a primary's pg_stat_archiver: what its
+// archive_command did.
+type ArchiverStatus struct {
+	ArchivedCount    int64      `json:"archivedCount"`
+	FailedCount      int64      `json:"failedCount"`
+	LastArchivedWAL  string     `json:"lastArchivedWAL,omitempty"`
+	LastArchivedTime *time.Time `json:"lastArchivedTime,omitempty"`
+	LastFailedWAL    string     `json:"lastFailedWAL,omitempty"`
+	LastFailedTime   *time.Time `json:"lastFailedTime,omitempty"`
+}
+
+// Failing: the last attempt failed (a failure after the last success).
+func (a ArchiverStatus) Failing() bool {
+	return a.LastFailedTime != nil && (a.LastArchivedTime == nil || a.LastFailedTime.After(*a.LastArchivedTime))
 }
 
 // describe is err for a person; a context that ended says so plainly.

@@ -1,0 +1,213 @@
+package postgres_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
+	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/s3test"
+)
+
+// A server pod that archives through the sidecar, on the host: the pod
+// as AddArchiver builds it, the server started by bootstrap.sh with the
+// hand-off as archive_command (plain sh, as in an image without Barman),
+// and the sidecar's own loop (archiver.sh) run as a process beside it,
+// the queue directory shared as the emptyDir is.
+type sidecarPod struct {
+	*archiving
+	queue   string
+	sidecar *exec.Cmd
+	log     *syncbuf.Buffer
+}
+
+func startSidecarPod(t *testing.T) *sidecarPod {
+	h := newHost(t)
+	a := &archiving{t: t, h: h, store: s3test.Start(t, "deckhand"), prefix: "clusters/ns", server: "name-of-database"}
+	// One scripts directory, as the scripts ConfigMap holds both sets.
+	a.scripts = h.u.WriteScripts(t, h.root, postgres.ArchiveScripts())
+	require.Equal(t, h.scripts, a.scripts)
+	p := &sidecarPod{archiving: a, queue: h.u.Dir(t, h.root, "archive-queue"), log: &syncbuf.Buffer{}}
+
+	c := h.cluster
+	c.Parameters = postgres.ArchiveParameters(time.Minute)
+	pod := postgres.Engine{}.ServerPod(c)
+	spec := corev1.PodSpec{Containers: []corev1.Container{pod.Container}}
+	require.NoError(t, postgres.AddArchiver(&spec, pod.Container.Name, postgres.ArchiverOptions{
+		Image: "archiver", Endpoint: a.store.Endpoint, Bucket: a.store.Bucket, Prefix: a.prefix, Server: a.server,
+		Region: "us-east-1", PathStyle: true, Compression: "gzip",
+		AccessKey: postgres.KeyRef{Name: "keys", Key: "a"}, SecretKey: postgres.KeyRef{Name: "keys", Key: "s"},
+		CASecret: &postgres.KeyRef{Name: "ca", Key: "ca.crt"},
+	}))
+
+	// The sidecar: its environment as the pod gives it, mounts moved to
+	// the test's directories, the store's files where s3test wrote them.
+	dataVolume := "data-source"
+	sidecar := spec.Containers[1]
+	env := h.env(engine.Pod{Container: sidecar}, "name-of-database-0", "", map[string]string{
+		engine.DataVolume:           h.volume(dataVolume),
+		postgres.ArchiveQueueVolume: p.queue,
+		"archive-tmp":               h.u.Dir(t, h.root, "archive-tmp"),
+	})
+	env["STORE_ACCESS_KEY_FILE"], env["STORE_SECRET_KEY_FILE"], env["STORE_CA_FILE"] = a.store.AccessKeyFile, a.store.SecretKeyFile, a.store.CAFile
+	p.sidecar = h.u.Command(env, pgtest.HostCommand(t, sidecar, h.scripts))
+	p.sidecar.Stdout, p.sidecar.Stderr = p.log, p.log
+	require.NoError(t, p.sidecar.Start())
+	exited := make(chan struct{})
+	go func() { _ = p.sidecar.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.sidecar.Process.Pid, syscall.SIGKILL)
+		<-exited
+		if t.Failed() {
+			t.Logf("the archiver's log:\n%s", p.log.String())
+		}
+	})
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(p.queue, "archiver-ready"))
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the archiver never said it was ready:\n%s", p.log.String())
+
+	// The server: its command with the scripts and queue directories of
+	// the test (archive_command names both).
+	serverEnv := h.serverEnv(pod, 0, dataVolume, "")
+	argv := pgtest.HostCommand(t, pod.Container, h.scripts)
+	for i, arg := range argv {
+		arg = strings.ReplaceAll(arg, engine.ScriptsDir+"/", h.scripts+"/")
+		argv[i] = strings.ReplaceAll(arg, postgres.ArchiveQueueDir, p.queue)
+	}
+	a.source = h.u.StartServer(t, h.bin, serverEnv, argv)
+	h.sql(a.source.Port, "postgres", "CREATE TABLE ticks (id bigserial PRIMARY KEY, ts timestamptz NOT NULL DEFAULT clock_timestamp())")
+	return p
+}
+
+// The hand-off proven with a real server, store and sidecar: every
+// segment reaches the store with no failure counted; with the store down
+// archive_command fails (the failures counted, the reason in the server's
+// log, the server writable); the store back, the archive catches up with
+// nothing missing. The keys appear in no log.
+func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
+	t.Parallel()
+	p := startSidecarPod(t)
+	a, h := p.archiving, p.h
+	// The instance agent reports pg_stat_archiver (the operator's
+	// WALArchiving condition reads it).
+	ch := newChannel(t, h, "name-of-database-0")
+	agent := ch.startAgent(t, h, 0, "data-source")
+	archiver := func() instance.ArchiverStatus {
+		st, err := ch.client.Status(context.Background(), agent)
+		require.NoError(t, err)
+		require.NotNil(t, st.Archiver, "a primary with archive_mode on reports its archiver")
+		return *st.Archiver
+	}
+	a.startWriter()
+	first := a.switchAndWait(a.source.Port, time.Minute)
+	a.requireEverySegment(first)
+	s := a.stats(a.source.Port)
+	assert.Zero(t, s.failed, "pg_stat_archiver.failed_count")
+	got := archiver()
+	assert.False(t, got.Failing())
+	assert.GreaterOrEqual(t, got.LastArchivedWAL, first)
+	assert.NotNil(t, got.LastArchivedTime)
+	assert.Contains(t, p.log.String(), "deckhand: archived "+first)
+	assert.Equal(t, "on", h.sql(a.source.Port, "postgres", "SHOW archive_mode"))
+	assert.Equal(t, "1min", h.sql(a.source.Port, "postgres", "SHOW archive_timeout"))
+
+	// The store down: each try fails (about 11 s each while barman
+	// retries the connection), and is counted.
+	writes := a.writes.Load()
+	a.store.Stop(t)
+	h.sql(a.source.Port, "postgres", "SELECT pg_switch_wal()")
+	require.Eventually(t, func() bool { return a.stats(a.source.Port).failed > 0 }, time.Minute, 200*time.Millisecond,
+		"no failure counted with the store down")
+	got = archiver()
+	assert.True(t, got.Failing(), "%+v", got)
+	assert.NotEmpty(t, got.LastFailedWAL)
+	assert.Contains(t, a.source.Log.String(), "deckhand: the archiver could not archive")
+	h.sql(a.source.Port, "postgres", "INSERT INTO ticks DEFAULT VALUES")
+	assert.Greater(t, a.writes.Load(), writes, "the server took writes while the store was down")
+	assert.Zero(t, a.writeErrs.Load(), "the writer's failed inserts")
+
+	a.store.Restart(t)
+	last := a.switchAndWait(a.source.Port, 3*time.Minute)
+	a.requireEverySegment(last)
+	a.stopWriter()
+	assert.False(t, archiver().Failing(), "archiving again")
+
+	// Nothing is left in the queue, and no key reached a log.
+	entries, err := os.ReadDir(p.queue)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.Equal(t, "archiver-ready", e.Name(), "left in the queue")
+	}
+	// A standby promoted after archiving began (its data directory never
+	// recorded the check) archives its new timeline's history file into
+	// the archive its old primary filled; a server on the same timeline
+	// is refused (TestArchivingAndPointInTimeRecoveryFromAnObjectStore).
+	fresh := h.u.TempDir(t)
+	history := filepath.Join(fresh, "00000002.history")
+	require.NoError(t, os.WriteFile(history, []byte("1\t0/3000000\tno recovery target specified\n"), 0o644))
+	env := a.storeEnv(a.server)
+	env["PGDATA"] = fresh
+	out, err := a.script(env, postgres.WALArchiveScript, history)
+	require.NoError(t, err, out)
+	assert.True(t, slices.ContainsFunc(a.store.Keys(t, a.prefix+"/"+a.server+"/wals/"), func(k string) bool {
+		return strings.HasPrefix(path.Base(k), "00000002.history")
+	}), "the history file is in the archive")
+
+	for _, f := range []string{a.store.AccessKeyFile, a.store.SecretKeyFile} {
+		key, err := os.ReadFile(f)
+		require.NoError(t, err)
+		k := strings.TrimSpace(string(key))
+		require.NotEmpty(t, k)
+		assert.NotContains(t, p.log.String(), k, "a key in the archiver's log")
+		assert.NotContains(t, a.source.Log.String(), k, "a key in the server's log")
+	}
+}
+
+// archive_command with no archiver, or one that never answers, fails
+// (PostgreSQL keeps the segment) rather than waiting for ever, and a
+// request not taken is withdrawn.
+func TestWALHandoffFailsWithoutAnArchiver(t *testing.T) {
+	t.Parallel()
+	u := pgtest.Unprivileged(t)
+	root := u.TempDir(t)
+	scripts := u.WriteScripts(t, root, postgres.ArchiveScripts())
+	queue := u.Dir(t, root, "queue")
+	wal := filepath.Join(u.Dir(t, root, "pg_wal"), "000000010000000000000001")
+	require.NoError(t, os.WriteFile(wal, []byte("segment"), 0o644))
+	handoff := func(timeout string) (string, error) {
+		out, err := u.Command(map[string]string{"PATH": "/usr/bin:/bin", "ARCHIVE_HANDOFF_TIMEOUT": timeout},
+			[]string{"sh", filepath.Join(scripts, postgres.HandoffScript), queue, wal}).CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := handoff("300")
+	require.Error(t, err, out)
+	assert.Contains(t, out, "cannot archive 000000010000000000000001: the archiver is not running")
+
+	// Ready, but it never answers.
+	require.NoError(t, os.WriteFile(filepath.Join(queue, "archiver-ready"), nil, 0o644))
+	start := time.Now()
+	out, err = handoff("1")
+	require.Error(t, err, out)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	assert.Contains(t, out, "the archiver did not answer for 000000010000000000000001 within 1s")
+	entries, err := os.ReadDir(queue)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the request was withdrawn")
+}
