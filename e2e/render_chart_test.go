@@ -187,7 +187,8 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	assert.Equal(t, "prometheus", rule.GetLabels()["release"])
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
-		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete"}
+		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete",
+		"DeckhandDatabaseWALArchivingFailing"}
 	postgresAlerts := []string{"DeckhandPostgresDown", "DeckhandPostgresReplicationLagHigh", "DeckhandPostgresStandbyNotStreaming",
 		"DeckhandPostgresXIDAgeHigh", "DeckhandPostgresConnectionsNearLimit"}
 	assert.ElementsMatch(t, append(append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), postgresAlerts...), keys(alerts))

@@ -589,6 +589,7 @@ operator_up() {
   "$helm" --kubeconfig "$kubeconfig" upgrade --install deckhand "$root/charts/deckhand" \
     --namespace deckhand-system \
     --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
+    --set controllers.database.archiverImage="$("$root/hack/node/images.sh" ref archiver)" \
     --wait --timeout 5m "$@" >&2
 }
 

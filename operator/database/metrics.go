@@ -129,3 +129,20 @@ func register[C prometheus.Collector](c C) C {
 	}
 	return c
 }
+
+// The archiving metrics of a Database, from its primary's
+// pg_stat_archiver as the instance agent reports it.
+var (
+	archiveFailing = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_wal_archive_failing",
+		Help: "1 while the Database's WALArchiving condition is False (the primary's last archive attempt failed), else 0; absent without an object store or without failover (no agent reads the server).",
+	}, []string{"namespace", "database"}))
+	archiveFailed = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_wal_archive_failed_attempts",
+		Help: "Failed archive attempts of the Database's primary since its server started (pg_stat_archiver.failed_count).",
+	}, []string{"namespace", "database"}))
+	archiveLast = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_wal_archive_last_archived_timestamp_seconds",
+		Help: "When the Database's primary last archived a WAL file (pg_stat_archiver.last_archived_time, Unix time); absent until it does.",
+	}, []string{"namespace", "database"}))
+)
