@@ -28,8 +28,8 @@ func objectStore() *dbv1.ObjectStore {
 		Endpoint: "https://store.example.org:7070",
 		Bucket:   "wal-archive",
 		Credentials: dbv1.ObjectStoreCredentials{
-			AccessKeyID:     dbv1.SecretKeyRef{Name: "store-keys", Key: "access"},
-			SecretAccessKey: dbv1.SecretKeyRef{Name: "store-keys", Key: "secret"},
+			AccessKeyID:     dbv1.KeyRef{Name: "store-keys", Key: "access"},
+			SecretAccessKey: dbv1.KeyRef{Name: "store-keys", Key: "secret"},
 		},
 	}
 }
@@ -78,11 +78,11 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 			s.ArchiveTimeout = &metav1.Duration{Duration: 2 * time.Hour}
 		}, "backup.storage.objectStore.archiveTimeout must be between 10s and 1h"},
 		{"a Secret name with capitals", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Credentials.AccessKeyID.Name = "Keys" },
-			`name must be the name of a Secret (lower-case letters, digits, '-' and '.'), not "Keys"`},
+			`name must be the name of a Secret or ConfigMap (lower-case letters, digits, '-' and '.'), not "Keys"`},
 		{"a Secret key with a slash", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Credentials.SecretAccessKey.Key = "a/b" },
-			`key must be a key of the Secret`},
+			`key must be a key of the Secret or ConfigMap`},
 		{"a CA bundle from both", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
-			s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.SecretKeyRef{Name: "ca", Key: "ca.crt"}, ConfigMapKeyRef: &dbv1.ConfigMapKeyRef{Name: "ca", Key: "ca.crt"}}
+			s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}, ConfigMapKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}}
 		}, "backup.storage.objectStore.caBundle needs exactly one of secretKeyRef or configMapKeyRef"},
 		{"archive_command in parameters", func(_ *dbv1.ObjectStore, d *dbv1.Database) {
 			d.Spec.Parameters = map[string]string{"archive_command": "/bin/true"}
@@ -104,7 +104,7 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 	ok := newDatabase(ns, "fine", 1)
 	s := objectStore()
 	s.Endpoint, s.Path, s.Region = "", "clusters/production", "eu-west-1"
-	s.CABundle = &dbv1.CABundleSource{ConfigMapKeyRef: &dbv1.ConfigMapKeyRef{Name: "store-ca", Key: "ca.crt"}}
+	s.CABundle = &dbv1.CABundleSource{ConfigMapKeyRef: &dbv1.KeyRef{Name: "store-ca", Key: "ca.crt"}}
 	withObjectStore(ok, s)
 	ok.Spec.Parameters = map[string]string{"wal_level": "replica"}
 	require.NoError(t, c.Create(ctx, ok))
@@ -133,7 +133,7 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	s := objectStore()
 	s.Path = "clusters/ns"
 	s.ArchiveTimeout = &metav1.Duration{Duration: 90 * time.Second}
-	s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.SecretKeyRef{Name: "store-ca", Key: "bundle.pem"}}
+	s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "store-ca", Key: "bundle.pem"}}
 	withObjectStore(archiving, s)
 	archiving.Annotations = map[string]string{database.AnnotationArchiveSkipEmptyCheck: "true"}
 	plain := newDatabase(ns, "plain", 1)

@@ -92,32 +92,21 @@ const (
 // ObjectStoreCredentials are the keys of an S3-compatible store.
 type ObjectStoreCredentials struct {
 	// AccessKeyID: the Secret key holding the access key ID.
-	AccessKeyID SecretKeyRef `json:"accessKeyID"`
+	AccessKeyID KeyRef `json:"accessKeyID"`
 	// SecretAccessKey: the Secret key holding the secret access key.
-	SecretAccessKey SecretKeyRef `json:"secretAccessKey"`
+	SecretAccessKey KeyRef `json:"secretAccessKey"`
 }
 
-// SecretKeyRef is a key of a Secret in the Database's namespace.
-type SecretKeyRef struct {
-	// Name of the Secret.
+// KeyRef is a key of a Secret (the store's keys) or of a ConfigMap (a CA
+// bundle may be either) in the Database's namespace.
+type KeyRef struct {
+	// Name of the Secret or ConfigMap.
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'name must be the name of a Secret (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'name must be the name of a Secret or ConfigMap (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	Name string `json:"name"`
-	// Key of the Secret.
+	// Key in its data.
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",messageExpression="'key must be a key of the Secret (letters, digits, \\'-\\', \\'_\\' and \\'.\\'), not \"' + self + '\"'"
-	Key string `json:"key"`
-}
-
-// ConfigMapKeyRef is a key of a ConfigMap in the Database's namespace.
-type ConfigMapKeyRef struct {
-	// Name of the ConfigMap.
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'name must be the name of a ConfigMap (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
-	Name string `json:"name"`
-	// Key of the ConfigMap.
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",messageExpression="'key must be a key of the ConfigMap (letters, digits, \\'-\\', \\'_\\' and \\'.\\'), not \"' + self + '\"'"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",messageExpression="'key must be a key of the Secret or ConfigMap (letters, digits, \\'-\\', \\'_\\' and \\'.\\'), not \"' + self + '\"'"
 	Key string `json:"key"`
 }
 
@@ -126,7 +115,7 @@ type ConfigMapKeyRef struct {
 // +kubebuilder:validation:XValidation:rule="has(self.secretKeyRef) != has(self.configMapKeyRef)",message="backup.storage.objectStore.caBundle needs exactly one of secretKeyRef or configMapKeyRef"
 type CABundleSource struct {
 	// +optional
-	SecretKeyRef *SecretKeyRef `json:"secretKeyRef,omitempty"`
+	SecretKeyRef *KeyRef `json:"secretKeyRef,omitempty"`
 	// +optional
-	ConfigMapKeyRef *ConfigMapKeyRef `json:"configMapKeyRef,omitempty"`
+	ConfigMapKeyRef *KeyRef `json:"configMapKeyRef,omitempty"`
 }
