@@ -70,6 +70,7 @@ func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
 	assert.Equal(t, "t", psql(ctx, t, cfg, cs, client, "ro", "SELECT pg_is_in_recovery()"), "<name>-ro answers from a standby")
 	got := eventuallyPsql(ctx, t, cfg, cs, client, "ro", "SELECT string_agg(v, ',' ORDER BY v) FROM notes", "one "+token+",two "+token)
 	assert.Equal(t, "one "+token+",two "+token, got, "rows read through <name>-ro")
+	connectionsAreEncrypted(ctx, t, cfg, cs, client)
 
 	store := replicatedStore{
 		ns: ns, name: name,
@@ -185,10 +186,13 @@ func startPostgresClient(ctx context.Context, t testing.TB, cs clientset, ns, db
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:         "psql",
-				Image:        imageRef(t, "postgres"),
-				Command:      []string{"sleep", "3600"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true}},
+				Name:    "psql",
+				Image:   imageRef(t, "postgres"),
+				Command: []string{"sleep", "3600"},
+				// Also where the app Secret's verify-full and multi-host
+				// strings look for its CA (database.CAMountDir).
+				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true},
+					{Name: "app", MountPath: database.CAMountDir, ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "app", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: db + "-app"},
@@ -309,4 +313,33 @@ func waitGone(ctx context.Context, t testing.TB, c client.Client, ns, name strin
 		return err != nil, nil
 	})
 	require.NoError(t, err, "Database %s still there: %+v", name, db.Status.Conditions)
+}
+
+// connectionsAreEncrypted: a new Database requires TLS (the chart's
+// default): the app Secret's verify-full-uri connects with the server's
+// certificate verified against its CA, a client that refuses encryption is
+// turned away, and the multi-host strings (every pod by name, verify-full
+// too) reach the primary or, for reads, the standby.
+func connectionsAreEncrypted(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, client *corev1.Pod) {
+	t.Helper()
+	const encrypted = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+	run := func(key, suffix, sql string) (string, error) {
+		out, err := tryExec(ctx, cfg, cs, client, "sh", "-c",
+			`exec psql "$(cat /app/$1)$2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$3" 2>&1`, "psql", key, suffix, sql)
+		return strings.TrimSpace(out), err
+	}
+	out, err := run(database.AppVerifyFullURIKey, "", encrypted)
+	require.NoError(t, err, "psql with %s:\n%s", database.AppVerifyFullURIKey, out)
+	assert.Equal(t, "t", out, "a verify-full connection is encrypted")
+
+	out, err = run("uri", "?sslmode=disable", "SELECT 1")
+	require.Error(t, err, "a connection without TLS was accepted: %s", out)
+	assert.Contains(t, out, "no encryption", "the server's refusal of an unencrypted connection")
+
+	out, err = run(database.AppMultiHostURIKey, "", "SELECT pg_is_in_recovery()")
+	require.NoError(t, err, "psql with %s:\n%s", database.AppMultiHostURIKey, out)
+	assert.Equal(t, "f", out, "multihost-uri lands on the primary")
+	out, err = run(database.AppMultiHostROURIKey, "", "SELECT pg_is_in_recovery()")
+	require.NoError(t, err, "psql with %s:\n%s", database.AppMultiHostROURIKey, out)
+	assert.Equal(t, "t", out, "multihost-ro-uri lands on the standby")
 }
