@@ -24,7 +24,13 @@ func TestAttachNeverSignalsAJVMThatDoesNotCatchSIGQUIT(t *testing.T) {
 		t.Run(flag, func(t *testing.T) {
 			marker := jvmtest.Marker(t)
 			j := jvmtest.Start(t, t.TempDir(), []string{flag}, marker)
-			// The /tmp cleaner's work.
+			// The /tmp cleaner's work, once HotSpot has made the socket:
+			// it does so at start with this flag, but on a busy machine
+			// after the app is already up.
+			require.Eventually(t, func() bool {
+				_, err := os.Stat(socketPath(j.PID))
+				return err == nil
+			}, 30*time.Second, 20*time.Millisecond, "HotSpot never opened its attach socket %s", socketPath(j.PID))
 			require.NoError(t, os.Remove(socketPath(j.PID)))
 			r := Attach(options(t, marker, heapRule))
 			assert.Equal(t, Failed, r.Result, r.Message)
