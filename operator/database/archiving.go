@@ -1,11 +1,8 @@
 package database
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,14 +80,7 @@ func archiveScripts(db *Cluster) map[string]string {
 	return postgres.ArchiveScripts()
 }
 
-func archiveScriptsHash() string {
-	scripts := postgres.ArchiveScripts()
-	h := sha256.New()
-	for _, name := range slices.Sorted(maps.Keys(scripts)) {
-		fmt.Fprintf(h, "%s\x00%s\x00", name, scripts[name])
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
-}
+func archiveScriptsHash() string { return hashScripts(postgres.ArchiveScripts()) }
 
 // archiverImage is the sidecar's image.
 func (r *Reconciler) archiverImage() string {

@@ -352,8 +352,11 @@ func scriptsConfigMap(db *Cluster, eng engine.Engine, tls string) *corev1.Config
 }
 
 // scriptsHash changes whenever a script does.
-func scriptsHash(eng engine.Engine) string {
-	scripts := eng.Scripts()
+func scriptsHash(eng engine.Engine) string { return hashScripts(eng.Scripts()) }
+
+// hashScripts is a short hash of scripts by name and content: a pod
+// template annotation that changes, and so restarts the pods, when they do.
+func hashScripts(scripts map[string]string) string {
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(scripts)) {
 		fmt.Fprintf(h, "%s\x00%s\x00", name, scripts[name])
