@@ -295,14 +295,7 @@ func TestTurningFailoverOffKeepsTheParallelStatefulSetAndDropsTheAgent(t *testin
 	before := get(t, c, ns, "off", &appsv1.StatefulSet{})
 	require.Equal(t, appsv1.ParallelPodManagement, before.Spec.PodManagementPolicy)
 
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cur dbv1.Database
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
-			return err
-		}
-		cur.Spec.Failover.Enabled = ptr.To(false)
-		return c.Update(context.Background(), &cur)
-	}))
+	update(t, c, db, func(d *dbv1.Database) { d.Spec.Failover.Enabled = ptr.To(false) })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var sts appsv1.StatefulSet
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "off"}, &sts))
@@ -341,14 +334,7 @@ func TestTurningFailoverOnRecreatesAnOrderedReadyStatefulSetAsParallel(t *testin
 		claims[claim] = string(get(t, c, ns, claim, &corev1.PersistentVolumeClaim{}).UID)
 	}
 
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cur dbv1.Database
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), &cur); err != nil {
-			return err
-		}
-		cur.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true)}
-		return c.Update(context.Background(), &cur)
-	}))
+	update(t, c, db, func(d *dbv1.Database) { d.Spec.Failover = &dbv1.FailoverSpec{Enabled: ptr.To(true)} })
 	var sts appsv1.StatefulSet
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "late"}, &sts))

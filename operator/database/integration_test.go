@@ -105,6 +105,20 @@ func get[T client.Object](t *testing.T, c client.Client, ns, name string, obj T)
 	return obj
 }
 
+// update reads the Database into db, changes it and writes it back,
+// again when the operator wrote it in between (its defaults, its
+// finalizer).
+func update(t *testing.T, c client.Client, db *dbv1.Database, change func(*dbv1.Database)) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), db); err != nil {
+			return err
+		}
+		change(db)
+		return c.Update(context.Background(), db)
+	}))
+}
+
 // waitFor polls the Database until check passes.
 func waitFor(t *testing.T, c client.Client, db *dbv1.Database, what string, check func(*assert.CollectT, *dbv1.Database)) *dbv1.Database {
 	t.Helper()
@@ -373,11 +387,7 @@ func TestInitJobFailureIsReportedAndAFixedImageRunsANewJob(t *testing.T) {
 	assertEvent(t, c, ns, db.Name, corev1.EventTypeWarning, "InitJobFailed")
 
 	// A fixed image: the failed Job is replaced by one with the new image.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), cur))
-		cur.Spec.Image = "postgres:17.6"
-		return c.Update(context.Background(), cur)
-	}))
+	update(t, c, cur, func(d *dbv1.Database) { d.Spec.Image = "postgres:17.6" })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var j batchv1.Job
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "failing-init"}, &j))
@@ -492,10 +502,7 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		})
 	}
 	// Growing is fine.
-	var cur dbv1.Database
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(ok), &cur))
-	cur.Spec.StorageSize = "2Gi"
-	require.NoError(t, c.Update(ctx, &cur))
+	update(t, c, ok, func(d *dbv1.Database) { d.Spec.StorageSize = "2Gi" })
 }
 
 func TestAForeignObjectOfTheSameNameIsNeverTouched(t *testing.T) {
@@ -599,11 +606,7 @@ func TestStorageGrowsWhereTheStorageClassAllowsIt(t *testing.T) {
 	for _, db := range []*dbv1.Database{fixed, growing} {
 		require.NoError(t, c.Create(ctx, db))
 		waitFor(t, c, db, "Ready", ready)
-		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
-			db.Spec.StorageSize = "3Gi"
-			return c.Update(ctx, db)
-		}))
+		update(t, c, db, func(d *dbv1.Database) { d.Spec.StorageSize = "3Gi" })
 	}
 
 	cur := waitFor(t, c, fixed, "expansion refused", func(ct *assert.CollectT, d *dbv1.Database) {
@@ -641,14 +644,12 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing"}, &policyv1.PodDisruptionBudget{})
 	assert.True(t, apierrors.IsNotFound(err), "no PodDisruptionBudget for one replica")
 
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
-		db.Spec.Replicas = 2
-		db.Spec.Port = 6543
-		db.Spec.Parameters = map[string]string{"max_connections": "50"}
-		db.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}
-		return c.Update(ctx, db)
-	}))
+	update(t, c, db, func(d *dbv1.Database) {
+		d.Spec.Replicas = 2
+		d.Spec.Port = 6543
+		d.Spec.Parameters = map[string]string{"max_connections": "50"}
+		d.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}
+	})
 	cur := waitFor(t, c, db, "Ready with 2 replicas", func(ct *assert.CollectT, d *dbv1.Database) {
 		ready(ct, d)
 		require.Equal(ct, "2/2", d.Status.Ready)
@@ -673,11 +674,7 @@ func TestChangesRollTheStatefulSetAndKeepThePasswords(t *testing.T) {
 	assertScriptsSayReplicas(t, c, ns, "changing-scripts", "2")
 
 	// Back to one replica: the PodDisruptionBudget goes, the volume stays.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cur), cur))
-		cur.Spec.Replicas = 1
-		return c.Update(ctx, cur)
-	}))
+	update(t, c, cur, func(d *dbv1.Database) { d.Spec.Replicas = 1 })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changing"}, &policyv1.PodDisruptionBudget{})
 		require.True(ct, apierrors.IsNotFound(err))

@@ -369,11 +369,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 	}
 
 	// Suspended: no next time.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), db))
-		db.Spec.Backup.Suspend = true
-		return c.Update(ctx, db)
-	}))
+	update(t, c, db, func(d *dbv1.Database) { d.Spec.Backup.Suspend = true })
 	cur = waitFor(t, c, db, "suspended", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "Suspended", condition(d, database.ConditionBackupScheduled).Reason)
 	})
@@ -384,11 +380,7 @@ func TestMissedSchedulesGiveOneBackupAndRetentionDeletesOldFiles(t *testing.T) {
 // the test clock's time).
 func poke(t *testing.T, c client.Client, db *dbv1.Database, value string) {
 	t.Helper()
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(db), db))
-		db.Annotations = map[string]string{"poke": value}
-		return c.Update(context.Background(), db)
-	}))
+	update(t, c, db, func(d *dbv1.Database) { d.Annotations = map[string]string{"poke": value} })
 }
 
 func scheduledBackups(t require.TestingT, c client.Client, ns string) []dbv1.DatabaseBackup {

@@ -164,9 +164,7 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 	assert.Equal(t, float64(leaf.NotAfter.Unix()), gaugeValue(t, "deckhand_database_server_certificate_expiry_timestamp_seconds", ns, "fresh"))
 
 	// A third replica: its names join the certificate.
-	require.NoError(t, c.Get(ctx, client2Key(ns, "fresh"), cur))
-	cur.Spec.Replicas = 3
-	require.NoError(t, c.Update(ctx, cur))
+	update(t, c, cur, func(d *dbv1.Database) { d.Spec.Replicas = 3 })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var s corev1.Secret
 		require.NoError(ct, c.Get(ctx, client2Key(ns, "fresh-server-tls"), &s))
@@ -187,9 +185,7 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 	// app Secret follow.
 	tlsOf := func(want bool) {
 		t.Helper()
-		require.NoError(t, c.Get(ctx, client2Key(ns, "older"), older))
-		older.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(want)}
-		require.NoError(t, c.Update(ctx, older))
+		update(t, c, older, func(d *dbv1.Database) { d.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(want)} })
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			var app corev1.Secret
 			require.NoError(ct, c.Get(ctx, client2Key(ns, "older-app"), &app))
@@ -270,9 +266,7 @@ func TestTheUsersCertificateReplacesTheGeneratedOneAndBadOnesAreReported(t *test
 
 	// Back to a certificate the operator issues: the user's CA stays in
 	// the bundle for a while, beside the new server CA.
-	require.NoError(t, c.Get(ctx, client2Key(ns, "own"), cur))
-	cur.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(true)}
-	require.NoError(t, c.Update(ctx, cur))
+	update(t, c, cur, func(d *dbv1.Database) { d.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(true)} })
 	waitFor(t, c, db, "a generated certificate", func(ct *assert.CollectT, d *dbv1.Database) {
 		assert.Equal(ct, "Generated", condition(d, database.ConditionServerCertificate).Reason)
 	})
