@@ -15,6 +15,8 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/
 # The continuous archiving scripts are proven with Debian's Barman Cloud
 # (barman-cli-cloud 3.4; boto3 is its S3 client).
 command -v barman-cloud-wal-archive >/dev/null && /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(barman-cli-cloud python3-boto3)
+# A hung server is made with the cgroup freezer; ps finds its processes.
+command -v ps >/dev/null || need+=(procps)
 # The MySQL engine's scripts are proven on Debian's MariaDB (10.11 on bookworm).
 command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
 # The MySQL engine's row counting runs in the images' awk: gawk (MySQL's)

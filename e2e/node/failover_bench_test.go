@@ -30,6 +30,12 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 // repeated DECKHAND_FAILOVER_RUNS times on one 3-replica Database with
 // failover on (primaryGoneAfter 10s, the default), on the real node:
 //
+//   - PrimaryHung: the primary's PostgreSQL container frozen (ctr tasks
+//     pause: the cgroup freezer, as a stalled disk or a stopped VM stops
+//     it) while its pod and agent stay up, and thawed once the failover
+//     has completed. The agent's fence finds a server that answers
+//     nothing, and SIGKILLs it past its immediate shutdown's bound
+//     (instance.ImmediateStopWait).
 //   - ContainerKilledOnce: the primary's PostgreSQL container SIGKILLed
 //     from the node; the kubelet restarts it.
 //   - PodDeleted: the primary's pod deleted; the StatefulSet makes it
@@ -120,6 +126,14 @@ func BenchmarkFailover(b *testing.B) {
 		return at, func() { f.waitFailedOver(at.Add(-time.Second)) }
 	}
 	faults := []fault{
+		{"PrimaryHung", true, func() (time.Time, func()) {
+			at := time.Now()
+			thaw := f.freezeServer(f.primary())
+			return at, func() {
+				f.waitFailedOver(at.Add(-time.Second))
+				thaw()
+			}
+		}, nil},
 		{"OperatorKilled", true, func() (time.Time, func()) {
 			var pod, id string
 			at, recover := hang(func() {

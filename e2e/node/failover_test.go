@@ -637,6 +637,53 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
 }
 
+// A primary that hangs instead of dying: its PostgreSQL container frozen
+// (the cgroup freezer, as a stalled disk or a paused VM stops it) while
+// its pod and agent stay up, with a client writing through <name>-rw. The
+// server answers nothing and acts on no signal, so the agent's fence
+// sends an immediate shutdown and, past instance.ImmediateStopWait,
+// SIGKILLs every process of it: it answers fenced while they are still
+// frozen (each dies before it answers a client again), and the standby is
+// promoted at once, with no naming first and no standby detached. Thawed,
+// the old primary's processes die; it never runs as a primary again, and
+// rejoins as a standby through crash recovery and pg_rewind. No write
+// acknowledged before the hang is lost; no two servers accepted writes at
+// any moment the agents were asked.
+func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := startFailoverCluster(ctx, t, 2, 0)
+	old := f.primary()
+	w := f.startWriter("writer")
+	watch := f.watchPrimaries()
+
+	hungAt := time.Now()
+	thaw := f.freezeServer(old)
+	rec := f.waitFailedOver(hungAt.Add(-time.Second))
+	down, firstFail := w.waitOutageOver(hungAt)
+	assert.True(t, rec.Fenced, "the agent fenced the hung server: %s", rec.FenceMessage)
+	assert.Contains(t, rec.FenceMessage, "SIGKILL")
+	assert.Nil(t, rec.NamedFirst, "a killed server is not waited for")
+	assert.Nil(t, rec.StandbysDetached)
+	assert.Equal(t, rec.To, servedBy(ctx, t, f.cs, f.ns, f.name+"-rw"), "-rw selects the new primary")
+	thawedAt := time.Now()
+	thaw()
+
+	f.liftFence(old, rec.To)
+	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
+	f.waitFollowing(old, rec.To)
+	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
+	w.waitAcks(3)
+	log := w.stop()
+	samples, two := watch.finish()
+	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
+	lost := checkNoAckLost(t, log, w.committedIDs(), hungAt)
+	logf(t, "hung primary (2 replicas, primaryGoneAfter 10s): write outage %s (first failed write %.1fs after the hang); failover started %.1fs and finished %.1fs after the hang; rejoined %.1fs after the thaw; %d acknowledged writes, %d lost; %d agent rounds, %d with two writable",
+		down.Round(100*time.Millisecond), firstFail.at.Sub(hungAt).Seconds(), rec.Started.Sub(hungAt).Seconds(), rec.Finished.Sub(hungAt).Seconds(),
+		time.Since(thawedAt).Seconds(), countAcks(log), lost, samples, len(two))
+}
+
 // waitSteady waits for the state a fault should find: the Database Ready,
 // the operator watching its primary, and every standby streaming from it,
 // as their agents say now (the Database's status may still be the one

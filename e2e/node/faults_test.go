@@ -34,11 +34,12 @@ import (
 // agent, in another container, still answers: the server does not, so
 // the operator declares the primary gone once primaryGoneAfter passes,
 // records the failover (phase Fencing) and asks the agent to fence it. The
-// agent's fast shutdown signals the frozen postmaster and waits for it
-// (instance.DefaultStopTimeout, 20 s): the failover stays in phase Fencing
-// that long, whatever the machine's load, which is when the tests strike.
-// Thawing the container then lets the postmaster act on the shutdown it
-// was sent: it stops cleanly, and the fence marker keeps it stopped.
+// agent finds a server that answers nothing, sends it an immediate
+// shutdown and waits for it (instance.ImmediateStopWait, 5 s) before it
+// SIGKILLs every process of it: the failover stays in phase Fencing that
+// long, whatever the machine's load, which is when the tests strike.
+// Thawing the container then lets the processes act on the SIGKILL: they
+// die, and the fence marker keeps the server stopped.
 
 // freezeServer pauses the pod's PostgreSQL container (every process in
 // it) and returns a function that thaws it, once; the test's cleanup

@@ -22,7 +22,10 @@ type fakeChannel struct {
 	// finalLSN is what a fence answers as the old primary's last record
 	// (0: not stopped cleanly).
 	finalLSN instance.LSN
-	calls    []string
+	// killed: a fence answers that the old primary was hung and SIGKILLed
+	// (instance.ActionResult.Killed).
+	killed bool
+	calls  []string
 }
 
 var errUnreachable = errors.New("dial tcp: i/o timeout")
@@ -39,7 +42,7 @@ func (f *fakeChannel) Fence(_ context.Context, pod string) (instance.ActionResul
 	if f.unreachable[pod] {
 		return instance.ActionResult{}, errUnreachable
 	}
-	return instance.ActionResult{Done: "fenced", CleanShutdown: f.finalLSN != 0, FinalLSN: f.finalLSN}, nil
+	return instance.ActionResult{Done: "fenced", CleanShutdown: f.finalLSN != 0, FinalLSN: f.finalLSN, Killed: f.killed}, nil
 }
 
 func (f *fakeChannel) Unfence(_ context.Context, pod string) (instance.ActionResult, error) {
@@ -367,6 +370,26 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 	assert.Equal(t, []string{"promote db-1", "attach db-2"}, ch.calls[3:])
 	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
 	assert.Empty(t, rec.DetachedStandbys, "every standby streams again")
+}
+
+// A hung old primary (its server frozen: the pod shows its container
+// running) that the fence SIGKILLed is fenced: every process of it dies
+// before it answers a client again, so there is nothing to name first or
+// detach, and the standby is promoted in the same pass.
+func TestAHungPrimaryTheFenceKilledIsPromotedAwayFromAtOnce(t *testing.T) {
+	ch := &fakeChannel{statuses: map[string]instance.Status{"db-1": streamingAt(0x3000), "db-2": streamingAt(0x2000)}, killed: true}
+	s := &saved{}
+	now := time.Now()
+	steps := s.namedFirstSteps(ch, &now, nil)
+	rec := failover.Start("db-0", 0x3000, now)
+
+	require.NoError(t, steps.Run(context.Background(), rec, false))
+	assert.Equal(t, []string{"fence db-0", "promote db-1"}, ch.calls, "nothing detached, nothing waited for")
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.True(t, rec.Fenced)
+	assert.Nil(t, rec.NamedFirst)
+	assert.Contains(t, rec.FenceMessage, "SIGKILL")
+	assert.Equal(t, []string{"PrimaryGone", "Fenced", "Promoting", "FailedOver"}, s.events)
 }
 
 // An old primary its role guard fenced within the wait (its pod shows the

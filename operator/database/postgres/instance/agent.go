@@ -45,6 +45,10 @@ const (
 	// DefaultStopTimeout bounds the fast shutdown of a fence (its final
 	// checkpoint); past it the server is stopped immediately instead.
 	DefaultStopTimeout = 20 * time.Second
+	// ImmediateStopWait bounds an immediate shutdown (a server that runs
+	// ends one well within a second); past it every process of the
+	// server is SIGKILLed.
+	ImmediateStopWait = 5 * time.Second
 	// DefaultPort is the agent's HTTPS port in the pod.
 	DefaultPort = 8010
 )
@@ -277,9 +281,15 @@ type ActionResult struct {
 	Done  string `json:"done,omitempty"`
 	Error string `json:"error,omitempty"`
 	// CleanShutdown (a fence): the server stopped with a shutdown
-	// checkpoint (pg_rewind's precondition); false when the fast
-	// shutdown did not end within its bound and it was stopped at once.
+	// checkpoint (pg_rewind's precondition); false when it did not answer
+	// or the fast shutdown did not end within its bound, and it was
+	// stopped at once.
 	CleanShutdown bool `json:"cleanShutdown,omitempty"`
+	// Killed (a fence): not even an immediate shutdown ended the server
+	// within ImmediateStopWait (it is hung: frozen, or stuck on its
+	// storage), so every process of it was sent SIGKILL. Each is gone or
+	// dies the moment it runs again, before it answers a client.
+	Killed bool `json:"killed,omitempty"`
 	// WasRunning (a fence): the server was running when the fence began.
 	WasRunning bool `json:"wasRunning,omitempty"`
 	// FinalLSN (a fence of a server stopped cleanly, now or before): its
@@ -377,28 +387,28 @@ func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, res)
 		return
 	}
-	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
+	a.cfg.Log.Info("fenced: the server is stopped", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "killed", res.Killed, "finalLSN", res.FinalLSN.String())
 	writeJSON(w, http.StatusOK, res)
 }
 
 // fence fences the instance: the marker first (a restart of the
 // container must not bring the server back; why says who fenced it),
-// then a fast shutdown (every session ended, its transaction rolled
-// back, no new connection taken, a shutdown checkpoint), waited for
-// within the stop bound; past it, an immediate shutdown. A fenced,
-// stopped server is fenced again without a change. The caller holds
-// a.actions.
+// then the server stopped (stop). A fenced, stopped server is fenced
+// again without a change. The caller holds a.actions.
 func (a *Agent) fence(ctx context.Context, why string) ActionResult {
 	if err := a.writeFenceMarker(why); err != nil {
 		return ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(ctx)}
 	}
 	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true}
+	var stopErr error
 	if res.WasRunning {
-		a.cfg.Log.Info("fencing: stopping the server (fast shutdown)", "pod", a.cfg.Pod, "why", why)
-		res.CleanShutdown = a.stop(ctx)
+		a.cfg.Log.Info("fencing: stopping the server", "pod", a.cfg.Pod, "why", why)
+		res.CleanShutdown, res.Killed, stopErr = a.stop(ctx)
 	}
 	res.Status = a.Status(ctx)
 	switch {
+	case stopErr != nil:
+		res.Done, res.Error = "", stopErr.Error()
 	case a.postmasterRunning():
 		res.Done, res.Error = "", "the server did not stop"
 	case res.Status.ServerUp:
@@ -426,22 +436,40 @@ func (a *Agent) serveUnfence(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ActionResult{Done: "unfenced", Status: a.Status(r.Context())})
 }
 
-// stop runs pg_ctl stop -m fast within the stop bound, then -m immediate
-// if it has not stopped; true when the fast shutdown ended it.
-func (a *Agent) stop(ctx context.Context) bool {
-	secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))
-	if out, err := a.pgCtl(ctx, "stop", "-m", "fast", "-w", "-t", secs); err == nil {
-		return true
-	} else if !a.postmasterRunning() {
-		// pg_ctl failed but the server is gone (it stopped meanwhile).
-		return true
-	} else {
+// stop ends the server, and says whether a fast shutdown did (clean:
+// every session ended, a shutdown checkpoint, its last WAL sent to the
+// standbys) or its processes were SIGKILLed (killed); an error when the
+// SIGKILL did not reach every one.
+//
+// A server that answers gets a fast shutdown within the stop bound. One
+// that does not (hung: frozen, stuck on a stalled disk) cannot run a
+// fast shutdown's checkpoint, so waiting for one would only add the
+// bound to the failover: it gets an immediate shutdown at once. A server
+// that ends neither within ImmediateStopWait has every process SIGKILLed
+// (killTree): a hung process acts on it only when it runs again, and
+// then dies before it answers a client, which is all a fence needs.
+func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
+	if a.Status(ctx).ServerUp {
+		secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))
+		out, err := a.pgCtl(ctx, "stop", "-m", "fast", "-w", "-t", secs)
+		if err == nil || !a.postmasterRunning() {
+			return true, false, nil // pg_ctl may fail as the server stops meanwhile
+		}
 		a.cfg.Log.Warn("fast shutdown did not end in time; stopping immediately", "pod", a.cfg.Pod, "pg_ctl", out)
+	} else {
+		a.cfg.Log.Warn("the server does not answer: stopping it immediately (a fast shutdown's checkpoint needs a server that runs)", "pod", a.cfg.Pod)
 	}
-	if out, err := a.pgCtl(ctx, "stop", "-m", "immediate", "-w", "-t", "10"); err != nil {
-		a.cfg.Log.Error("immediate shutdown failed", "pod", a.cfg.Pod, "error", err.Error(), "pg_ctl", out)
+	secs := strconv.Itoa(int(ImmediateStopWait / time.Second))
+	out, err := a.pgCtl(ctx, "stop", "-m", "immediate", "-w", "-t", secs)
+	if err == nil || !a.postmasterRunning() {
+		return false, false, nil
 	}
-	return false
+	pid := a.postmasterPID()
+	if !killTree(pid) {
+		return false, false, fmt.Errorf("the server ended neither a shutdown nor SIGKILL: a process of it (postmaster %d) is not bound to die", pid)
+	}
+	a.cfg.Log.Warn("immediate shutdown did not end in time (the server is hung): SIGKILLed every process of it", "pod", a.cfg.Pod, "postmaster", pid, "pg_ctl", out)
+	return false, true, nil
 }
 
 func (a *Agent) pgCtl(ctx context.Context, args ...string) (string, error) {
@@ -451,19 +479,27 @@ func (a *Agent) pgCtl(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-// postmasterRunning: postmaster.pid names a live process. pg_ctl removes
-// nothing itself: the server removes the file as its last act.
+// postmasterRunning: postmaster.pid names a live process that is not
+// doomed (processDoomed: a hung one SIGKILLed by stop runs no more).
+// pg_ctl removes nothing itself: the server removes the file as its last
+// act, and a killed one leaves it.
 func (a *Agent) postmasterRunning() bool {
+	pid := a.postmasterPID()
+	return pid > 0 && processAlive(pid) && !processDoomed(pid)
+}
+
+// postmasterPID is the process postmaster.pid names (0: none).
+func (a *Agent) postmasterPID() int {
 	b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "postmaster.pid"))
 	if err != nil {
-		return false
+		return 0
 	}
 	line, _, _ := bytes.Cut(b, []byte{'\n'})
 	pid, err := strconv.Atoi(string(line))
 	if err != nil || pid <= 0 {
-		return false
+		return 0
 	}
-	return processAlive(pid)
+	return pid
 }
 
 func (a *Agent) markerPath() string {

@@ -1,7 +1,12 @@
 package instance
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -10,4 +15,93 @@ import (
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// sigkillBit is SIGKILL's bit in /proc/<pid>/status's signal masks.
+const sigkillBit = 1 << (syscall.SIGKILL - 1)
+
+// processDoomed: pid is gone, a zombie, or has a SIGKILL pending. A
+// process frozen by the cgroup freezer or stuck in the kernel (a stalled
+// disk) acts on a SIGKILL only when it runs again, and then dies before
+// it runs one more instruction of its own: it can never again answer a
+// client.
+func processDoomed(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return !processAlive(pid)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		key, value, _ := strings.Cut(line, ":")
+		value = strings.TrimSpace(value)
+		switch key {
+		case "State":
+			if strings.HasPrefix(value, "Z") || strings.HasPrefix(value, "X") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(value, 16, 64); err == nil && mask&sigkillBit != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// processTree is root and every process descended from it (a
+// postmaster's backends and what they run), read from /proc.
+func processTree(root int) []int {
+	entries, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	tree := []int{root}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, children[tree[i]]...)
+	}
+	return tree
+}
+
+// parentOf reads pid's parent from /proc/<pid>/stat, whose second field
+// (the command, in parentheses) may itself hold spaces and parentheses.
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(b[end+1:]))
+	if len(fields) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	return ppid, err == nil
+}
+
+// killTree SIGKILLs root and every process under it, read twice (one
+// forked as the first were killed is found the second time), and says
+// whether every one is now doomed.
+func killTree(root int) bool {
+	var killed []int
+	for range 2 {
+		for _, pid := range processTree(root) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killed = append(killed, pid)
+		}
+	}
+	for _, pid := range killed {
+		if !processDoomed(pid) {
+			return false
+		}
+	}
+	return true
 }

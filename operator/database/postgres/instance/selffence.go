@@ -82,8 +82,11 @@ func (a *Agent) KeepFencedServerStopped(ctx context.Context) bool {
 		return false // lifted, or stopped, meanwhile
 	}
 	a.cfg.Log.Warn("the server runs although it is fenced (it started as the fence was written): stopping it", "pod", a.cfg.Pod)
-	clean := a.stop(ctx)
-	a.cfg.Log.Info("stopped the fenced server", "pod", a.cfg.Pod, "cleanShutdown", clean)
+	if clean, killed, err := a.stop(ctx); err != nil {
+		a.cfg.Log.Error("stopping the fenced server failed", "pod", a.cfg.Pod, "error", err.Error())
+	} else {
+		a.cfg.Log.Info("stopped the fenced server", "pod", a.cfg.Pod, "cleanShutdown", clean, "killed", killed)
+	}
 	return true
 }
 
@@ -124,7 +127,7 @@ func (a *Agent) fenceItself(ctx context.Context, why string) *ActionResult {
 	if res.Error != "" {
 		a.cfg.Log.Error("fencing its own server failed", "pod", a.cfg.Pod, "error", res.Error)
 	} else {
-		a.cfg.Log.Info("fenced its own server: it is stopped until the operator lifts the fence", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "finalLSN", res.FinalLSN.String())
+		a.cfg.Log.Info("fenced its own server: it is stopped until the operator lifts the fence", "pod", a.cfg.Pod, "cleanShutdown", res.CleanShutdown, "killed", res.Killed, "finalLSN", res.FinalLSN.String())
 	}
 	return &res
 }

@@ -6,6 +6,7 @@
 package pgtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -234,4 +235,80 @@ func PSQL(bin, port, user, password, dbname, sql string) (string, error) {
 	cmd.Env = []string{"PGPASSWORD=" + password, "PGCONNECT_TIMEOUT=5", "PGDATABASE=" + dbname}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// Freeze stops every process of the server (the postmaster and every
+// process under it) as a hung
+// VM or a stalled disk does: it puts them into a cgroup of their own and
+// freezes it, so nothing of the server is scheduled and the signals sent
+// to it wait. It returns a function that thaws them, once; the test's
+// cleanup thaws them too. Needs root: cgroup v1's freezer, else cgroup
+// v2's cgroup.freeze.
+func (s *Server) Freeze(t testing.TB) (thaw func()) {
+	t.Helper()
+	group, state, frozen, thawed := freezerCgroup(t, fmt.Sprintf("deckhand-test-%d", s.Cmd.Process.Pid))
+	// The postmaster first: what it forks from then on is born in the
+	// cgroup. Its backends are not in its process group (each calls
+	// setsid), so they are found as its descendants.
+	for _, pid := range descendants(t, s.Cmd.Process.Pid) {
+		require.NoError(t, os.WriteFile(filepath.Join(group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644), "moving %d into %s", pid, group)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(group, state), []byte(frozen), 0o644))
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(group, state))
+		return err == nil && strings.TrimSpace(string(b)) == frozen
+	}, 10*time.Second, 50*time.Millisecond, "%s never read %s", filepath.Join(group, state), frozen)
+	done := false
+	thaw = func() {
+		if done {
+			return
+		}
+		done = true
+		require.NoError(t, os.WriteFile(filepath.Join(group, state), []byte(thawed), 0o644))
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(group, state), []byte(thawed), 0o644)
+		// A cgroup is removed once empty: what is left of the server
+		// goes back to the parent.
+		if b, err := os.ReadFile(filepath.Join(group, "cgroup.procs")); err == nil {
+			for _, pid := range strings.Fields(string(b)) {
+				_ = os.WriteFile(filepath.Join(filepath.Dir(group), "cgroup.procs"), []byte(pid), 0o644)
+			}
+		}
+		_ = os.Remove(group)
+	})
+	return thaw
+}
+
+// descendants are root and every process under it, root first.
+func descendants(t testing.TB, root int) []int {
+	t.Helper()
+	out, err := exec.Command("ps", "-e", "-o", "pid=,ppid=").Output()
+	require.NoError(t, err, "ps")
+	children := map[int][]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		var pid, ppid int
+		if _, err := fmt.Sscan(line, &pid, &ppid); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	tree := []int{root}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, children[tree[i]]...)
+	}
+	return tree
+}
+
+// freezerCgroup makes the cgroup name under the freezer's hierarchy and
+// says which file of it freezes and what it reads frozen and thawed.
+func freezerCgroup(t testing.TB, name string) (dir, state, frozen, thawed string) {
+	t.Helper()
+	if fi, err := os.Stat("/sys/fs/cgroup/freezer"); err == nil && fi.IsDir() {
+		dir, state, frozen, thawed = filepath.Join("/sys/fs/cgroup/freezer", name), "freezer.state", "FROZEN", "THAWED"
+	} else {
+		require.FileExists(t, "/sys/fs/cgroup/cgroup.controllers", "neither cgroup v1's freezer nor cgroup v2 is mounted at /sys/fs/cgroup")
+		dir, state, frozen, thawed = filepath.Join("/sys/fs/cgroup", name), "cgroup.freeze", "1", "0"
+	}
+	require.NoError(t, os.Mkdir(dir, 0o755), "making a freezer cgroup needs root")
+	return dir, state, frozen, thawed
 }
