@@ -17,6 +17,9 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/
 command -v barman-cloud-wal-archive >/dev/null && /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(barman-cli-cloud python3-boto3)
 # A hung server is made with the cgroup freezer; ps finds its processes.
 command -v ps >/dev/null || need+=(procps)
+# A disk that takes no writes is an ext4 loop device frozen with fsfreeze.
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v fsfreeze >/dev/null && command -v losetup >/dev/null || need+=(util-linux)
 # The MySQL engine's scripts are proven on Debian's MariaDB (10.11 on bookworm).
 command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mariadb >/dev/null || need+=(mariadb-server mariadb-client)
 # The MySQL engine's row counting runs in the images' awk: gawk (MySQL's)

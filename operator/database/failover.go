@@ -353,6 +353,8 @@ func whyUnhealthy(o failover.Observation, statusErr error) string {
 		return "it is fenced"
 	case o.Status.Role != instance.RolePrimary:
 		return "its server is not a primary (" + string(o.Status.Role) + ")"
+	case o.Status.WALFlushStalled():
+		return fmt.Sprintf("its WAL has waited to be flushed since %s, the flush position not moving: its storage takes no writes, so no commit can be acknowledged", o.Status.WALFlushStalledSince.UTC().Format(time.RFC3339))
 	default:
 		return "its pod is not ready"
 	}

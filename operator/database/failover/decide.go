@@ -50,7 +50,7 @@ type Observation struct {
 // its server is up, a primary, not fenced.
 func PrimaryHealthy(o Observation) bool {
 	st := o.Status
-	return o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced
+	return o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced && !st.WALFlushStalled()
 }
 
 // PrimaryGone says whether the primary must be failed over at now: it is
@@ -123,7 +123,7 @@ func AwaitingItsName(o Observation) bool {
 // server that stays up and never ready is still failed over.
 func ServerBackAsPrimary(o Observation) bool {
 	st := o.Status
-	return !o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced
+	return !o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced && !st.WALFlushStalled()
 }
 
 // StandbyHealthy: the standby can be promoted: its agent answered, its

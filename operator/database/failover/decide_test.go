@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 
 	"github.com/deckhand-dev/deckhand/operator/database/failover"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
@@ -154,10 +155,25 @@ func TestPrimaryGone(t *testing.T) {
 	notReady.PodReady = false
 	fenced := with(primary("db-0"), func(s *instance.Status) { s.Fenced = true })
 	demoted := with(primary("db-0"), func(s *instance.Status) { s.Role = instance.RoleStandby })
+	// Its WAL not flushed for WALFlushStallAfter: its disk takes no
+	// writes, though it answers; a shorter wait is a busy disk.
+	stalled := with(primary("db-0"), func(s *instance.Status) {
+		s.Time = seen
+		s.WALFlushStalledSince = ptr.To(seen.Add(-instance.WALFlushStallAfter))
+	})
+	slowFlush := with(primary("db-0"), func(s *instance.Status) {
+		s.Time = seen
+		s.WALFlushStalledSince = ptr.To(seen.Add(-instance.WALFlushStallAfter + time.Millisecond))
+	})
 	bound := failover.DefaultPrimaryGoneAfter
+	assert.True(t, failover.PrimaryHealthy(slowFlush), "a flush waited for less than the stall bound")
+	assert.False(t, failover.PrimaryHealthy(stalled), "a WAL flush stalled")
+	stalledNotReady := stalled
+	stalledNotReady.PodReady = false
+	assert.Equal(t, bound, failover.GoneAfter(stalledNotReady, 0), "a stalled server is not one back as the primary: the bound, not twice it")
 
 	assert.False(t, failover.PrimaryGone(primary("db-0"), seen, start, seen.Add(time.Hour), 0), "a healthy primary is never gone")
-	for name, o := range map[string]failover.Observation{"unreachable": down, "fenced": fenced, "not a primary": demoted} {
+	for name, o := range map[string]failover.Observation{"unreachable": down, "fenced": fenced, "not a primary": demoted, "WAL flush stalled": stalled} {
 		assert.False(t, failover.PrimaryGone(o, seen, start, seen.Add(bound), 0), "%s: not past the bound", name)
 		assert.True(t, failover.PrimaryGone(o, seen, start, seen.Add(bound+time.Millisecond), 0), "%s: past the bound", name)
 	}

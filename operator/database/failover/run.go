@@ -375,7 +375,10 @@ func (s Steps) fence(ctx context.Context, rec *dbv1.FailoverRecord) {
 	rec.Fenced = true
 	rec.FenceMessage = fmt.Sprintf("fenced: server stopped (it was running: %t, clean shutdown: %t); it stays stopped until the operator lifts the fence", res.WasRunning, res.CleanShutdown)
 	if res.Killed {
-		rec.FenceMessage = "fenced: the server answered no query and ended no immediate shutdown (hung: frozen, or stuck on its storage), so every process of it was sent SIGKILL: each dies before it answers a client again; it stays stopped until the operator lifts the fence"
+		rec.FenceMessage = "fenced: the server ended no immediate shutdown (hung: frozen, or stuck on its storage), so every process of it was sent SIGKILL: each dies before it answers a client again; it stays stopped until the operator lifts the fence"
+	}
+	if res.MarkerPending {
+		rec.FenceMessage += "; its fence marker is still being written (its disk takes no writes): it lands when the disk takes writes again, and a server started before that starts as a standby of the primary its pod names"
 	}
 	s.Event(false, "Fenced", fmt.Sprintf("%s %s", rec.From, rec.FenceMessage))
 }

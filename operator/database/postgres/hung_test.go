@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
 // A primary that hangs (every process of its server frozen by the cgroup
@@ -69,6 +71,65 @@ func TestTheFenceKillsAHungPrimaryThatCannotShutDown(t *testing.T) {
 	assert.Equal(t, "fenced", res.Done)
 	assert.False(t, res.WasRunning)
 	assert.False(t, res.Killed)
+}
+
+// A primary whose disk takes no writes (its data volume's file system
+// frozen with fsfreeze, as a stalled SAN or a failing disk does) still
+// answers every read-only query, its status among them, but cannot
+// acknowledge a commit. Its agent's status says so once the WAL has
+// waited WALFlushStallAfter at one flush position (the operator counts
+// such a primary unhealthy), and its fence does not wait on the disk:
+// the marker's write goes on in the background, the server gets an
+// immediate shutdown at once and then SIGKILL. The commit the
+// application sent is never acknowledged; once the disk takes writes
+// again the marker lands and the server is gone.
+func TestAPrimaryWhoseDiskTakesNoWritesIsUnhealthyAndItsFenceKillsIt(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	data := h.volume("data-0")
+	h.u.MountFilesystem(t, data, 256<<20)
+	primary := h.primary("data-0")
+	h.init(primary.Port)
+	out, err := h.appSQL(primary.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	require.NoError(t, err, out)
+	ch := newChannel(t, h, h.cluster.Name+"-0")
+	host := ch.startAgent(t, h, 0, "data-0")
+	ctx := context.Background()
+	st := statusOf(t, ch.client, host)
+	assert.Nil(t, st.WALFlushStalledSince, "a disk that takes writes")
+	session := h.openAppSession(t, primary.Port)
+	assert.Equal(t, "2", session.query(t, "INSERT INTO rows VALUES (2) RETURNING id;"), "the session writes before the stall")
+
+	thaw := pgtest.FreezeFilesystem(t, data)
+	stalledAt := time.Now()
+	_, err = io.WriteString(session.in, "INSERT INTO rows VALUES (3) RETURNING id;\n")
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		st, err = ch.client.Status(ctx, host)
+		require.NoError(ct, err)
+		assert.True(ct, st.ServerUp, "it still answers: %s", st.Error)
+		assert.Equal(ct, instance.RolePrimary, st.Role)
+		assert.True(ct, st.WALFlushStalled(), "stalled since %v", st.WALFlushStalledSince)
+	}, 30*time.Second, 500*time.Millisecond)
+	assert.False(t, st.WALFlushStalledSince.Before(stalledAt.Add(-time.Second)), "the stall counted from the write that waits, not before: %s", st.WALFlushStalledSince)
+
+	res, err := ch.client.Fence(ctx, host)
+	require.NoError(t, err, "the fence of a server whose disk takes no writes")
+	assert.Equal(t, "fenced", res.Done)
+	assert.True(t, res.Killed, "SIGKILLed: its processes wait on the disk")
+	assert.True(t, res.MarkerPending, "the marker's write waits on the disk too")
+	assert.False(t, res.CleanShutdown)
+	marker := filepath.Join(data, instance.FenceMarker)
+
+	thaw()
+	rest := session.rest(t)
+	assert.NotContains(t, rest, "3", "the commit sent while the disk stalled was never acknowledged")
+	assert.Contains(t, rest, "closed the connection unexpectedly")
+	require.Eventually(t, func() bool { return !processExists(primary.Cmd.Process.Pid) }, 30*time.Second, 100*time.Millisecond, "the postmaster died once the disk took writes")
+	require.Eventually(t, func() bool { _, err := os.Stat(marker); return err == nil }, 30*time.Second, 100*time.Millisecond, "the marker landed")
+	st = statusOf(t, ch.client, host)
+	assert.True(t, st.Fenced)
+	assert.False(t, st.ServerUp)
 }
 
 // processExists: pid is a process (EPERM: another user's).

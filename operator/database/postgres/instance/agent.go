@@ -49,6 +49,13 @@ const (
 	// ends one well within a second); past it every process of the
 	// server is SIGKILLed.
 	ImmediateStopWait = 5 * time.Second
+	// FenceMarkerWait bounds the wait for the fence marker's write. A
+	// disk that takes no writes, the stall a fence may be for, would hold
+	// it, and the server's stop behind it, for as long as the stall
+	// lasts: past the bound the server is stopped anyway, and the write
+	// lands once the disk takes writes again (a server cannot start
+	// before that either).
+	FenceMarkerWait = 2 * time.Second
 	// DefaultPort is the agent's HTTPS port in the pod.
 	DefaultPort = 8010
 )
@@ -105,6 +112,9 @@ type Agent struct {
 	actions sync.Mutex
 	// isolation: the operator's last question and the standbys' replies.
 	isolation isolationWatch
+	// flush: the primary's WAL flush position across status reads
+	// (walflush.go).
+	flush flushWatch
 }
 
 // New is an agent for cfg; it does not connect until asked.
@@ -218,7 +228,8 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config
 func (a *Agent) Status(ctx context.Context) Status {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatusTimeout)
 	defer cancel()
-	st := a.statusWithin(ctx)
+	st, wal := a.statusWithin(ctx)
+	st.WALFlushStalledSince = a.flush.observe(wal, st.Role == RolePrimary, st.Time)
 	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
 	st.AwaitingRole = a.roleQuestion() != ""
@@ -249,14 +260,21 @@ func (a *Agent) dataDirectoryError() string {
 // statusWithin returns when the query does or when ctx ends, whichever is
 // first: a server that hangs (stopped by a signal, a full disk) must not
 // hang the answer, and the driver may not notice ctx while it connects.
-func (a *Agent) statusWithin(ctx context.Context) Status {
-	done := make(chan Status, 1)
-	go func() { done <- readStatus(ctx, a.db, a.cfg.Pod, a.cfg.Now()) }()
+func (a *Agent) statusWithin(ctx context.Context) (Status, walPositions) {
+	type read struct {
+		st  Status
+		wal walPositions
+	}
+	done := make(chan read, 1)
+	go func() {
+		st, wal := readStatus(ctx, a.db, a.cfg.Pod, a.cfg.Now())
+		done <- read{st, wal}
+	}()
 	select {
-	case st := <-done:
-		return st
+	case r := <-done:
+		return r.st, r.wal
 	case <-ctx.Done():
-		return Status{Pod: a.cfg.Pod, Role: RoleUnknown, Time: a.cfg.Now(), Error: describe(ctx, ctx.Err())}
+		return Status{Pod: a.cfg.Pod, Role: RoleUnknown, Time: a.cfg.Now(), Error: describe(ctx, ctx.Err())}, walPositions{}
 	}
 }
 
@@ -290,6 +308,10 @@ type ActionResult struct {
 	// storage), so every process of it was sent SIGKILL. Each is gone or
 	// dies the moment it runs again, before it answers a client.
 	Killed bool `json:"killed,omitempty"`
+	// MarkerPending (a fence): the fence marker's write had not ended
+	// within FenceMarkerWait (the disk takes no writes); it lands when
+	// the disk does.
+	MarkerPending bool `json:"markerPending,omitempty"`
 	// WasRunning (a fence): the server was running when the fence began.
 	WasRunning bool `json:"wasRunning,omitempty"`
 	// FinalLSN (a fence of a server stopped cleanly, now or before): its
@@ -396,10 +418,14 @@ func (a *Agent) serveFence(w http.ResponseWriter, r *http.Request) {
 // then the server stopped (stop). A fenced, stopped server is fenced
 // again without a change. The caller holds a.actions.
 func (a *Agent) fence(ctx context.Context, why string) ActionResult {
-	if err := a.writeFenceMarker(why); err != nil {
+	landed, err := a.writeFenceMarkerWithin(why, FenceMarkerWait)
+	if err != nil {
 		return ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(ctx)}
 	}
-	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true}
+	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true, MarkerPending: !landed}
+	if !landed {
+		a.cfg.Log.Warn("the fence marker is not written yet (the disk takes no writes): stopping the server anyway", "pod", a.cfg.Pod, "waited", FenceMarkerWait.String())
+	}
 	var stopErr error
 	if res.WasRunning {
 		a.cfg.Log.Info("fencing: stopping the server", "pod", a.cfg.Pod, "why", why)
@@ -441,15 +467,17 @@ func (a *Agent) serveUnfence(w http.ResponseWriter, r *http.Request) {
 // standbys) or its processes were SIGKILLed (killed); an error when the
 // SIGKILL did not reach every one.
 //
-// A server that answers gets a fast shutdown within the stop bound. One
-// that does not (hung: frozen, stuck on a stalled disk) cannot run a
-// fast shutdown's checkpoint, so waiting for one would only add the
-// bound to the failover: it gets an immediate shutdown at once. A server
+// A server that answers and flushes its WAL gets a fast shutdown within
+// the stop bound. One that does not answer (hung: frozen, stuck on a
+// stalled disk) or whose WAL flush is stalled (Status.WALFlushStalled:
+// its disk takes no writes) cannot run a fast shutdown's checkpoint, so
+// waiting for one would only add the bound to the failover: it gets an
+// immediate shutdown at once. A server
 // that ends neither within ImmediateStopWait has every process SIGKILLed
 // (killTree): a hung process acts on it only when it runs again, and
 // then dies before it answers a client, which is all a fence needs.
 func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
-	if a.Status(ctx).ServerUp {
+	if st := a.Status(ctx); st.ServerUp && !st.WALFlushStalled() {
 		secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))
 		out, err := a.pgCtl(ctx, "stop", "-m", "fast", "-w", "-t", secs)
 		if err == nil || !a.postmasterRunning() {
@@ -457,7 +485,7 @@ func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
 		}
 		a.cfg.Log.Warn("fast shutdown did not end in time; stopping immediately", "pod", a.cfg.Pod, "pg_ctl", out)
 	} else {
-		a.cfg.Log.Warn("the server does not answer: stopping it immediately (a fast shutdown's checkpoint needs a server that runs)", "pod", a.cfg.Pod)
+		a.cfg.Log.Warn("the server does not answer or its WAL flush is stalled: stopping it immediately (a fast shutdown's checkpoint needs a server that runs and writes)", "pod", a.cfg.Pod)
 	}
 	secs := strconv.Itoa(int(ImmediateStopWait / time.Second))
 	out, err := a.pgCtl(ctx, "stop", "-m", "immediate", "-w", "-t", secs)
@@ -528,6 +556,19 @@ func (a *Agent) fenceState() (fenced, self bool) {
 // why and when.
 func (a *Agent) writeFenceMarker(why string) error {
 	return a.writeFileDurably(a.markerPath(), fmt.Sprintf("%s at %s\n", why, a.cfg.Now().UTC().Format(time.RFC3339)))
+}
+
+// writeFenceMarkerWithin writes the marker, waiting at most wait for it:
+// landed is false when the write goes on in the background.
+func (a *Agent) writeFenceMarkerWithin(why string, wait time.Duration) (landed bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- a.writeFenceMarker(why) }()
+	select {
+	case err := <-done:
+		return true, err
+	case <-time.After(wait):
+		return false, nil
+	}
 }
 
 // writeFileDurably writes content to path through a file beside it,

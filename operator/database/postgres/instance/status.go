@@ -80,6 +80,11 @@ type Status struct {
 	// Archiver is the server's pg_stat_archiver, on a primary whose
 	// archive_mode is not off; nil otherwise.
 	Archiver *ArchiverStatus `json:"archiver,omitempty"`
+	// WALFlushStalledSince (a primary): since when WAL has waited to be
+	// flushed with the flush position not moving, as the agent's reads
+	// found it; nil when nothing waits or the position moves. See
+	// WALFlushStalled.
+	WALFlushStalledSince *time.Time `json:"walFlushStalledSince,omitempty"`
 	// Error says why the server is not up (connection refused, timeout).
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"`
@@ -106,12 +111,14 @@ SELECT r.rec,
   coalesce((SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'), ''),
   pg_catalog.current_setting('archive_mode'),
   a.archived_count, a.failed_count, coalesce(a.last_archived_wal, ''), a.last_archived_time,
-  coalesce(a.last_failed_wal, ''), a.last_failed_time
+  coalesce(a.last_failed_wal, ''), a.last_failed_time,
+  CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_insert_lsn()::text END,
+  CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_flush_lsn()::text END
 FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r, pg_catalog.pg_stat_archiver a`
 
 // readStatus asks the server through db; on any error the status says the
-// server is down and why.
-func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Status {
+// server is down and why. It also returns a primary's WAL positions.
+func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Status, walPositions) {
 	st := Status{Pod: pod, Role: RoleUnknown, Time: now}
 	var (
 		rec                       bool
@@ -122,12 +129,13 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 		archiveMode               string
 		arch                      ArchiverStatus
 		archivedAt, failedAt      sql.NullTime
+		insert, flush             sql.NullString
 	)
 	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo,
-		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt)
+		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush)
 	if err != nil {
 		st.Error = describe(ctx, err)
-		return st
+		return st, walPositions{}
 	}
 	st.ServerUp, st.InRecovery = true, &rec
 	st.Role = RolePrimary
@@ -151,7 +159,7 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) Stat
 		}
 		st.Archiver = &arch
 	}
-	return st
+	return st, walPositions{insert: lsnOf(insert), flush: lsnOf(flush)}
 }
 
 // ArchiverStatus is a primary's pg_stat_archiver: what its

@@ -312,3 +312,56 @@ func freezerCgroup(t testing.TB, name string) (dir, state, frozen, thawed string
 	require.NoError(t, os.Mkdir(dir, 0o755), "making a freezer cgroup needs root")
 	return dir, state, frozen, thawed
 }
+
+// MountFilesystem mounts a file system of its own at dir, owned by u: an
+// ext4 image of size bytes on a loop device, so a test can freeze that
+// disk alone (FreezeFilesystem). It is unmounted at the end of the test.
+// Needs root, losetup and mkfs.ext4.
+func (u *User) MountFilesystem(t testing.TB, dir string, size int64) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(img)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size))
+	require.NoError(t, f.Close())
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	require.NoError(t, err, "losetup (root only): %s", out)
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	for _, argv := range [][]string{{"mkfs.ext4", "-q", dev}, {"mount", dev, dir}} {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", argv, out)
+	}
+	t.Cleanup(func() {
+		// A server may still hold it for a moment after the test.
+		if exec.Command("umount", dir).Run() != nil {
+			_ = exec.Command("umount", "-l", dir).Run()
+		}
+	})
+	require.NoError(t, os.Chown(dir, u.UID, u.GID))
+}
+
+// FreezeFilesystem freezes the file system mounted at dir (fsfreeze: a
+// disk that takes no writes; reads of what is cached still work) and
+// returns a function that thaws it, once; the test's cleanup thaws it
+// too.
+func FreezeFilesystem(t testing.TB, dir string) (thaw func()) {
+	t.Helper()
+	out, err := exec.Command("fsfreeze", "--freeze", dir).CombinedOutput()
+	require.NoError(t, err, "fsfreeze --freeze %s: %s", dir, out)
+	done := false
+	thaw = func() {
+		if done {
+			return
+		}
+		done = true
+		out, err := exec.Command("fsfreeze", "--unfreeze", dir).CombinedOutput()
+		require.NoError(t, err, "fsfreeze --unfreeze %s: %s", dir, out)
+	}
+	t.Cleanup(func() {
+		if !done {
+			_ = exec.Command("fsfreeze", "--unfreeze", dir).Run()
+		}
+	})
+	return thaw
+}
