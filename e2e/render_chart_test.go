@@ -188,7 +188,7 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
 		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete",
-		"DeckhandDatabaseWALArchivingFailing"}
+		"DeckhandDatabaseWALArchivingFailing", "DeckhandDatabaseServerCertificateExpiringSoon"}
 	postgresAlerts := []string{"DeckhandPostgresDown", "DeckhandPostgresReplicationLagHigh", "DeckhandPostgresStandbyNotStreaming",
 		"DeckhandPostgresXIDAgeHigh", "DeckhandPostgresConnectionsNearLimit"}
 	assert.ElementsMatch(t, append(append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), postgresAlerts...), keys(alerts))
