@@ -27,6 +27,8 @@ command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] && command -v mari
 for p in gawk mawk; do command -v "$p" >/dev/null || need+=("$p"); done
 # The JMX exporter's tests compile and run a real JVM (java, javac, jar).
 command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
+# The multi-host JDBC strings are proven with Debian's pgjdbc on that JDK.
+[[ -e /usr/share/java/postgresql.jar ]] || need+=(libpostgresql-jdbc-java)
 # The real node (e2e/node, hack/node.sh): runc, the CNI plugins, busybox
 # for its test image, iptables for kube-proxy. DECKHAND_NODE=0 (the fast
 # part of make test alone) needs none of it.

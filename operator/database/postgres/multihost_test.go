@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,34 +25,61 @@ import (
 // 127.0.0.1:port where the Secret lists each pod's name.
 
 // reachedBy is "port recovery" of the server a client reached through
-// uri ("5433 f": the primary on 5433), with psql (libpq) or with pgx.
-type reachedBy func(uri string) (string, error)
+// uri ("5433 f": the primary on 5433), with psql (libpq), pgx or pgjdbc,
+// and how long it took.
+type reachedBy func(uri string) (string, time.Duration, error)
 
 const whichServer = "SELECT inet_server_port() || ' ' || pg_is_in_recovery()::text"
 
 func psqlClient(h *host) reachedBy {
-	return func(uri string) (string, error) {
+	return func(uri string) (string, time.Duration, error) {
 		cmd := exec.Command(filepath.Join(h.bin, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", uri, "-c", whichServer)
 		// Nothing from the environment: the URI says it all.
 		cmd.Env = []string{"PGSYSCONFDIR=/nonexistent"}
+		start := time.Now()
 		out, err := cmd.CombinedOutput()
-		return strings.TrimSpace(string(out)), err
+		return strings.TrimSpace(string(out)), time.Since(start), err
 	}
 }
 
-func pgxClient(uri string) (string, error) {
+func pgxClient(uri string) (string, time.Duration, error) {
 	// Far beyond the strings' own timeout: a client that waits on a frozen
 	// server shows as a failed bound, not a hung test.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	start := time.Now()
 	conn, err := pgx.Connect(ctx, uri)
 	if err != nil {
-		return "", err
+		return "", time.Since(start), err
 	}
 	defer conn.Close(ctx)
 	var out string
 	err = conn.QueryRow(ctx, whichServer).Scan(&out)
-	return out, err
+	return out, time.Since(start), err
+}
+
+// pgjdbcJar is Debian's pgjdbc (libpostgresql-jdbc-java).
+const pgjdbcJar = "/usr/share/java/postgresql.jar"
+
+// jdbcClient runs testdata/WhichServer.java on the JDK with pgjdbc: a
+// real JVM client of the JDBC strings. The time is the connection's and
+// the query's as the JVM measured them, its own start left out.
+func jdbcClient(t *testing.T) reachedBy {
+	t.Helper()
+	require.FileExists(t, pgjdbcJar, "Debian's pgjdbc: hack/test-deps.sh installs libpostgresql-jdbc-java")
+	src, err := filepath.Abs(filepath.Join("testdata", "WhichServer.java"))
+	require.NoError(t, err)
+	return func(uri string) (string, time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "java", "-cp", pgjdbcJar, src, uri, whichServer).CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err != nil || len(lines) != 2 {
+			return string(out), 0, fmt.Errorf("java WhichServer.java: %v", err)
+		}
+		ms, err := strconv.Atoi(lines[1])
+		return lines[0], time.Duration(ms) * time.Millisecond, err
+	}
 }
 
 // freeze stops a server's postmaster (SIGSTOP), and only it: the kernel
@@ -81,43 +109,54 @@ func TestMultiHostStringsReachThePrimaryOrAStandbyAndPassOverAFrozenServer(t *te
 	t.Parallel()
 	h := newHost(t)
 	primary, standby := primaryAndStreamingStandby(t, h)
-	build := func(ports ...string) (rw, ro string) {
+	build := func(ports ...string) map[string]string {
 		m := database.MultiHost{Database: h.cluster.Database, User: h.cluster.AppUser, Password: h.appPassword()}
 		for _, p := range ports {
 			m.Hosts = append(m.Hosts, "127.0.0.1:"+p)
 		}
-		d := m.Data()
-		return d[database.AppMultiHostURIKey], d[database.AppMultiHostROURIKey]
+		return m.Data()
 	}
-	clients := map[string]reachedBy{"psql": psqlClient(h), "pgx": pgxClient}
-	reaches := func(client, uri, want, why string, frozenTries int) {
+	// Each client reads the app Secret's keys for its kind of driver.
+	type client struct {
+		reach        reachedBy
+		rwKey, roKey string
+	}
+	libpq := func(r reachedBy) client {
+		return client{r, database.AppMultiHostURIKey, database.AppMultiHostROURIKey}
+	}
+	clients := map[string]client{"psql": libpq(psqlClient(h)), "pgx": libpq(pgxClient),
+		"pgjdbc": {jdbcClient(t), database.AppMultiHostJDBCURIKey, database.AppMultiHostROJDBCURIKey}}
+	reaches := func(name string, keys map[string]string, write bool, want, why string, frozenTries int) {
 		t.Helper()
-		start := time.Now()
-		got, err := clients[client](uri)
-		took := time.Since(start)
-		require.NoError(t, err, "%s, %s: %s", client, why, got)
-		assert.Equal(t, want, got, "%s, %s", client, why)
-		assert.Less(t, took, passOver(frozenTries), "%s, %s", client, why)
-		t.Logf("%s, %s: %s in %v", client, why, got, took.Round(time.Millisecond))
+		c := clients[name]
+		uri := keys[c.roKey]
+		if write {
+			uri = keys[c.rwKey]
+		}
+		got, took, err := c.reach(uri)
+		require.NoError(t, err, "%s, %s: %s", name, why, got)
+		assert.Equal(t, want, got, "%s, %s", name, why)
+		assert.Less(t, took, passOver(frozenTries), "%s, %s", name, why)
+		t.Logf("%s, %s: %s in %v", name, why, got, took.Round(time.Millisecond))
 	}
+	const read, write = false, true
 
 	// (a) The read-write string lands on the primary, the standby listed
 	// first; (b) the read string on the standby, whichever comes first.
-	rw, ro := build(standby.Port, primary.Port)
-	_, roPrimaryFirst := build(primary.Port, standby.Port)
-	for _, c := range []string{"psql", "pgx"} {
-		reaches(c, rw, primary.Port+" false", "read-write, the standby first", 0)
-		reaches(c, ro, standby.Port+" true", "read, the standby first", 0)
-		reaches(c, roPrimaryFirst, standby.Port+" true", "read, the primary first", 0)
+	standbyFirst, primaryFirst := build(standby.Port, primary.Port), build(primary.Port, standby.Port)
+	for _, c := range []string{"psql", "pgx", "pgjdbc"} {
+		reaches(c, standbyFirst, write, primary.Port+" false", "read-write, the standby first", 0)
+		reaches(c, standbyFirst, read, standby.Port+" true", "read, the standby first", 0)
+		reaches(c, primaryFirst, read, standby.Port+" true", "read, the primary first", 0)
 	}
 
 	// (c) The standby frozen, first in the list: each client gives up on it
 	// after the connect timeout and reaches the primary, for writes and
 	// for reads (prefer-standby falls back to the primary).
 	freeze(t, h, "data-1")
-	for _, c := range []string{"psql", "pgx"} {
-		reaches(c, rw, primary.Port+" false", "read-write, the frozen standby first", 1)
-		reaches(c, ro, primary.Port+" false", "read, the frozen standby first", 2)
+	for _, c := range []string{"psql", "pgx", "pgjdbc"} {
+		reaches(c, standbyFirst, write, primary.Port+" false", "read-write, the frozen standby first", 1)
+		reaches(c, standbyFirst, read, primary.Port+" false", "read, the frozen standby first", 2)
 	}
 }
 
@@ -133,6 +172,7 @@ func TestMultiHostStringFindsThePrimaryPromotedWhileTheOldOneIsFrozenThenStopped
 		Database: h.cluster.Database, User: h.cluster.AppUser, Password: h.appPassword(),
 	}
 	rw := m.Data()[database.AppMultiHostURIKey]
+	jdbc := jdbcClient(t)
 	write := func(id, why string) {
 		t.Helper()
 		start := time.Now()
@@ -144,9 +184,13 @@ func TestMultiHostStringFindsThePrimaryPromotedWhileTheOldOneIsFrozenThenStopped
 		require.NoError(t, err, "%s: %s", why, out)
 		assert.Equal(t, standby.Port, strings.TrimSpace(string(out)), "%s: the write went to the new primary", why)
 		assert.Less(t, took, passOver(1), why)
-		got, err := pgxClient(rw)
+		got, _, err := pgxClient(rw)
 		require.NoError(t, err, why)
 		assert.Equal(t, standby.Port+" false", got, "%s: pgx", why)
+		got, took, err = jdbc(m.Data()[database.AppMultiHostJDBCURIKey])
+		require.NoError(t, err, "%s: pgjdbc: %s", why, got)
+		assert.Equal(t, standby.Port+" false", got, "%s: pgjdbc", why)
+		assert.Less(t, took, passOver(1), "%s: pgjdbc", why)
 	}
 
 	freeze(t, h, "data-0")
