@@ -472,10 +472,10 @@ func (a *Agent) serveUnfence(w http.ResponseWriter, r *http.Request) {
 // stalled disk) or whose WAL flush is stalled (Status.WALFlushStalled:
 // its disk takes no writes) cannot run a fast shutdown's checkpoint, so
 // waiting for one would only add the bound to the failover: it gets an
-// immediate shutdown at once. A server
-// that ends neither within ImmediateStopWait has every process SIGKILLed
-// (killTree): a hung process acts on it only when it runs again, and
-// then dies before it answers a client, which is all a fence needs.
+// immediate shutdown at once. A server that ends neither within
+// ImmediateStopWait has every process SIGKILLed (killTree): a hung
+// process acts on it only when it runs again, and then dies before it
+// answers a client, which is all a fence needs.
 func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
 	if st := a.Status(ctx); st.ServerUp && !st.WALFlushStalled() {
 		secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))

@@ -238,12 +238,11 @@ func PSQL(bin, port, user, password, dbname, sql string) (string, error) {
 }
 
 // Freeze stops every process of the server (the postmaster and every
-// process under it) as a hung
-// VM or a stalled disk does: it puts them into a cgroup of their own and
-// freezes it, so nothing of the server is scheduled and the signals sent
-// to it wait. It returns a function that thaws them, once; the test's
-// cleanup thaws them too. Needs root: cgroup v1's freezer, else cgroup
-// v2's cgroup.freeze.
+// process under it) as a hung VM or a stalled disk does: it puts them
+// into a cgroup of their own and freezes it, so nothing of the server is
+// scheduled and the signals sent to it wait. It returns a function that
+// thaws them, once; the test's cleanup thaws them too. Needs root:
+// cgroup v1's freezer, else cgroup v2's cgroup.freeze.
 func (s *Server) Freeze(t testing.TB) (thaw func()) {
 	t.Helper()
 	group, state, frozen, thawed := freezerCgroup(t, fmt.Sprintf("deckhand-test-%d", s.Cmd.Process.Pid))
