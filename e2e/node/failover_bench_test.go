@@ -68,6 +68,10 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //     server's return the failover finished, -rw's EndpointSlice named
 //     the new primary alone, and writes came back.
 //
+// A second client writes through the app Secret's multihost-uri (every
+// instance's name, target_session_attrs=read-write: no Service, no
+// kube-proxy), and its outage is printed beside -rw's.
+//
 // It prints the median and worst outage, the acknowledged writes lost,
 // and the moments two servers accepted writes (every pod's agent asked
 // every 200 ms), next to the floor: the median time between two
@@ -100,6 +104,7 @@ func BenchmarkFailover(b *testing.B) {
 	})
 	logf(b, "failover bench: 3 replicas, synchronous minStandbys %d (0: asynchronous)", minStandbys)
 	w := f.startWriter("writer")
+	mw := f.startMultiHostWriter("multihost-writer")
 	w.waitAcks(20)
 	floor := medianAckInterval(w.log())
 
@@ -211,7 +216,10 @@ func BenchmarkFailover(b *testing.B) {
 			f.t = b
 			loadBefore := loadAverage()
 			watch := f.watchPrimaries()
-			var outages, afterEnd, finishedAfterEnd, namedAfterEnd []time.Duration
+			var outages, multiOutages, afterEnd, finishedAfterEnd, namedAfterEnd []time.Duration
+			// multiAfterFailover: the multi-host writer's first
+			// acknowledged write after the failover's end.
+			var multiAfterFailover []time.Duration
 			var endpoints *endpointsWatch
 			if fc.ended != nil {
 				endpoints = f.watchRWEndpoints()
@@ -222,11 +230,15 @@ func BenchmarkFailover(b *testing.B) {
 			for i := 0; i < runs; i++ {
 				f.waitSteady()
 				w.waitAcks(3)
+				mw.waitAcks(3)
 				t0, recover := fc.strike()
-				var down time.Duration
+				var down, multiDown time.Duration
+				var multiBack time.Time
 				if fc.wantOutage {
-					var first writeOutcome
+					var first, multiFirst writeOutcome
 					down, first = w.waitOutageOver(t0)
+					multiDown, multiFirst = mw.waitOutageOver(t0)
+					multiBack = multiFirst.at.Add(multiDown)
 					if fc.ended != nil {
 						afterEnd = append(afterEnd, first.at.Add(down).Sub(*fc.ended))
 						logf(b, "failover bench %s run %d: writes came back %s after the fault ended", fc.name, i+1, afterEnd[len(afterEnd)-1].Round(100*time.Millisecond))
@@ -235,7 +247,9 @@ func BenchmarkFailover(b *testing.B) {
 				} else {
 					recover()
 					w.waitAcks(3)
+					mw.waitAcks(3)
 					down, _ = outage(w.log(), t0)
+					multiDown, _ = outage(mw.log(), t0)
 				}
 				// A failover's old primary stays fenced: it rejoins as a
 				// standby once the fence is lifted (as a person does).
@@ -243,6 +257,9 @@ func BenchmarkFailover(b *testing.B) {
 				for _, rec := range recs {
 					logf(b, "failover bench %s run %d: %s %s -> %s, %s, started %s, finished %v: %s; %s", fc.name, i+1,
 						rec.Kind, rec.From, rec.To, rec.Phase, rec.Started.Format(time.RFC3339), rec.Finished, rec.Reason, rec.FenceMessage)
+				}
+				if !multiBack.IsZero() && len(recs) == 1 && recs[0].Finished != nil {
+					multiAfterFailover = append(multiAfterFailover, multiBack.Sub(recs[0].Finished.Time))
 				}
 				if fc.ended != nil && len(recs) == 1 && recs[0].Finished != nil {
 					// What came back when, after the fault's end: the
@@ -258,15 +275,16 @@ func BenchmarkFailover(b *testing.B) {
 					f.liftFence(rec.From, rec.To)
 				}
 				outages = append(outages, down)
+				multiOutages = append(multiOutages, multiDown)
 				at = append(at, t0)
-				logf(b, "failover bench %s run %d: write outage %s", fc.name, i+1, down.Round(100*time.Millisecond))
+				logf(b, "failover bench %s run %d: write outage %s through -rw, %s through multihost-uri", fc.name, i+1, down.Round(100*time.Millisecond), multiDown.Round(100*time.Millisecond))
 			}
 			waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
 			w.waitAcks(3)
 			samples, two := watch.finish()
 			lost := 0
 			committed := w.committedIDs()
-			for _, o := range lostAcks(w.log(), committed) {
+			for _, o := range append(lostAcks(w.log(), committed), lostAcks(mw.log(), committed)...) {
 				for _, t0 := range at {
 					if o.at.After(t0.Add(-time.Minute)) && o.at.Before(t0.Add(time.Minute)) {
 						lost++
@@ -275,11 +293,23 @@ func BenchmarkFailover(b *testing.B) {
 				}
 			}
 			median, worst := medianWorst(outages)
+			multiMedian, multiWorst := medianWorst(multiOutages)
 			failovers := len(failoversSince(f.database().Status.Failovers, began))
 			b.ReportMetric(median.Seconds(), "outage-median-s")
 			b.ReportMetric(worst.Seconds(), "outage-worst-s")
+			b.ReportMetric(multiMedian.Seconds(), "multihost-outage-median-s")
+			b.ReportMetric(multiWorst.Seconds(), "multihost-outage-worst-s")
 			b.ReportMetric(float64(lost), "acked-rows-lost")
 			b.ReportMetric(float64(len(two)), "two-writable-moments")
+			logf(b, "failover bench %s: through multihost-uri, write outage median %s worst %s", fc.name, multiMedian.Round(100*time.Millisecond), multiWorst.Round(100*time.Millisecond))
+			if len(multiAfterFailover) > 0 {
+				// Negative: back before the failover was recorded as
+				// finished (the new primary takes writes once promoted).
+				backMedian, backWorst := medianWorst(multiAfterFailover)
+				b.ReportMetric(backMedian.Seconds(), "multihost-back-after-failover-median-s")
+				b.ReportMetric(backWorst.Seconds(), "multihost-back-after-failover-worst-s")
+				logf(b, "failover bench %s: through multihost-uri, writes came back %s after the failover finished (median; worst %s; %d runs with one failover)", fc.name, backMedian.Round(100*time.Millisecond), backWorst.Round(100*time.Millisecond), len(multiAfterFailover))
+			}
 			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d; /proc/loadavg before %s, after %s",
 				fc.name, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond), failovers, lost, len(two), samples, loadBefore, loadAverage())
 			if len(afterEnd) > 0 {
@@ -303,6 +333,7 @@ func BenchmarkFailover(b *testing.B) {
 		})
 	}
 	w.stop()
+	mw.stop()
 }
 
 // loadAverage is /proc/loadavg's first three fields: the machine's load

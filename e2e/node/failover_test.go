@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
@@ -305,8 +306,11 @@ func (f *failoverCluster) startWriterScript(name, script string) *writer {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "writer", Image: imageRef(f.t, "postgres"),
-				Command:      []string{"sh", "-c", script},
-				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true}},
+				Command: []string{"sh", "-c", script},
+				// The app Secret also where its verifying strings look for
+				// its CA.
+				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true},
+					{Name: "app", MountPath: database.CAMountDir, ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "app", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: f.name + "-app"},
@@ -648,7 +652,10 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 // the old primary's processes die; it never runs as a primary again, and
 // rejoins as a standby through crash recovery and pg_rewind. No write
 // acknowledged before the hang is lost; no two servers accepted writes at
-// any moment the agents were asked.
+// any moment the agents were asked. A second client writes through the
+// multi-host string, which lists the hung server first: it passes over it
+// (connect_timeout) to the new primary, and no write of it is
+// acknowledged by the old one, frozen or thawed.
 func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	t.Parallel() // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -656,12 +663,14 @@ func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	f := startFailoverCluster(ctx, t, 2, 0)
 	old := f.primary()
 	w := f.startWriter("writer")
+	mw := f.startMultiHostWriter("multihost-writer")
 	watch := f.watchPrimaries()
 
 	hungAt := time.Now()
 	thaw := f.freezeServer(old)
 	rec := f.waitFailedOver(hungAt.Add(-time.Second))
 	down, firstFail := w.waitOutageOver(hungAt)
+	multiDown, _ := mw.waitOutageOver(hungAt)
 	assert.True(t, rec.Fenced, "the agent fenced the hung server: %s", rec.FenceMessage)
 	assert.Contains(t, rec.FenceMessage, "SIGKILL")
 	assert.Nil(t, rec.NamedFirst, "a killed server is not waited for")
@@ -675,13 +684,16 @@ func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	f.waitFollowing(old, rec.To)
 	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
 	w.waitAcks(3)
-	log := w.stop()
+	mw.waitAcks(3)
+	log, multiLog := w.stop(), mw.stop()
 	samples, two := watch.finish()
 	assert.Empty(t, two, "two servers accepted writes at once (%d rounds asked)", samples)
-	lost := checkNoAckLost(t, log, w.committedIDs(), hungAt)
-	logf(t, "hung primary (2 replicas, primaryGoneAfter 10s): write outage %s (first failed write %.1fs after the hang); failover started %.1fs and finished %.1fs after the hang; rejoined %.1fs after the thaw; %d acknowledged writes, %d lost; %d agent rounds, %d with two writable",
-		down.Round(100*time.Millisecond), firstFail.at.Sub(hungAt).Seconds(), rec.Started.Sub(hungAt).Seconds(), rec.Finished.Sub(hungAt).Seconds(),
-		time.Since(thawedAt).Seconds(), countAcks(log), lost, samples, len(two))
+	committed := w.committedIDs()
+	lost := checkNoAckLost(t, log, committed, hungAt)
+	multiLost := checkNoAckLost(t, multiLog, committed, hungAt)
+	logf(t, "hung primary (2 replicas, primaryGoneAfter 10s): write outage through -rw %s, through multihost-uri %s (first failed -rw write %.1fs after the hang); failover started %.1fs and finished %.1fs after the hang; rejoined %.1fs after the thaw; %d and %d acknowledged writes, %d and %d lost; %d agent rounds, %d with two writable",
+		down.Round(100*time.Millisecond), multiDown.Round(100*time.Millisecond), firstFail.at.Sub(hungAt).Seconds(), rec.Started.Sub(hungAt).Seconds(), rec.Finished.Sub(hungAt).Seconds(),
+		time.Since(thawedAt).Seconds(), countAcks(log), countAcks(multiLog), lost, multiLost, samples, len(two))
 }
 
 // waitSteady waits for the state a fault should find: the Database Ready,
@@ -987,6 +999,21 @@ func (f *failoverCluster) startDirectWriter(name, addr string) *writer {
 	script = strings.Replace(script, `VALUES ($i)`, `VALUES (-$i)`, 1)
 	script = strings.Replace(script, `echo "ack $i`, `echo "ack -$i`, 1)
 	script = strings.Replace(script, `echo "fail $i`, `echo "fail -$i`, 1)
+	return f.startWriterScript(name, script)
+}
+
+// multiHostIDs offsets the ids of the multi-host writer's rows from the
+// -rw writer's, in the same table.
+const multiHostIDs = 1000000
+
+// startMultiHostWriter is a writer through the app Secret's multihost-uri
+// (every instance's name, target_session_attrs=read-write): it finds the
+// primary by asking each server, without -rw. Its ids start at
+// multiHostIDs.
+func (f *failoverCluster) startMultiHostWriter(name string) *writer {
+	f.t.Helper()
+	script := strings.Replace(writerScript, `uri=$(cat /app/uri)`, `uri=$(cat /app/`+database.AppMultiHostURIKey+`)`, 1)
+	script = strings.Replace(script, `i=0`, `i=`+strconv.Itoa(multiHostIDs), 1)
 	return f.startWriterScript(name, script)
 }
 
