@@ -62,6 +62,7 @@ func chartManagedConfigKeys(t *testing.T) []string {
 		{"watchNamespaces={a}", "controllers.configMonitor.secrets=false",
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
 			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false",
+			"controllers.database.monitoringByDefault=false",
 			"controllers.database.archiverImage=example.org/archiver:1"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
@@ -97,6 +98,7 @@ func TestConfigTakesTheOperatorsFlagsButNotTheOnesTheChartSets(t *testing.T) {
 	require.Contains(t, managed, "configmonitor-ignore-secrets")
 	require.Contains(t, managed, "database-failover-default")
 	require.Contains(t, managed, "database-tls-default")
+	require.Contains(t, managed, "database-monitoring-default")
 	refused := append(managed, "kubeconfig", "config", "leader-election-namespace", "controllers")
 
 	manager.Flags().VisitAll(func(f *pflag.Flag) {
@@ -241,5 +243,21 @@ func TestDatabaseTLSDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
 	} {
 		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
 		assert.Equal(t, tc.want, got["database-tls-default"], tc.set)
+	}
+}
+
+// The same for controllers.database.monitoringByDefault: PostgreSQL's
+// metrics for new Databases.
+func TestDatabaseMonitoringDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want any
+	}{
+		{"controllers.database.monitoringByDefault=false", false},
+		{"controllers.database.monitoringByDefault=true", nil},
+		{"controllers.database.monitoringByDefault=null", nil},
+	} {
+		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
+		assert.Equal(t, tc.want, got["database-monitoring-default"], tc.set)
 	}
 }

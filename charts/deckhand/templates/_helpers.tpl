@@ -169,6 +169,9 @@ without the value leaves it unset, which keeps the operator's default. */}}
 {{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.tlsByDefault) "false") }}
 {{- $_ := set $cfg "database-tls-default" false }}
 {{- end }}
+{{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.monitoringByDefault) "false") }}
+{{- $_ := set $cfg "database-monitoring-default" false }}
+{{- end }}
 {{- if and .Values.controllers.database.enabled .Values.controllers.database.archiverImage }}
 {{- $_ := set $cfg "database-archiver-image" .Values.controllers.database.archiverImage }}
 {{- end }}
@@ -201,6 +204,7 @@ log-format: logFormat
 configmonitor-ignore-secrets: controllers.configMonitor.secrets
 database-failover-default: controllers.database.failoverByDefault
 database-tls-default: controllers.database.tlsByDefault
+database-monitoring-default: controllers.database.monitoringByDefault
 database-archiver-image: controllers.database.archiverImage
 jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
