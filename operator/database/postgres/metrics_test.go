@@ -202,6 +202,8 @@ func TestCollectorServesThePrimarysAndTheStandbysMetrics(t *testing.T) {
 		assert.Equal(ct, 1.0, p.must(ct, "deckhand_pg_replication_streaming", "application_name", "name-of-database-1"))
 		dead, _ := p.value("deckhand_pg_database_dead_tuples", "datname", h.cluster.Database)
 		assert.GreaterOrEqual(ct, dead, 40.0, "churn's deleted rows")
+		churn, _ := p.value("deckhand_pg_table_dead_tuples", "datname", h.cluster.Database, "schemaname", "public", "relname", "churn")
+		assert.GreaterOrEqual(ct, churn, 40.0, "churn's deleted rows, by table")
 	}, 60*time.Second, 500*time.Millisecond)
 
 	assert.Equal(t, 1.0, p.must(t, "deckhand_pg_up"))

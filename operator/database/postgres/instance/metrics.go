@@ -48,6 +48,7 @@ var MetricNames = []string{
 	"deckhand_pg_standby_last_message_age_seconds",
 	"deckhand_pg_database_xid_age", "deckhand_pg_database_mxid_age", "deckhand_pg_database_size_bytes",
 	"deckhand_pg_database_dead_tuples", "deckhand_pg_database_live_tuples",
+	"deckhand_pg_table_dead_tuples", "deckhand_pg_table_last_vacuum_timestamp_seconds",
 	"deckhand_pg_checkpoints_timed_total", "deckhand_pg_checkpoints_requested_total",
 	"deckhand_pg_checkpoint_write_seconds_total", "deckhand_pg_checkpoint_sync_seconds_total",
 	"deckhand_pg_archiver_enabled", "deckhand_pg_archiver_archived_total", "deckhand_pg_archiver_failed_total",
@@ -70,6 +71,11 @@ const DefaultQueryTimeout = 5 * time.Second
 // maxDatabases bounds how many databases one scrape connects to for their
 // tables' dead tuples (the rest are left out, and said so).
 const maxDatabases = 20
+
+// maxTables bounds the tables per database with a series of their own
+// (the most dead rows first): a database of thousands of tables must not
+// make thousands of series at every scrape.
+const maxTables = 10
 
 // MetricsConfig is what the collector reads.
 type MetricsConfig struct {
@@ -470,7 +476,31 @@ func deadTuplesOf(ctx context.Context, cfg MetricsConfig, name string, m *metric
 	l := labels{"datname", name}
 	m.add("database_dead_tuples", gauge, "Per database: dead rows in its tables (the sum of pg_stat_user_tables.n_dead_tup), which vacuum has yet to remove.", l, dead)
 	m.add("database_live_tuples", gauge, "Per database: live rows in its tables (the sum of pg_stat_user_tables.n_live_tup, an estimate).", l, live)
-	return nil
+	return worstTablesOf(ctx, conn, name, m)
+}
+
+// worstTablesOf adds the dead rows and the last vacuum of the maxTables
+// tables of one database with the most dead rows (none with none).
+func worstTablesOf(ctx context.Context, conn *sql.DB, name string, m *metricSet) error {
+	rows, err := conn.QueryContext(ctx, `SELECT schemaname, relname, n_dead_tup::float8,
+  coalesce(extract(epoch FROM greatest(last_vacuum, last_autovacuum)), 0)::float8
+FROM pg_catalog.pg_stat_user_tables WHERE n_dead_tup > 0
+ORDER BY n_dead_tup DESC, schemaname, relname LIMIT $1`, maxTables)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var schema, table string
+		var dead, vacuumed float64
+		if err := rows.Scan(&schema, &table, &dead, &vacuumed); err != nil {
+			return err
+		}
+		l := labels{"datname", name, "schemaname", schema, "relname", table}
+		m.add("table_dead_tuples", gauge, fmt.Sprintf("Per table, for the %d tables of each database with the most dead rows: its dead rows (pg_stat_user_tables.n_dead_tup).", maxTables), l, dead)
+		m.add("table_last_vacuum_timestamp_seconds", gauge, "Per table, for the same tables: when it was last vacuumed, by hand or by autovacuum (Unix time; 0: never since the statistics were reset).", l, vacuumed)
+	}
+	return rows.Err()
 }
 
 func queryCheckpoints(ctx context.Context, c *Collector, m *metricSet, v serverFacts) error {
