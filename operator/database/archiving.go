@@ -142,13 +142,29 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 // instance agent reads pg_stat_archiver). True, reason Archiving: the
 // last attempt succeeded, or none was made yet; False, reason
 // ArchiveFailing: the last attempt failed, and PostgreSQL keeps the
-// segments in pg_wal until one succeeds.
+// segments in pg_wal until one succeeds; Unknown, reason NotReported:
+// failover is off, so no agent reports it.
 const ConditionWALArchiving = "WALArchiving"
 
 func forgetArchivingMetrics(namespace, name string) {
 	for _, g := range []*prometheus.GaugeVec{archiveFailing, archiveFailed, archiveLast} {
 		g.DeleteLabelValues(namespace, name)
 	}
+}
+
+// reportArchivingUnwatched says, as an Unknown WALArchiving condition,
+// that a Database whose primary the operator does not watch (failover
+// off: no instance agent to read pg_stat_archiver from) archives without
+// the operator knowing how it goes, and where to look instead.
+func reportArchivingUnwatched(db *Cluster) {
+	if objectStoreOf(db) == nil {
+		return
+	}
+	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{
+		Type: ConditionWALArchiving, Status: metav1.ConditionUnknown, Reason: "NotReported", ObservedGeneration: db.Generation,
+		Message: "the archiver runs beside every server, but the operator reads the primary's pg_stat_archiver through the instance agent, which runs with failover on (spec.failover.enabled); without it, the archiver container's log and PostgreSQL's metrics (deckhand_pg_archiver_*, spec.monitoring) say how archiving goes",
+	})
+	forgetArchivingMetrics(db.Namespace, db.Name)
 }
 
 // observeArchiving sets the WALArchiving condition, its Events and the

@@ -142,6 +142,15 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	}
 	waitFor(t, c, archiving, "Ready", ready)
 	waitFor(t, c, plain, "Ready", ready)
+	// Failover is off here (no operator image): no agent reports the
+	// archiver, and the condition says so and where to look instead.
+	cond := condition(waitFor(t, c, archiving, "WALArchiving reported", func(ct *assert.CollectT, d *dbv1.Database) {
+		require.NotEmpty(ct, condition(d, database.ConditionWALArchiving).Type)
+	}), database.ConditionWALArchiving)
+	assert.Equal(t, metav1.ConditionUnknown, cond.Status)
+	assert.Equal(t, "NotReported", cond.Reason)
+	assert.Contains(t, cond.Message, "deckhand_pg_archiver_")
+	assert.Empty(t, condition(get(t, c, ns, "plain", &dbv1.Database{}), database.ConditionWALArchiving).Type, "no object store, no condition")
 
 	sts := get(t, c, ns, "archiving", &appsv1.StatefulSet{})
 	spec := sts.Spec.Template.Spec

@@ -119,6 +119,7 @@ func failoverUnderway(db *Cluster) *dbv1.FailoverRecord {
 // again.
 func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.Engine, l *live) (time.Duration, error) {
 	if !failoverOn(db) || r.OperatorImage == "" {
+		reportArchivingUnwatched(db)
 		return 0, nil
 	}
 	ch, err := r.ensureInstanceSecrets(ctx, db)
