@@ -2,7 +2,6 @@ package jvm
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deckhand-dev/deckhand/internal/procfs"
 )
 
 // Proc is the /proc file system to read; tests never change it, but a
@@ -176,17 +177,8 @@ func describe(p process) (JVM, bool) {
 // startTime is field 22 of /proc/<pid>/stat, counted after the command
 // name, which may itself contain spaces and parentheses.
 func startTime(pid int) (uint64, bool) {
-	raw, err := os.ReadFile(filepath.Join(Proc, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(raw[i+1:]))
-	// fields[0] is the state (field 3), so field 22 is fields[19].
-	if len(fields) < 20 {
+	fields, ok := procfs.StatFields(Proc, pid)
+	if !ok || len(fields) < 20 {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(fields[19], 10, 64)

@@ -1,13 +1,14 @@
 package instance
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/deckhand-dev/deckhand/internal/procfs"
 )
 
 // processAlive: a signal 0 reaches pid (EPERM: it exists, as another
@@ -47,53 +48,13 @@ func processDoomed(pid int) bool {
 	return false
 }
 
-// processTree is root and every process descended from it (a
-// postmaster's backends and what they run), read from /proc.
-func processTree(root int) []int {
-	entries, _ := os.ReadDir("/proc")
-	children := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := parentOf(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	tree := []int{root}
-	for i := 0; i < len(tree); i++ {
-		tree = append(tree, children[tree[i]]...)
-	}
-	return tree
-}
-
-// parentOf reads pid's parent from /proc/<pid>/stat, whose second field
-// (the command, in parentheses) may itself hold spaces and parentheses.
-func parentOf(pid int) (int, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(b[end+1:]))
-	if len(fields) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(fields[1])
-	return ppid, err == nil
-}
-
 // killTree SIGKILLs root and every process under it, read twice (one
 // forked as the first were killed is found the second time), and says
 // whether every one is now doomed.
 func killTree(root int) bool {
 	var killed []int
 	for range 2 {
-		for _, pid := range processTree(root) {
+		for _, pid := range procfs.Tree("/proc", root) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			killed = append(killed, pid)
 		}

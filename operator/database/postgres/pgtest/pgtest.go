@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhand-dev/deckhand/internal/freeport"
+	"github.com/deckhand-dev/deckhand/internal/procfs"
 	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 )
@@ -249,7 +250,7 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 	// The postmaster first: what it forks from then on is born in the
 	// cgroup. Its backends are not in its process group (each calls
 	// setsid), so they are found as its descendants.
-	for _, pid := range descendants(t, s.Cmd.Process.Pid) {
+	for _, pid := range procfs.Tree("/proc", s.Cmd.Process.Pid) {
 		require.NoError(t, os.WriteFile(filepath.Join(group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644), "moving %d into %s", pid, group)
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(group, state), []byte(frozen), 0o644))
@@ -277,25 +278,6 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 		_ = os.Remove(group)
 	})
 	return thaw
-}
-
-// descendants are root and every process under it, root first.
-func descendants(t testing.TB, root int) []int {
-	t.Helper()
-	out, err := exec.Command("ps", "-e", "-o", "pid=,ppid=").Output()
-	require.NoError(t, err, "ps")
-	children := map[int][]int{}
-	for _, line := range strings.Split(string(out), "\n") {
-		var pid, ppid int
-		if _, err := fmt.Sscan(line, &pid, &ppid); err == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	tree := []int{root}
-	for i := 0; i < len(tree); i++ {
-		tree = append(tree, children[tree[i]]...)
-	}
-	return tree
 }
 
 // freezerCgroup makes the cgroup name under the freezer's hierarchy and
