@@ -15,8 +15,6 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/
 # The continuous archiving scripts are proven with Debian's Barman Cloud
 # (barman-cli-cloud 3.4; boto3 is its S3 client).
 command -v barman-cloud-wal-archive >/dev/null && /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(barman-cli-cloud python3-boto3)
-# A hung server is made with the cgroup freezer; ps finds its processes.
-command -v ps >/dev/null || need+=(procps)
 # A disk that takes no writes is an ext4 loop device frozen with fsfreeze.
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v fsfreeze >/dev/null && command -v losetup >/dev/null || need+=(util-linux)
