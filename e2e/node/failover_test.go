@@ -787,7 +787,7 @@ func (w *writer) waitOutageOver(at time.Time) (time.Duration, writeOutcome) {
 		down, first = outage(log, at)
 		return down > 0, nil
 	})
-	require.NoError(w.f.t, err, "writes through -rw did not come back after %s (first failure %+v)", at, first)
+	require.NoError(w.f.t, err, "the writes of %s did not come back after %s (first failure %+v)", w.pod.Name, at, first)
 	return down, first
 }
 
