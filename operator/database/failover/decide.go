@@ -47,7 +47,8 @@ type Observation struct {
 }
 
 // PrimaryHealthy: the primary serves: its pod is ready and its agent says
-// its server is up, a primary, not fenced.
+// its server is up, a primary, not fenced, and its WAL gets flushed
+// (instance.Status.WALFlushStalled: a disk that takes no writes).
 func PrimaryHealthy(o Observation) bool {
 	st := o.Status
 	return o.PodReady && st != nil && st.ServerUp && st.Role == instance.RolePrimary && !st.Fenced && !st.WALFlushStalled()
