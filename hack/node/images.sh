@@ -148,6 +148,16 @@ debian_closure() {
   done
 }
 
+# accounts writes the image's /etc/passwd and /etc/group: root, the one
+# user the image runs as (name, uid = gid, its GECOS field, home and
+# shell), and nobody.
+accounts() {
+  local dir=$1 name=$2 id=$3 gecos=$4 home=$5 shell=$6
+  printf 'root:x:0:0:root:/root:/bin/sh\n%s:x:%s:%s:%s:%s:%s\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' \
+    "$name" "$id" "$id" "$gecos" "$home" "$shell" >"$dir/etc/passwd"
+  printf 'root:x:0:\n%s:x:%s:\nnogroup:x:65534:\n' "$name" "$id" >"$dir/etc/group"
+}
+
 # rootfs_postgres: PostgreSQL 15 from Debian's postgresql-15 and its
 # dependency closure, laid out as the official postgres image (Debian
 # flavour) which the Database engine's scripts rely on: the server user
@@ -165,12 +175,7 @@ rootfs_postgres() {
   [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
   mkdir -p "$dir/tmp" "$dir/var/lib/postgresql/data" "$dir/var/run/postgresql" "$dir/etc"
   chmod 1777 "$dir/tmp"
-  cat >"$dir/etc/passwd" <<'PASSWD'
-root:x:0:0:root:/root:/bin/sh
-postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/sh
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-PASSWD
-  printf 'root:x:0:\npostgres:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  accounts "$dir" postgres 999 'PostgreSQL administrator' /var/lib/postgresql /bin/sh
   printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
   # as the official image's Dockerfile: PGDATA and the socket directory
   # are the server user's, 1777 and 3777, so another UID can use them too
@@ -199,12 +204,7 @@ rootfs_archiver() {
   cat "$dir"/usr/share/ca-certificates/mozilla/*.crt >"$dir/etc/ssl/certs/ca-certificates.crt"
   mkdir -p "$dir/tmp" "$dir/etc"
   chmod 1777 "$dir/tmp"
-  cat >"$dir/etc/passwd" <<'PASSWD'
-root:x:0:0:root:/root:/bin/sh
-postgres:x:999:999:PostgreSQL administrator:/tmp:/bin/sh
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-PASSWD
-  printf 'root:x:0:\npostgres:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  accounts "$dir" postgres 999 'PostgreSQL administrator' /tmp /bin/sh
   printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
   # pg_waldump (recover.sh) is in the server package's directory
   image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -225,12 +225,7 @@ rootfs_mariadb() {
   [[ -e $dir/usr/bin/awk ]] || ln -s mawk "$dir/usr/bin/awk"
   mkdir -p "$dir/tmp" "$dir/var/lib/mysql" "$dir/var/run/mysqld" "$dir/etc"
   chmod 1777 "$dir/tmp"
-  cat >"$dir/etc/passwd" <<'PASSWD'
-root:x:0:0:root:/root:/bin/sh
-mysql:x:999:999:MySQL Server:/nonexistent:/bin/false
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-PASSWD
-  printf 'root:x:0:\nmysql:x:999:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  accounts "$dir" mysql 999 'MySQL Server' /nonexistent /bin/false
   printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
   # as the official image: the data and socket directories are mysql's
   # (the socket's 0777, so another UID can use it too)
@@ -262,12 +257,7 @@ rootfs_jdk_app() {
   chmod 1777 "$dir/tmp"
   javac --release 17 -d "$dir/app" "$root/hack/node/jdk-app/App.java"
   chown 10001:10001 "$dir/home/app"
-  cat >"$dir/etc/passwd" <<'PASSWD'
-root:x:0:0:root:/root:/bin/sh
-app:x:10001:10001:Java application:/home/app:/bin/sh
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-PASSWD
-  printf 'root:x:0:\napp:x:10001:\nnogroup:x:65534:\n' >"$dir/etc/group"
+  accounts "$dir" app 10001 'Java application' /home/app /bin/sh
   image_args=(--user 10001:10001 --workdir /app --env "JAVA_HOME=/$java_home" --env LANG=C.UTF-8
     --cmd java --cmd -Xmx64m --cmd -XX:+UseSerialGC --cmd -XX:TieredStopAtLevel=1 --cmd -cp --cmd /app --cmd App)
 }
