@@ -96,6 +96,15 @@ func (h *host) replicationPassword() string {
 // volume is a directory standing for a volume.
 func (h *host) volume(name string) string { return h.u.Dir(h.t, h.root, "volumes", name) }
 
+// controlData is pg_controldata's report on the data directory of the
+// volume dataVolume (its "Database cluster state" among it).
+func (h *host) controlData(t *testing.T, dataVolume string) string {
+	t.Helper()
+	out, err := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin"}, []string{filepath.Join(h.bin, "pg_controldata"), "-D", filepath.Join(h.volume(dataVolume), "pgdata")}).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
 // env is pod's environment on the host. volumes maps the pod's volume
 // names to directories; values under a mount path move with it.
 func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]string) map[string]string {

@@ -29,19 +29,12 @@ import (
 func TestTheFenceKillsAHungPrimaryThatCannotShutDown(t *testing.T) {
 	t.Parallel()
 	h := newHost(t)
-	primary := h.primary("data-0")
-	h.init(primary.Port)
-	out, err := h.appSQL(primary.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
-	require.NoError(t, err, out)
-	ch := newChannel(t, h, h.cluster.Name+"-0")
-	host := ch.startAgent(t, h, 0, "data-0")
-	session := h.openAppSession(t, primary.Port)
-	assert.Equal(t, "2", session.query(t, "INSERT INTO rows VALUES (2) RETURNING id;"), "the session writes before the hang")
+	p := startWritingPrimary(t, h)
+	primary, ch, host := p.server, p.ch, p.host
 
 	thaw := primary.Freeze(t)
 	// Sent to the hung server: it waits in the socket, unread.
-	_, err = io.WriteString(session.in, "INSERT INTO rows VALUES (3) RETURNING id;\n")
-	require.NoError(t, err)
+	p.sendWrite(t)
 
 	res, err := ch.client.Fence(context.Background(), host)
 	require.NoError(t, err, "the fence of a hung server")
@@ -56,14 +49,10 @@ func TestTheFenceKillsAHungPrimaryThatCannotShutDown(t *testing.T) {
 	assert.True(t, processExists(primary.Cmd.Process.Pid), "still frozen: the processes are there, bound to die")
 
 	thaw()
-	rest := session.rest(t)
-	assert.NotContains(t, rest, "3", "the write sent while the server hung was never acknowledged")
-	assert.Contains(t, rest, "closed the connection unexpectedly")
-	require.Eventually(t, func() bool { return !processExists(primary.Cmd.Process.Pid) }, 30*time.Second, 100*time.Millisecond, "the postmaster died once thawed")
+	p.checkWriteNeverAcknowledged(t, "the server hung")
 	assert.FileExists(t, filepath.Join(h.volume("data-0"), instance.FenceMarker), "the marker that keeps a restart from serving")
-	control, err := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin"}, []string{filepath.Join(h.bin, "pg_controldata"), "-D", filepath.Join(h.volume("data-0"), "pgdata")}).CombinedOutput()
-	require.NoError(t, err, "%s", control)
-	assert.Regexp(t, `Database cluster state:\s+in production\n`, string(control), "killed, not shut down: its next start runs crash recovery (or pg_rewind does)")
+	control := h.controlData(t, "data-0")
+	assert.Regexp(t, `Database cluster state:\s+in production\n`, control, "killed, not shut down: its next start runs crash recovery (or pg_rewind does)")
 
 	// Fenced again: nothing runs, nothing to do.
 	res, err = ch.client.Fence(context.Background(), host)
@@ -88,22 +77,16 @@ func TestAPrimaryWhoseDiskTakesNoWritesIsUnhealthyAndItsFenceKillsIt(t *testing.
 	h := newHost(t)
 	data := h.volume("data-0")
 	h.u.MountFilesystem(t, data, 256<<20)
-	primary := h.primary("data-0")
-	h.init(primary.Port)
-	out, err := h.appSQL(primary.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
-	require.NoError(t, err, out)
-	ch := newChannel(t, h, h.cluster.Name+"-0")
-	host := ch.startAgent(t, h, 0, "data-0")
+	p := startWritingPrimary(t, h)
+	ch, host := p.ch, p.host
 	ctx := context.Background()
 	st := statusOf(t, ch.client, host)
 	assert.Nil(t, st.WALFlushStalledSince, "a disk that takes writes")
-	session := h.openAppSession(t, primary.Port)
-	assert.Equal(t, "2", session.query(t, "INSERT INTO rows VALUES (2) RETURNING id;"), "the session writes before the stall")
 
 	thaw := pgtest.FreezeFilesystem(t, data)
 	stalledAt := time.Now()
-	_, err = io.WriteString(session.in, "INSERT INTO rows VALUES (3) RETURNING id;\n")
-	require.NoError(t, err)
+	p.sendWrite(t)
+	var err error
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		st, err = ch.client.Status(ctx, host)
 		require.NoError(ct, err)
@@ -122,14 +105,51 @@ func TestAPrimaryWhoseDiskTakesNoWritesIsUnhealthyAndItsFenceKillsIt(t *testing.
 	marker := filepath.Join(data, instance.FenceMarker)
 
 	thaw()
-	rest := session.rest(t)
-	assert.NotContains(t, rest, "3", "the commit sent while the disk stalled was never acknowledged")
-	assert.Contains(t, rest, "closed the connection unexpectedly")
-	require.Eventually(t, func() bool { return !processExists(primary.Cmd.Process.Pid) }, 30*time.Second, 100*time.Millisecond, "the postmaster died once the disk took writes")
+	p.checkWriteNeverAcknowledged(t, "the disk stalled")
 	require.Eventually(t, func() bool { _, err := os.Stat(marker); return err == nil }, 30*time.Second, 100*time.Millisecond, "the marker landed")
 	st = statusOf(t, ch.client, host)
 	assert.True(t, st.Fenced)
 	assert.False(t, st.ServerUp)
+}
+
+// writingPrimary is a primary on the volume data-0 with its agent, and an
+// application session that has written row 2 of its table rows.
+type writingPrimary struct {
+	server  *pgtest.Server
+	ch      *channel
+	host    string
+	session *appSession
+}
+
+func startWritingPrimary(t *testing.T, h *host) writingPrimary {
+	t.Helper()
+	primary := h.primary("data-0")
+	h.init(primary.Port)
+	out, err := h.appSQL(primary.Port, "CREATE TABLE rows (id int PRIMARY KEY); INSERT INTO rows VALUES (1)")
+	require.NoError(t, err, out)
+	ch := newChannel(t, h, h.cluster.Name+"-0")
+	p := writingPrimary{server: primary, ch: ch, host: ch.startAgent(t, h, 0, "data-0"), session: h.openAppSession(t, primary.Port)}
+	assert.Equal(t, "2", p.session.query(t, "INSERT INTO rows VALUES (2) RETURNING id;"), "the session writes before the fault")
+	return p
+}
+
+// sendWrite sends row 3 through the session without waiting for its
+// answer.
+func (p writingPrimary) sendWrite(t *testing.T) {
+	t.Helper()
+	_, err := io.WriteString(p.session.in, "INSERT INTO rows VALUES (3) RETURNING id;\n")
+	require.NoError(t, err)
+}
+
+// checkWriteNeverAcknowledged: the session, its server killed during
+// the fault (why), saw its connection close without the answer to row 3,
+// and the postmaster is gone.
+func (p writingPrimary) checkWriteNeverAcknowledged(t *testing.T, why string) {
+	t.Helper()
+	rest := p.session.rest(t)
+	assert.NotContains(t, rest, "3", "the write sent while %s was never acknowledged", why)
+	assert.Contains(t, rest, "closed the connection unexpectedly")
+	require.Eventually(t, func() bool { return !processExists(p.server.Cmd.Process.Pid) }, 30*time.Second, 100*time.Millisecond, "the postmaster died after %s", why)
 }
 
 // processExists: pid is a process (EPERM: another user's).

@@ -267,9 +267,8 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	require.Error(t, err, "a new session is refused: the server is stopped")
 	assert.NoFileExists(t, filepath.Join(h.volume("data-0"), "pgdata", "postmaster.pid"), "the server stays stopped")
 	assert.FileExists(t, filepath.Join(h.volume("data-0"), instance.FenceMarker), "the marker that keeps a restart from serving")
-	control, err := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin"}, []string{filepath.Join(h.bin, "pg_controldata"), "-D", filepath.Join(h.volume("data-0"), "pgdata")}).CombinedOutput()
-	require.NoError(t, err, "%s", control)
-	assert.Regexp(t, `Database cluster state:\s+shut down\n`, string(control), "stopped cleanly")
+	control := h.controlData(t, "data-0")
+	assert.Regexp(t, `Database cluster state:\s+shut down\n`, control, "stopped cleanly")
 
 	// The fenced primary's status still answers, within the client's
 	// bound: its server is down, its role unknown.

@@ -84,9 +84,8 @@ func TestAnOldPrimaryTheFenceDidNotReachFencesItselfOnceItsPodNamesAnother(t *te
 	assert.Contains(t, string(marker), "fenced by its own agent: its pod names name-of-database-1 the primary")
 	out, err = h.appSQL(old.Port, "INSERT INTO rows VALUES (-2)")
 	require.Error(t, err, "the self-fenced old primary takes no write: %s", out)
-	control, err := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin"}, []string{filepath.Join(h.bin, "pg_controldata"), "-D", filepath.Join(h.volume("data-0"), "pgdata")}).CombinedOutput()
-	require.NoError(t, err, "%s", control)
-	assert.Regexp(t, `Database cluster state:\s+shut down\n`, string(control), "stopped cleanly: pg_rewind's precondition")
+	control := h.controlData(t, "data-0")
+	assert.Regexp(t, `Database cluster state:\s+shut down\n`, control, "stopped cleanly: pg_rewind's precondition")
 
 	// The new primary, named now, is untouched and forgets its note.
 	st = statusOf(t, ch.client, newHost)
