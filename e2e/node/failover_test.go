@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,15 @@ func (f *failoverCluster) primary() string {
 	p := f.database().Status.CurrentPrimary
 	require.NotEmpty(f.t, p, "status.currentPrimary")
 	return p
+}
+
+// standbyOf is the first pod that is not primary.
+func (f *failoverCluster) standbyOf(primary string) string {
+	f.t.Helper()
+	pods := f.pods()
+	i := slices.IndexFunc(pods, func(p string) bool { return p != primary })
+	require.GreaterOrEqual(f.t, i, 0, "no pod but the primary %s", primary)
+	return pods[i]
 }
 
 func (f *failoverCluster) pods() []string {

@@ -262,10 +262,7 @@ func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
 	w := f.startWriter("writer")
 	watch := f.watchPrimaries()
 	old := f.primary()
-	standby := f.pods()[0]
-	if standby == old {
-		standby = f.pods()[1]
-	}
+	standby := f.standbyOf(old)
 
 	operatorPod, _ := f.operatorContainer()
 	restarts := f.operatorRestarts(operatorPod)

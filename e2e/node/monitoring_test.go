@@ -27,10 +27,7 @@ func TestRealNodeServesPostgreSQLMetricsWhoseLagFollowsTheStandby(t *testing.T) 
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
 	primary := f.primary()
-	standby := f.pods()[0]
-	if standby == primary {
-		standby = f.pods()[1]
-	}
+	standby := f.standbyOf(primary)
 	lag := func(ct require.TestingT) float64 {
 		v, ok := f.scrapeValue(ct, primary, "deckhand_pg_replication_lag_bytes", "application_name", standby)
 		require.True(ct, ok, "the primary reports no replication lag for %s", standby)
