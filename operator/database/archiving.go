@@ -107,8 +107,8 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 		Region:         s.Region,
 		PathStyle:      s.PathStyle == nil || *s.PathStyle,
 		Compression:    string(s.Compression),
-		AccessKey:      postgres.KeyRef{Name: s.Credentials.AccessKeyID.Name, Key: s.Credentials.AccessKeyID.Key},
-		SecretKey:      postgres.KeyRef{Name: s.Credentials.SecretAccessKey.Name, Key: s.Credentials.SecretAccessKey.Key},
+		AccessKey:      postgres.KeyRef(s.Credentials.AccessKeyID),
+		SecretKey:      postgres.KeyRef(s.Credentials.SecretAccessKey),
 		SkipEmptyCheck: db.Annotations[AnnotationArchiveSkipEmptyCheck] == "true",
 	}
 	if o.Compression == "" {
@@ -118,12 +118,9 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 		o.Region = "us-east-1"
 	}
 	if ca := s.CABundle; ca != nil {
-		switch {
-		case ca.SecretKeyRef != nil:
-			o.CASecret = &postgres.KeyRef{Name: ca.SecretKeyRef.Name, Key: ca.SecretKeyRef.Key}
-		case ca.ConfigMapKeyRef != nil:
-			o.CAConfigMap = &postgres.KeyRef{Name: ca.ConfigMapKeyRef.Name, Key: ca.ConfigMapKeyRef.Key}
-		}
+		// The engine's KeyRef has the API's fields, without its tags.
+		o.CASecret = (*postgres.KeyRef)(ca.SecretKeyRef)
+		o.CAConfigMap = (*postgres.KeyRef)(ca.ConfigMapKeyRef)
 	}
 	if err := postgres.AddArchiver(spec, spec.Containers[0].Name, o); err != nil {
 		return err

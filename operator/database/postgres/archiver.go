@@ -89,21 +89,7 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 	}
 	srv.VolumeMounts = append(srv.VolumeMounts, corev1.VolumeMount{Name: ArchiveQueueVolume, MountPath: ArchiveQueueDir})
 
-	sources := []corev1.VolumeProjection{
-		// Optional: a Secret missing or misnamed must not keep the server
-		// from starting; the sidecar says what it cannot read, and the
-		// keys appear in the volume when the Secret does.
-		{Secret: &corev1.SecretProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.AccessKey.Name},
-			Items:                []corev1.KeyToPath{{Key: o.AccessKey.Key, Path: accessKeyFile}},
-			Optional:             ptr.To(true),
-		}},
-		{Secret: &corev1.SecretProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.SecretKey.Name},
-			Items:                []corev1.KeyToPath{{Key: o.SecretKey.Key, Path: secretKeyFile}},
-			Optional:             ptr.To(true),
-		}},
-	}
+	sources := []corev1.VolumeProjection{projectedKey(o.AccessKey, accessKeyFile), projectedKey(o.SecretKey, secretKeyFile)}
 	env := []corev1.EnvVar{
 		{Name: "PGDATA", Value: pgdata},
 		{Name: "ARCHIVE_QUEUE", Value: ArchiveQueueDir},
@@ -119,21 +105,8 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 		{Name: "STORE_ACCESS_KEY_FILE", Value: ArchiveStoreDir + "/" + accessKeyFile},
 		{Name: "STORE_SECRET_KEY_FILE", Value: ArchiveStoreDir + "/" + secretKeyFile},
 	}
-	switch {
-	case o.CASecret != nil:
-		sources = append(sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.CASecret.Name},
-			Items:                []corev1.KeyToPath{{Key: o.CASecret.Key, Path: caFile}},
-			Optional:             ptr.To(true),
-		}})
-	case o.CAConfigMap != nil:
-		sources = append(sources, corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.CAConfigMap.Name},
-			Items:                []corev1.KeyToPath{{Key: o.CAConfigMap.Key, Path: caFile}},
-			Optional:             ptr.To(true),
-		}})
-	}
-	if o.CASecret != nil || o.CAConfigMap != nil {
+	if ca := caBundle(o); ca != nil {
+		sources = append(sources, *ca)
 		env = append(env, corev1.EnvVar{Name: "STORE_CA_FILE", Value: ArchiveStoreDir + "/" + caFile})
 	}
 	if o.SkipEmptyCheck {
@@ -172,5 +145,35 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
 		}},
 	})
+	return nil
+}
+
+// The store's files are projected optional: a Secret or ConfigMap missing
+// or misnamed must not keep the server from starting; the sidecar says
+// what it cannot read, and the file appears when its source does.
+
+// projectedKey projects one key of a Secret as the file path.
+func projectedKey(ref KeyRef, path string) corev1.VolumeProjection {
+	return corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+		LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+		Items:                []corev1.KeyToPath{{Key: ref.Key, Path: path}},
+		Optional:             ptr.To(true),
+	}}
+}
+
+// caBundle projects the store's CA bundle, from a Secret or a ConfigMap;
+// nil without one.
+func caBundle(o ArchiverOptions) *corev1.VolumeProjection {
+	switch {
+	case o.CASecret != nil:
+		p := projectedKey(*o.CASecret, caFile)
+		return &p
+	case o.CAConfigMap != nil:
+		return &corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.CAConfigMap.Name},
+			Items:                []corev1.KeyToPath{{Key: o.CAConfigMap.Key, Path: caFile}},
+			Optional:             ptr.To(true),
+		}}
+	}
 	return nil
 }
