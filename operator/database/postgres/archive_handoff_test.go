@@ -77,12 +77,10 @@ func startSidecarPod(t *testing.T) *sidecarPod {
 			t.Logf("the archiver's log:\n%s", p.log.String())
 		}
 	})
-	// Its first look at the store starts Python and boto3: seconds, and
-	// many more on a machine the whole suite loads.
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(p.queue, "archiver-ready"))
 		return err == nil
-	}, 90*time.Second, 50*time.Millisecond, "the archiver never said it was ready:\n%s", p.log.String())
+	}, 30*time.Second, 50*time.Millisecond, "the archiver never said it was ready:\n%s", p.log.String())
 
 	// The server: its command with the scripts and queue directories of
 	// the test (archive_command names both).

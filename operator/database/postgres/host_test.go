@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
@@ -105,6 +106,25 @@ func (h *host) controlData(t *testing.T, dataVolume string) string {
 	return string(out)
 }
 
+// onHost is the path v of a container as the host has it: under the
+// directory of the volume mounted deepest above it, moved once (a host
+// directory may itself lie under another mount's path, such as /tmp).
+func onHost(v string, mounts []corev1.VolumeMount, volumes map[string]string) string {
+	best := -1
+	for i, m := range mounts {
+		if _, ok := volumes[m.Name]; !ok || (v != m.MountPath && !strings.HasPrefix(v, m.MountPath+"/")) {
+			continue
+		}
+		if best < 0 || len(m.MountPath) > len(mounts[best].MountPath) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return v
+	}
+	return volumes[mounts[best].Name] + strings.TrimPrefix(v, mounts[best].MountPath)
+}
+
 // env is pod's environment on the host. volumes maps the pod's volume
 // names to directories; values under a mount path move with it.
 func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]string) map[string]string {
@@ -116,16 +136,8 @@ func (h *host) env(pod engine.Pod, podName, port string, volumes map[string]stri
 		require.True(t, ok, "Secret %s has no key %s", name, key)
 		return v
 	})
-	for _, m := range c.VolumeMounts {
-		dir, ok := volumes[m.Name]
-		if !ok {
-			continue
-		}
-		for k, v := range env {
-			if v == m.MountPath || strings.HasPrefix(v, m.MountPath+"/") {
-				env[k] = dir + strings.TrimPrefix(v, m.MountPath)
-			}
-		}
+	for k, v := range env {
+		env[k] = onHost(v, c.VolumeMounts, volumes)
 	}
 	env["PATH"] = h.bin + ":/usr/bin:/bin"
 	for _, k := range []string{"PGPORT", "PRIMARY_PORT", "SOURCE_PORT"} {
