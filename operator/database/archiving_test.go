@@ -34,6 +34,27 @@ func objectStore() *dbv1.ObjectStore {
 	}
 }
 
+// column is the value in the column named header of the row of name in
+// kubectl get's table, read at the header's offsets (an empty cell is
+// blank); "" when empty.
+func column(t *testing.T, table, name, header string) string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+	start := strings.Index(lines[0], header)
+	require.GreaterOrEqual(t, start, 0, "no column %s:\n%s", header, table)
+	end := len(lines[0])
+	if next := strings.IndexFunc(lines[0][start+len(header):], func(r rune) bool { return r != ' ' }); next >= 0 {
+		end = start + len(header) + next
+	}
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, name+" ") {
+			return strings.TrimSpace(l[start:min(end, len(l))])
+		}
+	}
+	require.Failf(t, "no row", "%s in:\n%s", name, table)
+	return ""
+}
+
 func withObjectStore(db *dbv1.Database, s *dbv1.ObjectStore) {
 	if db.Spec.Backup == nil {
 		db.Spec.Backup = &dbv1.BackupSpec{}
@@ -151,6 +172,11 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	assert.Equal(t, "NotReported", cond.Reason)
 	assert.Contains(t, cond.Message, "deckhand_pg_archiver_")
 	assert.Empty(t, condition(get(t, c, ns, "plain", &dbv1.Database{}), database.ConditionWALArchiving).Type, "no object store, no condition")
+	// kubectl get -o wide shows it: the reason, nothing without a store.
+	wide, err := testenv.Kubectl(t, "get", "databases", "-n", ns, "-o", "wide")
+	require.NoError(t, err, wide)
+	assert.Equal(t, "NotReported", column(t, wide, "archiving", "ARCHIVING"))
+	assert.Empty(t, column(t, wide, "plain", "ARCHIVING"))
 
 	sts := get(t, c, ns, "archiving", &appsv1.StatefulSet{})
 	spec := sts.Spec.Template.Spec
