@@ -58,13 +58,23 @@ func pgxClient(uri string) (string, time.Duration, error) {
 	return out, time.Since(start), err
 }
 
+// jdbcWarmUp is a JDBC URL of the server on port, named localhost: a
+// host the strings under test (127.0.0.1) do not list.
+func jdbcWarmUp(h *host, port string) string {
+	return database.MultiHost{Hosts: []string{"localhost:" + port}, Database: h.cluster.Database, User: h.cluster.AppUser, Password: h.appPassword()}.JDBCURI("any")
+}
+
 // pgjdbcJar is Debian's pgjdbc (libpostgresql-jdbc-java).
 const pgjdbcJar = "/usr/share/java/postgresql.jar"
 
 // jdbcClient runs testdata/WhichServer.java on the JDK with pgjdbc: a
 // real JVM client of the JDBC strings. The time is the connection's and
-// the query's as the JVM measured them, its own start left out.
-func jdbcClient(t *testing.T) reachedBy {
+// the query's as the JVM measured them, its own start and a first
+// connection to warmUp (a single-host JDBC URL of a server that answers,
+// which loads the driver's classes) left out. warmUp names another host
+// than the strings under test, so the driver's memory of each host's
+// state (its host status tracker) knows nothing of theirs.
+func jdbcClient(t *testing.T, warmUp string) reachedBy {
 	t.Helper()
 	require.FileExists(t, pgjdbcJar, "Debian's pgjdbc: hack/test-deps.sh installs libpostgresql-jdbc-java")
 	src, err := filepath.Abs(filepath.Join("testdata", "WhichServer.java"))
@@ -72,7 +82,7 @@ func jdbcClient(t *testing.T) reachedBy {
 	return func(uri string) (string, time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "java", "-cp", pgjdbcJar, src, uri, whichServer).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "java", "-cp", pgjdbcJar, src, uri, whichServer, warmUp).CombinedOutput()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		if err != nil || len(lines) != 2 {
 			return string(out), 0, fmt.Errorf("java WhichServer.java: %v", err)
@@ -125,7 +135,7 @@ func TestMultiHostStringsReachThePrimaryOrAStandbyAndPassOverAFrozenServer(t *te
 		return client{r, database.AppMultiHostURIKey, database.AppMultiHostROURIKey}
 	}
 	clients := map[string]client{"psql": libpq(psqlClient(h)), "pgx": libpq(pgxClient),
-		"pgjdbc": {jdbcClient(t), database.AppMultiHostJDBCURIKey, database.AppMultiHostROJDBCURIKey}}
+		"pgjdbc": {jdbcClient(t, jdbcWarmUp(h, primary.Port)), database.AppMultiHostJDBCURIKey, database.AppMultiHostROJDBCURIKey}}
 	reaches := func(name string, keys map[string]string, write bool, want, why string, frozenTries int) {
 		t.Helper()
 		c := clients[name]
@@ -172,7 +182,7 @@ func TestMultiHostStringFindsThePrimaryPromotedWhileTheOldOneIsFrozenThenStopped
 		Database: h.cluster.Database, User: h.cluster.AppUser, Password: h.appPassword(),
 	}
 	rw := m.Data()[database.AppMultiHostURIKey]
-	jdbc := jdbcClient(t)
+	jdbc := jdbcClient(t, jdbcWarmUp(h, standby.Port))
 	write := func(id, why string) {
 		t.Helper()
 		start := time.Now()
