@@ -113,7 +113,8 @@ SELECT r.rec,
   a.archived_count, a.failed_count, coalesce(a.last_archived_wal, ''), a.last_archived_time,
   coalesce(a.last_failed_wal, ''), a.last_failed_time,
   CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_insert_lsn()::text END,
-  CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_flush_lsn()::text END
+  CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_flush_lsn()::text END,
+  EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE wait_event IN ('WALWrite', 'WALSync', 'WALInitWrite', 'WALInitSync'))
 FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r, pg_catalog.pg_stat_archiver a`
 
 // readStatus asks the server through db; on any error the status says the
@@ -130,9 +131,10 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 		arch                      ArchiverStatus
 		archivedAt, failedAt      sql.NullTime
 		insert, flush             sql.NullString
+		waiting                   bool
 	)
 	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo,
-		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush)
+		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush, &waiting)
 	if err != nil {
 		st.Error = describe(ctx, err)
 		return st, walPositions{}
@@ -159,7 +161,7 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 		}
 		st.Archiver = &arch
 	}
-	return st, walPositions{insert: lsnOf(insert), flush: lsnOf(flush)}
+	return st, walPositions{insert: lsnOf(insert), flush: lsnOf(flush), waiting: waiting}
 }
 
 // ArchiverStatus is a primary's pg_stat_archiver: what its

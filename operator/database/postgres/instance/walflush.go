@@ -15,8 +15,17 @@ import (
 const WALFlushStallAfter = 5 * time.Second
 
 // walPositions are a primary's pg_current_wal_insert_lsn() and
-// pg_current_wal_flush_lsn() (both 0 on a standby).
-type walPositions struct{ insert, flush LSN }
+// pg_current_wal_flush_lsn() (both 0 on a standby), and whether a process
+// of the server waits on writing or syncing WAL (pg_stat_activity's
+// wait_event WALWrite, WALSync, WALInitWrite or WALInitSync). WAL
+// inserted beyond the flush position alone is no stall: an idle server
+// may keep a partial page of records that need no flush (the WAL writer
+// flushes only whole pages and commits) for minutes, and a position at a
+// page's start reads past the page header.
+type walPositions struct {
+	insert, flush LSN
+	waiting       bool
+}
 
 // flushWatch follows a primary's WAL flush position from one status read
 // to the next.
@@ -28,13 +37,14 @@ type flushWatch struct {
 	since time.Time
 }
 
-// observe returns since when WAL has waited to be flushed with the flush
-// position not moving (nil: nothing waits, or the position moved since
-// the last read, or the server is not a primary).
+// observe returns since when WAL has waited to be flushed, a process
+// waiting on it, with the flush position not moving (nil: nothing waits,
+// or the position moved since the last read, or the server is not a
+// primary).
 func (w *flushWatch) observe(p walPositions, primary bool, now time.Time) *time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !primary || p.insert <= p.flush {
+	if !primary || !p.waiting || p.insert <= p.flush {
 		w.since = time.Time{}
 		return nil
 	}
