@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/deckhand-dev/deckhand/internal/freeport"
 	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 )
@@ -264,10 +264,11 @@ func serviceAccountKubeconfig(t testing.TB, namespace, sa, dir, server string, s
 	return path
 }
 
+// freeAddress is a local address no other caller gets while the test
+// runs: the kernel's next free port, closed at once, can come back to the
+// next caller (the metrics and health addresses of one operator once got
+// the same one).
 func freeAddress(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + freeport.String(t)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/pooler"
+	"github.com/deckhand-dev/deckhand/operator/database/pooler/pgbouncer"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
@@ -162,6 +165,24 @@ func assertKnownMetrics(t *testing.T, text, where string) {
 	}
 }
 
+// assertPgBouncerMetrics: every pgbouncer_* name in text is one the
+// Pooler pods' metrics container serves.
+func assertPgBouncerMetrics(t *testing.T, text, where string) {
+	t.Helper()
+	descs := make(chan *prometheus.Desc, 64)
+	(&pgbouncer.Collector{}).Describe(descs)
+	close(descs)
+	var known []string
+	for d := range descs {
+		known = append(known, regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1])
+	}
+	found := regexp.MustCompile(`pgbouncer_[a-z_]+`).FindAllString(text, -1)
+	require.NotEmpty(t, found, where)
+	for _, m := range found {
+		assert.Contains(t, known, m, "%s uses a metric the PgBouncer pods do not serve", where)
+	}
+}
+
 func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	kinds := []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy"}
 	def := MustRender(t, ns, Values(t, nil))
@@ -188,11 +209,19 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
 		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete",
-		"DeckhandDatabaseWALArchivingFailing", "DeckhandDatabaseServerCertificateExpiringSoon"}
+		"DeckhandDatabaseWALArchivingFailing", "DeckhandDatabaseWALBacklogExceedsFreeSpace", "DeckhandDatabaseServerCertificateExpiringSoon"}
 	postgresAlerts := []string{"DeckhandPostgresDown", "DeckhandPostgresReplicationLagHigh", "DeckhandPostgresStandbyNotStreaming",
 		"DeckhandPostgresXIDAgeHigh", "DeckhandPostgresConnectionsNearLimit"}
-	assert.ElementsMatch(t, append(append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"}, databaseAlerts...), postgresAlerts...), keys(alerts))
+	pgbouncerAlerts := []string{"DeckhandPgBouncerDown", "DeckhandPgBouncerClientsWaiting"}
+	assert.ElementsMatch(t, append(append(append([]string{"DeckhandReconcileErrors", "DeckhandConfigMonitorRestartFailing", "DeckhandJMXExporterAttachFailing"},
+		databaseAlerts...), postgresAlerts...), pgbouncerAlerts...), keys(alerts))
 	for name, expr := range alerts {
+		if slices.Contains(pgbouncerAlerts, name) {
+			// Scraped from the Poolers' pods.
+			assert.NotContains(t, expr, `service="`, name)
+			assertPgBouncerMetrics(t, expr, name)
+			continue
+		}
 		if slices.Contains(postgresAlerts, name) {
 			// Scraped from the Database pods, not the operator's Service.
 			assert.NotContains(t, expr, `service="`, name)
@@ -429,7 +458,8 @@ func TestPostgresPodMonitorAlertsAndPanelsRenderWithMonitoringOn(t *testing.T) {
 	on := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"},
 		"metrics.prometheusRule.postgresReplicationLagBytes=1000", "metrics.prometheusRule.postgresXIDAge=12345",
 		"metrics.prometheusRule.postgresReplicationLagSeconds=42"))
-	pm := on.One(t, "PodMonitor")
+	require.Len(t, on.Kind("PodMonitor"), 2, "PostgreSQL's and PgBouncer's")
+	pm := podMonitorNamed(t, on, "postgres")
 	assert.Equal(t, "prometheus", pm.GetLabels()["release"], "metrics.serviceMonitor.labels")
 	selector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
 	assert.Equal(t, map[string]string{database.LabelComponent: "server"}, selector)
@@ -469,12 +499,44 @@ func TestPostgresPodMonitorAlertsAndPanelsRenderWithMonitoringOn(t *testing.T) {
 		assert.Contains(t, dashboard.Data["deckhand.json"], m, "a server panel of the dashboard")
 	}
 
+	// PgBouncer's: the Poolers' PgBouncer pods (not their setup Jobs'),
+	// labelled with their Pooler; its alerts.
+	bouncers := podMonitorNamed(t, on, "pgbouncer")
+	selector, _, _ = unstructured.NestedStringMap(bouncers.Object, "spec", "selector", "matchLabels")
+	assert.Equal(t, map[string]string{database.LabelComponent: "pgbouncer"}, selector)
+	exprs, _, _ = unstructured.NestedSlice(bouncers.Object, "spec", "selector", "matchExpressions")
+	require.Len(t, exprs, 1)
+	assert.Equal(t, pooler.LabelPooler, exprs[0].(map[string]any)["key"])
+	endpoints, _, _ = unstructured.NestedSlice(bouncers.Object, "spec", "podMetricsEndpoints")
+	require.Len(t, endpoints, 1)
+	ep = endpoints[0].(map[string]any)
+	assert.Equal(t, pooler.MetricsPortName, ep["port"])
+	relabel = ep["relabelings"].([]any)[0].(map[string]any)
+	assert.Equal(t, "pooler", relabel["targetLabel"])
+	assert.Equal(t, []any{"__meta_kubernetes_pod_label_stable_imaginedata_co_pooler"}, relabel["sourceLabels"])
+	assert.Contains(t, alerts["DeckhandPgBouncerDown"], "pgbouncer_up == 0")
+	assert.Contains(t, alerts["DeckhandPgBouncerClientsWaiting"], "pgbouncer_pools_client_maxwait_seconds) > 5", "metrics.prometheusRule.pgbouncerClientWaitSeconds")
+
 	watched := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, "watchNamespaces={apps,billing}"))
-	names, _, _ := unstructured.NestedStringSlice(watched.One(t, "PodMonitor").Object, "spec", "namespaceSelector", "matchNames")
-	assert.Equal(t, []string{"apps", "billing"}, names)
+	for _, which := range []string{"postgres", "pgbouncer"} {
+		names, _, _ := unstructured.NestedStringSlice(podMonitorNamed(t, watched, which).Object, "spec", "namespaceSelector", "matchNames")
+		assert.Equal(t, []string{"apps", "billing"}, names, which)
+	}
 
 	for _, set := range []string{"controllers.database.enabled=false", "metrics.serviceMonitor.enabled=false", "metrics.enabled=false"} {
 		r := MustRender(t, ns, Values(t, []string{ChartDir(t) + "/ci/monitoring-values.yaml"}, set))
 		assert.Empty(t, r.Kind("PodMonitor"), set)
 	}
+}
+
+// podMonitorNamed is the rendered PodMonitor whose name ends in -suffix.
+func podMonitorNamed(t *testing.T, r *Rendered, suffix string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range r.Kind("PodMonitor") {
+		if strings.HasSuffix(o.GetName(), "-"+suffix) {
+			return o
+		}
+	}
+	require.Failf(t, "no PodMonitor", "none named *-%s", suffix)
+	return nil
 }

@@ -63,7 +63,7 @@ func chartManagedConfigKeys(t *testing.T) []string {
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
 			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false",
 			"controllers.database.monitoringByDefault=false",
-			"controllers.database.archiverImage=example.org/archiver:1"},
+			"controllers.database.archiverImage=example.org/archiver:1", "controllers.database.poolerImage=example.org/pgbouncer:1"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
 			keys[k] = true

@@ -590,6 +590,7 @@ operator_up() {
     --namespace deckhand-system \
     --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
     --set controllers.database.archiverImage="$("$root/hack/node/images.sh" ref archiver)" \
+    --set controllers.database.poolerImage="$("$root/hack/node/images.sh" ref pgbouncer)" \
     --wait --timeout 5m "$@" >&2
 }
 

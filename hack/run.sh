@@ -55,12 +55,15 @@ if [[ $mode == node ]]; then
   echo ">> hack/node.sh operator: make image, import it, helm upgrade --install $release charts/deckhand -n $namespace"
   out=$(mktemp)
   # shellcheck disable=SC2086 # DECKHAND_HELM_ARGS: extra flags, split on purpose
-  if ! hack/node.sh operator --set replicaCount=1 --set demo.enabled=true \
+  if ! hack/node.sh operator --set replicaCount=1 --set demo.enabled=true --set controllers.database.enabled=true \
     --set demo.flask.image.repository="${demo_image%:*}" --set demo.flask.image.tag="${demo_image##*:}" \
     --set demo.flask.image.pullPolicy=Never ${DECKHAND_HELM_ARGS:-} >"$out" 2>&1; then
     cat "$out" >&2; rm -f "$out"; exit 1
   fi
   rm -f "$out"
+  # The object store the demo Database archives into (hack/node/store.sh).
+  echo ">> hack/node/store.sh up: the object store, https://store.deckhand-store.svc:7070"
+  hack/node/store.sh up
 else
   # The chart installs CRDs, RBAC, the operator's config and the demo. Its
   # Deployment is scaled to 0: the operator runs here, with the chart's
@@ -99,6 +102,19 @@ tdset_example() {
   fi
 }
 
+# archiving_example applies the Database of examples/database/archiving.yaml
+# in namespace ledger, with the node's PostgreSQL image, the store's keys
+# and CA beside it, and the Pooler of examples/database/pooler.yaml (real
+# node only: it needs running servers and the store).
+archiving_example() {
+  "$kubectl" create namespace ledger --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+  hack/node/store.sh keys ledger
+  sed "s|^  storage-size: 1Gi$|  storage-size: 1Gi\n  image: $(hack/node/images.sh ref postgres)|" examples/database/archiving.yaml |
+    "$kubectl" apply -n ledger -f - >/dev/null
+  # PgBouncer in front of it (examples/database/pooler.yaml).
+  "$kubectl" apply -n ledger -f examples/database/pooler.yaml >/dev/null
+}
+
 # elapsed START: seconds since $EPOCHREALTIME was START, to 0.01 s.
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
 demo() {
@@ -114,6 +130,30 @@ demo() {
   tdset_example >/dev/null
   "$kubectl" wait --for condition=Ready --timeout 60s -n temp tdset/tdset-hello-world >/dev/null ||
     echo ">> demo: TDSet tdset-hello-world is not Ready yet (kubectl describe tdset -n temp)" >&2
+  # On the real node: a Database archiving into the store, until its first
+  # base backup is in the archive.
+  local archive=""
+  if [[ $mode == node ]]; then
+    archiving_example
+    local count=""
+    for _ in $(seq 1 120); do
+      count=$("$kubectl" -n ledger get database ledger -o jsonpath='{.status.baseBackups.count}' 2>/dev/null || true)
+      [[ ${count:-0} -ge 1 ]] && break
+      sleep 2
+    done
+    if [[ ${count:-0} -ge 1 ]]; then
+      archive=">> demo: Database ledger (namespace ledger) archives into the store; its first base backup is in the archive"
+    else
+      archive=">> demo: Database ledger (namespace ledger) has no base backup yet (kubectl -n ledger describe database ledger)"
+    fi
+    "$kubectl" -n ledger wait --for condition=Ready --timeout 120s pooler/ledger-pool >/dev/null 2>&1 ||
+      echo ">> demo: Pooler ledger-pool is not Ready yet (kubectl -n ledger describe pooler ledger-pool)" >&2
+    archive="$archive
+$("$kubectl" -n ledger get database ledger -o wide)
+
+>> demo: Pooler ledger-pool: PgBouncer in front of ledger's primary (connect with Secret ledger-pool)
+$("$kubectl" -n ledger get pooler ledger-pool)"
+  fi
   # Seed 000's lab: the chart installed the frontend, flaskapp-config and the
   # ConfigMonitor flakapp-config-monitor. Change MSG as the seed does.
   local lab=""
@@ -139,7 +179,9 @@ $("$kubectl" -n "$namespace" get cmon; "$kubectl" -n "$namespace" get rs -l app=
 
 >> demo: TDSet tdset-hello-world (seed 001) in namespace temp runs its current window
 $("$kubectl" get tdsets,deployments -n temp)
-
+${archive:+
+$archive
+}
 Try next, in another shell:
 $(env_hint)
   kubectl get blogposts                   # Title, Author, Published, Age
@@ -149,6 +191,9 @@ $(env_hint)
   kubectl -n $namespace get rs -l app=frontend  # a new ReplicaSet per change of MSG
   kubectl describe tdset -n temp          # schedule, next change, Scaled events at each boundary
   kubectl explain tdset.spec.schedulingConfig
+$([[ $mode == node ]] && echo "  kubectl -n ledger get database ledger -o wide   # ARCHIVING, RECOVERABLE FROM and UNTIL
+  kubectl -n ledger get database ledger -o jsonpath='{.status.baseBackups}'
+  kubectl -n ledger get secret ledger-pool -o jsonpath='{.data.verify-full-uri}' | base64 -d   # through PgBouncer")
 $(foreground_hint)
 
 MSG

@@ -15,6 +15,8 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null && id postgres >/dev/
 # The continuous archiving scripts are proven with Debian's Barman Cloud
 # (barman-cli-cloud 3.4; boto3 is its S3 client).
 command -v barman-cloud-wal-archive >/dev/null && /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(barman-cli-cloud python3-boto3)
+# The Pooler's PgBouncer is proven on Debian's (1.18 on bookworm).
+[[ -x /usr/sbin/pgbouncer ]] || need+=(pgbouncer)
 # A disk that takes no writes is an ext4 loop device frozen with fsfreeze.
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v fsfreeze >/dev/null && command -v losetup >/dev/null || need+=(util-linux)

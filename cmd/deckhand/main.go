@@ -32,6 +32,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
 		os.Exit(runProbe(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	// `deckhand pooler-metrics` serves PgBouncer's metrics beside it in a
+	// Pooler's pods.
+	if len(os.Args) > 1 && os.Args[1] == "pooler-metrics" {
+		os.Exit(runPoolerMetrics(os.Args[2:], os.Stderr))
+	}
 	cfg, err := manager.Load(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
 		return

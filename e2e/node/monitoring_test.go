@@ -64,7 +64,12 @@ func TestRealNodeServesPostgreSQLMetricsWhoseLagFollowsTheStandby(t *testing.T) 
 // port, through the API server's pod proxy): the metric name with the
 // label pairs want; false when it is not served.
 func (f *failoverCluster) scrapeValue(t require.TestingT, pod, name string, want ...string) (float64, bool) {
-	body, err := f.cs.CoreV1().Pods(f.ns).ProxyGet("http", pod, strconv.Itoa(instance.MetricsPort), "/metrics", nil).DoRaw(f.ctx)
+	return f.scrapePortValue(t, pod, instance.MetricsPort, name, want...)
+}
+
+// scrapePortValue is scrapeValue of the metrics served on another port.
+func (f *failoverCluster) scrapePortValue(t require.TestingT, pod string, port int, name string, want ...string) (float64, bool) {
+	body, err := f.cs.CoreV1().Pods(f.ns).ProxyGet("http", pod, strconv.Itoa(port), "/metrics", nil).DoRaw(f.ctx)
 	require.NoError(t, err, "scraping %s", pod)
 	sc := bufio.NewScanner(strings.NewReader(string(body)))
 	for sc.Scan() {

@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 # The node's images: the one list, which hack/node.sh up builds and imports.
-images=(pause busybox coredns demo-flask postgres mariadb jdk-app archiver)
+images=(pause busybox coredns demo-flask postgres mariadb jdk-app archiver store pgbouncer)
 
 # candidate prints the version of a package that apt would install.
 # apt-cache reads every package list (0.6 s of CPU a call), and the node
@@ -40,6 +40,8 @@ version_of() {
     # busybox: Debian's busybox-static package version
     # coredns: the version hack/tools.sh builds
     coredns) basename "$("$root/hack/tools.sh" dir coredns)" | sed 's/^coredns-v//' ;;
+    # store: the versitygw version hack/tools.sh builds
+    store) basename "$("$root/hack/tools.sh" dir versitygw)" | sed 's/^versitygw-v//' ;;
     # seed 000's Flask app: the chart's demo tag, then Debian's python3-flask
     # version and the app's hash, so either change rebuilds it
     demo-flask) echo "0.1.0-flask$(candidate python3-flask | sed 's/[+~:]/-/g')-$(content_hash "$root/demo/flask/app")" ;;
@@ -54,6 +56,9 @@ version_of() {
     # archiver: Barman Cloud's version from Debian's barman-cli-cloud
     # (3.4.0-1 -> 3.4.0), as the operator's default archiver image's tag
     archiver) candidate barman-cli-cloud | sed 's/^[0-9]*://; s/-.*//' ;;
+    # pgbouncer: PgBouncer's version from Debian's pgbouncer
+    # (1.18.0-1+deb12u1 -> 1.18.0), as the official images' tags
+    pgbouncer) candidate pgbouncer | sed 's/^[0-9]*://; s/-.*//' ;;
     # jdk-app: the JDK's version from Debian's openjdk-17-jre-headless
     # (17.0.21.1+2-1~deb12u1 -> 17.0.21.1), then the app's hash
     jdk-app) echo "$(candidate openjdk-17-jre-headless | sed 's/+.*//')-app$(sha256sum "$root/hack/node/jdk-app/App.java" | cut -c1-8)" ;;
@@ -100,6 +105,19 @@ rootfs_coredns() {
   mkdir -p "$dir"
   cp "$("$root/hack/tools.sh" dir coredns)/coredns" "$dir/coredns"
   image_args=(--entrypoint /coredns --user 65532:65532)
+}
+
+# rootfs_store: versitygw's static binary (hack/tools.sh build
+# versitygw), the S3-compatible object store that Databases archive into
+# on the node: one process over a directory, where bucket/key is a file.
+# Runs as 65532; the caller gives the port, the certificate and the keys.
+rootfs_store() {
+  local dir=$1
+  "$root/hack/tools.sh" build versitygw
+  mkdir -p "$dir/tmp"
+  chmod 1777 "$dir/tmp"
+  cp "$("$root/hack/tools.sh" dir versitygw)/versitygw" "$dir/versitygw"
+  image_args=(--entrypoint /versitygw --user 65532:65532)
 }
 
 # rootfs_demo_flask: seed 000's Flask app (demo/flask/app) on Debian's
@@ -209,6 +227,40 @@ rootfs_archiver() {
   # pg_waldump (recover.sh) is in the server package's directory
   image_args=(--user 999:999 --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     --env LANG=C.UTF-8 --env HOME=/tmp --cmd sh)
+}
+
+# rootfs_pgbouncer: the Pooler's PgBouncer from Debian's pgbouncer: its
+# binary and the closure of the libraries it links (c-ares, libevent,
+# OpenSSL, PAM, libsystemd) and the system CAs: with client TLS on and no
+# client_tls_ca_file, PgBouncer 1.18 loads
+# /etc/ssl/certs/ca-certificates.crt and will not start without it. The
+# package itself is unpacked alone: it
+# depends on postgresql-common (perl, the cluster wrappers) and lsb-base
+# for its init script, which the binary never uses. No shell. Runs as
+# 999:999 (postgres, as Debian runs it) with `pgbouncer
+# /etc/pgbouncer/pgbouncer.ini` in the foreground, logging to stderr; the
+# Pooler mounts the ini, the auth file and the certificates. Stopped with
+# SIGINT, PgBouncer 1.18's safe shutdown (PAUSE, then exit once every
+# server connection is back in its pool); SIGTERM would drop every client
+# at once.
+rootfs_pgbouncer() {
+  local dir=$1 debs files
+  debian_closure "$dir" libc-ares2 libevent-2.1-7 libssl3 libpam0g libsystemd0 ca-certificates
+  # what update-ca-certificates (ca-certificates' postinst) would write
+  mkdir -p "$dir/etc/ssl/certs"
+  cat "$dir"/usr/share/ca-certificates/mozilla/*.crt >"$dir/etc/ssl/certs/ca-certificates.crt"
+  debs=$cache/node-images/debs
+  (cd "$debs" && apt-get download -qq pgbouncer >&2)
+  files=("$debs/pgbouncer_"*.deb)
+  dpkg-deb -x "${files[0]}" "$dir"
+  # the package's sample configuration and init scripts: the Pooler's own
+  # ini is mounted over /etc/pgbouncer
+  rm -rf "$dir/etc/pgbouncer" "$dir/etc/init.d" "$dir/etc/default" "$dir/etc/logrotate.d" "$dir/lib/systemd"
+  mkdir -p "$dir/tmp" "$dir/etc/pgbouncer"
+  chmod 1777 "$dir/tmp"
+  accounts "$dir" postgres 999 'PostgreSQL administrator' /nonexistent /usr/sbin/nologin
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$dir/etc/nsswitch.conf"
+  image_args=(--user 999:999 --entrypoint /usr/sbin/pgbouncer --cmd /etc/pgbouncer/pgbouncer.ini --stop-signal SIGINT)
 }
 
 # rootfs_mariadb: MariaDB from Debian's mariadb-server and mariadb-client

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -29,11 +30,18 @@ func ContainerExited(t testing.TB, c client.Client, ns, name, message string) {
 }
 
 // SetPodReadyConditions sets the pod's Ready and ContainersReady
-// conditions, as the kubelet does after a readiness probe.
+// conditions, as the kubelet does after a readiness probe, adding them to
+// a pod that has none yet (one no node runs).
 func SetPodReadyConditions(pod *corev1.Pod, status corev1.ConditionStatus) {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
-			pod.Status.Conditions[i].Status = status
+	for _, kind := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		found := false
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == kind {
+				pod.Status.Conditions[i].Status, found = status, true
+			}
+		}
+		if !found {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: kind, Status: status, LastTransitionTime: metav1.Now()})
 		}
 	}
 }

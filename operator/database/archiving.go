@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,6 +35,11 @@ const AnnotationArchiveScripts = "stable.imaginedata.co/archive-scripts"
 // is given none (--database-archiver-image): Barman Cloud and the
 // PostgreSQL client from Debian's packages, tagged with Barman's version.
 const DefaultArchiverImage = "ghcr.io/deckhand-dev/archiver:3.4.0"
+
+// DefaultBaseBackupInterval is how old the archive's newest base backup
+// may be before the primary takes another, when
+// spec.backup.storage.objectStore.baseBackupInterval is unset.
+const DefaultBaseBackupInterval = 24 * time.Hour
 
 // DefaultArchiveTimeout is archive_timeout when
 // spec.backup.storage.objectStore.archiveTimeout is unset.
@@ -71,13 +77,19 @@ func archiveParameters(db *Cluster, params map[string]string) map[string]string 
 	return out
 }
 
-// archiveScripts are the scripts ConfigMap's keys for archiving: none
-// without an object store, so no other Database's ConfigMap changes.
+// archiveScripts are the scripts ConfigMap's keys for archiving and
+// recovery: none without an object store or a recovery, so no other
+// Database's ConfigMap changes. A recovering Database's also say whether
+// its recovery is still to be done.
 func archiveScripts(db *Cluster) map[string]string {
-	if objectStoreOf(db) == nil {
+	if objectStoreOf(db) == nil && recoveryOf(db) == nil {
 		return nil
 	}
-	return postgres.ArchiveScripts()
+	out := postgres.ArchiveScripts()
+	if recoveryOf(db) != nil {
+		out[postgres.ScriptsRecoveryKey] = recoveryState(db)
+	}
+	return out
 }
 
 func archiveScriptsHash() string { return hashScripts(postgres.ArchiveScripts()) }
@@ -98,40 +110,33 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 		return nil
 	}
 	spec := &desired.Spec.Template.Spec
-	o := postgres.ArchiverOptions{
-		Image:          r.archiverImage(),
-		Endpoint:       s.Endpoint,
-		Bucket:         s.Bucket,
-		Prefix:         s.Path,
-		Server:         db.Name,
-		Region:         s.Region,
-		PathStyle:      s.PathStyle == nil || *s.PathStyle,
-		Compression:    string(s.Compression),
-		AccessKey:      postgres.KeyRef(s.Credentials.AccessKeyID),
-		SecretKey:      postgres.KeyRef(s.Credentials.SecretAccessKey),
-		SkipEmptyCheck: db.Annotations[AnnotationArchiveSkipEmptyCheck] == "true",
+	o := storeOptions(s, db.Name)
+	o.Image = r.archiverImage()
+	o.SkipEmptyCheck = db.Annotations[AnnotationArchiveSkipEmptyCheck] == "true"
+	o.BaseBackupEvery = DefaultBaseBackupInterval
+	if s.BaseBackupInterval != nil {
+		o.BaseBackupEvery = s.BaseBackupInterval.Duration
 	}
-	if o.Compression == "" {
-		o.Compression = string(dbv1.CompressionGzip)
-	}
-	if o.Region == "" {
-		o.Region = "us-east-1"
-	}
-	if ca := s.CABundle; ca != nil {
-		// The engine's KeyRef has the API's fields, without its tags.
-		o.CASecret = (*postgres.KeyRef)(ca.SecretKeyRef)
-		o.CAConfigMap = (*postgres.KeyRef)(ca.ConfigMapKeyRef)
-	}
+	o.RetentionPolicy = barmanRetention(s.RetentionPolicy)
 	if err := postgres.AddArchiver(spec, spec.Containers[0].Name, o); err != nil {
 		return err
 	}
-	ann := desired.Spec.Template.Annotations
-	if ann == nil {
-		ann = map[string]string{}
-		desired.Spec.Template.Annotations = ann
-	}
-	ann[AnnotationArchiveScripts] = archiveScriptsHash()
+	setTemplateAnnotation(desired, AnnotationArchiveScripts, archiveScriptsHash())
 	return nil
+}
+
+// barmanRetention is objectStore.retentionPolicy (30d, 4w, 6m) as
+// Barman's policy ("RECOVERY WINDOW OF 30 DAYS"); "" for none. Admission
+// refuses anything else.
+func barmanRetention(policy string) string {
+	if policy == "" {
+		return ""
+	}
+	unit := map[byte]string{'d': "DAYS", 'w': "WEEKS", 'm': "MONTHS"}[policy[len(policy)-1]]
+	if unit == "" {
+		return ""
+	}
+	return "RECOVERY WINDOW OF " + policy[:len(policy)-1] + " " + unit
 }
 
 // ConditionWALArchiving says whether the primary's archive_command
@@ -144,7 +149,7 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 const ConditionWALArchiving = "WALArchiving"
 
 func forgetArchivingMetrics(namespace, name string) {
-	for _, g := range []*prometheus.GaugeVec{archiveFailing, archiveFailed, archiveLast} {
+	for _, g := range []*prometheus.GaugeVec{archiveFailing, archiveFailed, archiveLast, archivePending, primaryVolumeFree, baseBackups, lastBaseBackup, recoverableFrom} {
 		g.DeleteLabelValues(namespace, name)
 	}
 }
@@ -173,12 +178,13 @@ func (r *Reconciler) observeArchiving(db *Cluster, st instance.Status) {
 			meta.RemoveStatusCondition(&db.Status.Conditions, ConditionWALArchiving)
 			forgetArchivingMetrics(db.Namespace, db.Name)
 		}
+		db.Status.RecoverableFrom, db.Status.RecoverableUntil, db.Status.BaseBackups = nil, nil, nil
 		return
 	}
 	if !st.ServerUp || st.Role != instance.RolePrimary || st.Archiver == nil {
 		return
 	}
-	ok, reason, msg := archivingState(st.Pod, *st.Archiver)
+	ok, reason, msg := archivingState(st.Pod, *st.Archiver, st.DataVolume)
 	prev := meta.FindStatusCondition(db.Status.Conditions, ConditionWALArchiving)
 	if !ok {
 		r.warn(db, ConditionWALArchiving, reason, msg)
@@ -192,22 +198,81 @@ func (r *Reconciler) observeArchiving(db *Cluster, st instance.Status) {
 	}
 	archiveFailing.WithLabelValues(db.Namespace, db.Name).Set(failing)
 	archiveFailed.WithLabelValues(db.Namespace, db.Name).Set(float64(st.Archiver.FailedCount))
+	archivePending.WithLabelValues(db.Namespace, db.Name).Set(float64(st.Archiver.PendingBytes))
+	if v := st.DataVolume; v != nil {
+		primaryVolumeFree.WithLabelValues(db.Namespace, db.Name).Set(float64(v.FreeBytes))
+	}
 	if t := st.Archiver.LastArchivedTime; t != nil {
 		archiveLast.WithLabelValues(db.Namespace, db.Name).Set(float64(t.Unix()))
+		// At most every 30 s: a busy primary archives a segment a
+		// second, and each would be a status write.
+		if u := db.Status.RecoverableUntil; u == nil || t.Sub(u.Time) >= 30*time.Second || t.Before(u.Time) {
+			db.Status.RecoverableUntil = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
+		}
+	}
+	r.observeBaseBackups(db, st.BaseBackups)
+}
+
+// observeBaseBackups records what the primary's archiver last found in the
+// archive (status.baseBackups, status.recoverableFrom), with an Event for
+// each new base backup and a Warning for a failed one, and the metrics.
+func (r *Reconciler) observeBaseBackups(db *Cluster, found *instance.BaseBackups) {
+	if found == nil {
+		return
+	}
+	prev := db.Status.BaseBackups
+	now := &dbv1.BaseBackupsStatus{
+		Count:       int32(found.Count),
+		Oldest:      baseBackupRecord(found.Oldest),
+		Newest:      baseBackupRecord(found.Newest),
+		LastError:   found.Error,
+		CheckedTime: &metav1.Time{Time: found.CheckedAt},
+	}
+	if n := now.Newest; n != nil && (prev == nil || prev.Newest == nil || prev.Newest.ID != n.ID) {
+		r.normal(db, "BaseBackupTaken", "Archive", "base backup %s (%s) ended at %s, WAL %s to %s: the archive holds %d",
+			n.Name, n.ID, n.EndTime.UTC().Format(time.RFC3339), n.BeginLSN, n.EndLSN, now.Count)
+	}
+	if now.LastError != "" && (prev == nil || prev.LastError != now.LastError) {
+		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "BaseBackupFailed", "Archive", "%s", truncate(now.LastError, 600))
+	}
+	db.Status.BaseBackups = now
+	baseBackups.WithLabelValues(db.Namespace, db.Name).Set(float64(now.Count))
+	if o := now.Oldest; o != nil {
+		db.Status.RecoverableFrom = &metav1.Time{Time: o.EndTime.Time}
+		recoverableFrom.WithLabelValues(db.Namespace, db.Name).Set(float64(o.EndTime.Unix()))
+	}
+	if n := now.Newest; n != nil {
+		lastBaseBackup.WithLabelValues(db.Namespace, db.Name).Set(float64(n.EndTime.Unix()))
+	}
+}
+
+func baseBackupRecord(b *instance.BaseBackup) *dbv1.BaseBackupRecord {
+	if b == nil {
+		return nil
+	}
+	return &dbv1.BaseBackupRecord{
+		Name: b.Name, ID: b.ID, BeginTime: metav1.Time{Time: b.BeginTime}, EndTime: metav1.Time{Time: b.EndTime},
+		BeginLSN: b.BeginLSN, EndLSN: b.EndLSN, Timeline: b.Timeline,
 	}
 }
 
 // archivingState is the condition for a primary's pg_stat_archiver. The
 // message changes only when the state does (not at every segment), so a
-// healthy archive does not rewrite the status.
-func archivingState(pod string, a instance.ArchiverStatus) (ok bool, reason, msg string) {
+// healthy archive does not rewrite the status; a failing one says how
+// much WAL waits and how full the volume is, in whole percent, so that
+// it is rewritten about once a segment, not at every look.
+func archivingState(pod string, a instance.ArchiverStatus, volume *instance.VolumeUsage) (ok bool, reason, msg string) {
 	if a.Failing() {
 		last := "nothing archived since the server started"
 		if a.LastArchivedWAL != "" {
 			last = "last archived: " + a.LastArchivedWAL
 		}
-		return false, "ArchiveFailing", fmt.Sprintf("primary %s cannot archive WAL file %s (%s): PostgreSQL keeps it and the files after it in pg_wal, which grows until archiving succeeds; the archiver container's log says why",
-			pod, a.LastFailedWAL, last)
+		room := ""
+		if volume != nil && volume.TotalBytes > 0 {
+			room = fmt.Sprintf(", and the data volume is %d%% full", 100-volume.FreeBytes*100/volume.TotalBytes)
+		}
+		return false, "ArchiveFailing", fmt.Sprintf("primary %s cannot archive WAL file %s (%s): PostgreSQL keeps it and the files after it in pg_wal until archiving succeeds; %d segments (%d MiB) wait there now%s; the archiver container's log says why",
+			pod, a.LastFailedWAL, last, a.PendingSegments, a.PendingBytes>>20, room)
 	}
 	return true, "Archiving", fmt.Sprintf("primary %s archives its WAL: its last attempt succeeded", pod)
 }

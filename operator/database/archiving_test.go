@@ -2,6 +2,7 @@ package database_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -74,37 +75,42 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 		msg    string
 	}{
 		{"plain http", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Endpoint = "http://store:7070" },
-			`backup.storage.objectStore.endpoint must be an https:// URL such as https://s3.example.com:9000 (or empty for AWS S3), not "http://store:7070"`},
+			`objectStore.endpoint must be an https:// URL such as https://s3.example.com:9000 (or empty for AWS S3), not "http://store:7070"`},
 		{"no scheme", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Endpoint = "store.example.org" },
-			`backup.storage.objectStore.endpoint must be an https:// URL`},
+			`objectStore.endpoint must be an https:// URL`},
 		{"a query", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Endpoint = "https://store/?bucket=x" },
-			"backup.storage.objectStore.endpoint must have no user, query or fragment"},
+			"objectStore.endpoint must have no user, query or fragment"},
 		{"empty bucket", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Bucket = "" },
-			"backup.storage.objectStore.bucket must not be empty: name the bucket to archive into"},
+			"objectStore.bucket must not be empty: name the bucket that holds the archive"},
 		{"bucket with capitals", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Bucket = "My_Bucket" },
-			`backup.storage.objectStore.bucket must be an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit, not like an IP address), not "My_Bucket"`},
+			`objectStore.bucket must be an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit, not like an IP address), not "My_Bucket"`},
 		{"bucket of two letters", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Bucket = "ab" }, "must be an S3 bucket name"},
 		{"bucket like an address", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Bucket = "192.168.1.1" }, "must be an S3 bucket name"},
 		{"bucket with two dots", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Bucket = "a..b" }, "must be an S3 bucket name"},
 		{"path with a leading slash", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Path = "/clusters" },
-			`backup.storage.objectStore.path must be a key prefix of letters, digits, '.', '_', '-' and '/' with no leading '/' and no empty part (e.g. clusters/production), not "/clusters"`},
+			`objectStore.path must be a key prefix of letters, digits, '.', '_', '-' and '/' with no leading '/' and no empty part (e.g. clusters/production), not "/clusters"`},
 		{"region with spaces", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Region = "eu west" },
-			`backup.storage.objectStore.region must be a region name such as eu-west-1, not "eu west"`},
+			`objectStore.region must be a region name such as eu-west-1, not "eu west"`},
 		{"unknown compression", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Compression = "zstd" },
-			`backup.storage.objectStore.compression must be gzip, bzip2 or none, not "zstd"`},
+			`objectStore.compression must be gzip, bzip2 or none, not "zstd"`},
 		{"archiveTimeout too short", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
 			s.ArchiveTimeout = &metav1.Duration{Duration: time.Second}
-		}, "backup.storage.objectStore.archiveTimeout must be between 10s and 1h"},
+		}, "objectStore.archiveTimeout must be between 10s and 1h"},
+		{"baseBackupInterval too short", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
+			s.BaseBackupInterval = &metav1.Duration{Duration: 10 * time.Minute}
+		}, "objectStore.baseBackupInterval must be between 1h and 720h (30 days)"},
+		{"retentionPolicy in hours", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.RetentionPolicy = "36h" },
+			`objectStore.retentionPolicy must be a number of days, weeks or months such as 30d, 4w or 6m, not "36h"`},
 		{"archiveTimeout too long", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
 			s.ArchiveTimeout = &metav1.Duration{Duration: 2 * time.Hour}
-		}, "backup.storage.objectStore.archiveTimeout must be between 10s and 1h"},
+		}, "objectStore.archiveTimeout must be between 10s and 1h"},
 		{"a Secret name with capitals", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Credentials.AccessKeyID.Name = "Keys" },
 			`name must be the name of a Secret or ConfigMap (lower-case letters, digits, '-' and '.'), not "Keys"`},
 		{"a Secret key with a slash", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.Credentials.SecretAccessKey.Key = "a/b" },
 			`key must be a key of the Secret or ConfigMap`},
 		{"a CA bundle from both", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
 			s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}, ConfigMapKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}}
-		}, "backup.storage.objectStore.caBundle needs exactly one of secretKeyRef or configMapKeyRef"},
+		}, "objectStore.caBundle needs exactly one of secretKeyRef or configMapKeyRef"},
 		{"archive_command in parameters", func(_ *dbv1.ObjectStore, d *dbv1.Database) {
 			d.Spec.Parameters = map[string]string{"archive_command": "/bin/true"}
 		}, "backup.storage.objectStore: the operator sets archive_mode, archive_command, archive_library and archive_timeout for it"},
@@ -133,6 +139,11 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 	assert.Equal(t, dbv1.CompressionGzip, got.Compression, "default compression")
 	assert.Equal(t, ptr.To(true), got.PathStyle, "default path style")
 	assert.Equal(t, time.Minute, got.ArchiveTimeout.Duration, "default archiveTimeout")
+	assert.Equal(t, 24*time.Hour, got.BaseBackupInterval.Duration, "default baseBackupInterval")
+
+	// The example make run applies on the real node is accepted as it is.
+	out, err := testenv.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(testenv.Root(t), "examples", "database", "archiving.yaml"))
+	require.NoError(t, err, out)
 }
 
 // A Database with an object store: every server pod runs the archiver
@@ -155,6 +166,7 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	s.Path = "clusters/ns"
 	s.ArchiveTimeout = &metav1.Duration{Duration: 90 * time.Second}
 	s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "store-ca", Key: "bundle.pem"}}
+	s.RetentionPolicy = "4w"
 	withObjectStore(archiving, s)
 	archiving.Annotations = map[string]string{database.AnnotationArchiveSkipEmptyCheck: "true"}
 	plain := newDatabase(ns, "plain", 1)
@@ -176,6 +188,9 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	wide, err := testenv.Kubectl(t, "get", "databases", "-n", ns, "-o", "wide")
 	require.NoError(t, err, wide)
 	assert.Equal(t, "NotReported", column(t, wide, "archiving", "ARCHIVING"))
+	// The recoverable window's columns: empty until an agent reports it.
+	assert.Empty(t, column(t, wide, "archiving", "RECOVERABLE FROM"))
+	assert.Empty(t, column(t, wide, "archiving", "RECOVERABLE UNTIL"))
 	assert.Empty(t, column(t, wide, "plain", "ARCHIVING"))
 
 	sts := get(t, c, ns, "archiving", &appsv1.StatefulSet{})
@@ -203,6 +218,7 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 		"STORE_ACCESS_KEY_FILE": postgres.ArchiveStoreDir + "/access-key-id", "STORE_SECRET_KEY_FILE": postgres.ArchiveStoreDir + "/secret-access-key",
 		"STORE_CA_FILE": postgres.ArchiveStoreDir + "/ca.crt", "STORE_SKIP_EMPTY_CHECK": "true",
 		"ARCHIVE_QUEUE": postgres.ArchiveQueueDir, "PGDATA": envOf(server)["PGDATA"],
+		"BASE_BACKUP_EVERY": "86400", "RETENTION_POLICY": "RECOVERY WINDOW OF 4 WEEKS", "PGPORT": "5432", "PGUSER": "postgres", "SUPERUSER_PASSWORD_FILE": postgres.ArchiveStoreDir + "/superuser-password",
 	} {
 		assert.Equal(t, v, env[k], k)
 	}
@@ -231,7 +247,8 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 			files = append(files, src.Secret.Name+":"+item.Key+"->"+item.Path)
 		}
 	}
-	assert.ElementsMatch(t, []string{"store-keys:access->access-key-id", "store-keys:secret->secret-access-key", "store-ca:bundle.pem->ca.crt"}, files)
+	assert.ElementsMatch(t, []string{"store-keys:access->access-key-id", "store-keys:secret->secret-access-key", "store-ca:bundle.pem->ca.crt",
+		"archiving-superuser:password->superuser-password"}, files, "the store's keys, and the superuser's password for base backups")
 	require.NotNil(t, volumeNamed(spec, postgres.ArchiveQueueVolume))
 	assert.NotNil(t, volumeNamed(spec, postgres.ArchiveQueueVolume).EmptyDir)
 

@@ -499,10 +499,7 @@ func lifecycleJob(kind *Kind, name, namespace string, labels map[string]string, 
 			},
 		}}}, spec.Volumes...)
 	}
-	placePod(&spec, placement)
-	if placement != nil {
-		spec.Affinity = placement.Affinity
-	}
+	placement.Place(&spec)
 	job := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -34,17 +33,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -52,6 +46,7 @@ import (
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/pooler"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 	"github.com/deckhand-dev/deckhand/operator/status"
@@ -146,6 +141,9 @@ type Options struct {
 	// Databases with spec.backup.storage.objectStore; empty:
 	// DefaultArchiverImage.
 	ArchiverImage string
+	// PoolerImage is PgBouncer's image for Poolers that name none; ""
+	// is pooler.DefaultImage.
+	PoolerImage string
 }
 
 // Reconciler keeps each cluster's objects and status: a Database's, or
@@ -178,6 +176,9 @@ type Reconciler struct {
 	MonitoringByDefault bool
 	// ArchiverImage: Options'.
 	ArchiverImage string
+	// Poolers pauses the Poolers of a Database around a switchover; nil:
+	// the Kind has none.
+	Poolers *pooler.Console
 	// serverTLS are the Databases' server certificates (tls.go).
 	serverTLS serverTLS
 	// channels are the Databases' instance channel clients; failovers
@@ -188,8 +189,24 @@ type Reconciler struct {
 
 // Setup registers the Database controller with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	_, err := SetupKind(mgr, DatabaseKind, o)
-	return err
+	r, err := SetupKind(mgr, DatabaseKind, o)
+	if err != nil {
+		return err
+	}
+	// Poolers front Databases: their controller runs beside this one,
+	// when the cluster serves the kind (CRDs a user manages may be older
+	// than the operator).
+	if _, err := mgr.GetRESTMapper().RESTMapping(dbv1.GroupVersion.WithKind("Pooler").GroupKind(), dbv1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		mgr.GetLogger().Info("the cluster does not serve kind Pooler (stable.imaginedata.co/v1): Poolers are not reconciled; apply crds/stable.imaginedata.co_poolers.yaml and restart the operator")
+		return nil
+	}
+	// A switchover pauses the Database's poolers first (switchover.go).
+	r.Poolers = &pooler.Console{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Recorder: r.Recorder, Dial: o.InstanceDial, Now: o.Now}
+	return pooler.Setup(mgr, pooler.Options{
+		Image: o.PoolerImage, OperatorImage: o.OperatorImage, Target: poolerTarget,
+		WatchNamespaces: o.WatchNamespaces, ExcludeNamespaces: o.ExcludeNamespaces,
+		Now: o.Now, Dial: o.InstanceDial,
+	})
 }
 
 // SetupKind registers the controllers of one Kind (its clusters and its
@@ -202,7 +219,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // them. Each Kind has its own label, so a Database controller never sees
 // a MySQLCluster's objects, nor the other way round.
 func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
-	owned, err := ownedObjectsCluster(mgr, kind, o.WatchNamespaces, o.ExcludeNamespaces)
+	owned, err := registration.LabelledCache(mgr, kind.Keys.Cluster, kind.Name+"-cache", o.WatchNamespaces, o.ExcludeNamespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -288,34 +305,6 @@ func secretMetadata() *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	return m
-}
-
-// ownedObjectsCluster is a cache (with the manager's client settings)
-// holding only objects labelled with the Kind's cluster label.
-func ownedObjectsCluster(mgr ctrl.Manager, kind *Kind, watch, exclude []string) (cluster.Cluster, error) {
-	hasCluster, err := labels.NewRequirement(kind.Keys.Cluster, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
-	opts := cache.Options{
-		DefaultLabelSelector: labels.NewSelector().Add(*hasCluster),
-		DefaultTransform:     dropManagedFields,
-		DefaultNamespaces:    registration.CacheNamespaces(watch, exclude),
-	}
-	return cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
-		o.Scheme = mgr.GetScheme()
-		o.HTTPClient = mgr.GetHTTPClient()
-		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
-		o.Cache = opts
-		o.Logger = mgr.GetLogger().WithName(kind.Name + "-cache")
-	})
-}
-
-func dropManagedFields(in any) (any, error) {
-	if obj, ok := in.(metav1.Object); ok {
-		obj.SetManagedFields(nil)
-	}
-	return in, nil
 }
 
 // clusterOfLabel maps an owned object (or a PVC or pod, owned by the

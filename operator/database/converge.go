@@ -80,6 +80,9 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	if err := r.growStorage(ctx, db, l); err != nil {
 		return err
 	}
+	if !r.observeRecovery(db, primaryPod(db, pods)) {
+		return nil
+	}
 	if done, err := r.ensureRestore(ctx, db, eng, primaryPod(db, pods)); err != nil || !done {
 		return err
 	}

@@ -48,6 +48,10 @@ const ConditionFailover = "Failover"
 // failoverRecheck is how often the primary's status is asked.
 const failoverRecheck = time.Second
 
+// archiveRecheck is how often an archiving primary that is not watched
+// for failover (one replica, a rollout) is asked how its archive goes.
+const archiveRecheck = 30 * time.Second
+
 // maxFailoverRecords is how many failovers status.failovers keeps.
 const maxFailoverRecords = 10
 
@@ -164,7 +168,12 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return failoverRecheck, nil
 		}
 		// What ends it (a rollout, an upgrade, the replicas) changes an
-		// object the operator watches: no need to ask every second.
+		// object the operator watches: no need to ask every second. An
+		// archiving primary is asked again now and then: how its archive
+		// goes (WALArchiving, the base backups) sends no event.
+		if objectStoreOf(db) != nil {
+			return archiveRecheck, nil
+		}
 		return 0, nil
 	}
 	pods, err := r.serverPods(ctx, db)
@@ -273,8 +282,8 @@ func forceFailoverAsked(db *Cluster) bool {
 
 // notWatchedNow says why the primary is not watched now ("": it is): the
 // pods do not all run the agent yet (the rollout that adds it), a rollout
-// is restarting pods, a major upgrade stops the servers, or there is no
-// standby.
+// is restarting pods, a major upgrade stops the servers, a new Database's
+// primary recovers from an archive, or there is no standby.
 func notWatchedNow(db *Cluster, l *live) string {
 	sts := &l.statefulSet
 	replicas := replicasOf(db)
@@ -287,6 +296,10 @@ func notWatchedNow(db *Cluster, l *live) string {
 		return "a rollout is restarting the pods: the primary is watched again once it is done"
 	case upgradeRunning(db.Status.Upgrade):
 		return "a major upgrade is under way"
+	case recoveryOf(db) != nil && !restored(db):
+		// Its server replays the archive, out of reach, for as long as
+		// that takes, and no standby has data to promote.
+		return "the primary recovers from an archive (condition Restored): it is watched once it serves"
 	}
 	return ""
 }

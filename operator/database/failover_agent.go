@@ -315,5 +315,8 @@ func (r *Reconciler) addPodExtras(db *Cluster, desired *appsv1.StatefulSet, l *l
 	if err := r.wireArchiving(db, desired); err != nil {
 		return err
 	}
+	if err := r.wireRecovery(db, desired); err != nil {
+		return err
+	}
 	return r.wireMetrics(db, desired)
 }

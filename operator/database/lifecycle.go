@@ -46,9 +46,15 @@ func initializedOrRestored(db *Cluster) bool {
 	return meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 }
 
-// restored: the Database needs no restore, or its restore is done.
+// restored: the Database needs no restore or recovery, or it is done.
 func restored(db *Cluster) bool {
-	return db.Spec.FromBackup == "" || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored)
+	return !hasSource(db) || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored)
+}
+
+// hasSource: the Database's data comes from a DatabaseBackup (fromBackup)
+// or an archive (recovery), not from an empty primary.
+func hasSource(db *Cluster) bool {
+	return db.Spec.FromBackup != "" || recoveryOf(db) != nil
 }
 
 func deletionPolicyOf(db *Cluster) dbv1.DeletionPolicy {

@@ -145,4 +145,24 @@ var (
 		Name: "deckhand_database_wal_archive_last_archived_timestamp_seconds",
 		Help: "When the Database's primary last archived a WAL file (pg_stat_archiver.last_archived_time, Unix time); absent until it does.",
 	}, []string{"namespace", "database"}))
+	archivePending = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_wal_archive_pending_bytes",
+		Help: "WAL waiting in the Database's primary's pg_wal to be archived (its .ready segments), in bytes: what piles up while archiving fails.",
+	}, []string{"namespace", "database"}))
+	primaryVolumeFree = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_primary_volume_free_bytes",
+		Help: "Free space of the archiving primary's data volume, which holds pg_wal, in bytes.",
+	}, []string{"namespace", "database"}))
+	baseBackups = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_base_backups",
+		Help: "The finished base backups in the Database's archive, as its primary's archiver last found them.",
+	}, []string{"namespace", "database"}))
+	lastBaseBackup = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_last_base_backup_timestamp_seconds",
+		Help: "When the newest base backup in the Database's archive ended (Unix time); absent while it has none.",
+	}, []string{"namespace", "database"}))
+	recoverableFrom = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_recoverable_from_timestamp_seconds",
+		Help: "The earliest moment the Database's archive recovers to: the end of its oldest base backup (Unix time); absent while it has none.",
+	}, []string{"namespace", "database"}))
 )

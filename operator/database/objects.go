@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 )
@@ -115,6 +114,7 @@ func clusterOf(db *Cluster, eng engine.Engine) engine.Cluster {
 		PrimaryHost:       n.ReadWrite,
 		RunAsUser:         runAsUserOf(db),
 		TLSSecret:         tlsSecretOf(db),
+		ResetAppPassword:  recoveryOf(db) != nil,
 	}
 }
 
@@ -433,7 +433,6 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 		// with many Services would make them long.
 		EnableServiceLinks:            ptr.To(false),
 		TerminationGracePeriodSeconds: ptr.To(int64(60)),
-		Affinity:                      spreadAcrossNodes(db),
 		// The sandbox is the pod's PID 1, not the server: a process the
 		// kubelet starts in the container (a probe timed out, an exec)
 		// whose parent exits is re-parented to PID 1. The PostgreSQL
@@ -442,7 +441,8 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 		// session; the sandbox just reaps it.
 		ShareProcessNamespace: ptr.To(true),
 	}
-	placePod(&spec, db.Spec.PodTemplate)
+	db.Spec.PodTemplate.Place(&spec)
+	spec.Affinity = spreadAcrossNodes(db, spec.Affinity)
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: objectMeta(db, n.StatefulSet, nil),
@@ -483,12 +483,11 @@ func scriptsVolumes(db *Cluster) []corev1.Volume {
 	}}}
 }
 
-// spreadAcrossNodes prefers one replica per node, and keeps whatever
-// affinity the user asked for.
-func spreadAcrossNodes(db *Cluster) *corev1.Affinity {
-	a := &corev1.Affinity{}
-	if db.Spec.PodTemplate != nil && db.Spec.PodTemplate.Affinity != nil {
-		a = db.Spec.PodTemplate.Affinity.DeepCopy()
+// spreadAcrossNodes adds to a (the user's affinity as placed, nil: none)
+// a preference for one replica per node.
+func spreadAcrossNodes(db *Cluster, a *corev1.Affinity) *corev1.Affinity {
+	if a == nil {
+		a = &corev1.Affinity{}
 	}
 	if a.PodAntiAffinity == nil {
 		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
@@ -501,21 +500,6 @@ func spreadAcrossNodes(db *Cluster) *corev1.Affinity {
 	return a
 }
 
-// placePod applies the user's node selection and priority.
-func placePod(spec *corev1.PodSpec, t *dbv1.PodTemplate) {
-	if t == nil {
-		return
-	}
-	if len(t.NodeSelector) > 0 {
-		spec.NodeSelector = make(map[string]string, len(t.NodeSelector))
-		for k, v := range t.NodeSelector {
-			spec.NodeSelector[k] = string(v)
-		}
-	}
-	spec.Tolerations = t.Tolerations
-	spec.PriorityClassName = t.PriorityClassName
-}
-
 // initJob runs the engine's init script once.
 func initJob(db *Cluster, eng engine.Engine) *batchv1.Job {
 	pod := eng.InitPod(clusterOf(db, eng))
@@ -526,11 +510,7 @@ func initJob(db *Cluster, eng engine.Engine) *batchv1.Job {
 		Volumes:            append(scriptsVolumes(db), pod.Volumes...),
 		EnableServiceLinks: ptr.To(false),
 	}
-	placePod(&spec, db.Spec.PodTemplate)
-	spec.Affinity = nil
-	if db.Spec.PodTemplate != nil {
-		spec.Affinity = db.Spec.PodTemplate.Affinity
-	}
+	db.Spec.PodTemplate.Place(&spec)
 	return &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: objectMeta(db, namesOf(db).InitJob, map[string]string{db.Kind.Keys.Component: componentInit}),

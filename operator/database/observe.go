@@ -117,7 +117,7 @@ func notReadyReason(initialized bool, db *Cluster) string {
 // phaseOf sums up the conditions.
 func phaseOf(db *Cluster, initialized, allReady, primaryReady bool) dbv1.Phase {
 	initCond := meta.FindStatusCondition(db.Status.Conditions, ConditionInitialized)
-	if c := restoreProblem(db); c != nil && (c.Reason == "BackupNotFound" || c.Reason == "BackupFailed" || c.Reason == "RestoreFailed") {
+	if c := restoreProblem(db); c != nil && (c.Reason == "BackupNotFound" || c.Reason == "BackupFailed" || c.Reason == "RestoreFailed" || c.Reason == "RecoveryFailed") {
 		return dbv1.PhaseDegraded
 	}
 	switch {

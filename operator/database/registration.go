@@ -7,6 +7,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/pooler"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
@@ -22,6 +23,9 @@ const flagMonitoringDefault = "database-monitoring-default"
 // flagArchiverImage: the archiver sidecar's image.
 const flagArchiverImage = "database-archiver-image"
 
+// flagPoolerImage: PgBouncer's image for Poolers that name none.
+const flagPoolerImage = "database-pooler-image"
+
 // Registration is how the registry knows the Database controller. It lists
 // no Owns: its objects include Secrets, ConfigMaps and pods, which other
 // controllers watch unfiltered in the manager's cache, so it watches
@@ -35,6 +39,7 @@ var Registration = registration.Controller{
 		fs.Bool(flagTLSDefault, true, "TLS on every connection for a new PostgreSQL Database that leaves spec.tls.enabled unset (recorded on it when first seen: annotation "+AnnotationTLSDefault+")")
 		fs.Bool(flagMonitoringDefault, true, "PostgreSQL's metrics served by every pod of a new PostgreSQL Database that leaves spec.monitoring.enabled unset (recorded on it when first seen: annotation "+AnnotationMonitoringDefault+")")
 		fs.String(flagArchiverImage, DefaultArchiverImage, "image of the archiver sidecar (Barman Cloud) in the pods of a Database with spec.backup.storage.objectStore")
+		fs.String(flagPoolerImage, pooler.DefaultImage, "PgBouncer's image for a Pooler that leaves spec.image unset")
 		fs.Bool(flagFailoverDefault, true, "automatic failover for a new PostgreSQL Database that leaves spec.failover.enabled unset (recorded on it when first seen: annotation "+AnnotationFailoverDefault+")")
 	},
 	Setup: func(mgr ctrl.Manager, s registration.Settings) error {
@@ -48,6 +53,7 @@ var Registration = registration.Controller{
 			TLSByDefault:        s.GetBool(flagTLSDefault),
 			MonitoringByDefault: s.GetBool(flagMonitoringDefault),
 			ArchiverImage:       s.GetString(flagArchiverImage),
+			PoolerImage:         s.GetString(flagPoolerImage),
 		})
 	},
 }

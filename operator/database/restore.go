@@ -7,7 +7,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,9 +105,9 @@ func restoreJob(db *Cluster, eng engine.Engine, b *Backup) *batchv1.Job {
 }
 
 // restoreProblem is the Restored condition when it keeps the Database from
-// being ready.
+// being ready (a restore or a recovery not done yet).
 func restoreProblem(db *Cluster) *metav1.Condition {
-	if db.Spec.FromBackup == "" || meta.IsStatusConditionTrue(db.Status.Conditions, ConditionRestored) {
+	if restored(db) {
 		return nil
 	}
 	return findCondition(db.Status.Conditions, ConditionRestored)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
@@ -56,6 +57,7 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 		r.setCondition(db, ConditionFailover, true, "SwitchoverWaiting", fmt.Sprintf("switchover to %s asked for; waiting: %s", target, why))
 		return true, nil
 	}
+	r.pausePoolers(ctx, db, target)
 	rec := failover.StartSwitchover(currentPrimary(db), target, r.now())
 	err := r.runFailover(ctx, db, eng, ch, rec, false)
 	if retrySwitchoverAsked(db) && abortedSwitchoverTo(db, target) == nil {
@@ -63,6 +65,20 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 		return true, errors.Join(err, r.forgetAnnotation(ctx, db, failover.AnnotationRetrySwitchover))
 	}
 	return true, err
+}
+
+// pausePoolers pauses the Database's poolers before the switchover stops
+// the primary, so their clients wait instead of failing; the Pooler
+// controller resumes them once it has ended (pooler/pause.go). A pooler
+// that cannot be paused in time does not hold the switchover back.
+func (r *Reconciler) pausePoolers(ctx context.Context, db *Cluster, target string) {
+	if r.Poolers == nil {
+		return
+	}
+	why := fmt.Sprintf("switchover of Database %s from %s to %s", db.Name, currentPrimary(db), target)
+	if err := r.Poolers.PauseFor(ctx, db.Namespace, db.Name, why); err != nil {
+		ctrl.LoggerFrom(ctx).Info("pausing the poolers before a switchover", "error", err.Error())
+	}
 }
 
 // abortedSwitchoverTo is the last failover record when it is an aborted

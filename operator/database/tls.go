@@ -193,6 +193,10 @@ func (r *Reconciler) ensureServerTLS(ctx context.Context, db *Cluster) (string, 
 	reason, how := "Generated", "issued by the Database's server CA (Secret "+opName+")"
 	if u := db.Spec.TLS; u != nil && u.ServerCertSecret != "" {
 		reason, how = "UserProvided", "from Secret "+u.ServerCertSecret
+		if pending := res.Operator[servertls.UserCAIntroducedKey]; len(pending) > 0 {
+			reason, how = "UserCertificatePending", fmt.Sprintf("the one served before; the certificate of Secret %s is served from %s, once its CA, in ca.crt since %s, has reached the clients",
+				u.ServerCertSecret, res.Next.UTC().Format(time.RFC3339), pending)
+		}
 	}
 	r.setCondition(db, ConditionServerCertificate, true, reason,
 		fmt.Sprintf("the servers present the certificate in Secret %s (%s), valid until %s", podsName, how, res.NotAfter.UTC().Format(time.RFC3339)))
@@ -212,6 +216,8 @@ func certificateMessage(e servertls.Event, podsName string, notAfter time.Time) 
 		return "a new server CA is in the CA bundle (ca.crt); it signs the server certificate in " + servertls.CAOverlap.String()
 	case servertls.CARotated:
 		return "the new server CA signs the server certificate now, valid until " + until + "; the old CA stays in ca.crt for " + servertls.CAOverlap.String()
+	case servertls.UserCAIntroduced:
+		return "the CA of the user's certificate is in the CA bundle (ca.crt) beside the CA clients trust now; the servers present the user's certificate in " + servertls.UserCAPropagation.String()
 	default:
 		return "the user's certificate is installed in Secret " + podsName + ", valid until " + until + "; the servers reload it"
 	}

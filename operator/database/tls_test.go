@@ -276,3 +276,58 @@ func TestTheUsersCertificateReplacesTheGeneratedOneAndBadOnesAreReported(t *test
 }
 
 func client2Key(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// Switching a Database that serves the operator's certificate to the
+// user's, of another CA: the user's CA enters the bundle first, the
+// generated certificate still served (reason UserCertificatePending);
+// 3 minutes on the operator's clock the user's certificate is served.
+func TestSwitchingToTheUsersCertificatePublishesItsCAFirst(t *testing.T) {
+	t.Parallel()
+	testenv.InstallCRDs(t)
+	c := testenv.Client(t)
+	ns := testenv.Namespace(t, c)
+	ctx := context.Background()
+	now, offset := testenv.ClockFrom(time.Now())
+	startOperatorAt(t, ns, now)
+	db := newDatabase(ns, "swap", 1)
+	db.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(true)}
+	require.NoError(t, c.Create(ctx, db))
+	cur := waitFor(t, c, db, "Ready with a generated certificate", func(ct *assert.CollectT, d *dbv1.Database) {
+		ready(ct, d)
+		assert.Equal(ct, "Generated", condition(d, database.ConditionServerCertificate).Reason)
+	})
+	generated := get(t, c, ns, "swap-server-tls", &corev1.Secret{}).Data["tls.crt"]
+
+	ca, err := servertls.NewCA(ns, "user", now())
+	require.NoError(t, err)
+	crt, key, err := ca.IssueServer([]string{"swap-rw", "swap-rw." + ns + ".svc", "swap-0.swap-headless"}, now())
+	require.NoError(t, err)
+	require.NoError(t, c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "swap-cert", Namespace: ns},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.CertPEM},
+	}))
+	update(t, c, cur, func(d *dbv1.Database) { d.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "swap-cert"} })
+	cur = waitFor(t, c, db, "the user's CA published first", func(ct *assert.CollectT, d *dbv1.Database) {
+		assert.Equal(ct, "UserCertificatePending", condition(d, database.ConditionServerCertificate).Reason)
+	})
+	assert.Contains(t, condition(cur, database.ConditionServerCertificate).Message, "the certificate of Secret swap-cert is served from ")
+	pods := get(t, c, ns, "swap-server-tls", &corev1.Secret{})
+	assert.Equal(t, generated, pods.Data["tls.crt"], "the generated certificate is still served")
+	assert.Equal(t, 2, strings.Count(string(pods.Data["ca.crt"]), "BEGIN CERTIFICATE"), "the old CA and the user's")
+	assert.Contains(t, string(pods.Data["ca.crt"]), string(ca.CertPEM))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var app corev1.Secret
+		require.NoError(ct, c.Get(ctx, client2Key(ns, "swap-app"), &app))
+		assert.Contains(ct, string(app.Data["ca.crt"]), string(ca.CertPEM), "clients get the user's CA before they meet it")
+	}, wait, 100*time.Millisecond)
+	assertEvent(t, c, ns, "swap", corev1.EventTypeNormal, "UserCAIntroduced")
+
+	offset.Store(int64(servertls.UserCAPropagation + time.Second))
+	poke(t, c, cur, "after-propagation")
+	waitFor(t, c, db, "the user's certificate served", func(ct *assert.CollectT, d *dbv1.Database) {
+		assert.Equal(ct, "UserProvided", condition(d, database.ConditionServerCertificate).Reason)
+	})
+	assert.Equal(t, crt, get(t, c, ns, "swap-server-tls", &corev1.Secret{}).Data["tls.crt"])
+	assertEvent(t, c, ns, "swap", corev1.EventTypeNormal, "UserCertificateInstalled")
+}

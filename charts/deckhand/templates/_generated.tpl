@@ -180,12 +180,15 @@ mysqlCluster: mysqlcluster
   - ""
   resources:
   - configmaps
+  - secrets
   - services
   verbs:
   - create
+  - delete
   - get
   - list
   - patch
+  - update
   - watch
 - apiGroups:
   - ""
@@ -198,7 +201,6 @@ mysqlCluster: mysqlcluster
   - ""
   resources:
   - persistentvolumeclaims
-  - secrets
   verbs:
   - create
   - delete
@@ -214,6 +216,18 @@ mysqlCluster: mysqlcluster
   - get
   - list
   - patch
+  - watch
+- apiGroups:
+  - apps
+  resources:
+  - deployments
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
   - watch
 - apiGroups:
   - apps
@@ -235,7 +249,15 @@ mysqlCluster: mysqlcluster
   - delete
   - get
   - list
+  - patch
+  - update
   - watch
+- apiGroups:
+  - discovery.k8s.io
+  resources:
+  - endpointslices
+  verbs:
+  - list
 - apiGroups:
   - events.k8s.io
   resources:
@@ -253,6 +275,7 @@ mysqlCluster: mysqlcluster
   - get
   - list
   - patch
+  - update
   - watch
 - apiGroups:
   - stable.imaginedata.co
@@ -271,6 +294,7 @@ mysqlCluster: mysqlcluster
   resources:
   - databasebackups/finalizers
   - databases/finalizers
+  - poolers/finalizers
   verbs:
   - update
 - apiGroups:
@@ -278,6 +302,7 @@ mysqlCluster: mysqlcluster
   resources:
   - databasebackups/status
   - databases/status
+  - poolers/status
   verbs:
   - get
   - patch
@@ -290,6 +315,14 @@ mysqlCluster: mysqlcluster
   - get
   - list
   - patch
+  - watch
+- apiGroups:
+  - stable.imaginedata.co
+  resources:
+  - poolers
+  verbs:
+  - get
+  - list
   - watch
 - apiGroups:
   - storage.k8s.io

@@ -175,6 +175,9 @@ without the value leaves it unset, which keeps the operator's default. */}}
 {{- if and .Values.controllers.database.enabled .Values.controllers.database.archiverImage }}
 {{- $_ := set $cfg "database-archiver-image" .Values.controllers.database.archiverImage }}
 {{- end }}
+{{- if and .Values.controllers.database.enabled .Values.controllers.database.poolerImage }}
+{{- $_ := set $cfg "database-pooler-image" .Values.controllers.database.poolerImage }}
+{{- end }}
 {{- with .Values.controllers.jmxExporter }}
 {{- if .enabled }}
 {{- $_ := set $cfg "jmxexporter-agent-jar" .agentJar }}
@@ -206,6 +209,7 @@ database-failover-default: controllers.database.failoverByDefault
 database-tls-default: controllers.database.tlsByDefault
 database-monitoring-default: controllers.database.monitoringByDefault
 database-archiver-image: controllers.database.archiverImage
+database-pooler-image: controllers.database.poolerImage
 jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)

@@ -37,8 +37,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // options say which image to build.
 type options struct {
-	rootfs, name, out, user, workdir string
-	entrypoint, cmd, env             listFlag
+	rootfs, name, out, user, workdir, stopSignal string
+	entrypoint, cmd, env                         listFlag
 }
 
 func main() {
@@ -51,6 +51,7 @@ func main() {
 	flag.Var(&o.entrypoint, "entrypoint", "entrypoint element (repeat)")
 	flag.Var(&o.cmd, "cmd", "cmd element (repeat)")
 	flag.Var(&o.env, "env", "environment variable K=V (repeat)")
+	flag.StringVar(&o.stopSignal, "stop-signal", "", "the signal that stops the image's process (default: the runtime's, SIGTERM)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "rootfsimage:", err)
@@ -107,6 +108,7 @@ func imageOf(o options) (v1.Image, error) {
 	cfg.Config.User = o.user
 	cfg.Config.WorkingDir = o.workdir
 	cfg.Config.Env = withDefaultPath(o.env)
+	cfg.Config.StopSignal = o.stopSignal
 	return mutate.ConfigFile(img, cfg)
 }
 

@@ -97,6 +97,10 @@ type Cluster struct {
 	// present and the Jobs trust; "" without TLS. Only the servers mount
 	// its key; Jobs get its ca.crt only.
 	TLSSecret string
+	// ResetAppPassword: the app role came with data recovered from
+	// another Database's archive, with that Database's password; the init
+	// Job gives it the app Secret's.
+	ResetAppPassword bool
 }
 
 // Pod is the engine's part of a pod: its one container, the volumes it

@@ -22,6 +22,8 @@ const (
 	// RecoverScript fills an empty data directory for point-in-time
 	// recovery: a base backup and the recovery settings.
 	RecoverScript = "recover.sh"
+	// ExpireScript applies an archive's retention policy.
+	ExpireScript = "expire.sh"
 	// storeLib is sourced by the others.
 	storeLib = "store.sh"
 )

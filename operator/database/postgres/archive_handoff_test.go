@@ -2,8 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"maps"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -31,18 +31,19 @@ import (
 // the queue directory shared as the emptyDir is.
 type sidecarPod struct {
 	*archiving
-	queue   string
-	sidecar *exec.Cmd
-	log     *syncbuf.Buffer
+	queue string
+	log   *syncbuf.Buffer
 }
 
-func startSidecarPod(t *testing.T) *sidecarPod {
+// startSidecarPod starts the pod; with baseBackups its sidecar takes base
+// backups too (once a day, so the first, at once).
+func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {
 	h := newHost(t)
 	a := &archiving{t: t, h: h, store: s3test.Start(t, "deckhand"), prefix: "clusters/ns", server: "name-of-database"}
 	// One scripts directory, as the scripts ConfigMap holds both sets.
 	a.scripts = h.u.WriteScripts(t, h.root, postgres.ArchiveScripts())
 	require.Equal(t, h.scripts, a.scripts)
-	p := &sidecarPod{archiving: a, queue: h.u.Dir(t, h.root, "archive-queue"), log: &syncbuf.Buffer{}}
+	p := &sidecarPod{archiving: a, queue: h.u.Dir(t, h.root, "archive-queue")}
 
 	c := h.cluster
 	c.Parameters = postgres.ArchiveParameters(time.Minute)
@@ -52,47 +53,76 @@ func startSidecarPod(t *testing.T) *sidecarPod {
 		Image: "archiver", Endpoint: a.store.Endpoint, Bucket: a.store.Bucket, Prefix: a.prefix, Server: a.server,
 		Region: "us-east-1", PathStyle: true, Compression: "gzip",
 		AccessKey: postgres.KeyRef{Name: "keys", Key: "a"}, SecretKey: postgres.KeyRef{Name: "keys", Key: "s"},
-		CASecret: &postgres.KeyRef{Name: "ca", Key: "ca.crt"},
+		CASecret:        &postgres.KeyRef{Name: "ca", Key: "ca.crt"},
+		BaseBackupEvery: baseBackups,
 	}))
 
-	// The sidecar: its environment as the pod gives it, mounts moved to
-	// the test's directories, the store's files where s3test wrote them.
+	// The server's environment first: it has the port the sidecar
+	// reaches it on.
 	dataVolume := "data-source"
-	sidecar := spec.Containers[1]
-	env := h.env(engine.Pod{Container: sidecar}, "name-of-database-0", "", map[string]string{
-		engine.DataVolume:           h.volume(dataVolume),
-		postgres.ArchiveQueueVolume: p.queue,
-		"archive-tmp":               h.u.Dir(t, h.root, "archive-tmp"),
-	})
-	env["STORE_ACCESS_KEY_FILE"], env["STORE_SECRET_KEY_FILE"], env["STORE_CA_FILE"] = a.store.AccessKeyFile, a.store.SecretKeyFile, a.store.CAFile
-	p.sidecar = h.u.Command(env, pgtest.HostCommand(t, sidecar, h.scripts))
-	p.sidecar.Stdout, p.sidecar.Stderr = p.log, p.log
-	require.NoError(t, p.sidecar.Start())
-	exited := make(chan struct{})
-	go func() { _ = p.sidecar.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-p.sidecar.Process.Pid, syscall.SIGKILL)
-		<-exited
-		if t.Failed() {
-			t.Logf("the archiver's log:\n%s", p.log.String())
-		}
-	})
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(p.queue, "archiver-ready"))
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond, "the archiver never said it was ready:\n%s", p.log.String())
+	serverEnv := h.serverEnv(pod, 0, dataVolume, "")
+	files := a.keyFiles("STORE_")
+	if baseBackups > 0 {
+		password := filepath.Join(h.u.TempDir(t), "superuser-password")
+		require.NoError(t, os.WriteFile(password, []byte(h.superPassword()), 0o644))
+		files["SUPERUSER_PASSWORD_FILE"], files["PGPORT"], files["BASE_BACKUP_CHECK"] = password, serverEnv["PGPORT"], "1"
+	}
+	p.log = runSidecar(t, h, spec.Containers[1], "name-of-database-0", dataVolume, p.queue, files)
 
 	// The server: its command with the scripts and queue directories of
 	// the test (archive_command names both).
-	serverEnv := h.serverEnv(pod, 0, dataVolume, "")
-	argv := pgtest.HostCommand(t, pod.Container, h.scripts)
-	for i, arg := range argv {
-		arg = strings.ReplaceAll(arg, engine.ScriptsDir+"/", h.scripts+"/")
-		argv[i] = strings.ReplaceAll(arg, postgres.ArchiveQueueDir, p.queue)
-	}
-	a.source = h.u.StartServer(t, h.bin, serverEnv, argv)
+	a.source = h.u.StartServer(t, h.bin, serverEnv, h.podCommand(pod.Container, p.queue))
 	h.sql(a.source.Port, "postgres", "CREATE TABLE ticks (id bigserial PRIMARY KEY, ts timestamptz NOT NULL DEFAULT clock_timestamp())")
 	return p
+}
+
+// runSidecar runs the archiver sidecar of the pod podName on the host
+// until the test ends: its environment as the pod gives it, its mounts
+// moved to the test's directories (the data volume dataVolume, the queue
+// directory queue), with files overriding the key files' paths (where
+// s3test wrote them). It returns the sidecar's log once it is ready.
+func runSidecar(t *testing.T, h *host, sidecar corev1.Container, podName, dataVolume, queue string, files map[string]string) *syncbuf.Buffer {
+	env := h.env(engine.Pod{Container: sidecar}, podName, "", map[string]string{
+		engine.DataVolume:           h.volume(dataVolume),
+		postgres.ArchiveQueueVolume: queue,
+		"archive-tmp":               h.u.TempDir(t),
+	})
+	maps.Copy(env, files)
+	log := &syncbuf.Buffer{}
+	cmd := h.u.Command(env, pgtest.HostCommand(t, sidecar, h.scripts))
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		if t.Failed() {
+			t.Logf("the archiver's log:\n%s", log.String())
+		}
+	})
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(queue, "archiver-ready"))
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the archiver never said it was ready:\n%s", log.String())
+	return log
+}
+
+// podCommand is container's command on the host: the scripts and queue
+// directories of the test in its arguments (archive_command names both).
+func (h *host) podCommand(c corev1.Container, queue string) []string {
+	argv := pgtest.HostCommand(h.t, c, h.scripts)
+	for i, arg := range argv {
+		argv[i] = h.onHostPaths(arg, queue)
+	}
+	return argv
+}
+
+// onHostPaths is v with the container's scripts and queue directories
+// moved to the test's.
+func (h *host) onHostPaths(v, queue string) string {
+	v = strings.ReplaceAll(v, engine.ScriptsDir+"/", h.scripts+"/")
+	return strings.ReplaceAll(v, postgres.ArchiveQueueDir, queue)
 }
 
 // The hand-off proven with a real server, store and sidecar: every
@@ -102,7 +132,7 @@ func startSidecarPod(t *testing.T) *sidecarPod {
 // nothing missing. The keys appear in no log.
 func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 	t.Parallel()
-	p := startSidecarPod(t)
+	p := startSidecarPod(t, 0)
 	a, h := p.archiving, p.h
 	// The instance agent reports pg_stat_archiver (the operator's
 	// WALArchiving condition reads it).
@@ -137,6 +167,14 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 	got = archiver()
 	assert.True(t, got.Failing(), "%+v", got)
 	assert.NotEmpty(t, got.LastFailedWAL)
+	// What piles up in pg_wal meanwhile, and the room left for it.
+	assert.GreaterOrEqual(t, got.PendingSegments, int64(1), "%+v", got)
+	assert.Equal(t, got.PendingSegments*16<<20, got.PendingBytes)
+	st, err := ch.client.Status(context.Background(), agent)
+	require.NoError(t, err)
+	require.NotNil(t, st.DataVolume)
+	assert.Greater(t, st.DataVolume.FreeBytes, int64(0))
+	assert.GreaterOrEqual(t, st.DataVolume.TotalBytes, st.DataVolume.FreeBytes)
 	assert.Contains(t, a.source.Log.String(), "deckhand: the archiver could not archive")
 	h.sql(a.source.Port, "postgres", "INSERT INTO ticks DEFAULT VALUES")
 	assert.Greater(t, a.writes.Load(), writes, "the server took writes while the store was down")
@@ -147,6 +185,7 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 	a.requireEverySegment(last)
 	a.stopWriter()
 	assert.False(t, archiver().Failing(), "archiving again")
+	require.Eventually(t, func() bool { return archiver().PendingSegments == 0 }, time.Minute, 200*time.Millisecond, "the backlog is archived")
 
 	// Nothing is left in the queue, and no key reached a log.
 	entries, err := os.ReadDir(p.queue)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,13 @@ func (a *archiving) primary(dataVolume string) *pgtest.Server {
 }
 
 func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
+	return a.serverInto(0, dataVolume, server, "")
+}
+
+// serverInto starts ordinal on dataVolume, archiving into the archive
+// named server (once it is a primary); a primaryPort makes it a standby
+// of the server there.
+func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort string) *pgtest.Server {
 	h := a.h
 	c := h.cluster
 	c.Parameters = map[string]string{
@@ -86,7 +94,7 @@ func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
 		"archive_timeout": "60s",
 	}
 	pod := postgres.Engine{}.ServerPod(c)
-	env := h.serverEnv(pod, 0, dataVolume, "")
+	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
 	maps.Copy(env, a.storeEnv(server))
 	env["PATH"] = h.bin + ":/usr/bin:/bin"
 	return h.u.StartServer(a.t, h.bin, env, pgtest.HostCommand(a.t, pod.Container, h.scripts))
@@ -362,7 +370,7 @@ func TestArchivingAndPointInTimeRecoveryFromAnObjectStore(t *testing.T) {
 			}
 			r, err := a.recover(t, map[string]string{"RECOVERY_TARGET_TIME": betweenBackups.Format(time.RFC3339Nano), "RECOVERY_TARGET_IMMEDIATE": "true"})
 			require.Error(t, err)
-			assert.Contains(t, r.out, "exactly one recovery target is needed")
+			assert.Contains(t, r.out, "at most one recovery target may be set")
 		})
 		t.Run("recovery never happens in place", func(t *testing.T) {
 			t.Parallel()
@@ -394,6 +402,81 @@ func TestArchivingAndPointInTimeRecoveryFromAnObjectStore(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, before, after, "the first server's segment is untouched")
 		})
+	})
+	// Retention (expire.sh, which the primary's sidecar runs after each
+	// base backup) deletes the base backups no recovery within the policy
+	// needs, with the WAL only they needed, and nothing else. The archive
+	// is made to end here first: every row is in it.
+	a.stopWriter()
+	rows := h.sql(a.source.Port, "postgres", "SELECT count(*) FROM ticks")
+	last = a.switchAndWait(a.source.Port, time.Minute)
+	t.Run("retention deletes only what no recovery needs", func(t *testing.T) {
+		backups := func() []string {
+			var ids []string
+			for _, k := range a.store.Keys(t, a.prefix+"/"+a.server+"/base/") {
+				id := strings.Split(strings.TrimPrefix(k, a.prefix+"/"+a.server+"/base/"), "/")[0]
+				if len(ids) == 0 || ids[len(ids)-1] != id {
+					ids = append(ids, id)
+				}
+			}
+			return ids
+		}
+		require.Equal(t, []string{first["backup_id"], second["backup_id"]}, backups())
+		expire := func(policy string) (string, error) {
+			env := a.storeEnv(a.server)
+			env["RETENTION_POLICY"] = policy
+			return a.script(env, postgres.ExpireScript)
+		}
+		out, err := expire("RECOVERY WINDOW OF 7 DAYS")
+		require.NoError(t, err, out)
+		assert.Contains(t, out, "deckhand: retention RECOVERY WINDOW OF 7 DAYS applied to s3://deckhand/clusters/ns/name-of-database")
+		assert.Equal(t, []string{first["backup_id"], second["backup_id"]}, backups(), "both are in the window")
+		a.requireEverySegment(last)
+
+		out, err = expire("REDUNDANCY 1")
+		require.NoError(t, err, out)
+		assert.Equal(t, []string{second["backup_id"]}, backups(), "only the newest is kept")
+		segments := a.archived(a.server)
+		assert.False(t, segments["000000010000000000000001"], "WAL before the kept backup is deleted")
+		assert.True(t, segments[last], "the archive's end is kept")
+
+		out, err = expire("KEEP 3")
+		require.Error(t, err)
+		assert.Contains(t, out, "RETENTION_POLICY is 'KEEP 3', not REDUNDANCY <n> or RECOVERY WINDOW OF <n> DAYS|WEEKS|MONTHS")
+	})
+
+	// A failover switches the archive to a new timeline: the standby,
+	// promoted online as the agent does, archives the new timeline's
+	// history file and segments beside its old primary's. A recovery that
+	// follows the latest timeline (the default) crosses the switch and
+	// holds the rows written after it (from the one base backup retention
+	// kept); one that stays on the base backup's timeline (current) holds
+	// only those written before.
+	t.Run("a recovery crosses a failover's timeline switch", func(t *testing.T) {
+		standby := a.serverInto(1, "data-standby", a.server, a.source.Port)
+		require.Eventually(t, func() bool {
+			return h.sql(standby.Port, "postgres", "SELECT count(*) FROM ticks") == rows
+		}, time.Minute, 200*time.Millisecond, "the standby replays every row")
+		a.source.Stop(t)
+		h.namePrimary(1)
+		require.Equal(t, "t", h.sql(standby.Port, "postgres", "SELECT pg_promote()"))
+		h.sql(standby.Port, "postgres", "INSERT INTO ticks DEFAULT VALUES; INSERT INTO ticks DEFAULT VALUES")
+		after := a.switchAndWait(standby.Port, time.Minute)
+		require.True(t, strings.HasPrefix(after, "00000002"), "the new primary writes timeline 2: %s", after)
+		isHistory := func(k string) bool { return strings.HasPrefix(path.Base(k), "00000002.history") }
+		require.True(t, slices.ContainsFunc(a.store.Keys(t, a.prefix+"/"+a.server+"/wals/"), isHistory), "the new timeline's history file is archived")
+		assert.True(t, a.archived(a.server)[last], "the old timeline's last segment stays")
+		all := h.sql(standby.Port, "postgres", "SELECT count(*) FROM ticks")
+
+		latest, err := a.recover(t, nil)
+		require.NoError(t, err, latest.out)
+		assert.Equal(t, second["backup_id"], keyValues(latest.out)["backup_id"])
+		assert.Equal(t, all, h.sql(latest.port, "postgres", "SELECT count(*) FROM ticks"), "every row, across the switch, to the end of the archive")
+		assert.Equal(t, "3", h.sql(latest.port, "postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "its own new timeline after 2")
+
+		current, err := a.recover(t, map[string]string{"RECOVERY_TARGET_TIMELINE": "current"})
+		require.NoError(t, err, current.out)
+		assert.Equal(t, rows, h.sql(current.port, "postgres", "SELECT count(*) FROM ticks"), "only the rows of the base backup's timeline")
 	})
 }
 

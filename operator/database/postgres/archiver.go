@@ -41,6 +41,9 @@ const (
 	accessKeyFile = "access-key-id"
 	secretKeyFile = "secret-access-key"
 	caFile        = "ca.crt"
+	// superuserPasswordFile is the superuser's password, for the base
+	// backups the primary's sidecar takes.
+	superuserPasswordFile = "superuser-password"
 )
 
 // KeyRef is a key of a Secret or ConfigMap.
@@ -62,6 +65,12 @@ type ArchiverOptions struct {
 	// SkipEmptyCheck: STORE_SKIP_EMPTY_CHECK=true (a Database continuing
 	// the archive it was restored from).
 	SkipEmptyCheck bool
+	// BaseBackupEvery: the primary's sidecar takes a base backup when the
+	// archive's newest is this old (at once when it has none); 0: none.
+	BaseBackupEvery time.Duration
+	// RetentionPolicy is Barman's retention policy ("RECOVERY WINDOW OF
+	// 30 DAYS"), applied after each base backup; empty: keep everything.
+	RetentionPolicy string
 }
 
 // ArchiveParameters are the server settings that archive through the
@@ -76,50 +85,89 @@ func ArchiveParameters(timeout time.Duration) map[string]string {
 }
 
 // AddArchiver adds the archiver sidecar to a server pod (its server is
-// the container named server) and the queue directory to both.
+// the container named server), archiving into the store o names.
 func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
+	sidecar, err := ensureSidecar(spec, server, o.Image)
+	if err != nil {
+		return err
+	}
+	env, volume := storeSettings("STORE_", ArchiveStoreVolume, ArchiveStoreDir, o)
+	if o.SkipEmptyCheck {
+		env = append(env, corev1.EnvVar{Name: "STORE_SKIP_EMPTY_CHECK", Value: "true"})
+	}
+	if o.BaseBackupEvery > 0 {
+		superuser, err := superuserOf(spec, server)
+		if err != nil {
+			return err
+		}
+		volume.Projected.Sources = append(volume.Projected.Sources, superuser.password)
+		env = append(env,
+			corev1.EnvVar{Name: "BASE_BACKUP_EVERY", Value: strconv.Itoa(int(o.BaseBackupEvery.Seconds()))},
+			corev1.EnvVar{Name: "PGPORT", Value: superuser.port},
+			corev1.EnvVar{Name: "PGUSER", Value: Superuser},
+			corev1.EnvVar{Name: "SUPERUSER_PASSWORD_FILE", Value: ArchiveStoreDir + "/" + superuserPasswordFile},
+		)
+		if o.RetentionPolicy != "" {
+			env = append(env, corev1.EnvVar{Name: "RETENTION_POLICY", Value: o.RetentionPolicy})
+		}
+	}
+	sidecar.Env = append(sidecar.Env, env...)
+	sidecar.VolumeMounts = append(sidecar.VolumeMounts, corev1.VolumeMount{Name: ArchiveStoreVolume, MountPath: ArchiveStoreDir, ReadOnly: true})
+	spec.Volumes = append(spec.Volumes, volume)
+	return nil
+}
+
+// superuser is how the sidecar reaches the server in its pod as the
+// superuser: the port, and its Secret's password as a file.
+type superuser struct {
+	port     string
+	password corev1.VolumeProjection
+}
+
+// superuserOf reads the superuser's settings from the server container's
+// environment (PGPORT, PGPASSWORD from a Secret).
+func superuserOf(spec *corev1.PodSpec, server string) (superuser, error) {
+	var su superuser
+	for _, c := range spec.Containers {
+		if c.Name != server {
+			continue
+		}
+		for _, e := range c.Env {
+			switch {
+			case e.Name == "PGPORT":
+				su.port = e.Value
+			case e.Name == "PGPASSWORD" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+				ref := e.ValueFrom.SecretKeyRef
+				su.password = projectedKey(KeyRef{Name: ref.Name, Key: ref.Key}, superuserPasswordFile)
+			}
+		}
+	}
+	if su.port == "" || su.password.Secret == nil {
+		return su, fmt.Errorf("the server container %q has no PGPORT or no PGPASSWORD from a Secret", server)
+	}
+	return su, nil
+}
+
+// ensureSidecar is the pod's archiver sidecar, added with the queue
+// directory (mounted in the server too) and its temporary directory when
+// the pod has none yet.
+func ensureSidecar(spec *corev1.PodSpec, server, image string) (*corev1.Container, error) {
 	var srv *corev1.Container
 	for i := range spec.Containers {
-		if spec.Containers[i].Name == server {
+		switch spec.Containers[i].Name {
+		case ArchiverContainer:
+			return &spec.Containers[i], nil
+		case server:
 			srv = &spec.Containers[i]
 		}
 	}
 	if srv == nil {
-		return fmt.Errorf("the pod has no container %q", server)
+		return nil, fmt.Errorf("the pod has no container %q", server)
 	}
 	srv.VolumeMounts = append(srv.VolumeMounts, corev1.VolumeMount{Name: ArchiveQueueVolume, MountPath: ArchiveQueueDir})
-
-	sources := []corev1.VolumeProjection{projectedKey(o.AccessKey, accessKeyFile), projectedKey(o.SecretKey, secretKeyFile)}
-	env := []corev1.EnvVar{
-		{Name: "PGDATA", Value: pgdata},
-		{Name: "ARCHIVE_QUEUE", Value: ArchiveQueueDir},
-		{Name: "TMPDIR", Value: "/tmp"},
-		{Name: "HOME", Value: "/tmp"},
-		{Name: "STORE_ENDPOINT", Value: o.Endpoint},
-		{Name: "STORE_BUCKET", Value: o.Bucket},
-		{Name: "STORE_PREFIX", Value: o.Prefix},
-		{Name: "STORE_SERVER", Value: o.Server},
-		{Name: "STORE_REGION", Value: o.Region},
-		{Name: "STORE_PATH_STYLE", Value: strconv.FormatBool(o.PathStyle)},
-		{Name: "STORE_COMPRESSION", Value: o.Compression},
-		{Name: "STORE_ACCESS_KEY_FILE", Value: ArchiveStoreDir + "/" + accessKeyFile},
-		{Name: "STORE_SECRET_KEY_FILE", Value: ArchiveStoreDir + "/" + secretKeyFile},
-	}
-	if ca := caBundle(o); ca != nil {
-		sources = append(sources, *ca)
-		env = append(env, corev1.EnvVar{Name: "STORE_CA_FILE", Value: ArchiveStoreDir + "/" + caFile})
-	}
-	if o.SkipEmptyCheck {
-		env = append(env, corev1.EnvVar{Name: "STORE_SKIP_EMPTY_CHECK", Value: "true"})
-	}
 	spec.Volumes = append(spec.Volumes,
 		corev1.Volume{Name: ArchiveQueueVolume, VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))},
-		}},
-		// 0440: the files' group is the pod's fsGroup, the servers' own
-		// group; nobody else reads the keys.
-		corev1.Volume{Name: ArchiveStoreVolume, VolumeSource: corev1.VolumeSource{
-			Projected: &corev1.ProjectedVolumeSource{Sources: sources, DefaultMode: ptr.To[int32](0o440)},
 		}},
 		corev1.Volume{Name: archiveTmpVolume, VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("256Mi"))},
@@ -127,16 +175,21 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 	)
 	spec.Containers = append(spec.Containers, corev1.Container{
 		Name:    ArchiverContainer,
-		Image:   o.Image,
+		Image:   image,
 		Command: []string{"sh", path.Join(scriptsDir, ArchiverScript)},
-		Env:     env,
+		Env: []corev1.EnvVar{
+			{Name: "PGDATA", Value: pgdata},
+			{Name: "ARCHIVE_QUEUE", Value: ArchiveQueueDir},
+			{Name: "TMPDIR", Value: "/tmp"},
+			{Name: "HOME", Value: "/tmp"},
+		},
 		VolumeMounts: []corev1.VolumeMount{
 			// The data directory at the server's path: the segments' paths
-			// are the server's, and wal-archive.sh records its check there.
+			// are the server's, wal-archive.sh records its check there, and
+			// restored segments are written there.
 			{Name: engine.DataVolume, MountPath: dataMount},
 			{Name: engine.ScriptsVolume, MountPath: scriptsDir, ReadOnly: true},
 			{Name: ArchiveQueueVolume, MountPath: ArchiveQueueDir},
-			{Name: ArchiveStoreVolume, MountPath: ArchiveStoreDir, ReadOnly: true},
 			{Name: archiveTmpVolume, MountPath: "/tmp"},
 		},
 		SecurityContext: containerSecurityContext(),
@@ -145,7 +198,35 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
 		}},
 	})
-	return nil
+	return &spec.Containers[len(spec.Containers)-1], nil
+}
+
+// storeSettings are a store's settings as store.sh reads them, each name
+// prefixed with prefix (STORE_, or SOURCE_STORE_ for the archive a
+// Database recovers from), and the projected volume named volume of its
+// keys and CA bundle, whose files the settings name under dir.
+func storeSettings(prefix, volume, dir string, o ArchiverOptions) ([]corev1.EnvVar, corev1.Volume) {
+	sources := []corev1.VolumeProjection{projectedKey(o.AccessKey, accessKeyFile), projectedKey(o.SecretKey, secretKeyFile)}
+	env := []corev1.EnvVar{
+		{Name: prefix + "ENDPOINT", Value: o.Endpoint},
+		{Name: prefix + "BUCKET", Value: o.Bucket},
+		{Name: prefix + "PREFIX", Value: o.Prefix},
+		{Name: prefix + "SERVER", Value: o.Server},
+		{Name: prefix + "REGION", Value: o.Region},
+		{Name: prefix + "PATH_STYLE", Value: strconv.FormatBool(o.PathStyle)},
+		{Name: prefix + "COMPRESSION", Value: o.Compression},
+		{Name: prefix + "ACCESS_KEY_FILE", Value: dir + "/" + accessKeyFile},
+		{Name: prefix + "SECRET_KEY_FILE", Value: dir + "/" + secretKeyFile},
+	}
+	if ca := caBundle(o); ca != nil {
+		sources = append(sources, *ca)
+		env = append(env, corev1.EnvVar{Name: prefix + "CA_FILE", Value: dir + "/" + caFile})
+	}
+	// 0440: the files' group is the pod's fsGroup, the servers' own
+	// group; nobody else reads the keys.
+	return env, corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: sources, DefaultMode: ptr.To[int32](0o440)},
+	}}
 }
 
 // The store's files are projected optional: a Secret or ConfigMap missing

@@ -48,18 +48,29 @@ func TestTheFenceKillsAHungPrimaryThatCannotShutDown(t *testing.T) {
 	assert.False(t, st.ServerUp)
 	assert.True(t, processExists(primary.Cmd.Process.Pid), "still frozen: the processes are there, bound to die")
 
+	// Fenced again while still frozen (an operator resuming a failover
+	// whose pass failed after the fence): it says what the first did.
+	res, err = ch.client.Fence(context.Background(), host)
+	require.NoError(t, err)
+	assert.Equal(t, "fenced", res.Done)
+	assert.False(t, res.WasRunning)
+	assert.True(t, res.Killed, "SIGKILLed by the first fence, not dead yet")
+	assert.False(t, res.CleanShutdown)
+
 	thaw()
 	p.checkWriteNeverAcknowledged(t, "the server hung")
 	assert.FileExists(t, filepath.Join(h.volume("data-0"), instance.FenceMarker), "the marker that keeps a restart from serving")
 	control := h.controlData(t, "data-0")
 	assert.Regexp(t, `Database cluster state:\s+in production\n`, control, "killed, not shut down: its next start runs crash recovery (or pg_rewind does)")
 
-	// Fenced again: nothing runs, nothing to do.
+	// Fenced again once thawed: nothing runs, nothing to do; it was not
+	// shut down cleanly.
 	res, err = ch.client.Fence(context.Background(), host)
 	require.NoError(t, err)
 	assert.Equal(t, "fenced", res.Done)
 	assert.False(t, res.WasRunning)
 	assert.False(t, res.Killed)
+	assert.False(t, res.CleanShutdown, "its control file says in production")
 }
 
 // A primary whose disk takes no writes (its data volume's file system

@@ -279,10 +279,13 @@ func TestInstanceChannelFailsOverARealPrimary(t *testing.T) {
 	assert.True(t, st.Fenced)
 	assert.NotEmpty(t, st.Error)
 	assert.Nil(t, st.InRecovery)
-	// Fencing again changes nothing; a fenced instance is never promoted.
+	// Fencing again changes nothing, and says the server was shut down
+	// cleanly; a fenced instance is never promoted.
 	res, err = ch.client.Fence(ctx, primaryHost)
 	require.NoError(t, err)
 	assert.False(t, res.WasRunning)
+	assert.True(t, res.CleanShutdown, "its control file holds the first fence's shutdown checkpoint")
+	assert.False(t, res.Killed)
 	_, err = ch.client.Promote(ctx, primaryHost)
 	require.ErrorIs(t, err, instance.ErrFenced)
 

@@ -243,6 +243,9 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 		{Name: "APP_PASSWORD", ValueFrom: secretKey(c.AppSecret, "password")},
 		{Name: "TERMINATION_MESSAGE_PATH", Value: TerminationMessagePath},
 	}
+	if c.ResetAppPassword {
+		env = append(env, corev1.EnvVar{Name: "APP_PASSWORD_RESET", Value: "true"})
+	}
 	env = append(env, superuserEnv(c)...)
 	return withCA(c, engine.Pod{
 		Container: corev1.Container{

@@ -44,6 +44,9 @@ const (
 	// (a CA replaced, a user's CA changed), each with a PEM header
 	// Retired-Until: they stay in the bundle until then.
 	RetiredKey = "retired-ca.crt"
+	// UserCAIntroducedKey is when the CA of a user's certificate that is
+	// not served yet entered the bundle (RFC 3339).
+	UserCAIntroducedKey = "user-ca-introduced"
 )
 
 // Keys of the pods' Secret (those of a kubernetes.io/tls Secret, and
@@ -62,11 +65,16 @@ const (
 // between trust both. A CA that left the bundle's core stays in it for
 // CAOverlap more.
 const (
-	CALifetime     = 5 * 365 * 24 * time.Hour
-	LeafLifetime   = 90 * 24 * time.Hour
-	CAOverlap      = 7 * 24 * time.Hour
-	retiredHeader  = "Retired-Until"
-	clockAllowance = time.Hour // clocks of nodes differ a little
+	CALifetime   = 5 * 365 * 24 * time.Hour
+	LeafLifetime = 90 * 24 * time.Hour
+	CAOverlap    = 7 * 24 * time.Hour
+	// UserCAPropagation is how long the CA of a user's certificate is in
+	// the bundle before the servers present the certificate: the kubelet
+	// refreshes a mounted Secret within about a minute, so a client that
+	// reads ca.crt from its volume trusts the new CA before it meets it.
+	UserCAPropagation = 3 * time.Minute
+	retiredHeader     = "Retired-Until"
+	clockAllowance    = time.Hour // clocks of nodes differ a little
 )
 
 // Hosts are the names a Database's servers answer to: the read-write and
@@ -101,6 +109,9 @@ const (
 	// UserCertificate: the user's certificate is now the one served (new,
 	// or renewed by its issuer).
 	UserCertificate Event = "UserCertificateInstalled"
+	// UserCAIntroduced: the CA of the user's certificate is in the bundle;
+	// the servers present the certificate UserCAPropagation later.
+	UserCAIntroduced Event = "UserCAIntroduced"
 )
 
 // Result is what the two Secrets must hold.
@@ -175,6 +186,14 @@ func Generated(operator, pods map[string][]byte, namespace, name string, hosts [
 // kubernetes.io/tls Secret with ca.crt), checked by CheckUser first. The
 // operator's Secret keeps its CA (a way back to a generated certificate)
 // and the retired CAs.
+//
+// A certificate whose CA the bundle lacks is not served at once: its CA
+// enters the bundle first (beside the CAs there, which stay for
+// CAOverlap), and the servers present it UserCAPropagation later, so
+// that clients verifying with verify-full against a mounted ca.crt never
+// meet a certificate they cannot verify. A first certificate (no client
+// yet) and one from a CA the bundle has (a renewal by the same issuer)
+// are served at once.
 func User(user, operator, pods map[string][]byte, now time.Time) *Result {
 	res := &Result{Operator: map[string][]byte{}, Pods: map[string][]byte{TLSCertKey: user[TLSCertKey], TLSKeyKey: user[TLSKeyKey]}}
 	for _, k := range []string{CACertKey, CAKeyKey, NextCACertKey, NextCAKeyKey} {
@@ -182,15 +201,53 @@ func User(user, operator, pods map[string][]byte, now time.Time) *Result {
 			res.Operator[k] = v
 		}
 	}
+	userCAs := splitPEM(user[BundleKey])
+	switching := len(pods[TLSCertKey]) > 0 && !bytes.Equal(pods[TLSCertKey], user[TLSCertKey])
+	if introduced, waiting := userCAWait(operator, pods, userCAs, now); switching && waiting {
+		// Serve what is served; publish the user's CA.
+		res.Pods[TLSCertKey], res.Pods[TLSKeyKey] = pods[TLSCertKey], pods[TLSKeyKey]
+		if introduced.IsZero() {
+			introduced = now
+			res.Events = append(res.Events, UserCAIntroduced)
+		}
+		res.Operator[UserCAIntroducedKey] = []byte(introduced.UTC().Format(time.RFC3339))
+		res.NotAfter = parseCert(pods[TLSCertKey]).NotAfter
+		res.Next = introduced.Add(UserCAPropagation)
+		bundle(res, operator, pods, userCAs, now)
+		res.Changed = !maps.EqualFunc(res.Operator, operator, bytes.Equal) || !maps.EqualFunc(res.Pods, pods, bytes.Equal)
+		return res
+	}
 	if !bytes.Equal(pods[TLSCertKey], user[TLSCertKey]) {
 		res.Events = append(res.Events, UserCertificate)
 	}
 	leaf := parseCert(user[TLSCertKey])
 	res.NotAfter = leaf.NotAfter
 	res.Next = leaf.NotAfter
-	bundle(res, operator, pods, splitPEM(user[BundleKey]), now)
+	bundle(res, operator, pods, userCAs, now)
 	res.Changed = !maps.EqualFunc(res.Operator, operator, bytes.Equal) || !maps.EqualFunc(res.Pods, pods, bytes.Equal)
 	return res
+}
+
+// userCAWait says whether the user's CAs must wait in the bundle before
+// their certificate is served, and since when they are there (zero: not
+// yet, or not all of them: they enter now).
+func userCAWait(operator, pods map[string][]byte, userCAs [][]byte, now time.Time) (introduced time.Time, waiting bool) {
+	inBundle := map[string]bool{}
+	for _, b := range pemBlocks(pods[BundleKey]) {
+		inBundle[string(b.Bytes)] = true
+	}
+	for _, c := range userCAs {
+		for _, b := range pemBlocks(c) {
+			if !inBundle[string(b.Bytes)] {
+				return time.Time{}, true
+			}
+		}
+	}
+	since, err := time.Parse(time.RFC3339, string(operator[UserCAIntroducedKey]))
+	if err != nil {
+		return time.Time{}, false // in the bundle before this switch: trusted already
+	}
+	return since, now.Before(since.Add(UserCAPropagation))
 }
 
 // bundle sets the pods' ca.crt: the core CAs, then every CA the previous

@@ -109,7 +109,7 @@ func TestACAChangeKeepsBothCAsInTheBundleWhileClientsCatchUp(t *testing.T) {
 	assert.NotContains(t, settled.Operator, RetiredKey)
 }
 
-func TestTheUsersCertificateIsCheckedAndItsOldCAKeptForAWhile(t *testing.T) {
+func TestTheUsersCertificateIsCheckedAndServedOnceItsCAHadTimeToReachTheClients(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	required := []string{"db-rw", "db-0.db-headless"}
 	userCA, err := NewCA("ns", "user", now)
@@ -145,19 +145,45 @@ func TestTheUsersCertificateIsCheckedAndItsOldCAKeptForAWhile(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want, name)
 	}
 
-	// Replacing a generated certificate: the generated CA stays in the
-	// bundle for CAOverlap.
+	// Replacing a generated certificate: the user's CA enters the bundle
+	// first, beside the generated one, while the generated certificate is
+	// still served; UserCAPropagation later the user's certificate is
+	// served, and the generated CA stays in the bundle for CAOverlap from
+	// when it left the core.
 	gen, err := Generated(nil, nil, "ns", "db", hosts, now)
 	require.NoError(t, err)
-	res := User(user, gen.Operator, gen.Pods, now)
+	intro := User(user, gen.Operator, gen.Pods, now)
+	assert.Equal(t, []Event{UserCAIntroduced}, intro.Events)
+	assert.Equal(t, gen.Pods[TLSCertKey], intro.Pods[TLSCertKey], "the generated certificate, still")
+	assert.Len(t, pemBlocks(intro.Pods[BundleKey]), 2, "both CAs in ca.crt")
+	assert.Equal(t, now.Add(UserCAPropagation), intro.Next)
+	assert.Equal(t, parseCert(gen.Pods[TLSCertKey]).NotAfter, intro.NotAfter, "what is served")
+
+	meanwhile := User(user, intro.Operator, intro.Pods, now.Add(time.Minute))
+	assert.False(t, meanwhile.Changed, "a look before the time changes nothing")
+	assert.Empty(t, meanwhile.Events)
+
+	res := User(user, intro.Operator, intro.Pods, now.Add(UserCAPropagation))
 	assert.Equal(t, []Event{UserCertificate}, res.Events)
 	assert.Equal(t, crt, res.Pods[TLSCertKey])
 	assert.Len(t, pemBlocks(res.Pods[BundleKey]), 2)
 	assert.Equal(t, gen.Operator[CAKeyKey], res.Operator[CAKeyKey], "the generated CA is kept, a way back")
+	assert.NotContains(t, res.Operator, UserCAIntroducedKey)
 	assert.Equal(t, now.Add(CAOverlap), res.Next)
 	later := User(user, res.Operator, res.Pods, now.Add(CAOverlap+time.Minute))
 	assert.Equal(t, userCA.CertPEM, later.Pods[BundleKey])
 	assert.Empty(t, later.Events)
+
+	// A renewal by the same CA, and a first certificate (no client
+	// yet), are served at once.
+	crt2, key2, err := userCA.IssueServer([]string{"db-rw", "db-rw.ns.svc", "db-0.db-headless"}, now.Add(CAOverlap))
+	require.NoError(t, err)
+	renewed := User(map[string][]byte{TLSCertKey: crt2, TLSKeyKey: key2, BundleKey: userCA.CertPEM}, later.Operator, later.Pods, now.Add(CAOverlap+2*time.Minute))
+	assert.Equal(t, []Event{UserCertificate}, renewed.Events)
+	assert.Equal(t, crt2, renewed.Pods[TLSCertKey])
+	first := User(user, nil, nil, now)
+	assert.Equal(t, []Event{UserCertificate}, first.Events)
+	assert.Equal(t, crt, first.Pods[TLSCertKey])
 }
 
 func keys(m map[string][]byte) []string {

@@ -58,6 +58,24 @@ type PodTemplate struct {
 	RunAsUser *int64 `json:"runAsUser,omitempty"`
 }
 
+// Place applies the node selection, tolerations, affinity (a copy) and
+// priority to a pod's spec (nil: nothing). A kind that spreads its pods
+// adds its anti-affinity to spec.Affinity afterwards.
+func (t *PodTemplate) Place(spec *corev1.PodSpec) {
+	if t == nil {
+		return
+	}
+	if len(t.NodeSelector) > 0 {
+		spec.NodeSelector = make(map[string]string, len(t.NodeSelector))
+		for k, v := range t.NodeSelector {
+			spec.NodeSelector[k] = string(v)
+		}
+	}
+	spec.Tolerations = t.Tolerations
+	spec.PriorityClassName = t.PriorityClassName
+	spec.Affinity = t.Affinity.DeepCopy()
+}
+
 // DatabaseSpec is the seed's SampleDB (name, port, storage-size, image,
 // replicas, with their names and meaning kept) plus optional settings with
 // safe defaults.
@@ -68,6 +86,8 @@ type PodTemplate struct {
 // +kubebuilder:validation:XValidation:rule="self.engine != 'PostgreSQL' || !has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['port', 'listen_addresses', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories'])",message="parameters: port, listen_addresses, data_directory, hba_file, ident_file, config_file and unix_socket_directories are set by the operator (use spec.port for the port)"
 // +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.storage) || !has(self.backup.storage.objectStore) || (self.engine == 'PostgreSQL' && (!has(self.parameters) || !self.parameters.exists(k, k.lowerAscii() in ['archive_mode', 'archive_command', 'archive_library', 'archive_timeout'])))",message="backup.storage.objectStore: the operator sets archive_mode, archive_command, archive_library and archive_timeout for it (use backup.storage.objectStore.archiveTimeout), and it archives PostgreSQL only"
 // +kubebuilder:validation:XValidation:rule="has(self.fromBackup) == has(oldSelf.fromBackup) && (!has(self.fromBackup) || self.fromBackup == oldSelf.fromBackup)",message="fromBackup is set at creation only: the Database was (or was not) restored from it when it was made"
+// +kubebuilder:validation:XValidation:rule="has(self.recovery) == has(oldSelf.recovery) && (!has(self.recovery) || self.recovery == oldSelf.recovery)",message="recovery is set at creation only: the Database was (or was not) recovered from that archive when it was made"
+// +kubebuilder:validation:XValidation:rule="!has(self.recovery) || (self.engine == 'PostgreSQL' && !has(self.fromBackup))",message="recovery needs engine PostgreSQL, and excludes fromBackup: a new Database starts from one source"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change: the existing volumes keep their StorageClass (make a new Database to move the data)"
 type DatabaseSpec struct {
 	// Name is the database to create (the app role that owns it has the
@@ -169,6 +189,13 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'fromBackup must be the name of a DatabaseBackup (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"
 	// +optional
 	FromBackup string `json:"fromBackup,omitempty"`
+
+	// Recovery makes this new Database from an archive in an object
+	// store, replayed to a point in time (PostgreSQL only;
+	// docs/guides/database-backup.md, Point-in-time recovery). Set at
+	// creation only.
+	// +optional
+	Recovery *Recovery `json:"recovery,omitempty"`
 
 	// DeletionPolicy says what deleting the Database does with its data:
 	// Snapshot (default) takes a final DatabaseBackup, then removes the
@@ -691,6 +718,24 @@ type DatabaseStatus struct {
 	// +optional
 	Clones []StandbyClone `json:"clones,omitempty"`
 
+	// RecoverableFrom is the earliest moment a Database recovered from this
+	// one's archive can reach: the end of the archive's oldest base backup
+	// (spec.backup.storage.objectStore; the primary's instance agent
+	// reports it, so with failover on).
+	// +optional
+	RecoverableFrom *metav1.Time `json:"recoverableFrom,omitempty"`
+
+	// RecoverableUntil is when the primary last archived a WAL segment:
+	// what was committed before that segment was switched is in the
+	// archive. Updated at most every 30 s.
+	// +optional
+	RecoverableUntil *metav1.Time `json:"recoverableUntil,omitempty"`
+
+	// BaseBackups is what the primary's archiver last found in the
+	// archive.
+	// +optional
+	BaseBackups *BaseBackupsStatus `json:"baseBackups,omitempty"`
+
 	// Conditions: Ready, Initialized (the init Job created the database
 	// and its role), StorageBound (every replica's volume is bound),
 	// StorageResized (volumes request storage-size), VersionKnown,
@@ -745,6 +790,41 @@ type UpgradeStatus struct {
 	// FailureReason says why an upgrade was rolled back.
 	// +optional
 	FailureReason string `json:"failureReason,omitempty"`
+}
+
+// BaseBackupsStatus is an archive's finished base backups.
+type BaseBackupsStatus struct {
+	// Count of finished base backups.
+	Count int32 `json:"count"`
+	// Oldest and Newest of them.
+	// +optional
+	Oldest *BaseBackupRecord `json:"oldest,omitempty"`
+	// +optional
+	Newest *BaseBackupRecord `json:"newest,omitempty"`
+	// LastError is why the last base backup failed; empty once one
+	// succeeds.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+	// CheckedTime is when the archiver last looked.
+	// +optional
+	CheckedTime *metav1.Time `json:"checkedTime,omitempty"`
+}
+
+// BaseBackupRecord is one base backup in an archive.
+type BaseBackupRecord struct {
+	// Name (base-<UTC time> for those the primary takes) and ID
+	// (Barman's).
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// BeginTime and EndTime; a recovery from it can reach any moment
+	// after EndTime.
+	BeginTime metav1.Time `json:"beginTime"`
+	EndTime   metav1.Time `json:"endTime"`
+	// BeginLSN and EndLSN are its WAL positions.
+	BeginLSN string `json:"beginLSN"`
+	EndLSN   string `json:"endLSN"`
+	// Timeline it was taken on.
+	Timeline int64 `json:"timeline"`
 }
 
 // BackupStatus is what the operator knows of a Database's backups.
@@ -803,6 +883,8 @@ type BackupStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`,priority=1
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.primary`,priority=1
 // +kubebuilder:printcolumn:name="Archiving",type=string,JSONPath=`.status.conditions[?(@.type=="WALArchiving")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Recoverable From",type=string,JSONPath=`.status.recoverableFrom`,priority=1
+// +kubebuilder:printcolumn:name="Recoverable Until",type=string,JSONPath=`.status.recoverableUntil`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it names the Database's Services"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet's pods and Services add suffixes to it and must stay within 63"

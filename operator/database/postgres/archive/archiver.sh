@@ -1,13 +1,32 @@
 # The archiver sidecar of a server pod: serves the requests wal-handoff.sh
-# (the server's archive_command) writes into the queue directory both
-# containers mount, each with wal-archive.sh (Barman Cloud), one at a
-# time, and answers <id>.done or <id>.failed (the end of wal-archive.sh's
-# output: why).
+# (the server's archive_command and, while it recovers from an archive,
+# its restore_command) writes into the queue directory both containers
+# mount, one at a time. An archive request (<id>.req) runs wal-archive.sh
+# (Barman Cloud) and is answered <id>.done or <id>.failed (the end of
+# wal-archive.sh's output: why); a restore request (<id>.restore) runs
+# wal-restore.sh against the source archive and is answered <id>.done,
+# <id>.missing (not in the archive) or <id>.failed.
 #
-# The environment: the store's settings (store.sh); PGDATA, the server's
-# data directory, mounted here at the same path as in the server's
-# container (wal-archive.sh records there that the archive was checked
-# empty); ARCHIVE_QUEUE, the queue directory.
+# The environment: the store's settings (store.sh) of the Database's own
+# archive, if it archives; those of the archive it recovers from, if it
+# does, as SOURCE_STORE_* (SOURCE_STORE_BUCKET, ...); PGDATA, the
+# server's data directory, mounted here at the same path as in the
+# server's container (wal-archive.sh records there that the archive was
+# checked empty, and restored files are written there); ARCHIVE_QUEUE,
+# the queue directory.
+#
+# Base backups: with BASE_BACKUP_EVERY (seconds) and the server's
+# superuser (PGPORT, PGUSER, SUPERUSER_PASSWORD_FILE: a file holding its
+# password), a loop beside the queue's takes a base backup (base-backup.sh,
+# named base-<UTC time>) whenever this server is the primary and the
+# archive holds no base backup of that kind newer than BASE_BACKUP_EVERY:
+# at once when archiving starts into an archive without one, then at that
+# interval, and after a failover by the new primary's sidecar. It looks
+# every BASE_BACKUP_CHECK seconds (default 300); a failed backup is tried
+# again at the next look. It runs apart from the queue: a base backup ends
+# only once the server's last segment is archived, through the queue.
+# After each base backup, with RETENTION_POLICY (Barman's), expire.sh
+# deletes the backups and WAL the policy no longer needs.
 #
 # It runs beside every server, primary or standby; only a primary asks
 # (archive_mode = on archives nothing during recovery). Asked to stop
@@ -21,19 +40,154 @@ queue=$ARCHIVE_QUEUE
 grace=${ARCHIVER_STOP_GRACE:-45}
 mkdir -p "$queue"
 
+# from_source runs a command with the source archive's settings as the
+# store's.
+from_source() {
+  (
+    for v in ENDPOINT BUCKET PREFIX SERVER REGION PATH_STYLE CA_FILE ACCESS_KEY_FILE SECRET_KEY_FILE; do
+      eval "unset STORE_$v; [ -z \"\${SOURCE_STORE_$v+set}\" ] || export STORE_$v=\"\$SOURCE_STORE_$v\""
+    done
+    "$@"
+  )
+}
+# check_store says why the store cannot be used, if it cannot.
+check_store() {
+  (. "$here/store.sh" && trap store_cleanup EXIT && store_setup) 2>&1
+}
+
 # Settings that cannot work (a Secret not there yet) are said at once,
 # but the archiver runs on and answers each request with the reason: a
 # container that exits would take the pod, and the server, out of its
 # Services. A Secret created later appears in its volume.
-if ! err=$( (. "$here/store.sh" && trap store_cleanup EXIT && store_setup) 2>&1); then
+if [ -n "${STORE_BUCKET:-}" ] && ! err=$(check_store); then
   echo "deckhand: archiving cannot work until this is fixed (every segment fails, and PostgreSQL keeps it): $err" >&2
+fi
+if [ -n "${SOURCE_STORE_BUCKET:-}" ] && ! err=$(from_source check_store); then
+  echo "deckhand: recovery from the source archive cannot work until this is fixed (the server waits, and its recovery is tried again): $err" >&2
+fi
+
+# superuser_env: libpq's settings for the server in this pod, as its
+# superuser, with the password in a pgpass file of a private directory
+# (never in the environment of a process or on a command line).
+superuser_env() {
+  pgpass_dir=$(mktemp -d)
+  chmod 700 "$pgpass_dir"
+  pw=$(cat "$SUPERUSER_PASSWORD_FILE") || return 1
+  # pgpass escapes ':' and backslashes.
+  printf '127.0.0.1:%s:*:%s:%s\n' "$PGPORT" "$PGUSER" "$(printf '%s' "$pw" | sed 's/[\\:]/\\&/g')" >"$pgpass_dir/pgpass"
+  unset pw
+  chmod 600 "$pgpass_dir/pgpass"
+  export PGHOST=127.0.0.1 PGPASSFILE="$pgpass_dir/pgpass" PGCONNECT_TIMEOUT=10
+}
+
+# base_backup_due: this server is the primary, and the archive's newest
+# base-* backup is older than BASE_BACKUP_EVERY (or there is none). Names
+# carry their UTC time, so they compare as strings. Exit 2: the server
+# does not answer (yet). On the primary it also writes what the archive
+# holds into deckhand-base-backups.json beside PGDATA (summarize), which
+# the instance agent reports to the operator.
+base_backup_due() {
+  role=$(psql -X -A -t -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null) || return 2
+  [ "$role" = f ] || return 1
+  newest=$(summarize) || return 1
+  [ "$newest" \< "base-$(date -u -d "@$(($(date +%s) - BASE_BACKUP_EVERY))" +%Y%m%dT%H%M%SZ)" ]
+}
+
+# summarize writes the archive's finished base backups, the oldest and
+# the newest with their times and LSNs (read through Barman's own
+# catalogue, with zones), and the last failure (BASE_BACKUP_ERROR, from
+# $summary_error when set) into deckhand-base-backups.json beside PGDATA,
+# in one rename; it prints the newest base-* backup's name.
+summarize() {
+  (
+    . "$here/store.sh"
+    trap store_cleanup EXIT
+    store_setup
+    # shellcheck disable=SC2086
+    SUMMARY_FILE=$(dirname "$PGDATA")/deckhand-base-backups.json BASE_BACKUP_ERROR=${summary_error:-} \
+      python3 - $store_endpoint "$store_url" "$STORE_SERVER" <<'PY'
+import datetime, json, os, sys
+
+from barman import xlog
+from barman.clients.cloud_cli import UrlArgumentType, create_argument_parser
+from barman.cloud import CloudBackupCatalog
+from barman.cloud_providers import get_cloud_interface
+from barman.infofile import BackupInfo
+
+parser, _, _ = create_argument_parser(description="deckhand", source_or_destination=UrlArgumentType.source)
+config = parser.parse_args(sys.argv[1:])
+catalog = CloudBackupCatalog(get_cloud_interface(config), config.server_name)
+done = sorted((b for b in catalog.get_backup_list().values() if b.status == BackupInfo.DONE),
+              key=lambda b: xlog.parse_lsn(b.end_xlog))
+utc = datetime.timezone.utc
+
+def when(t):
+    return t.astimezone(utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def backup(b):
+    return {"name": b.backup_name or "", "id": b.backup_id, "beginTime": when(b.begin_time), "endTime": when(b.end_time),
+            "beginLSN": b.begin_xlog, "endLSN": b.end_xlog, "timeline": b.timeline}
+
+summary = {"checkedAt": when(datetime.datetime.now(utc)), "count": len(done)}
+if done:
+    summary["oldest"], summary["newest"] = backup(done[0]), backup(done[-1])
+if os.environ.get("BASE_BACKUP_ERROR"):
+    summary["error"] = os.environ["BASE_BACKUP_ERROR"][-1000:]
+path = os.environ["SUMMARY_FILE"]
+with open(path + ".tmp", "w") as f:
+    json.dump(summary, f)
+os.rename(path + ".tmp", path)
+print(max([b.backup_name for b in done if (b.backup_name or "").startswith("base-")], default=""))
+PY
+  )
+}
+
+base_backups() {
+  superuser_env || { echo "deckhand: base backups cannot run: cannot read $SUPERUSER_PASSWORD_FILE" >&2; return; }
+  while :; do
+    due=0
+    base_backup_due || due=$?
+    if [ "$due" -eq 2 ]; then
+      sleep 5
+      continue
+    fi
+    if [ "$due" -eq 0 ]; then
+      name=base-$(date -u +%Y%m%dT%H%M%SZ)
+      echo "deckhand: taking base backup $name" >&2
+      if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
+        summary_error=
+        printf 'deckhand: base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
+        if [ -z "${RETENTION_POLICY:-}" ]; then
+          :
+        elif out=$(sh "$here/expire.sh" 2>&1); then
+          printf '%s\n' "$out" >&2
+        else
+          printf 'deckhand: the retention policy could not be applied (tried again after the next base backup):\n%s\n' "$out" >&2
+        fi
+      else
+        summary_error="base backup $name failed at $(date -u +%Y-%m-%dT%H:%M:%SZ): $(printf '%s\n' "$out" | tail -n 3 | tr '\n' ' ')"
+        printf 'deckhand: base backup %s failed (tried again in %ss):\n%s\n' "$name" "${BASE_BACKUP_CHECK:-300}" "$out" >&2
+      fi
+      # What the archive holds now, and the failure if there was one. A
+      # failed look is said: the status keeps the previous one until the
+      # next look.
+      summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+    fi
+    sleep "${BASE_BACKUP_CHECK:-300}"
+  done
+}
+
+if [ -n "${BASE_BACKUP_EVERY:-}" ] && [ -n "${STORE_BUCKET:-}" ]; then
+  base_backups &
+  backups_pid=$!
 fi
 
 stopping=0
 trap 'stopping=1' TERM INT
-trap 'rm -f "$queue/archiver-ready"' EXIT
+trap 'rm -f "$queue/archiver-ready"; [ -z "${backups_pid:-}" ] || kill "$backups_pid" 2>/dev/null' EXIT
 : >"$queue/archiver-ready"
-echo "deckhand: archiver ready: s3://${STORE_BUCKET:-}${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}" >&2
+[ -z "${STORE_BUCKET:-}" ] || echo "deckhand: archiver ready: s3://$STORE_BUCKET${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}" >&2
+[ -z "${SOURCE_STORE_BUCKET:-}" ] || echo "deckhand: archiver ready to restore from s3://$SOURCE_STORE_BUCKET${SOURCE_STORE_PREFIX:+/${SOURCE_STORE_PREFIX%/}}/${SOURCE_STORE_SERVER:-} ${SOURCE_STORE_ENDPOINT:-(AWS S3)}" >&2
 
 # answer moves a result into place in one step.
 answer() {
@@ -65,6 +219,34 @@ while :; do
     rm -f "$queue/$id.work"
     took=1
   done
+  for req in "$queue"/*.restore; do
+    [ -f "$req" ] || continue
+    id=${req##*/}
+    id=${id%.restore}
+    mv "$req" "$queue/$id.work" 2>/dev/null || continue
+    { read -r name && read -r into; } <"$queue/$id.work" || { rm -f "$queue/$id.work"; continue; }
+    rc=0
+    out=$(cd "$PGDATA" && from_source sh "$here/wal-restore.sh" "$name" "$into" 2>&1) || rc=$?
+    case $rc in
+      0)
+        : >"$queue/.$id.res"
+        answer "$id" done
+        echo "deckhand: restored $name" >&2
+        ;;
+      1)
+        : >"$queue/.$id.res"
+        answer "$id" missing
+        echo "deckhand: $name is not in the source archive" >&2
+        ;;
+      *)
+        printf '%s\n' "$out" | tail -n 20 >"$queue/.$id.res"
+        answer "$id" failed
+        printf 'deckhand: could not restore %s (wal-restore.sh exited %s):\n%s\n' "$name" "$rc" "$out" >&2
+        ;;
+    esac
+    rm -f "$queue/$id.work"
+    took=1
+  done
   if [ "$stopping" = 1 ]; then
     [ -n "$deadline" ] || deadline=$(($(date +%s) + grace))
     if [ ! -f "$PGDATA/postmaster.pid" ] || [ "$(date +%s)" -ge "$deadline" ]; then
@@ -76,6 +258,6 @@ while :; do
   # minute or so.
   ticks=$((ticks + 1))
   if [ $((ticks % 300)) -eq 0 ]; then
-    find "$queue" -maxdepth 1 \( -name '*.done' -o -name '*.failed' \) -mmin +10 -exec rm -f {} + 2>/dev/null || true
+    find "$queue" -maxdepth 1 \( -name '*.done' -o -name '*.missing' -o -name '*.failed' \) -mmin +10 -exec rm -f {} + 2>/dev/null || true
   fi
 done

@@ -6,7 +6,8 @@
 #
 # The environment: the store's settings of the source's archive
 # (store.sh); PGDATA, the empty (or absent) directory to fill; the
-# server's pg_waldump on PATH; exactly one target:
+# server's pg_waldump on PATH; at most one target (none: the end of the
+# archive, every transaction it holds):
 #   RECOVERY_TARGET_TIME        a time, RFC 3339 (2026-11-28T18:50:01.5Z)
 #   RECOVERY_TARGET_LSN         a WAL position (0/3000060)
 #   RECOVERY_TARGET_NAME        a restore point (base-backup.sh makes one
@@ -18,8 +19,9 @@
 # target, recovery_target_inclusive = off), RECOVERY_TARGET_TIMELINE
 # (latest, the default; current; or a number), BACKUP_ID (the base backup
 # to start from; chosen for a time or LSN target, otherwise the backup of
-# that name or the newest), RESTORE_SCRIPTS_DIR (where the server finds
-# wal-restore.sh; default this script's directory).
+# that name or the newest), RESTORE_COMMAND (the server's
+# restore_command; default wal-restore.sh in RESTORE_SCRIPTS_DIR, which
+# defaults to this script's directory).
 #
 # A time or LSN target outside what the archive can recover (before the
 # end of the oldest base backup, after the last transaction archived) is
@@ -38,7 +40,7 @@ case ${RECOVERY_TARGET_IMMEDIATE:-false} in
   false) ;;
   *) store_fail "RECOVERY_TARGET_IMMEDIATE is '$RECOVERY_TARGET_IMMEDIATE', not true or false" ;;
 esac
-[ "$targets" -eq 1 ] || store_fail "exactly one recovery target is needed (a time, an LSN, a restore point's name, a transaction ID or immediate); $targets are set"
+[ "$targets" -le 1 ] || store_fail "at most one recovery target may be set (a time, an LSN, a restore point's name, a transaction ID or immediate; none: the end of the archive); $targets are set"
 case ${RECOVERY_TARGET_EXCLUSIVE:-false} in
   true) inclusive=off ;;
   false) inclusive=on ;;
@@ -163,9 +165,12 @@ elif env.get("RECOVERY_TARGET_XID"):
         fail("RECOVERY_TARGET_XID '%s' is not a transaction ID" % env["RECOVERY_TARGET_XID"])
     chosen = backups[-1]
     print("setting=recovery_target_xid=%s" % env["RECOVERY_TARGET_XID"])
-else:
+elif env.get("RECOVERY_TARGET_IMMEDIATE") == "true":
     chosen = backups[-1]
     print("setting=recovery_target=immediate")
+else:
+    # No target: replay everything the archive holds.
+    chosen = backups[-1]
 if env.get("BACKUP_ID"):
     given = [b for b in backups if b.backup_id == env["BACKUP_ID"] or b.backup_name == env["BACKUP_ID"]]
     if not given:
@@ -177,7 +182,11 @@ PY
 )
 backup=$(printf '%s\n' "$plan" | sed -n 's/^backup=//p')
 setting=$(printf '%s\n' "$plan" | sed -n 's/^setting=//p')
-echo "deckhand: recovering $store_url/$STORE_SERVER from base backup $backup to ${setting%%=*} ${setting#*=}" >&2
+if [ -n "$setting" ]; then
+  echo "deckhand: recovering $store_url/$STORE_SERVER from base backup $backup to ${setting%%=*} ${setting#*=}" >&2
+else
+  echo "deckhand: recovering $store_url/$STORE_SERVER from base backup $backup to the end of the archive" >&2
+fi
 printf '%s\n' "$plan" | sed -n 's/^window=/deckhand: the archive can recover /p' >&2
 
 mkdir -p "$PGDATA"
@@ -189,16 +198,18 @@ mkdir -p "$PGDATA/pg_wal"
 rm -f "$PGDATA/deckhand-archive-checked"
 
 # Recovery settings replace any the backup carried (a source that was
-# itself recovered), so exactly one target is set.
+# itself recovered), so at most one target is set. The source's standby
+# settings go too: this server follows nobody, and waits for no
+# synchronous standby of the source's.
 conf="$PGDATA/postgresql.auto.conf"
 touch "$conf"
-grep -v -E '^[[:space:]]*(restore_command|recovery_target[a-z_]*)[[:space:]]*=' "$conf" >"$conf.tmp" || true
+grep -v -E '^[[:space:]]*(restore_command|recovery_target[a-z_]*|primary_conninfo|primary_slot_name|synchronous_standby_names)[[:space:]]*=' "$conf" >"$conf.tmp" || true
 quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"; }
 scripts=${RESTORE_SCRIPTS_DIR:-$(cd "$here" && pwd)}
 {
   echo "# deckhand: point-in-time recovery from $store_url/$STORE_SERVER, base backup $backup"
-  echo "restore_command = $(quote "sh $scripts/wal-restore.sh %f %p")"
-  echo "${setting%%=*} = $(quote "${setting#*=}")"
+  echo "restore_command = $(quote "${RESTORE_COMMAND:-sh $scripts/wal-restore.sh %f %p}")"
+  [ -z "$setting" ] || echo "${setting%%=*} = $(quote "${setting#*=}")"
   echo "recovery_target_inclusive = $inclusive"
   echo "recovery_target_timeline = $(quote "$timeline")"
   echo "recovery_target_action = 'promote'"

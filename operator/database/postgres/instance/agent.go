@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lib/pq"
@@ -235,7 +236,36 @@ func (a *Agent) Status(ctx context.Context) Status {
 	st.AwaitingRole = a.roleQuestion() != ""
 	st.DataDirectoryError = a.dataDirectoryError()
 	st.Detached = a.detached()
+	if st.Role == RolePrimary {
+		st.BaseBackups = a.baseBackups()
+	}
+	st.DataVolume = volumeUsage(filepath.Dir(filepath.Clean(a.cfg.DataDir)))
 	return st
+}
+
+// volumeUsage is the size and free space (to an unprivileged user) of the
+// file system that holds dir; nil when it cannot be read.
+func volumeUsage(dir string) *VolumeUsage {
+	var fs syscall.Statfs_t
+	if syscall.Statfs(dir, &fs) != nil {
+		return nil
+	}
+	return &VolumeUsage{TotalBytes: int64(fs.Blocks) * fs.Bsize, FreeBytes: int64(fs.Bavail) * fs.Bsize}
+}
+
+// baseBackups reads what the archiver sidecar last found in the archive
+// (BaseBackupsFile beside PGDATA); nil when it has not written it, or it
+// cannot be read.
+func (a *Agent) baseBackups() *BaseBackups {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Clean(a.cfg.DataDir)), BaseBackupsFile))
+	if err != nil {
+		return nil
+	}
+	var bb BaseBackups
+	if json.Unmarshal(b, &bb) != nil {
+		return nil
+	}
+	return &bb
 }
 
 // dataDirectoryError says why PGDATA cannot be read ("": it can, or it
@@ -301,12 +331,15 @@ type ActionResult struct {
 	// CleanShutdown (a fence): the server stopped with a shutdown
 	// checkpoint (pg_rewind's precondition); false when it did not answer
 	// or the fast shutdown did not end within its bound, and it was
-	// stopped at once.
+	// stopped at once. For a server found stopped, what its control file
+	// says.
 	CleanShutdown bool `json:"cleanShutdown,omitempty"`
 	// Killed (a fence): not even an immediate shutdown ended the server
 	// within ImmediateStopWait (it is hung: frozen, or stuck on its
 	// storage), so every process of it was sent SIGKILL. Each is gone or
-	// dies the moment it runs again, before it answers a client.
+	// dies the moment it runs again, before it answers a client. A fence
+	// again finds such a server stopped, and says Killed while its
+	// processes have not died yet.
 	Killed bool `json:"killed,omitempty"`
 	// MarkerPending (a fence): the fence marker's write had not ended
 	// within FenceMarkerWait (the disk takes no writes); it lands when
@@ -422,7 +455,7 @@ func (a *Agent) fence(ctx context.Context, why string) ActionResult {
 	if err != nil {
 		return ActionResult{Error: "writing the fence marker: " + err.Error(), Status: a.Status(ctx)}
 	}
-	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), CleanShutdown: true, MarkerPending: !landed}
+	res := ActionResult{Done: "fenced", WasRunning: a.postmasterRunning(), MarkerPending: !landed}
 	if !landed {
 		a.cfg.Log.Warn("the fence marker is not written yet (the disk takes no writes): stopping the server anyway", "pod", a.cfg.Pod, "waited", FenceMarkerWait.String())
 	}
@@ -445,8 +478,22 @@ func (a *Agent) fence(ctx context.Context, why string) ActionResult {
 	}
 	if res.Error == "" {
 		res.FinalLSN = a.shutdownCheckpoint(ctx)
+		if !res.WasRunning {
+			res.CleanShutdown, res.Killed = stoppedBefore(res.FinalLSN, a.postmasterPID())
+		}
 	}
 	return res
+}
+
+// stoppedBefore says how a server this fence found stopped had stopped:
+// cleanly (its control file holds a shutdown checkpoint, at finalLSN), or
+// SIGKILLed by an earlier stop and not dead yet (a hung process acts on
+// it only when it runs again). An operator that fences again, after a
+// pass that failed once the first fence was done, must hear what the
+// first one did, not "stopped cleanly".
+func stoppedBefore(finalLSN LSN, postmaster int) (clean, killed bool) {
+	killed = postmaster > 0 && processAlive(postmaster) && processDoomed(postmaster)
+	return finalLSN != 0 && !killed, killed
 }
 
 // serveUnfence removes the marker; it does not start the server (its

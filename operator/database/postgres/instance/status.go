@@ -80,6 +80,13 @@ type Status struct {
 	// Archiver is the server's pg_stat_archiver, on a primary whose
 	// archive_mode is not off; nil otherwise.
 	Archiver *ArchiverStatus `json:"archiver,omitempty"`
+	// BaseBackups is what the archiver sidecar of a primary last found in
+	// its archive (BaseBackupsFile); nil on a standby, or before the
+	// sidecar looked.
+	BaseBackups *BaseBackups `json:"baseBackups,omitempty"`
+	// DataVolume is the size and free space of the file system that holds
+	// the data directory (pg_wal among it); nil when it cannot be read.
+	DataVolume *VolumeUsage `json:"dataVolume,omitempty"`
 	// WALFlushStalledSince (a primary): since when WAL has waited to be
 	// flushed with the flush position not moving, as the agent's reads
 	// found it; nil when nothing waits or the position moves. See
@@ -114,7 +121,10 @@ SELECT r.rec,
   coalesce(a.last_failed_wal, ''), a.last_failed_time,
   CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_insert_lsn()::text END,
   CASE WHEN NOT r.rec THEN pg_catalog.pg_current_wal_flush_lsn()::text END,
-  EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE wait_event IN ('WALWrite', 'WALSync', 'WALInitWrite', 'WALInitSync'))
+  EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE wait_event IN ('WALWrite', 'WALSync', 'WALInitWrite', 'WALInitSync')),
+  CASE WHEN NOT r.rec AND pg_catalog.current_setting('archive_mode') <> 'off'
+    THEN (SELECT count(*) FROM pg_catalog.pg_ls_archive_statusdir() WHERE name ~ '^[0-9A-F]{24}[.]ready$') END,
+  (SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'wal_segment_size')
 FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r, pg_catalog.pg_stat_archiver a`
 
 // readStatus asks the server through db; on any error the status says the
@@ -132,9 +142,11 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 		archivedAt, failedAt      sql.NullTime
 		insert, flush             sql.NullString
 		waiting                   bool
+		pending                   sql.NullInt64
+		segmentSize               int64
 	)
 	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo,
-		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush, &waiting)
+		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush, &waiting, &pending, &segmentSize)
 	if err != nil {
 		st.Error = describe(ctx, err)
 		return st, walPositions{}
@@ -159,6 +171,8 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 		if failedAt.Valid {
 			arch.LastFailedTime = &failedAt.Time
 		}
+		arch.PendingSegments = pending.Int64
+		arch.PendingBytes = pending.Int64 * segmentSize
 		st.Archiver = &arch
 	}
 	return st, walPositions{insert: lsnOf(insert), flush: lsnOf(flush), waiting: waiting}
@@ -173,6 +187,44 @@ type ArchiverStatus struct {
 	LastArchivedTime *time.Time `json:"lastArchivedTime,omitempty"`
 	LastFailedWAL    string     `json:"lastFailedWAL,omitempty"`
 	LastFailedTime   *time.Time `json:"lastFailedTime,omitempty"`
+	// PendingSegments are the WAL segments waiting in pg_wal to be
+	// archived (their .ready files), PendingBytes their size: what
+	// piles up while archiving fails.
+	PendingSegments int64 `json:"pendingSegments"`
+	PendingBytes    int64 `json:"pendingBytes"`
+}
+
+// VolumeUsage is a file system's size and free space, in bytes.
+type VolumeUsage struct {
+	TotalBytes int64 `json:"totalBytes"`
+	FreeBytes  int64 `json:"freeBytes"`
+}
+
+// BaseBackupsFile, beside PGDATA on the data volume, is where the archiver
+// sidecar of a primary writes what its archive holds, at each of its looks
+// (archive/archiver.sh, summarize).
+const BaseBackupsFile = "deckhand-base-backups.json"
+
+// BaseBackups is an archive's finished base backups, as the sidecar last
+// found them.
+type BaseBackups struct {
+	CheckedAt time.Time   `json:"checkedAt"`
+	Count     int         `json:"count"`
+	Oldest    *BaseBackup `json:"oldest,omitempty"`
+	Newest    *BaseBackup `json:"newest,omitempty"`
+	// Error is the last base backup's failure, "" once one succeeds.
+	Error string `json:"error,omitempty"`
+}
+
+// BaseBackup is one base backup of an archive.
+type BaseBackup struct {
+	Name      string    `json:"name"`
+	ID        string    `json:"id"`
+	BeginTime time.Time `json:"beginTime"`
+	EndTime   time.Time `json:"endTime"`
+	BeginLSN  string    `json:"beginLSN"`
+	EndLSN    string    `json:"endLSN"`
+	Timeline  int64     `json:"timeline"`
 }
 
 // Failing: the last attempt failed (a failure after the last success).

@@ -270,6 +270,24 @@ func hmacSHA256(key []byte, data string) []byte {
 // for 127.0.0.1 and localhost (server.crt, server.key) into dir.
 func makeTLS(t testing.TB, dir string) (caFile, certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	pems := ServerTLS(t, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	caFile = writeFile(t, dir, "ca.crt", string(pems.CA))
+	certFile = writeFile(t, dir, "server.crt", string(pems.Cert))
+	keyFile = writeFile(t, dir, "server.key", string(pems.Key))
+	require.NoError(t, os.Chmod(keyFile, 0o600))
+	pool = x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pems.CA))
+	return caFile, certFile, keyFile, pool
+}
+
+// TLS is a store's TLS material, PEM-encoded: a CA made for it, and a
+// server certificate that CA signed with its key.
+type TLS struct{ CA, Cert, Key []byte }
+
+// ServerTLS makes a fresh CA, valid for a day, and a server certificate
+// it signed for the names and addresses given.
+func ServerTLS(t testing.TB, names []string, ips []net.IP) TLS {
+	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	now := time.Now()
@@ -284,23 +302,27 @@ func makeTLS(t testing.TB, dir string) (caFile, certFile, keyFile string, pool *
 	require.NoError(t, err)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
+	common := ""
+	if len(names) > 0 {
+		common = names[0]
+	} else if len(ips) > 0 {
+		common = ips[0].String()
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		SerialNumber: serial(t), Subject: pkix.Name{CommonName: common},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		IPAddresses: ips, DNSNames: names,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	require.NoError(t, err)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	require.NoError(t, err)
-	caFile = writeFile(t, dir, "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})))
-	certFile = writeFile(t, dir, "server.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	keyFile = writeFile(t, dir, "server.key", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
-	require.NoError(t, os.Chmod(keyFile, 0o600))
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	return caFile, certFile, keyFile, pool
+	return TLS{
+		CA:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}
 }
 
 func serial(t testing.TB) *big.Int {

@@ -164,16 +164,9 @@ sql_literal() {
 # directory DIR of a primary that is not running, and may run the four
 # file functions pg_rewind reads a primary with (the manual's list for a
 # role that is not a superuser: they read files of the data directory,
-# which a base backup, already the role's right, copies whole). Runs the
-# server in single-user mode with the statements on stdin (never on a
-# command line); statements are never logged, not even with an error.
-# synchronous_commit=local: with synchronous_standby_names set (synchronous
-# replication), a commit in single-user mode waits for a standby that can
-# never connect to it, for good; what it commits is the server's own.
+# which a base backup, already the role's right, copies whole), in single
+# user mode.
 ensure_replication_role() {
-	out=$(mktemp)
-	errors=$(mktemp)
-	trap 'rm -f "$out" "$errors"' EXIT
 	{
 		printf '%s\n' "DO \$deckhand\$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '$REPLICATION_USER') THEN CREATE ROLE $REPLICATION_USER; END IF; END \$deckhand\$;"
 		printf '%s\n' "ALTER ROLE $REPLICATION_USER WITH LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS CONNECTION LIMIT -1 PASSWORD $(sql_literal "$REPLICATION_PASSWORD");"
@@ -181,19 +174,34 @@ ensure_replication_role() {
 			printf '%s\n' "GRANT EXECUTE ON FUNCTION pg_catalog.$f TO $REPLICATION_USER;"
 		done
 		printf '%s\n' "SELECT 'deckhand: replication role ready' FROM pg_catalog.pg_authid WHERE rolname = '$REPLICATION_USER' AND rolcanlogin AND rolreplication AND NOT rolsuper AND rolpassword LIKE 'SCRAM-SHA-256\$%';"
-	} | postgres --single -D "$1" \
+	} | single_user "$1" 'replication role ready' || fail "could not make the replication role $REPLICATION_USER (the errors above)"
+	log "replication role $REPLICATION_USER in place, with the password of its Secret"
+}
+
+# single_user DIR DONE: runs the statements on stdin in the server of the
+# data directory DIR, which is not running, in single-user mode (never on
+# a command line; never logged, not even with an error). Fails unless
+# their output holds "deckhand: DONE" and no error.
+# synchronous_commit=local: with synchronous_standby_names set (synchronous
+# replication), a commit in single-user mode waits for a standby that can
+# never connect to it, for good; what it commits is the server's own.
+single_user() {
+	out=$(mktemp)
+	errors=$(mktemp)
+	trap 'rm -f "$out" "$errors"' EXIT
+	postgres --single -D "$1" \
 		-c log_statement=none -c log_min_error_statement=panic \
 		-c password_encryption=scram-sha-256 -c standard_conforming_strings=on \
 		-c synchronous_commit=local \
 		postgres >"$out" 2>"$errors" || true
 	cat "$errors" >&2
-	if grep -q -E '(^| )(ERROR|FATAL|PANIC): ' "$errors" ||
-		! grep -q '"deckhand: replication role ready"' "$out"; then
-		fail "could not make the replication role $REPLICATION_USER (the errors above)"
+	ok=true
+	if grep -q -E '(^| )(ERROR|FATAL|PANIC): ' "$errors" || ! grep -q "\"deckhand: $2\"" "$out"; then
+		ok=false
 	fi
 	rm -f "$out" "$errors"
 	trap - EXIT
-	log "replication role $REPLICATION_USER in place, with the password of its Secret"
+	[ "$ok" = true ]
 }
 
 # write_primary_conninfo DIR: a standby's postgresql.auto.conf names the
@@ -238,6 +246,65 @@ promote() {
 	fi
 	rm -rf "$sockets"
 	log "promoted $1: it starts as the primary"
+}
+
+# recover_to_target DIR ARGS...: DIR holds a base backup and the settings
+# of a point-in-time recovery (recovery.signal: recover-primary.sh, the
+# init container of a Database recovering from an archive). The server
+# replays the archive to the target and promotes itself
+# (recovery_target_action = promote) before it serves: it runs with the
+# server's arguments ARGS (archive_command among them, so the new
+# timeline's history file is archived) but listens on a private socket
+# only (no TCP). Its restore_command reaches the archive through the
+# archiver sidecar. Then it stops cleanly (finish_recovery follows). A
+# recovery that stops before the promotion (the target not reached, the
+# archive unreachable: the server's log says which) fails the container;
+# its next start replays again. While the server replays,
+# deckhand-recovering beside DIR holds its PID (probe.sh live passes).
+recover_to_target() {
+	dir=$1
+	shift
+	log "$dir holds a base backup to recover (recovery.signal): replaying the archive to the target before the server serves"
+	sockets=$(mktemp -d)
+	marker=$(dirname "$dir")/deckhand-recovering
+	postgres -D "$dir" -p "$PGPORT" "$@" -c listen_addresses='' -c unix_socket_directories="$sockets" &
+	pid=$!
+	echo "$pid" >"$marker"
+	state=
+	while kill -0 "$pid" 2>/dev/null; do
+		state=$(psql -X -A -t -h "$sockets" -p "$PGPORT" -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null || true)
+		[ "$state" != f ] || break
+		sleep 1
+	done
+	if [ "$state" != f ]; then
+		wait "$pid" || true
+		rm -f "$marker"
+		rm -rf "$sockets"
+		fail "the point-in-time recovery stopped before the server was promoted (its log above says why); the next start replays again"
+	fi
+	log "recovered: the server reached its target and was promoted"
+	pg_ctl -D "$dir" -w -t "${PROMOTE_WAIT_SECONDS:-3600}" -m fast stop >&2 || true
+	wait "$pid" || true
+	rm -f "$marker"
+	rm -rf "$sockets"
+}
+
+# finish_recovery DIR: the data directory DIR was recovered from an archive
+# (its postgresql.auto.conf still holds the recovery settings, under
+# recover.sh's "# deckhand: point-in-time recovery" line) and promoted.
+# The superuser gets the password of its Secret (the source's roles came
+# with the data; the replication role's is set at every start), then the
+# recovery settings leave postgresql.auto.conf: standbys cloned from it
+# must not restore from the source archive. Run at each start until done,
+# so a start cut off in between finishes it.
+finish_recovery() {
+	printf '%s\n' "ALTER ROLE $PGUSER PASSWORD $(sql_literal "$PGPASSWORD");" "SELECT 'deckhand: superuser password set';" |
+		single_user "$1" 'superuser password set' || fail "could not give the superuser $PGUSER the password of its Secret (the errors above)"
+	conf=$1/postgresql.auto.conf
+	grep -v -E '^(# deckhand: point-in-time recovery|[[:space:]]*(restore_command|recovery_target[a-z_]*)[[:space:]]*=)' "$conf" >"$conf.deckhand-tmp" || true
+	chmod 600 "$conf.deckhand-tmp"
+	mv "$conf.deckhand-tmp" "$conf"
+	log "recovery finished: the superuser has the password of its Secret, and the recovery settings are removed"
 }
 
 # rejoin DIR: the data directory DIR was a primary's (no standby.signal),
@@ -398,6 +465,12 @@ else
 fi
 
 if [ "$role" = primary ]; then
+	if [ -f "$PGDATA/recovery.signal" ]; then
+		recover_to_target "$PGDATA" "$@"
+	fi
+	if grep -q '^# deckhand: point-in-time recovery' "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
+		finish_recovery "$PGDATA"
+	fi
 	if [ -f "$PGDATA/standby.signal" ]; then
 		promote "$PGDATA"
 	fi

@@ -4,7 +4,10 @@
 # Waits for the primary, then creates the app role and the database it
 # owns, each only if missing: a second run changes nothing, and an existing
 # database or role is left as it is, except that a role without a password
-# (as a restore creates it) gets APP_PASSWORD. Names are quoted as identifiers
+# (as a restore creates it) gets APP_PASSWORD, and with
+# APP_PASSWORD_RESET=true (a Database recovered from another's archive,
+# whose roles came with the data) the role gets APP_PASSWORD whatever it
+# had. Names are quoted as identifiers
 # (format %I), values as literals (%L), and reach psql through the
 # environment (\getenv), never through the command line.
 #
@@ -15,7 +18,8 @@
 #
 # Environment (set by the Job): PRIMARY_HOST, PRIMARY_PORT, PGUSER and
 # PGPASSWORD (the superuser), APP_DATABASE, APP_USER, APP_PASSWORD,
-# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600),
+# APP_PASSWORD_RESET.
 set -eu
 
 log() { printf '%s init: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
@@ -43,6 +47,7 @@ until pg_isready -q; do
 	waited=$((waited + 2))
 done
 
+export APP_PASSWORD_RESET="${APP_PASSWORD_RESET:-false}"
 psql -X -q -v ON_ERROR_STOP=1 <<'SQL'
 -- The role's password must not reach the server log, even with an error.
 SET log_statement = 'none';
@@ -50,12 +55,13 @@ SET log_min_error_statement = 'panic';
 \getenv appdb APP_DATABASE
 \getenv approle APP_USER
 \getenv apppass APP_PASSWORD
+\getenv reset APP_PASSWORD_RESET
 SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', :'approle', :'apppass')
  WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = :'approle') \gexec
 -- A restore (restore.sh) creates the role without a password: give it one,
 -- once; a role with a password keeps it.
 SELECT format('ALTER ROLE %I PASSWORD %L', :'approle', :'apppass')
- WHERE EXISTS (SELECT FROM pg_catalog.pg_authid WHERE rolname = :'approle' AND rolpassword IS NULL) \gexec
+ WHERE EXISTS (SELECT FROM pg_catalog.pg_authid WHERE rolname = :'approle' AND (rolpassword IS NULL OR :'reset' = 'true')) \gexec
 SELECT format('CREATE DATABASE %I OWNER %I', :'appdb', :'approle')
  WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'appdb') \gexec
 SQL

@@ -19,7 +19,9 @@
 #
 # probe.sh live passes while the server is fenced (the file
 # deckhand-fenced beside PGDATA): bootstrap.sh waits on purpose; probe.sh
-# ready fails, even while the server still runs. It passes too while
+# ready fails, even while the server still runs. It passes while the
+# server replays an archive before it serves (point-in-time recovery: the
+# server's PID in deckhand-recovering beside PGDATA). It passes too while
 # bootstrap.sh waits for the operator to confirm the pod is the primary
 # (deckhand-role-wait in DECKHAND_ROLE_DIR).
 #
@@ -137,6 +139,11 @@ live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
 	# fence to be lifted): restarting its container would change nothing.
 	if [ -e "$beside/deckhand-fenced" ]; then
+		exit 0
+	fi
+	# Replaying an archive before it serves (bootstrap.sh
+	# recover_to_target), for as long as that takes.
+	if [ -s "$beside/deckhand-recovering" ] && kill -0 "$(cat "$beside/deckhand-recovering")" 2>/dev/null; then
 		exit 0
 	fi
 	# Waiting for the operator's word on its role, on purpose too.

@@ -1,0 +1,244 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/s3test"
+)
+
+// startObjectStore runs versitygw (the node's store image) as a pod of
+// the namespace behind the Service store, serving TLS on 7070 with a
+// certificate for the Service's names from a CA made for the test, over
+// an emptyDir that holds the bucket "archive". It returns the object
+// store settings that reach it: the keys in the Secret store-keys, the CA
+// in the ConfigMap store-ca.
+func startObjectStore(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns string) *dbv1.ObjectStore {
+	t.Helper()
+	names := []string{"store." + ns + ".svc", "store." + ns + ".svc.cluster.local", "store." + ns, "store"}
+	pems := s3test.ServerTLS(t, names, nil)
+	access, secret := "deckhand"+rand.String(8), rand.String(32)
+	_, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "store-tls"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: pems.Cert, corev1.TLSPrivateKeyKey: pems.Key},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "store-keys"},
+		StringData: map[string]string{"access": access, "secret": secret},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "store-ca"},
+		Data:       map[string]string{"ca.crt": string(pems.CA)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	labels := map[string]string{"app": "store"}
+	key := func(k string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "store-keys"}, Key: k}}
+	}
+	restricted := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "store", Labels: labels},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{FSGroup: ptr.To[int64](65532)},
+			// The bucket is a directory of the store's root.
+			InitContainers: []corev1.Container{{
+				Name: "bucket", Image: busyboxImage(t), Command: []string{"mkdir", "-p", "/data/archive"},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				SecurityContext: restricted,
+			}},
+			Containers: []corev1.Container{{
+				Name: "versitygw", Image: imageRef(t, "store"),
+				Args: []string{"--port", ":7070", "--cert", "/tls/tls.crt", "--key", "/tls/tls.key", "--quiet", "posix", "/data"},
+				// The keys reach it through the environment only.
+				Env:   []corev1.EnvVar{{Name: "ROOT_ACCESS_KEY_ID", ValueFrom: key("access")}, {Name: "ROOT_SECRET_ACCESS_KEY", ValueFrom: key("secret")}},
+				Ports: []corev1.ContainerPort{{ContainerPort: 7070}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7070)}},
+					PeriodSeconds: 1},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "tls", MountPath: "/tls", ReadOnly: true}},
+				SecurityContext: restricted,
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "store-tls"}}},
+			},
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+		},
+	}
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "store"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 7070, TargetPort: intstr.FromInt32(7070)}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	runningPod(ctx, t, cs, ns, "store")
+	waitServiceAnswersByName(ctx, t, cs, ns, "store."+ns+".svc", 7070)
+	return &dbv1.ObjectStore{
+		Endpoint: "https://store." + ns + ".svc:7070",
+		Bucket:   "archive",
+		Credentials: dbv1.ObjectStoreCredentials{
+			AccessKeyID:     dbv1.KeyRef{Name: "store-keys", Key: "access"},
+			SecretAccessKey: dbv1.KeyRef{Name: "store-keys", Key: "secret"},
+		},
+		CABundle: &dbv1.CABundleSource{ConfigMapKeyRef: &dbv1.KeyRef{Name: "store-ca", Key: "ca.crt"}},
+	}
+}
+
+// waitServiceAnswersByName waits until a pod of the namespace connects
+// to host:port. On a busy node kube-proxy may program a new Service late;
+// a Database's archiver would only retry, but a test that times its first
+// base backup must start from a store its pods can reach.
+func waitServiceAnswersByName(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, host string, port int) {
+	t.Helper()
+	cfg, _ := clientFor(t)
+	probe := startPod(ctx, t, cs, ns, "probe-"+strings.SplitN(host, ".", 2)[0], nil, "exec sleep 3600")
+	var out string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		o, err := tryExec(ctx, cfg, cs, probe, "nc", "-w", "2", host, fmt.Sprint(port), "-e", "true")
+		out = o
+		return err == nil, nil
+	})
+	require.NoError(t, err, "%s:%d never answered from a pod: %s", host, port, out)
+	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, probe.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+}
+
+// A Database on the real node archives into an object store that runs as
+// a pod (versitygw over TLS), its primary's archiver sidecar takes the
+// archive's first base backup by itself, its status says what the archive
+// can recover (the base backups, the window), and a new Database recovered
+// from that archive to a time, through the chart's operator from its
+// image: its primary holds the row committed before the time and not the
+// one after, and serves with the new Database's app password (the init
+// Job replaced the source's); its standby clones the recovered primary.
+func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
+	t.Parallel() // see the package comment: its own namespace, the shared operator
+	cfg, cs := clientFor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	operatorDeployment(ctx, t, cs)
+	helmUpgrade(ctx, t, "--set", "controllers.database.enabled=true")
+	c := crClient(t, cfg)
+	ns := namespace(ctx, t, cs)
+	store := startObjectStore(ctx, t, cs, ns)
+
+	source := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: ns},
+		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "256Mi", Image: imageRef(t, "postgres"), Replicas: 1,
+			Backup: &dbv1.BackupSpec{Storage: &dbv1.BackupStorage{ObjectStore: store.DeepCopy()}}},
+	}
+	require.NoError(t, c.Create(ctx, source))
+	waitDatabaseReady(ctx, t, c, ns, "ledger")
+	base := waitForContainerLog(ctx, t, cs, ns, "ledger-0", postgres.ArchiverContainer, "deckhand: base backup base-")
+	require.Contains(t, base, " done: backup_id=", "the first base backup:\n%s", base)
+	// The Database's status tells what the archive can recover, once the
+	// archiver has read the archive's catalogue again after the backup
+	// (Barman, in Python: slow to start on two busy cores).
+	var src dbv1.Database
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, crclient.ObjectKeyFromObject(source), &src)
+		return err == nil && src.Status.BaseBackups != nil && src.Status.BaseBackups.Count >= 1 &&
+			src.Status.RecoverableFrom != nil && src.Status.RecoverableUntil != nil, nil
+	}), "the Database's status names no base backup or window: %+v", src.Status)
+	assert.True(t, strings.HasPrefix(src.Status.BaseBackups.Newest.Name, "base-"), src.Status.BaseBackups.Newest.Name)
+	assert.Equal(t, src.Status.BaseBackups.Oldest.EndTime.Time, src.Status.RecoverableFrom.Time, "the window starts at the end of the oldest base backup")
+
+	client := startPostgresClient(ctx, t, cs, ns, "ledger", "psql")
+	psql(ctx, t, cfg, cs, client, "rw", "CREATE TABLE entries (v text, at timestamptz NOT NULL DEFAULT clock_timestamp()); INSERT INTO entries (v) VALUES ('before')")
+	time.Sleep(1100 * time.Millisecond)
+	target := psql(ctx, t, cfg, cs, client, "rw", `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
+	time.Sleep(1100 * time.Millisecond)
+	psql(ctx, t, cfg, cs, client, "rw", "INSERT INTO entries (v) VALUES ('after')")
+	// The segment that holds both rows goes to the archive now, not at
+	// archiveTimeout; the app role may not switch WAL, the sidecar's
+	// superuser may.
+	segment := switchWAL(ctx, t, cs, ns, "ledger")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, "ledger-0"), postgres.ArchiverContainer, archiverSQL("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")...)
+		return err == nil && strings.TrimSpace(out) >= segment, nil
+	}), "segment %s not archived", segment)
+
+	restored := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "ledger-then", Namespace: ns},
+		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "256Mi", Image: imageRef(t, "postgres"), Replicas: 2,
+			Recovery: &dbv1.Recovery{
+				Source:         dbv1.RecoverySource{ObjectStore: *store.DeepCopy(), ServerName: "ledger"},
+				RecoveryTarget: &dbv1.RecoveryTarget{TargetTime: target},
+			}},
+	}
+	start := time.Now()
+	require.NoError(t, c.Create(ctx, restored))
+	waitDatabaseReady(ctx, t, c, ns, "ledger-then")
+	t.Logf("recovered and ready (with its standby) %.1f s after it was created", time.Since(start).Seconds())
+	var got dbv1.Database
+	require.NoError(t, c.Get(ctx, crclient.ObjectKeyFromObject(restored), &got))
+	cond := meta.FindStatusCondition(got.Status.Conditions, database.ConditionRestored)
+	require.NotNil(t, cond)
+	assert.Equal(t, "Recovered", cond.Reason)
+	assert.Equal(t, fmt.Sprintf("recovered from s3://archive/ledger to time %s", target), cond.Message)
+
+	then := startPostgresClient(ctx, t, cs, ns, "ledger-then", "psql-then")
+	assert.Equal(t, "before", psql(ctx, t, cfg, cs, then, "rw", "SELECT string_agg(v, ',') FROM entries"),
+		"the recovered Database holds the row committed before the target, not the one after (app password: the new Database's)")
+	assert.Equal(t, "before", eventuallyPsql(ctx, t, cfg, cs, then, "ro", "SELECT string_agg(v, ',') FROM entries", "before"), "its standby")
+	psql(ctx, t, cfg, cs, then, "rw", "INSERT INTO entries (v) VALUES ('new')")
+	assert.Equal(t, "before,after", psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY at) FROM entries"), "the source is untouched")
+}
+
+// archiverSQL is a command for the archiver sidecar: psql as the
+// superuser over the pod's loopback address, with the password file the
+// sidecar mounts.
+func archiverSQL(sql string) []string {
+	return []string{"sh", "-c", `PGPASSWORD=$(cat "$SUPERUSER_PASSWORD_FILE") exec psql -h 127.0.0.1 -X -A -t -q -v ON_ERROR_STOP=1 -d postgres -c "$1"`, "psql", sql}
+}
+
+// switchWAL ends the primary's current WAL segment (so it is archived
+// now): the segment's name.
+func switchWAL(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, db string) string {
+	t.Helper()
+	cfg, _ := clientFor(t)
+	out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, db+"-0"), postgres.ArchiverContainer, archiverSQL("SELECT pg_walfile_name(pg_switch_wal())")...)
+	require.NoError(t, err, out)
+	return strings.TrimSpace(out)
+}
+
+// waitForContainerLog waits until a container's log holds want, and
+// returns the log.
+func waitForContainerLog(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, pod, container, want string) string {
+	t.Helper()
+	var logs string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		logs = string(b)
+		return strings.Contains(logs, want), nil
+	})
+	require.NoError(t, err, "%s/%s never logged %q:\n%s", pod, container, want, logs)
+	return logs
+}
