@@ -64,6 +64,9 @@ func attachTo(j JVM, o AttachOptions) Result {
 	if me, gid := os.Geteuid(), os.Getegid(); me != 0 && (me != j.UID || gid != j.GID) {
 		return failed(ReasonDifferentUser, fmt.Sprintf("JVM %d runs as uid %d gid %d, the exec as uid %d gid %d: HotSpot only accepts attaches from its own user and group, or root", j.PID, j.UID, j.GID, me, gid), false)
 	}
+	if r := removeStaleSocket(j); r.Result != "" {
+		return r
+	}
 	// The checks and the attach run as the JVM's user: what it can read
 	// and bind is what the agent will be able to.
 	if r := asJVMUser(j, func() Result { return prepare(j, o) }); r.Result != "" {

@@ -2,12 +2,15 @@ package jvm
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,4 +85,43 @@ func TestContainerRootSeesAnExporterFromAnotherUsersEnvironment(t *testing.T) {
 	assert.Equal(t, ReasonAgentConfigured, r.Reason, r.Message)
 	assert.False(t, j.Exited(), "the second exporter exited the JVM: %s", j.Log.String())
 	assert.Equal(t, 1, strings.Count(j.Log.String(), "stand-in agent serving"), j.Log.String())
+}
+
+// An attach socket left in /tmp by a dead process that had the JVM's PID
+// (a container restarted with /tmp on an emptyDir, PIDs that wrapped):
+// another user's, which denies the connection, or the JVM's user's but
+// older than the JVM, which refuses it. The helper removes it, has the
+// JVM open its own, and attaches.
+func TestContainerRootAttachesPastASocketLeftByAnEarlierProcess(t *testing.T) {
+	for name, owner := range map[string]int{"another user's": 0, "the JVM user's": 65534} {
+		t.Run(name, func(t *testing.T) {
+			helper := buildHelper(t)
+			marker := jvmtest.Marker(t)
+			j := jvmtest.StartAs(t, jvmtest.Nobody(t), sharedDir(t), nil, marker)
+			o := sharedOptions(t, marker)
+			stale := leaveSocket(t, filepath.Join("/tmp", ".java_pid"+strconv.Itoa(j.PID)), owner)
+
+			r := runHelperAsContainerRoot(t, helper, o)
+			require.Equal(t, Attached, r.Result, "%s %s", r.Reason, r.Message)
+			assert.Regexp(t, `(?m)^jvm_heap_used_bytes [0-9.E]+$`, metrics(t, o.Port))
+			st, err := os.Stat(stale)
+			require.NoError(t, err, "the JVM's own socket")
+			assert.Equal(t, uint32(65534), st.Sys().(*syscall.Stat_t).Uid, "the socket is the JVM's now")
+		})
+	}
+}
+
+// leaveSocket makes the socket a killed process leaves behind: bound, not
+// listened on by anyone, owned by uid and an hour old.
+func leaveSocket(t *testing.T, path string, uid int) string {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, l.Close())
+	t.Cleanup(func() { os.Remove(path) })
+	require.NoError(t, os.Chown(path, uid, uid))
+	hourAgo := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(path, hourAgo, hourAgo))
+	return path
 }

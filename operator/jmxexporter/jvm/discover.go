@@ -55,7 +55,7 @@ func Discover(match string) ([]JVM, error) {
 		if !ok {
 			continue
 		}
-		if written, listed := perfPIDs[pid]; !isJava(p) && !(listed && ownsPerfFile(pid, written)) {
+		if written, listed := perfPIDs[pid]; !isJava(p) && !(listed && writtenSinceStart(pid, written)) {
 			continue
 		}
 		line := strings.Join(p.args, " ")
@@ -75,7 +75,7 @@ func Discover(match string) ([]JVM, error) {
 // (/tmp/hsperfdata_<user>/<pid>), with when each file was last written:
 // every HotSpot JVM unless started with -XX:-UsePerfData, whatever its
 // launcher is called. A JVM killed leaves its file behind, and its PID
-// goes to some later process: ownsPerfFile tells them apart.
+// goes to some later process: writtenSinceStart tells them apart.
 func hsperfdataPIDs() map[int]time.Time {
 	pids := map[int]time.Time{}
 	files, _ := filepath.Glob(filepath.Join(hotspotTmp, "hsperfdata_*", "*"))
@@ -95,16 +95,16 @@ func hsperfdataPIDs() map[int]time.Time {
 // on every Linux architecture Go builds for.
 const clockTicks = 100
 
-// ownsPerfFile: the hsperfdata file was written since the process
-// started. HotSpot creates it as it starts and keeps writing it, so a
-// JVM's own file is never older than the JVM; an older one is a dead
-// JVM's whose PID this process was given later. Taken for a JVM, a
-// process that catches SIGQUIT (a PostgreSQL backend, whose server then
-// restarts) would be sent it. /proc/<pid>/maps would show libjvm.so, but
-// a container's root, without CAP_SYS_PTRACE, cannot read another
-// user's. The boot time is whole seconds, so a start is placed up to a
-// second early: lenient to a JVM, never to a file a second older.
-func ownsPerfFile(pid int, written time.Time) bool {
+// writtenSinceStart: a file of process pid's (its hsperfdata file, its
+// attach socket) was written since the process started. HotSpot makes
+// both after it starts, so an older one is a dead JVM's whose PID this
+// process was given later. Taken for a JVM, a process that catches
+// SIGQUIT (a PostgreSQL backend, whose server then restarts) would be sent
+// it. /proc/<pid>/maps would show libjvm.so, but a container's root,
+// without CAP_SYS_PTRACE, cannot read another user's. The boot time is
+// whole seconds, so a start is placed up to a second early: lenient to a
+// JVM, never to a file a second older.
+func writtenSinceStart(pid int, written time.Time) bool {
 	ticks, ok := startTime(pid)
 	if !ok {
 		return false

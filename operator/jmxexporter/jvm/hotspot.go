@@ -83,6 +83,35 @@ func startAttachListener(pid int) (Result, bool) {
 		"(attach disabled by -XX:+DisableAttachMechanism, a JVM that is not HotSpot, or /tmp not shared with the JVM)", pid, sock, SocketWait), true), false
 }
 
+// removeStaleSocket removes an attach socket that cannot be JVM j's:
+// HotSpot makes its socket after the JVM starts and owned by the JVM's
+// user, so one older than the JVM, or another user's, was left by a dead
+// process that had the same PID (killed before it could remove it: a
+// container restarted with /tmp on an emptyDir, where the JVM is PID 1
+// again, or PIDs that wrapped). Taken for the JVM's, it refuses the
+// connection or, another user's, denies it. It runs as the helper's own
+// user: removing another user's file from the sticky /tmp needs root's
+// CAP_FOWNER. A zero Result means no stale socket is in the way.
+func removeStaleSocket(j JVM) Result {
+	sock := socketPath(j.PID)
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode()&os.ModeSocket == 0 {
+		return Result{}
+	}
+	owner := -1
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		owner = int(sys.Uid)
+	}
+	if owner == j.UID && writtenSinceStart(j.PID, st.ModTime()) {
+		return Result{}
+	}
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return failed(ReasonAttachError, fmt.Sprintf("the attach socket %s (owned by uid %d, made %s) was left by an earlier process with PID %d, not JVM %d, and cannot be removed: %v; remove it, then try again",
+			sock, owner, st.ModTime().UTC().Format(time.RFC3339), j.PID, j.PID, err), false)
+	}
+	return Result{}
+}
+
 func isSocket(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.Mode()&os.ModeSocket != 0

@@ -150,6 +150,9 @@ func isZombie(pid int) bool {
 func (j *JVM) Stop() {
 	_ = j.Cmd.Process.Kill()
 	_, _ = j.Cmd.Process.Wait()
+	// Killed, HotSpot leaves its attach socket behind, where a later test's
+	// JVM given the same PID would find it.
+	_ = os.Remove(filepath.Join("/tmp", ".java_pid"+strconv.Itoa(j.PID)))
 }
 
 // Start runs App with the given JVM options and markers (its arguments,
