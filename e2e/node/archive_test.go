@@ -138,7 +138,7 @@ func waitServiceAnswersByName(ctx context.Context, t testing.TB, cs *kubernetes.
 func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
 	t.Parallel() // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
 	operatorDeployment(ctx, t, cs)
 	helmUpgrade(ctx, t, "--set", "controllers.database.enabled=true")

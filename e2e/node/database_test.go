@@ -323,10 +323,19 @@ func waitGone(ctx context.Context, t testing.TB, c client.Client, ns, name strin
 func connectionsAreEncrypted(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, client *corev1.Pod) {
 	t.Helper()
 	const encrypted = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
-	run := func(key, suffix, sql string) (string, error) {
-		out, err := tryExec(ctx, cfg, cs, client, "sh", "-c",
-			`exec psql "$(cat /app/$1)$2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$3" 2>&1`, "psql", key, suffix, sql)
-		return strings.TrimSpace(out), err
+	// The multi-host strings give each host 2 s (connect_timeout): on a
+	// loaded machine TLS and the password exchange with the primary have
+	// taken longer, and libpq then tried the standby, which is not the
+	// session it asks for. A timed-out attempt is tried again, for up to a
+	// minute; an answer, right or wrong, is final.
+	run := func(key, suffix, sql string) (out string, err error) {
+		_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			out, err = tryExec(ctx, cfg, cs, client, "sh", "-c",
+				`exec psql "$(cat /app/$1)$2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$3" 2>&1`, "psql", key, suffix, sql)
+			out = strings.TrimSpace(out)
+			return err == nil || !strings.Contains(out, "timeout expired"), nil
+		})
+		return out, err
 	}
 	out, err := run(database.AppVerifyFullURIKey, "", encrypted)
 	require.NoError(t, err, "psql with %s:\n%s", database.AppVerifyFullURIKey, out)

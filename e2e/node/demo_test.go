@@ -20,7 +20,7 @@ import (
 // message, the new one is served, by new containers, after one rollout.
 func TestRealNodeServesSeed000Demo(t *testing.T) {
 	cfg, cs := clientFor(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	operatorDeployment(ctx, t, cs)
 

@@ -668,7 +668,7 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 // acknowledged by the old one, frozen or thawed.
 func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	t.Parallel() // see the package comment: its own namespace, the shared operator
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
 	old := f.primary()

@@ -184,6 +184,7 @@ type deploymentState struct {
 	revision    int
 	pods        []corev1.Pod
 	replicaSets []string
+	status      string // the Deployment's last status, for a failure's message
 }
 
 // settledDeployment waits for the Deployment's rollout in progress (if
@@ -213,13 +214,39 @@ func settledDeployment(ctx context.Context, t testing.TB, cs clientset, ns, name
 		// Every pod listed, terminating ones too: settled means the old
 		// ones are gone, not only that the new ones run.
 		s.pods = pods.Items
+		s.status = fmt.Sprintf("generation %d observed %d, replicas %d: %d updated, %d available, %d in status",
+			d.Generation, d.Status.ObservedGeneration, *d.Spec.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.Replicas)
 		done := d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == *d.Spec.Replicas &&
 			d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.Replicas == *d.Spec.Replicas &&
 			len(s.pods) == int(*d.Spec.Replicas) && allRunning(s.pods)
 		return done, nil
 	})
-	require.NoError(t, err, "Deployment %s/%s did not settle", ns, name)
+	require.NoError(t, err, "Deployment %s/%s did not settle: %s; its pods: %s", ns, name, s.status, podStates(s.pods))
 	return s
+}
+
+// podStates says, for each pod, what keeps it from counting as settled:
+// its phase, a deletion under way, and its containers' states.
+func podStates(pods []corev1.Pod) string {
+	var out []string
+	for _, p := range pods {
+		st := fmt.Sprintf("%s %s", p.Name, p.Status.Phase)
+		if p.DeletionTimestamp != nil {
+			st += " deleted at " + p.DeletionTimestamp.UTC().Format(time.TimeOnly)
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			switch {
+			case c.State.Running != nil:
+				st += fmt.Sprintf(" %s running since %s", c.Name, c.State.Running.StartedAt.UTC().Format(time.TimeOnly))
+			case c.State.Waiting != nil:
+				st += fmt.Sprintf(" %s waiting (%s: %s)", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+			case c.State.Terminated != nil:
+				st += fmt.Sprintf(" %s terminated (%s, exit %d)", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode)
+			}
+		}
+		out = append(out, st)
+	}
+	return strings.Join(out, "; ")
 }
 
 func allRunning(pods []corev1.Pod) bool {
