@@ -276,6 +276,7 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	}
 	assertKnownMetrics(t, strings.Join(exprs, "\n"), "the dashboard")
 	assert.Contains(t, strings.Join(exprs, "\n"), "deckhand_database_failovers_total", "the dashboard shows failovers")
+	assertPgBouncerMetrics(t, strings.Join(exprs, "\n"), "the dashboard")
 
 	np := Into[networkingv1.NetworkPolicy](t, on.One(t, "NetworkPolicy"))
 	var ports []int32
