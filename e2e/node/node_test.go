@@ -281,11 +281,14 @@ func containerLogs(cs *kubernetes.Clientset, ns string, lines int64) string {
 }
 
 // runningPod waits for the pod to run, and fails with its events if it
-// does not, since they say why (image, sandbox, CNI).
+// does not, since they say why (image, sandbox, CNI). It waits up to 4
+// minutes: when the parallel tests start their databases together on a
+// loaded machine, a container has taken over a minute from Created to
+// Started.
 func runningPod(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, name string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
