@@ -34,7 +34,7 @@ const restartsPerSecond = "10"
 // release installs the chart (CRDs, RBAC, config; no operator pod: the
 // local cluster runs no containers) into a new namespace, with only
 // ConfigMonitor on, and returns what the operator processes need.
-func release(t *testing.T, sets ...string) (client.Client, string, *e2e.Rendered) {
+func release(t testing.TB, sets ...string) (client.Client, string, *e2e.Rendered) {
 	t.Helper()
 	testenv.InstallCRDs(t)
 	c := testenv.Client(t)
