@@ -650,7 +650,9 @@ func (pg *postgres) startPgBouncer(t testing.TB, c pgbouncer.Config, password st
 			c.Close()
 		}
 		return err == nil
-	}, 10*time.Second, 50*time.Millisecond)
+		// A minute: at a load of 60 on two cores (the whole suite beside
+		// it) PgBouncer took more than 10 s to listen.
+	}, time.Minute, 50*time.Millisecond, "pgbouncer never listened on %d\n%s", port, b.log)
 	select {
 	case err := <-exited:
 		t.Fatalf("pgbouncer exited: %v\n%s", err, b.log.String())
