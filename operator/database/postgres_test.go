@@ -167,7 +167,7 @@ func TestShippedScriptsRunARealPostgreSQL(t *testing.T) {
 		out, err := pgtest.PSQL(bin, standbyPort, "name-of-database", appPassword, "name-of-database", "SELECT item FROM orders WHERE id = 3")
 		require.NoError(ct, err, out)
 		require.Equal(ct, "streamed", out)
-	}, 10*time.Second, 100*time.Millisecond, "the standby never saw the row")
+	}, 30*time.Second, 100*time.Millisecond, "the standby never saw the row")
 	t.Logf("row visible on the standby %v after the commit on the primary", time.Since(written).Round(time.Millisecond))
 	out, err = pgtest.PSQL(bin, primaryPort, "postgres", superPassword, "postgres", "SELECT usename || ' ' || state FROM pg_stat_replication")
 	require.NoError(t, err, out)

@@ -180,7 +180,7 @@ func holdLock(t *testing.T, h *host, port, table string) func() {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return h.sql(port, h.cluster.Database, "SELECT count(*) FROM pg_locks WHERE mode = 'AccessExclusiveLock' AND relation = '"+table+"'::regclass") == "1"
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 	return func() {
 		stdin.Close()
 		_ = cmd.Wait()

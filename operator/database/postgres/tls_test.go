@@ -301,7 +301,7 @@ func TestARenewedCertificateAndANewCAAreReloadedWhileAWriterLosesNoWrite(t *test
 	assert.Contains(t, th.probe(0, "data-0"), "reloaded")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Equal(ct, renewed.SerialNumber, servedCertificate(t, primary.Port, th.rw, both).SerialNumber)
-	}, 10*time.Second, 100*time.Millisecond)
+	}, 30*time.Second, 100*time.Millisecond)
 	assert.NotEqual(t, first.SerialNumber, renewed.SerialNumber)
 	pause()
 
@@ -312,7 +312,7 @@ func TestARenewedCertificateAndANewCAAreReloadedWhileAWriterLosesNoWrite(t *test
 	assert.Contains(t, th.probe(0, "data-0"), "reloaded")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Equal(ct, rotated.SerialNumber, servedCertificate(t, primary.Port, th.rw, next.CertPEM).SerialNumber)
-	}, 10*time.Second, 100*time.Millisecond)
+	}, 30*time.Second, 100*time.Millisecond)
 	// Nothing changed: no reload.
 	assert.NotContains(t, th.probe(0, "data-0"), "reloaded")
 	pause()

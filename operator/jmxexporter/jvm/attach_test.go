@@ -97,7 +97,7 @@ func TestStandInAgentExitsTheJVMWhenItCannotBind(t *testing.T) {
 	require.True(t, ok)
 	r := loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
 	assert.NotEqual(t, Attached, r.Result)
-	require.Eventually(t, j.Exited, 10*time.Second, 50*time.Millisecond, j.Log.String())
+	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
 	assert.Contains(t, j.Log.String(), "stand-in agent failed to start")
 }
 

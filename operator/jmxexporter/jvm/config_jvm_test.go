@@ -39,7 +39,7 @@ func TestAttachRefusesAHostPortConfigAndTheJVMLives(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	require.Eventually(t, j.Exited, 10*time.Second, 50*time.Millisecond, j.Log.String())
+	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
 	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
 }
 
@@ -61,7 +61,7 @@ func TestStandInAgentExitsTheJVMOnAReloadedHostPort(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
-	require.Eventually(t, j.Exited, 10*time.Second, 50*time.Millisecond, j.Log.String())
+	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
 	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
 }
 
@@ -80,6 +80,6 @@ func TestAttachRefusesAYAML11BooleanName(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	require.Eventually(t, j.Exited, 10*time.Second, 50*time.Millisecond, j.Log.String())
+	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
 	assert.Contains(t, j.Log.String(), "ClassCastException")
 }

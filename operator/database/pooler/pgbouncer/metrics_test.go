@@ -37,7 +37,7 @@ func metricsSayWhoWaits(ctx context.Context, t *testing.T, b *bouncer) {
 	require.Eventually(t, func() bool {
 		m := scrape(t, collector)
 		return m["pgbouncer_pools_client_waiting_connections"+pool] == 1 && m["pgbouncer_pools_client_maxwait_seconds"+pool] >= 1
-	}, 10*time.Second, 200*time.Millisecond, "a waiting client, waiting a second or more:\n%s", dump(scrape(t, collector)))
+	}, 30*time.Second, 200*time.Millisecond, "a waiting client, waiting a second or more:\n%s", dump(scrape(t, collector)))
 	admin.exec(ctx, t, "RESUME")
 	require.NoError(t, <-done)
 

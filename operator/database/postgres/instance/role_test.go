@@ -60,7 +60,7 @@ func TestTheEntrypointWaitsForTheOperatorToNameThePrimary(t *testing.T) {
 		require.Eventually(t, func() bool {
 			st, err := c.Status(ctx, host)
 			return err == nil && st.AwaitingRole
-		}, 10*time.Second, 50*time.Millisecond, "the agent reports the entrypoint's question")
+		}, 30*time.Second, 50*time.Millisecond, "the agent reports the entrypoint's question")
 		require.NoError(t, c.AnswerRole(ctx, host, primary))
 		out, code := done()
 		assert.Equal(t, 0, code)
@@ -75,7 +75,7 @@ func TestTheEntrypointWaitsForTheOperatorToNameThePrimary(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := c.Status(ctx, host)
 		return err == nil && st.AwaitingRole
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 	require.NoError(t, os.WriteFile(fence, []byte("fenced\n"), 0o600))
 	_, code := done()
 	assert.Equal(t, 2, code, "fenced while it waits: the wait ends without an answer")
