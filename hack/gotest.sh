@@ -195,4 +195,34 @@ if grep -qh -- '^--- \(PASS\|FAIL\): ' "${logs[@]}" 2>/dev/null; then
   grep -h -- '^--- \(PASS\|FAIL\): ' "${logs[@]}" | sed -E 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\).*/\3 \1 \2/' |
     sort -g -r | awk 'NR <= 30 { printf "  %8.1f s  %-4s %s\n", $1, $2, $3 }'
 fi
+# Last, each failed test's first error, so the end of the output (what a
+# CI page shows first) says why, not only which tests failed: testify's
+# Error (with its next line) and Messages, or else the test's last
+# file_test.go:N: line (t.Fatal, t.Error).
+if [[ $status -ne 0 ]]; then
+  echo "the first errors of the failed tests:"
+  awk '
+    function clean(s) { sub(/^[[:space:]]+/, "", s); gsub(/\t/, " ", s); return substr(s, 1, 240) }
+    match($0, /^(=== (RUN|CONT|NAME)|[[:space:]]*--- (FAIL|PASS|SKIP):)[[:space:]]+[^[:space:]]+/) {
+      n = split(substr($0, RSTART, RLENGTH), f, /[[:space:]]+/); test = f[n]; more = 0
+      if ($0 ~ /--- FAIL:/ && !(test in failed)) { failed[test] = 1; order[++nfailed] = test }
+      next
+    }
+    test == "" { next }
+    more > 0 && /^[[:space:]]+\t[[:space:]]+\t/ { if (count[test] < 3) detail[test] = detail[test] "\n      " clean($0); more--; next }
+    { more = 0 }
+    /^[[:space:]]+Error Trace:/ && !(test in loc) { loc[test] = $3; next }
+    /^[[:space:]]+(Error|Messages):/ && count[test] < 3 {
+      detail[test] = detail[test] "\n    " clean($0); count[test]++; more = /Error:/ ? 1 : 0; next
+    }
+    /^[[:space:]]+[^[:space:]]+_test\.go:[0-9]+: [^[:space:]]/ { last[test] = clean($0) }
+    END {
+      for (i = 1; i <= nfailed; i++) {
+        t = order[i]
+        if (t in detail) printf "  %s (%s)%s\n", t, loc[t], detail[t]
+        else if (t in last) printf "  %s\n    %s\n", t, last[t]
+      }
+    }
+  ' "${logs[@]}" | awk 'NR <= 60'
+fi
 exit $status
