@@ -33,7 +33,7 @@ import (
 // archiving is a source server archiving into a store, with a writer
 // inserting a timestamped row every 100 ms.
 type archiving struct {
-	t       *testing.T
+	t       testing.TB
 	h       *host
 	store   *s3test.Store
 	scripts string // the archiving scripts' directory
@@ -63,7 +63,7 @@ func (a *archiving) storeEnv(server string) map[string]string {
 }
 
 // startArchiving starts the store and a primary archiving into it.
-func startArchiving(t *testing.T) *archiving {
+func startArchiving(t testing.TB) *archiving {
 	h := newHost(t)
 	a := &archiving{t: t, h: h, store: s3test.Start(t, "deckhand"), prefix: "clusters/ns", server: "name-of-database"}
 	a.scripts = h.u.WriteScripts(t, filepath.Join(h.root, "archive"), postgres.ArchiveScripts())
@@ -250,7 +250,7 @@ type recovery struct {
 // recover runs recover.sh into a new data directory with target (its
 // RECOVERY_TARGET_* settings) and starts a server on it; err is the
 // script's, when it refused.
-func (a *archiving) recover(t *testing.T, target map[string]string) (recovery, error) {
+func (a *archiving) recover(t testing.TB, target map[string]string) (recovery, error) {
 	h := a.h
 	dir := h.u.TempDir(t)
 	pgdata := filepath.Join(dir, "pgdata")
@@ -276,7 +276,7 @@ func (a *archiving) recover(t *testing.T, target map[string]string) (recovery, e
 
 // requireRowsUpTo requires the recovered server to hold every row the
 // source holds with ts <= until-1s, and none with ts > until.
-func (a *archiving) requireRowsUpTo(t *testing.T, r recovery, until time.Time) {
+func (a *archiving) requireRowsUpTo(t testing.TB, r recovery, until time.Time) {
 	h := a.h
 	cut := until.Add(-time.Second).Format(time.RFC3339Nano)
 	want := h.sql(a.source.Port, "postgres", fmt.Sprintf("SELECT count(*) FROM ticks WHERE ts <= '%s'", cut))
