@@ -204,10 +204,16 @@ func (r *Reconciler) observeArchiving(db *Cluster, st instance.Status) {
 	}
 	if t := st.Archiver.LastArchivedTime; t != nil {
 		archiveLast.WithLabelValues(db.Namespace, db.Name).Set(float64(t.Unix()))
-		// At most every 30 s: a busy primary archives a segment a
-		// second, and each would be a status write.
-		if u := db.Status.RecoverableUntil; u == nil || t.Sub(u.Time) >= 30*time.Second || t.Before(u.Time) {
-			db.Status.RecoverableUntil = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
+		// Only while the archive keeps up: with segments waiting, the one
+		// archived last was switched long before it was archived, and its
+		// time would claim commits the archive does not hold yet. One
+		// waiting is the segment being archived now. At most every 30 s:
+		// a busy primary archives a segment a second, and each would be a
+		// status write.
+		if st.Archiver.PendingSegments <= 1 {
+			if u := db.Status.RecoverableUntil; u == nil || t.Sub(u.Time) >= 30*time.Second || t.Before(u.Time) {
+				db.Status.RecoverableUntil = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
+			}
 		}
 	}
 	r.observeBaseBackups(db, st.BaseBackups)

@@ -54,7 +54,7 @@ func TestRetentionPolicyBecomesBarmansRecoveryWindow(t *testing.T) {
 // status: the recoverable window's start (the oldest base backup's end),
 // the newest and the count; an Event for each new base backup and a
 // Warning for a failure, each once; RecoverableUntil follows the last
-// archived segment at most every 30 s.
+// archived segment at most every 30 s, while the archive keeps up.
 func TestTheArchivesBaseBackupsAndWindowReachTheStatus(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	r := &Reconciler{Recorder: rec, Kind: DatabaseKind}
@@ -93,6 +93,18 @@ func TestTheArchivesBaseBackupsAndWindowReachTheStatus(t *testing.T) {
 	assert.Equal(t, t0.Add(2*time.Minute), db.Status.RecoverableUntil.Time.UTC())
 	r.observeArchiving(db, status(t0.Add(2*time.Minute+40*time.Second), &instance.BaseBackups{CheckedAt: t0.Add(3 * time.Minute), Count: 1, Oldest: first, Newest: first}))
 	assert.Equal(t, t0.Add(2*time.Minute+40*time.Second), db.Status.RecoverableUntil.Time.UTC())
+
+	// Behind a burst of writes (segments waiting), a segment archived
+	// now was switched long ago: the window's end stays where the archive
+	// last caught up, and moves once it does again.
+	behind := status(t0.Add(5*time.Minute), nil)
+	behind.Archiver.PendingSegments = 12
+	r.observeArchiving(db, behind)
+	assert.Equal(t, t0.Add(2*time.Minute+40*time.Second), db.Status.RecoverableUntil.Time.UTC(), "with 12 segments waiting")
+	caughtUp := status(t0.Add(6*time.Minute), nil)
+	caughtUp.Archiver.PendingSegments = 1
+	r.observeArchiving(db, caughtUp)
+	assert.Equal(t, t0.Add(6*time.Minute), db.Status.RecoverableUntil.Time.UTC(), "with the one being archived waiting")
 
 	// A failed base backup: one Warning, however often it is reported.
 	failed := &instance.BaseBackups{CheckedAt: t0.Add(time.Hour), Count: 1, Oldest: first, Newest: first, Error: "base backup base-20261128T040000Z failed: the store refused the keys"}

@@ -725,9 +725,11 @@ type DatabaseStatus struct {
 	// +optional
 	RecoverableFrom *metav1.Time `json:"recoverableFrom,omitempty"`
 
-	// RecoverableUntil is when the primary last archived a WAL segment:
-	// what was committed before that segment was switched is in the
-	// archive. Updated at most every 30 s.
+	// RecoverableUntil is when the primary last archived a WAL segment
+	// with at most one more waiting: what was committed before that
+	// segment was switched is in the archive. While more wait (archiving
+	// failing, or behind a burst of writes) it stays where the archive
+	// last caught up. Updated at most every 30 s.
 	// +optional
 	RecoverableUntil *metav1.Time `json:"recoverableUntil,omitempty"`
 
