@@ -170,11 +170,21 @@ func eventReasons(t require.TestingT, c client.Client, ns, name string) []string
 	return reasons
 }
 
-// seedLab applies the seed's ConfigMap and Deployment (not the monitor).
+// seedLab applies the seed's ConfigMap and frontend Deployment and waits
+// for the frontend's pod to be ready. A change made before the pod exists
+// rightly restarts nothing (the pod starts with the new configuration),
+// which a test expecting a restart would take for a failure: on a loaded
+// machine the controller manager has created the pod after the change.
 func seedLab(t *testing.T, ns string) {
 	t.Helper()
 	kubectlApply(t, ns, "configmap.yml")
 	kubectlApply(t, ns, "deployment.yml")
+	c := testenv.Client(t)
+	d := deploymentOf(ns)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(d), d))
+		require.EqualValues(ct, 1, d.Status.ReadyReplicas)
+	}, 60*time.Second, 100*time.Millisecond, "the frontend's pod is not ready")
 }
 
 func newMonitor(ns, name string) *magalixv1.ConfigMonitor {
@@ -293,10 +303,6 @@ func TestRestartsBeyondTheBudgetWaitInStatus(t *testing.T) {
 	}, ns)
 	seedLab(t, ns)
 	d := deploymentOf(ns)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(d), d))
-		require.EqualValues(ct, 1, d.Status.ReadyReplicas)
-	}, 60*time.Second, 100*time.Millisecond)
 	require.NoError(t, c.Create(context.Background(), newMonitor(ns, "m")))
 	waitReason(t, c, ns, "m", "Baseline")
 
