@@ -28,8 +28,15 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/configmonitor"
 )
 
-// setup registers the controller with its default options.
-func setup(mgr ctrl.Manager) error { return configmonitor.Setup(mgr, configmonitor.Options{}) }
+// setupIn registers the controller with its default options, its own
+// cache limited to the test's namespace as the manager's is (cmd/deckhand
+// gives both the same namespaces). Without it every test's operator would
+// watch the pods, workloads and ConfigMaps of the whole shared cluster.
+func setupIn(ns string) func(ctrl.Manager) error {
+	return func(mgr ctrl.Manager) error {
+		return configmonitor.Setup(mgr, configmonitor.Options{Namespaces: []string{ns}})
+	}
+}
 
 // startOperator runs the ConfigMonitor controller in this process and
 // counts the pod deletions it sends.
@@ -38,7 +45,7 @@ func startOperator(t *testing.T, ns string) (podDeletes *atomic.Int64) {
 	rc, deletes := testenv.Counting(testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(req *http.Request) bool {
 		return req.Method == http.MethodDelete && filepath.Base(filepath.Dir(req.URL.Path)) == "pods"
 	})
-	testenv.StartController(t, rc, setup, ns)
+	testenv.StartController(t, rc, setupIn(ns), ns)
 	return deletes
 }
 
@@ -299,7 +306,7 @@ func TestRestartsBeyondTheBudgetWaitInStatus(t *testing.T) {
 	ns := testenv.Namespace(t, c)
 	// One restart at once, the next after 1,000 s.
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, configmonitor.Name), func(mgr ctrl.Manager) error {
-		return configmonitor.Setup(mgr, configmonitor.Options{RestartsPerSecond: 0.001, RestartBurst: 1})
+		return configmonitor.Setup(mgr, configmonitor.Options{RestartsPerSecond: 0.001, RestartBurst: 1, Namespaces: []string{ns}})
 	}, ns)
 	seedLab(t, ns)
 	d := deploymentOf(ns)
