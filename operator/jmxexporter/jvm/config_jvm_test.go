@@ -39,8 +39,7 @@ func TestAttachRefusesAHostPortConfigAndTheJVMLives(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
-	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
+	exitedSaying(t, j, "must not configure 'jmxUrl' or 'hostPort'")
 }
 
 // Upstream also exits after a reload that sets hostPort (getLatestConfig
@@ -61,8 +60,7 @@ func TestStandInAgentExitsTheJVMOnAReloadedHostPort(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
-	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
-	assert.Contains(t, j.Log.String(), "must not configure 'jmxUrl' or 'hostPort'")
+	exitedSaying(t, j, "must not configure 'jmxUrl' or 'hostPort'")
 }
 
 // `name: on` is a Boolean to the agent, a ClassCastException at start
@@ -80,6 +78,5 @@ func TestAttachRefusesAYAML11BooleanName(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
-	assert.Contains(t, j.Log.String(), "ClassCastException")
+	exitedSaying(t, j, "ClassCastException")
 }
