@@ -210,10 +210,9 @@ func (r *Reconciler) observeArchiving(db *Cluster, st instance.Status) {
 		// waiting is the segment being archived now. At most every 30 s:
 		// a busy primary archives a segment a second, and each would be a
 		// status write.
-		if st.Archiver.PendingSegments <= 1 {
-			if u := db.Status.RecoverableUntil; u == nil || t.Sub(u.Time) >= 30*time.Second || t.Before(u.Time) {
-				db.Status.RecoverableUntil = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
-			}
+		u := db.Status.RecoverableUntil
+		if st.Archiver.PendingSegments <= 1 && (u == nil || t.Sub(u.Time) >= 30*time.Second || t.Before(u.Time)) {
+			db.Status.RecoverableUntil = &metav1.Time{Time: t.UTC().Truncate(time.Second)}
 		}
 	}
 	r.observeBaseBackups(db, st.BaseBackups)

@@ -97,7 +97,7 @@ func TestStandInAgentExitsTheJVMWhenItCannotBind(t *testing.T) {
 	require.True(t, ok)
 	r := loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
 	assert.NotEqual(t, Attached, r.Result)
-	exitedSaying(t, j, "stand-in agent failed to start")
+	j.WaitExitSaying(t, "stand-in agent failed to start")
 }
 
 func TestAttachChecksPortAndConfigBeforeLoading(t *testing.T) {
@@ -250,14 +250,4 @@ func TestAStaleHsperfdataFileDoesNotMakeAProcessAJVM(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	_, err = os.Stat(quits)
 	assert.True(t, os.IsNotExist(err), "the shell was sent SIGQUIT")
-}
-
-// exitedSaying waits for the JVM to exit and for its log to say want. The
-// log is copied from the JVM's pipes and Exited counts a zombie, so on a
-// loaded machine the last lines arrive after the exit is seen.
-func exitedSaying(t *testing.T, j *jvmtest.JVM, want string) {
-	t.Helper()
-	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
-	assert.Eventually(t, func() bool { return strings.Contains(j.Log.String(), want) }, 10*time.Second, 50*time.Millisecond,
-		"the JVM's log does not say %q:\n%s", want, j.Log)
 }

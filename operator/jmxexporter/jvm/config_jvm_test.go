@@ -39,7 +39,7 @@ func TestAttachRefusesAHostPortConfigAndTheJVMLives(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	exitedSaying(t, j, "must not configure 'jmxUrl' or 'hostPort'")
+	j.WaitExitSaying(t, "must not configure 'jmxUrl' or 'hostPort'")
 }
 
 // Upstream also exits after a reload that sets hostPort (getLatestConfig
@@ -60,7 +60,7 @@ func TestStandInAgentExitsTheJVMOnAReloadedHostPort(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
-	exitedSaying(t, j, "must not configure 'jmxUrl' or 'hostPort'")
+	j.WaitExitSaying(t, "must not configure 'jmxUrl' or 'hostPort'")
 }
 
 // `name: on` is a Boolean to the agent, a ClassCastException at start
@@ -78,5 +78,5 @@ func TestAttachRefusesAYAML11BooleanName(t *testing.T) {
 	_, ok := startAttachListener(j.PID)
 	require.True(t, ok)
 	loadAgent(j.PID, o.Agent, fmt.Sprintf("%d:%s", o.Port, o.Config))
-	exitedSaying(t, j, "ClassCastException")
+	j.WaitExitSaying(t, "ClassCastException")
 }

@@ -79,5 +79,5 @@ func TestStandInAgentExitsTheJVMOnASecondLoad(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, Attached, loadAgent(j.PID, first.Agent, fmt.Sprintf("%d:%s", first.Port, first.Config)).Result)
 	loadAgent(j.PID, second.Agent, fmt.Sprintf("%d:%s", second.Port, second.Config))
-	exitedSaying(t, j, "jmx_exporter_build_info because a metric with that name is already registered")
+	j.WaitExitSaying(t, "jmx_exporter_build_info because a metric with that name is already registered")
 }

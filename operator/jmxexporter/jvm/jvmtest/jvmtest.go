@@ -137,6 +137,17 @@ type JVM struct {
 // it cannot start).
 func (j *JVM) Exited() bool { return syscall.Kill(j.PID, 0) != nil || isZombie(j.PID) }
 
+// WaitExitSaying waits for the JVM to exit and for its log to say want.
+// Exited counts a zombie, and the last lines are copied from the JVM's
+// pipes after it is gone: on a loaded machine they arrive after the exit
+// is seen.
+func (j *JVM) WaitExitSaying(t testing.TB, want string) {
+	t.Helper()
+	require.Eventually(t, j.Exited, 30*time.Second, 50*time.Millisecond, j.Log.String())
+	require.Eventually(t, func() bool { return strings.Contains(j.Log.String(), want) }, 10*time.Second, 50*time.Millisecond,
+		"the JVM's log does not say %q:\n%s", want, j.Log)
+}
+
 func isZombie(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
