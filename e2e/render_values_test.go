@@ -63,6 +63,7 @@ func chartManagedConfigKeys(t *testing.T) []string {
 			"controllers.jmxExporter.enabled=true", "controllers.jmxExporter.namespaces={a}",
 			"controllers.database.enabled=true", "controllers.database.failoverByDefault=false", "controllers.database.tlsByDefault=false",
 			"controllers.database.monitoringByDefault=false",
+			"controllers.mysqlCluster.enabled=true", "controllers.mysqlCluster.tlsByDefault=false",
 			"controllers.database.archiverImage=example.org/archiver:1", "controllers.database.poolerImage=example.org/pgbouncer:1"},
 	} {
 		for k := range configFile(t, MustRender(t, ns, Values(t, nil, sets...))) {
@@ -231,18 +232,25 @@ func TestDatabaseFailoverDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
 	}
 }
 
-// The same for controllers.database.tlsByDefault: TLS for new Databases.
-func TestDatabaseTLSDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
-	for _, tc := range []struct {
-		set  string
-		want any
-	}{
-		{"controllers.database.tlsByDefault=false", false},
-		{"controllers.database.tlsByDefault=true", nil},
-		{"controllers.database.tlsByDefault=null", nil},
+// The same for controllers.database.tlsByDefault and
+// controllers.mysqlCluster.tlsByDefault: TLS for new Databases and
+// MySQLClusters.
+func TestTLSDefaultsAreTurnedOffOnlyByAnExplicitFalse(t *testing.T) {
+	for _, c := range []struct{ controller, flag string }{
+		{"database", "database-tls-default"},
+		{"mysqlCluster", "mysqlcluster-tls-default"},
 	} {
-		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
-		assert.Equal(t, tc.want, got["database-tls-default"], tc.set)
+		for _, tc := range []struct {
+			set  string
+			want any
+		}{
+			{"controllers." + c.controller + ".tlsByDefault=false", false},
+			{"controllers." + c.controller + ".tlsByDefault=true", nil},
+			{"controllers." + c.controller + ".tlsByDefault=null", nil},
+		} {
+			got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers."+c.controller+".enabled=true", tc.set)))
+			assert.Equal(t, tc.want, got[c.flag], tc.set)
+		}
 	}
 }
 

@@ -27,7 +27,11 @@ import (
 // writes rows as root with the cluster's Secret, reads them through
 // <name>-ro from the replica; a MySQLBackupInstance completes; deleting
 // the cluster completes its final backup (Snapshot, the default); the
-// cluster made again from it has the rows.
+// cluster made again from it has the rows. TLS is on (the chart's
+// default for a new cluster): every query of the client verifies the
+// server's certificate and name against the ConfigMap <name>-ca, a
+// client without TLS is refused, and the replicas, backups and restores
+// run over it.
 func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
 	t.Parallel() // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
@@ -54,7 +58,9 @@ func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
 	require.NoError(t, c.Create(ctx, mc))
 	waitClusterReady(ctx, t, c, ns, name)
 
-	sqlPod := startMariaDBClient(ctx, t, cs, ns, "mariadb", "shop-root")
+	sqlPod := startMariaDBClient(ctx, t, cs, ns, "mariadb", name)
+	out, err := tryExec(ctx, cfg, cs, sqlPod, "sh", "-c", `MYSQL_PWD=$(cat /secret/password) exec mariadb --skip-ssl -h "$1" -u root -N -B -e "SELECT 1"`, "sql", name+"-rw")
+	require.Error(t, err, "a client without TLS is refused:\n%s", out)
 	token := rand.String(10)
 	assert.Equal(t, "2", sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw",
 		"CREATE DATABASE orders; CREATE TABLE orders.notes (v varchar(64)); INSERT INTO orders.notes VALUES ('one "+token+"'), ('two "+token+"'); SELECT count(*) FROM orders.notes"))
@@ -108,28 +114,37 @@ func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
 	}
 	require.NoError(t, c.Create(ctx, again))
 	waitClusterReady(ctx, t, c, ns, name)
+	// A new client: the new cluster has a CA of its own.
+	sqlPod = startMariaDBClient(ctx, t, cs, ns, "mariadb-again", name)
 	assert.Equal(t, sortedRows(rows+",three "+token),
 		sqlAs(ctx, t, cfg, cs, sqlPod, name+"-rw", "SELECT group_concat(v ORDER BY v) FROM orders.notes"),
 		"the rows of the final backup, restored")
 }
 
-// startMariaDBClient runs the mariadb image as a client pod with the root
-// Secret mounted at /secret (the password is read from there, never put
-// on a command line).
-func startMariaDBClient(ctx context.Context, t testing.TB, cs clientset, ns, name, secret string) *corev1.Pod {
+// startMariaDBClient runs the mariadb image as a client pod of cluster:
+// its root Secret (<cluster>-root) mounted at /secret (the password is
+// read from there, never put on a command line), its CA ConfigMap
+// (<cluster>-ca) at /ca.
+func startMariaDBClient(ctx context.Context, t testing.TB, cs clientset, ns, name, cluster string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:         "client",
-				Image:        imageRef(t, "mariadb"),
-				Command:      []string{"sleep", "3600"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "secret", MountPath: "/secret", ReadOnly: true}},
+				Name:    "client",
+				Image:   imageRef(t, "mariadb"),
+				Command: []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "secret", MountPath: "/secret", ReadOnly: true},
+					{Name: "ca", MountPath: "/ca", ReadOnly: true},
+				},
 			}},
-			Volumes: []corev1.Volume{{Name: "secret", VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: secret},
-			}}},
+			Volumes: []corev1.Volume{
+				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: cluster + "-root"}}},
+				{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: cluster + "-ca"},
+				}}},
+			},
 			TerminationGracePeriodSeconds: new(int64),
 		},
 	}
@@ -138,10 +153,11 @@ func startMariaDBClient(ctx context.Context, t testing.TB, cs clientset, ns, nam
 	return runningPod(ctx, t, cs, ns, pod.Name)
 }
 
-// sqlCommand runs sql as root at host (a Service name); MYSQL_PWD keeps
-// the password off the command line.
+// sqlCommand runs sql as root at host (a Service name), verifying the
+// server's certificate and name against the cluster's CA bundle; MYSQL_PWD
+// keeps the password off the command line.
 func sqlCommand(host, sql string) []string {
-	return []string{"sh", "-c", `MYSQL_PWD=$(cat /secret/password) exec mariadb -h "$1" -u root -N -B -e "$2"`, "sql", host, sql}
+	return []string{"sh", "-c", `MYSQL_PWD=$(cat /secret/password) exec mariadb --ssl-ca=/ca/ca.crt --ssl-verify-server-cert -h "$1" -u root -N -B -e "$2"`, "sql", host, sql}
 }
 
 func sqlAs(ctx context.Context, t testing.TB, cfg *rest.Config, cs clientset, pod *corev1.Pod, host, sql string) string {

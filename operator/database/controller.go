@@ -126,10 +126,11 @@ type Options struct {
 	// controllers.database.failoverByDefault). Off here, the zero value,
 	// for tests that run the operator on kwok, whose pods run no agent.
 	FailoverByDefault bool
-	// TLSByDefault: a new PostgreSQL Database without spec.tls.enabled
-	// gets TLS (the flag --database-tls-default, on by default; the
-	// chart's controllers.database.tlsByDefault). Off here, the zero
-	// value, as FailoverByDefault.
+	// TLSByDefault: a new cluster of the Kind (a Database, a
+	// MySQLCluster) without spec.tls.enabled gets TLS (the flags
+	// --database-tls-default and --mysqlcluster-tls-default, on by
+	// default; the chart's controllers.<name>.tlsByDefault). Off here,
+	// the zero value, as FailoverByDefault.
 	TLSByDefault bool
 	// MonitoringByDefault: a new PostgreSQL Database without
 	// spec.monitoring.enabled serves metrics (the flag
@@ -450,7 +451,7 @@ func engineOf(db *Cluster) dbv1.Engine {
 // live are the objects of a Database as they are now.
 type live struct {
 	superuser, app, replication metav1.PartialObjectMetadata
-	scripts                     corev1.ConfigMap
+	scripts, ca                 corev1.ConfigMap
 	services                    []corev1.Service
 	statefulSet                 appsv1.StatefulSet
 	job                         batchv1.Job
@@ -482,6 +483,7 @@ func (r *Reconciler) lookupAll(ctx context.Context, db *Cluster) (*live, error) 
 		{"Secret", n.App, &l.app, n.App != ""},
 		{"Secret", n.Replication, &l.replication, n.Replication != ""},
 		{"ConfigMap", n.Scripts, &l.scripts, true},
+		{"ConfigMap", n.CA, &l.ca, tlsOn(db)},
 		{"Service", n.Headless, &l.services[0], true},
 		{"Service", n.ReadWrite, &l.services[1], true},
 		{"Service", n.ReadOnly, &l.services[2], true},

@@ -36,6 +36,11 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	if err := r.ensureSecrets(ctx, db, eng, l, bundle); err != nil {
 		return err
 	}
+	if n.CA != "" && bundle != "" {
+		if err := r.applyOne(ctx, db, caConfigMap(db, bundle), &l.ca, l.has("ConfigMap", n.CA)); err != nil {
+			return err
+		}
+	}
 	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng, tlsRequired(db, l)), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ var DatabaseKind = NewKind(Kind{
 		ClusterUID:    AnnotationDatabaseUID, KeptFrom: AnnotationKeptFrom,
 		UpgradeAttempt: LabelUpgradeAttempt, ImageChange: AnnotationImageChange,
 		HeldBy: AnnotationPrefixHeldBy, Verify: AnnotationVerify,
+		TLSDefault: AnnotationTLSDefault,
 	},
 	Clusters: databases{},
 	Backups:  databaseBackups{},

@@ -44,50 +44,50 @@ func failoverOn(db *Cluster) bool {
 	return db.Annotations[AnnotationFailoverDefault] == "true"
 }
 
-// recordDefaults records, on a PostgreSQL cluster, each default it has no
-// annotation for yet (AnnotationFailoverDefault, AnnotationTLSDefault,
-// AnnotationMonitoringDefault), and reports whether it recorded any: the
-// operator's default (r.FailoverByDefault, r.TLSByDefault,
-// r.MonitoringByDefault) for a cluster it has never reconciled, "false"
-// for one an operator from before the annotation ran (its
-// observedGeneration is set), whose default was off. It runs on every
-// pass: the cluster's view (a copy) is built only for one missing an
-// annotation, of a kind that serves PostgreSQL.
+// recordDefaults records, on a cluster, each default it has no annotation
+// for yet, and reports whether it recorded any: the operator's default
+// (r.TLSByDefault for every engine's TLS; r.FailoverByDefault and
+// r.MonitoringByDefault for PostgreSQL's failover and metrics) for a
+// cluster it has never reconciled, "false" for one an operator from before
+// the annotation ran (its observedGeneration is set), whose default was
+// off. It runs on every pass: the cluster's view (a copy) is built only for
+// one that may miss an annotation.
 func (r *Reconciler) recordDefaults(obj client.Object) bool {
-	defaults := []struct {
-		key string
-		on  bool
-	}{
-		{AnnotationFailoverDefault, r.FailoverByDefault},
-		{AnnotationTLSDefault, r.TLSByDefault},
-		{AnnotationMonitoringDefault, r.MonitoringByDefault},
-	}
 	annotations := obj.GetAnnotations()
-	missing := false
-	for _, d := range defaults {
-		if _, ok := annotations[d.key]; !ok {
-			missing = true
-		}
-	}
-	if !missing {
-		return false
-	}
-	if _, ok := r.Kind.Engines[dbv1.EnginePostgreSQL]; !ok {
+	_, postgres := r.Kind.Engines[dbv1.EnginePostgreSQL]
+	if hasAll(annotations, r.Kind.Keys.TLSDefault) &&
+		(!postgres || hasAll(annotations, AnnotationFailoverDefault, AnnotationMonitoringDefault)) {
 		return false
 	}
 	db := r.Kind.Clusters.View(obj)
-	if engineOf(db) != dbv1.EnginePostgreSQL {
-		return false
+	defaults := map[string]bool{r.Kind.Keys.TLSDefault: r.TLSByDefault}
+	if engineOf(db) == dbv1.EnginePostgreSQL {
+		defaults[AnnotationFailoverDefault] = r.FailoverByDefault
+		defaults[AnnotationMonitoringDefault] = r.MonitoringByDefault
 	}
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	for _, d := range defaults {
-		if _, ok := annotations[d.key]; !ok {
-			annotations[d.key] = strconv.FormatBool(d.on && db.Status.ObservedGeneration == 0)
+	recorded := false
+	for key, on := range defaults {
+		if _, ok := annotations[key]; !ok {
+			annotations[key] = strconv.FormatBool(on && db.Status.ObservedGeneration == 0)
+			recorded = true
 		}
 	}
-	obj.SetAnnotations(annotations)
+	if recorded {
+		obj.SetAnnotations(annotations)
+	}
+	return recorded
+}
+
+// hasAll: annotations holds every key.
+func hasAll(annotations map[string]string, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := annotations[k]; !ok {
+			return false
+		}
+	}
 	return true
 }
 

@@ -134,6 +134,9 @@ type Keys struct {
 	HeldBy string
 	// Verify on a backup asks for one verification now (verify.go).
 	Verify string
+	// TLSDefault on a cluster records whether TLS is on when its spec
+	// leaves it unset (tls.go).
+	TLSDefault string
 }
 
 // KeysFor are the keys of a Kind under one prefix (its API group); the
@@ -157,6 +160,7 @@ func KeysFor(prefix, cluster string) Keys {
 		ImageChange:             prefix + "/image-change",
 		HeldBy:                  "held-by." + prefix + "/",
 		Verify:                  prefix + "/verify",
+		TLSDefault:              prefix + "/tls-default",
 	}
 }
 

@@ -59,15 +59,23 @@ const (
 // because metadata.name is at most 52 (a CEL rule on the CRD).
 type names struct {
 	StatefulSet, Headless, ReadWrite, ReadOnly, Superuser, App, Replication, Scripts, InitJob, PDB string
+	// CA is the ConfigMap of the CA bundle clients verify the servers
+	// with, for a cluster without an app Secret (which holds it
+	// otherwise); "" for one with.
+	CA string
 }
 
 func namesOf(db *Cluster) names {
 	n := db.Name
-	return names{
+	out := names{
 		StatefulSet: n, Headless: n + "-headless", ReadWrite: n + "-rw", ReadOnly: n + "-ro",
 		Superuser: db.Secrets.Superuser, App: db.Secrets.App, Replication: db.Secrets.Replication,
 		Scripts: n + "-scripts", InitJob: n + "-init", PDB: n,
 	}
+	if db.Secrets.App == "" {
+		out.CA = n + "-ca"
+	}
+	return out
 }
 
 // claimName is the PVC the StatefulSet creates for an ordinal.
@@ -348,6 +356,17 @@ func scriptsConfigMap(db *Cluster, eng engine.Engine, tls string) *corev1.Config
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: objectMeta(db, namesOf(db).Scripts, nil),
 		Data:       data,
+	}
+}
+
+// caConfigMap holds the CA bundle (ca.crt) clients verify the servers
+// with, for a cluster with TLS and no app Secret: public, as the
+// cluster's kube-root-ca.crt, so any pod may mount it.
+func caConfigMap(db *Cluster, bundle string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: objectMeta(db, namesOf(db).CA, nil),
+		Data:       map[string]string{AppCAKey: bundle},
 	}
 }
 

@@ -36,7 +36,7 @@ var Registration = registration.Controller{
 	ValuesKey:   "database",
 	AddToScheme: dbv1.AddToScheme,
 	Flags: func(fs *pflag.FlagSet) {
-		fs.Bool(flagTLSDefault, true, "TLS on every connection for a new PostgreSQL Database that leaves spec.tls.enabled unset (recorded on it when first seen: annotation "+AnnotationTLSDefault+")")
+		fs.Bool(flagTLSDefault, true, "TLS on every connection for a new Database that leaves spec.tls.enabled unset (recorded on it when first seen: annotation "+AnnotationTLSDefault+")")
 		fs.Bool(flagMonitoringDefault, true, "PostgreSQL's metrics served by every pod of a new PostgreSQL Database that leaves spec.monitoring.enabled unset (recorded on it when first seen: annotation "+AnnotationMonitoringDefault+")")
 		fs.String(flagArchiverImage, DefaultArchiverImage, "image of the archiver sidecar (Barman Cloud) in the pods of a Database with spec.backup.storage.objectStore")
 		fs.String(flagPoolerImage, pooler.DefaultImage, "PgBouncer's image for a Pooler that leaves spec.image unset")

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/servertls"
 )
@@ -29,7 +28,8 @@ import (
 // when it first saw the Database, recorded then and never changed, as
 // AnnotationFailoverDefault is, so that upgrading the operator never turns
 // TLS on (which restarts every pod and refuses plain connections) under a
-// running Database. A person may change it, as the field.
+// running Database. A person may change it, as the field. Other kinds
+// record it under their own group (Keys.TLSDefault).
 const AnnotationTLSDefault = "stable.imaginedata.co/tls-default"
 
 // ConditionServerCertificate says whether the servers have a certificate
@@ -41,13 +41,10 @@ const ConditionServerCertificate = "ServerCertificate"
 // (which holds only what Databases own), so its renewal sends no event.
 const userCertRecheck = time.Minute
 
-// tlsOn: the Database's servers use TLS (PostgreSQL only), by
-// spec.tls.enabled or, when that is unset, by its recorded default. A
-// serverCertSecret alone turns it on.
+// tlsOn: the cluster's servers use TLS, by spec.tls.enabled or, when
+// that is unset, by its recorded default. A serverCertSecret alone turns
+// it on.
 func tlsOn(db *Cluster) bool {
-	if engineOf(db) != dbv1.EnginePostgreSQL {
-		return false
-	}
 	if t := db.Spec.TLS; t != nil {
 		if t.Enabled != nil {
 			return *t.Enabled
@@ -56,7 +53,7 @@ func tlsOn(db *Cluster) bool {
 			return true
 		}
 	}
-	return db.Annotations[AnnotationTLSDefault] == "true"
+	return db.Annotations[db.Kind.Keys.TLSDefault] == "true"
 }
 
 // tlsRequired is the scripts ConfigMap's engine.ScriptsTLSKey: "required"

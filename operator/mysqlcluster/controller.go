@@ -54,12 +54,17 @@ type Options struct {
 	ExcludeNamespaces []string
 	// Now is the clock of schedules and retention (tests may set one).
 	Now func() time.Time
+	// TLSByDefault: a new MySQLCluster without spec.tls.enabled gets TLS
+	// (the flag --mysqlcluster-tls-default, on by default; the chart's
+	// controllers.mysqlCluster.tlsByDefault). Off here, the zero value,
+	// for tests that run the operator on kwok.
+	TLSByDefault bool
 }
 
 // Setup registers the MySQLCluster, MySQLBackupInstance and
 // MySQLBackupSchedule controllers with the manager.
 func Setup(mgr ctrl.Manager, o Options) error {
-	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces, ExcludeNamespaces: o.ExcludeNamespaces, Now: o.Now})
+	core, err := database.SetupKind(mgr, Kind, database.Options{WatchNamespaces: o.WatchNamespaces, ExcludeNamespaces: o.ExcludeNamespaces, Now: o.Now, TLSByDefault: o.TLSByDefault})
 	if err != nil {
 		return err
 	}

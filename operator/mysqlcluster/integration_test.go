@@ -40,8 +40,16 @@ const wait = 60 * time.Second
 // RBAC for it only. now, when set, is the schedules' clock.
 func startOperator(t *testing.T, ns string, now func() time.Time) {
 	t.Helper()
+	startOperatorWith(t, ns, mysqlcluster.Options{Now: now})
+}
+
+// startOperatorWith is startOperator with options (WatchNamespaces is
+// the namespace's).
+func startOperatorWith(t *testing.T, ns string, o mysqlcluster.Options) {
+	t.Helper()
+	o.WatchNamespaces = []string{ns}
 	testenv.StartController(t, testenv.ChartRBACConfig(t, ns, mysqlcluster.Name), func(m ctrl.Manager) error {
-		return mysqlcluster.Setup(m, mysqlcluster.Options{WatchNamespaces: []string{ns}, Now: now})
+		return mysqlcluster.Setup(m, o)
 	}, ns)
 	testenv.ReleaseNamespaceOnCleanup(t, ns, &grtlv1.MySQLClusterList{}, &grtlv1.MySQLBackupInstanceList{})
 }

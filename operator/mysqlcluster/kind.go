@@ -91,6 +91,7 @@ func (clusters) View(obj client.Object) *database.Cluster {
 			// Database's names and meaning.
 			PodTemplate: podTemplateOf(mc),
 			Backup:      backupSpec,
+			TLS:         mc.Spec.TLS.DeepCopy(),
 		},
 		Secrets: database.ClusterSecrets{
 			Superuser:            mc.Spec.Secret,

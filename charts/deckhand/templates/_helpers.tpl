@@ -172,6 +172,9 @@ without the value leaves it unset, which keeps the operator's default. */}}
 {{- if and .Values.controllers.database.enabled (eq (toString .Values.controllers.database.monitoringByDefault) "false") }}
 {{- $_ := set $cfg "database-monitoring-default" false }}
 {{- end }}
+{{- if and .Values.controllers.mysqlCluster.enabled (eq (toString .Values.controllers.mysqlCluster.tlsByDefault) "false") }}
+{{- $_ := set $cfg "mysqlcluster-tls-default" false }}
+{{- end }}
 {{- if and .Values.controllers.database.enabled .Values.controllers.database.archiverImage }}
 {{- $_ := set $cfg "database-archiver-image" .Values.controllers.database.archiverImage }}
 {{- end }}
@@ -210,6 +213,7 @@ database-tls-default: controllers.database.tlsByDefault
 database-monitoring-default: controllers.database.monitoringByDefault
 database-archiver-image: controllers.database.archiverImage
 database-pooler-image: controllers.database.poolerImage
+mysqlcluster-tls-default: controllers.mysqlCluster.tlsByDefault
 jmxexporter-agent-jar: controllers.jmxExporter.agentJar
 jmxexporter-namespaces: controllers.jmxExporter.namespaces
 kubeconfig: nothing (the operator uses its ServiceAccount)

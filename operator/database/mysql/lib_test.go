@@ -173,3 +173,47 @@ func TestRowCountsReadMySQLsOneLineInserts(t *testing.T) {
 		assert.Equal(t, want, strings.TrimSuffix(string(out), "\n"), awk)
 	}
 }
+
+func TestTLSStatementsAndClientOptionsBranchOnTheServerAndTheClient(t *testing.T) {
+	replicationTLS := func(version, verify string) string {
+		return lib(t, `TLS_CA_FILE=/deckhand/tls/ca.crt; sql_replication_tls "$1" "$2"`, version, verify)
+	}
+	assert.Equal(t,
+		"STOP REPLICA;\nCHANGE REPLICATION SOURCE TO SOURCE_SSL=1, SOURCE_SSL_CA='/deckhand/tls/ca.crt', SOURCE_SSL_VERIFY_SERVER_CERT=1;\nSTART REPLICA;",
+		replicationTLS(mysql84, "1"))
+	assert.Equal(t,
+		"STOP REPLICA;\nCHANGE REPLICATION SOURCE TO SOURCE_SSL=0, SOURCE_SSL_CA='', SOURCE_SSL_VERIFY_SERVER_CERT=0;\nSTART REPLICA;",
+		replicationTLS(mysql84, "0"))
+	assert.Equal(t,
+		"STOP SLAVE;\nCHANGE MASTER TO MASTER_SSL=1, MASTER_SSL_CA='/deckhand/tls/ca.crt', MASTER_SSL_VERIFY_SERVER_CERT=1;\nSTART SLAVE;",
+		replicationTLS("8.0.22", "1"))
+	assert.Equal(t,
+		"STOP SLAVE;\nCHANGE MASTER TO MASTER_SSL=0, MASTER_SSL_CA='', MASTER_SSL_VERIFY_SERVER_CERT=0;\nSTART SLAVE;",
+		replicationTLS(maria, "0"))
+
+	assert.Equal(t, "ALTER INSTANCE RELOAD TLS;", lib(t, `sql_reload_tls "$1"`, mysql84))
+	assert.Equal(t, "FLUSH SSL;", lib(t, `sql_reload_tls "$1"`, maria114))
+
+	// The clients verify the server's name only once TLS is required (the
+	// file "tls" beside the scripts), each family with its own options.
+	dir := t.TempDir()
+	libSh, err := os.ReadFile("scripts/lib.sh")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "lib.sh"), libSh, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "run.sh"), []byte(`. "$(dirname "$0")/lib.sh"; tls_client_args`), 0o644))
+	clientArgs := func(client, caFile, tls string) string {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "client"), []byte("#!/bin/sh\necho '"+client+"'\n"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tls"), []byte(tls), 0o644))
+		cmd := exec.Command("sh", filepath.Join(dir, "run.sh"))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "CLIENT=" + filepath.Join(dir, "client"), "TLS_CA_FILE=" + caFile}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	mariadbClient := "mariadb  Ver 15.1 Distrib 10.11.19-MariaDB, for debian-linux-gnu (x86_64)"
+	mysqlClient := "mysql  Ver 8.4.8 for Linux on x86_64 (MySQL Community Server - GPL)"
+	assert.Equal(t, "--ssl-ca=/ca.crt\n--ssl-verify-server-cert", clientArgs(mariadbClient, "/ca.crt", "required"))
+	assert.Equal(t, "--ssl-mode=VERIFY_IDENTITY\n--ssl-ca=/ca.crt", clientArgs(mysqlClient, "/ca.crt", "required"))
+	assert.Empty(t, clientArgs(mysqlClient, "/ca.crt", "offered"), "TLS being turned on or off: nothing verified")
+	assert.Empty(t, clientArgs(mariadbClient, "", "required"), "a cluster without TLS")
+}

@@ -35,15 +35,21 @@ type host struct {
 	scripts string
 	secrets map[string]map[string]string
 	cluster engine.Cluster
-	// started remembers how each server was started, for restarts.
+	// started remembers how each server was started, for restarts; env,
+	// with what environment (its probes run with it).
 	started map[*mysqltest.Server]func(extra map[string]string) *mysqltest.Server
+	env     map[*mysqltest.Server]map[string]string
+	// tlsDir, when set, is the server TLS Secret's directory
+	// (cluster.TLSSecret set): the servers mount it and the Jobs that
+	// verify the servers its ca.crt (TLS_DIR, TLS_CA_FILE).
+	tlsDir string
 }
 
 func newHost(t testing.TB) *host {
 	mysqltest.RequireMariaDB(t)
 	u := mysqltest.Unprivileged(t)
 	root := mysqltest.TempRoot(t, u)
-	h := &host{t: t, u: u, root: root, scripts: filepath.Join(root, "scripts"), started: map[*mysqltest.Server]func(map[string]string) *mysqltest.Server{}}
+	h := &host{t: t, u: u, root: root, scripts: filepath.Join(root, "scripts"), started: map[*mysqltest.Server]func(map[string]string) *mysqltest.Server{}, env: map[*mysqltest.Server]map[string]string{}}
 	mysqltest.WriteScripts(t, u, h.scripts, mysql.Engine{}.Scripts())
 	h.cluster = engine.Cluster{
 		Name: "my-cluster", Namespace: "default", Image: "mariadb:10.11", Port: 3306,
@@ -75,6 +81,9 @@ func (h *host) server(name string, ordinal int, primaryPort string) *mysqltest.S
 		"PRIMARY_HOST":    "127.0.0.1", "PRIMARY_PORT": primaryPort,
 		"PATH": mysqltest.Path, "HOME": run, "TMPDIR": mysqltest.Dir(h.t, h.u, h.root, name+"-tmp"),
 	})
+	if h.tlsDir != "" {
+		env["TLS_DIR"], env["TLS_CA_FILE"] = h.tlsDir, filepath.Join(h.tlsDir, "ca.crt")
+	}
 	argv := mysqltest.Command(h.t, pod.Container, h.scripts)
 	password := h.secrets[h.cluster.SuperuserSecret]["password"]
 	var start func(extra map[string]string) *mysqltest.Server
@@ -83,6 +92,7 @@ func (h *host) server(name string, ordinal int, primaryPort string) *mysqltest.S
 		maps.Copy(e, extra)
 		s := mysqltest.Start(h.t, h.u, e, argv, password)
 		h.started[s] = start
+		h.env[s] = e
 		return s
 	}
 	return start(nil)
@@ -96,9 +106,22 @@ func (h *host) restart(s *mysqltest.Server, extra map[string]string) *mysqltest.
 	return h.started[s](extra)
 }
 
+// probe runs a server's probe (mode "ready" or "alive") as the kubelet
+// does, in the server's environment.
+func (h *host) probe(s *mysqltest.Server, mode string) (string, error) {
+	h.t.Helper()
+	argv := mysqltest.ReplaceMount([]string{"sh", "/deckhand/scripts/" + mysql.ProbeScript, mode}, "/deckhand/scripts", h.scripts)
+	return mysqltest.Run(h.u, h.env[s], argv)
+}
+
 // job runs a Job's pod on the host.
 func (h *host) job(pod engine.Pod, overrides map[string]string) (engine.Report, string, error) {
 	h.t.Helper()
+	for _, e := range pod.Container.Env {
+		if _, set := overrides[e.Name]; e.Name == "TLS_CA_FILE" && !set {
+			overrides[e.Name] = filepath.Join(h.tlsDir, "ca.crt")
+		}
+	}
 	run := fmt.Sprint(time.Now().UnixNano())
 	msg := filepath.Join(mysqltest.Dir(h.t, h.u, h.root, "jobs"), "termination-"+run)
 	overrides["TERMINATION_MESSAGE_PATH"] = msg
@@ -176,12 +199,11 @@ func TestShippedScriptsRunARealMariaDB(t *testing.T) {
 	assert.NotEmpty(t, status, "the replica follows a GTID position")
 
 	// The readiness probe, as the kubelet runs it on the replica.
-	probe := e.ServerPod(h.cluster).Container.ReadinessProbe.Exec.Command
-	penv := mysqltest.Env(t, e.ServerPod(h.cluster).Container, h.secrets, "my-cluster-1", map[string]string{"PORT": replica.Port, "PATH": mysqltest.Path, "HOME": h.root})
-	out, err = mysqltest.Run(h.u, penv, mysqltest.ReplaceMount(probe, "/deckhand/scripts", h.scripts))
+	assert.Equal(t, []string{"sh", "/deckhand/scripts/" + mysql.ProbeScript, "ready"}, e.ServerPod(h.cluster).Container.ReadinessProbe.Exec.Command)
+	out, err = h.probe(replica, "ready")
 	require.NoError(t, err, out)
 	h.sql(replica.Port, "STOP SLAVE")
-	_, err = mysqltest.Run(h.u, penv, mysqltest.ReplaceMount(probe, "/deckhand/scripts", h.scripts))
+	_, err = h.probe(replica, "ready")
 	require.Error(t, err, "a replica that does not replicate is not ready")
 	h.sql(replica.Port, "START SLAVE")
 

@@ -167,7 +167,7 @@ func (Engine) Scripts() map[string]string {
 // Environment: DATA_DIR, PORT, BIND_ADDRESS (empty: every address),
 // MYSQL_UNIX_PORT, MYSQL_PWD (root's password), REPLICATION_PASSWORD,
 // POD_NAME, PRIMARY_HOST, PRIMARY_PORT, PRIMARY_WAIT_SECONDS;
-// REMOVE_OLD_DATA.
+// REMOVE_OLD_DATA; with TLS, TLS_DIR and TLS_CA_FILE (engine.WithServerTLS).
 func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	probe := func(mode string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -218,13 +218,16 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 	if c.Resources != nil {
 		container.Resources = *c.Resources
 	}
-	return engine.Pod{
+	// With TLS the server reads its certificate and key from the mounted
+	// Secret (readable through the pod's fsGroup); the readiness probe
+	// reloads them when the Secret's files change.
+	return engine.WithServerTLS(c, engine.Pod{
 		Container: container,
 		Volumes: []corev1.Volume{{Name: "run", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},
 		}}},
 		SecurityContext: podSecurityContext(c.RunAsUser),
-	}
+	})
 }
 
 // InitPod runs init.sh against the primary.
@@ -246,7 +249,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 		)
 	}
 	env = append(env, rootEnv(c)...)
-	return engine.Pod{
+	return engine.WithCA(c, engine.Pod{
 		Container: corev1.Container{
 			Name:    "init",
 			Image:   c.Image,
@@ -261,7 +264,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 			SecurityContext:          containerSecurityContext(),
 		},
 		SecurityContext: podSecurityContext(c.RunAsUser),
-	}
+	})
 }
 
 // BackupPod runs backup.sh.
@@ -275,7 +278,7 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 		{Name: "BACKUP_FILE", Value: b.File},
 		engine.JobUIDEnv(),
 	}
-	return jobPod(c, "backup", BackupScript, env, b.ClaimName, nil)
+	return engine.WithCA(c, jobPod(c, "backup", BackupScript, env, b.ClaimName, nil))
 }
 
 // RestorePod runs restore.sh.
@@ -289,7 +292,7 @@ func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
 		{Name: "BACKUP_FILE", Value: r.File},
 		{Name: "BACKUP_SHA256", Value: r.SHA256},
 	}
-	return jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil)
+	return engine.WithCA(c, jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil))
 }
 
 // UpgradePod runs upgrade.sh with the primary's data volume mounted where

@@ -185,53 +185,24 @@ func (e Engine) ServerPod(c engine.Cluster) engine.Pod {
 		// (TLS_RUN_DIR, mode 0600: PostgreSQL refuses a key others can
 		// read), made at start and again by the readiness probe when the
 		// Secret's files change, followed by a reload.
-		pod.Volumes = append(pod.Volumes,
-			corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: c.TLSSecret, DefaultMode: ptr.To[int32](0o440),
-			}}},
-			corev1.Volume{Name: tlsRunVolume, VolumeSource: corev1.VolumeSource{
-				EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
-			}},
-		)
-		pod.Container.VolumeMounts = append(pod.Container.VolumeMounts,
-			corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true},
-			corev1.VolumeMount{Name: tlsRunVolume, MountPath: tlsRunDir},
-		)
-		pod.Container.Env = append(pod.Container.Env,
-			corev1.EnvVar{Name: "TLS_DIR", Value: TLSDir},
-			corev1.EnvVar{Name: "TLS_RUN_DIR", Value: tlsRunDir},
-			corev1.EnvVar{Name: "TLS_CA_FILE", Value: TLSDir + "/ca.crt"},
-		)
+		pod = engine.WithServerTLS(c, pod)
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: tlsRunVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+		}})
+		pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: tlsRunVolume, MountPath: tlsRunDir})
+		// Before TLS_CA_FILE, the last: running servers' pod template has
+		// it there, and another order would roll them.
+		env := pod.Container.Env
+		pod.Container.Env = slices.Insert(env, len(env)-1, corev1.EnvVar{Name: "TLS_RUN_DIR", Value: tlsRunDir})
 	}
 	return pod
 }
 
-// TLS: where the servers mount the server TLS Secret (Cluster.TLSSecret),
-// and the Jobs its ca.crt alone.
+// Where a server keeps the copy of its certificate and key it serves.
 const (
-	TLSVolume    = "server-tls"
-	TLSDir       = "/deckhand/tls"
 	tlsRunVolume = "tls-run"
 	tlsRunDir    = "/deckhand/tls-run"
 )
-
-// withCA gives a Job's pod that connects to the servers (init, backup,
-// restore, fence; not the upgrade and verification Jobs, which start
-// servers of their own on 127.0.0.1) the CA bundle of a cluster with TLS (the ca.crt
-// of its TLS Secret, never the key) and TLS_CA_FILE: its scripts connect
-// to them with sslmode=verify-full.
-func withCA(c engine.Cluster, pod engine.Pod) engine.Pod {
-	if c.TLSSecret == "" {
-		return pod
-	}
-	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: c.TLSSecret, DefaultMode: ptr.To[int32](0o444),
-		Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
-	}}})
-	pod.Container.VolumeMounts = append(pod.Container.VolumeMounts, corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true})
-	pod.Container.Env = append(pod.Container.Env, corev1.EnvVar{Name: "TLS_CA_FILE", Value: TLSDir + "/ca.crt"})
-	return pod
-}
 
 // InitPod runs init.sh against the primary.
 func (e Engine) InitPod(c engine.Cluster) engine.Pod {
@@ -247,7 +218,7 @@ func (e Engine) InitPod(c engine.Cluster) engine.Pod {
 		env = append(env, corev1.EnvVar{Name: "APP_PASSWORD_RESET", Value: "true"})
 	}
 	env = append(env, superuserEnv(c)...)
-	return withCA(c, engine.Pod{
+	return engine.WithCA(c, engine.Pod{
 		Container: corev1.Container{
 			Name:    "init",
 			Image:   c.Image,
@@ -314,7 +285,7 @@ func (e Engine) BackupPod(c engine.Cluster, b engine.Backup) engine.Pod {
 			corev1.EnvVar{Name: "MAX_LAG_BYTES", Value: fmt.Sprint(b.MaxLagBytes)},
 		)
 	}
-	return withCA(c, jobPod(c, "backup", BackupScript, env, b.ClaimName, nil))
+	return engine.WithCA(c, jobPod(c, "backup", BackupScript, env, b.ClaimName, nil))
 }
 
 // RestorePod runs restore.sh.
@@ -331,7 +302,7 @@ func (e Engine) RestorePod(c engine.Cluster, r engine.Restore) engine.Pod {
 		{Name: "BACKUP_FILE", Value: r.File},
 		{Name: "BACKUP_SHA256", Value: r.SHA256},
 	}
-	return withCA(c, jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil))
+	return engine.WithCA(c, jobPod(c, "restore", RestoreScript, env, r.ClaimName, nil))
 }
 
 // UpgradePod runs upgrade.sh with the primary's data volume mounted where
@@ -388,7 +359,7 @@ func (e Engine) FencePod(c engine.Cluster, lift bool) engine.Pod {
 		{Name: "APP_USER", Value: c.AppUser},
 		{Name: "LIFT", Value: strconv.FormatBool(lift)},
 	}
-	return withCA(c, jobPod(c, name, FenceScript, env, "", nil))
+	return engine.WithCA(c, jobPod(c, name, FenceScript, env, "", nil))
 }
 
 // LiftByHand is fence.sh's lift, as SQL a person can paste.

@@ -91,7 +91,7 @@ func (th *tlsHost) caFile() string { return filepath.Join(th.secret, servertls.B
 func (th *tlsHost) serverVolumes(data string) map[string]string {
 	return map[string]string{
 		engine.DataVolume:   th.volume(data),
-		postgres.TLSVolume:  th.secret,
+		engine.TLSVolume:    th.secret,
 		"tls-run":           th.volume(data + "-tls-run"),
 		engine.BackupVolume: th.volume("backup"),
 	}
@@ -131,7 +131,7 @@ func (th *tlsHost) probe(ordinal int, data string) string {
 
 // job runs a Job's pod with the Secret's ca.crt mounted, as the pod does.
 func (th *tlsHost) job(pod engine.Pod, name, port string) (engine.Report, string, error) {
-	return th.host.job(pod, name, port, map[string]string{postgres.TLSVolume: th.secret, engine.BackupVolume: th.volume("backup")})
+	return th.host.job(pod, name, port, map[string]string{engine.TLSVolume: th.secret, engine.BackupVolume: th.volume("backup")})
 }
 
 // dsn is a libpq connection string to the server on port, as the app

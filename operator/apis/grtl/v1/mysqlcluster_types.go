@@ -126,6 +126,22 @@ type MySQLClusterSpec struct {
 	// schedules themselves are MySQLBackupSchedules).
 	// +optional
 	Backup *ClusterBackup `json:"backup,omitempty"`
+
+	// TLS: encrypted connections to the servers
+	// (docs/guides/mysqlcluster.md, Connecting with TLS), as a Database's
+	// spec.tls: a server CA and a certificate for every name a client uses,
+	// or the user's serverCertSecret; the servers then refuse connections
+	// from other hosts without TLS (require_secure_transport), replicas
+	// replicate over TLS and verify the primary, and the ConfigMap
+	// <name>-ca holds the CA bundle (ca.crt) clients verify the servers
+	// with. Unset enabled: the default the operator recorded on the
+	// cluster when it first saw it (annotation
+	// cr.mysqloperator.grtl.github.com/tls-default): on (unless the
+	// chart's controllers.mysqlCluster.tlsByDefault is false) for a new
+	// cluster, off for one an older operator already ran. Turning it on or
+	// off restarts every pod once.
+	// +optional
+	TLS *dbv1.TLSSpec `json:"tls,omitempty"`
 }
 
 // NodeLabelValue is the value of a node label (a Database's
@@ -212,7 +228,8 @@ type MySQLClusterStatus struct {
 
 	// Conditions: Ready, Initialized, Restored (fromBackup), StorageBound,
 	// VersionKnown (False for an unpinned image such as mysql:latest),
-	// LastBackupSucceeded, BackupVerified, DeletionBlocked.
+	// LastBackupSucceeded, BackupVerified, DeletionBlocked, ServerCertificate
+	// (with TLS: whether the servers have a certificate to present).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

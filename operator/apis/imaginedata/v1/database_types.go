@@ -249,23 +249,27 @@ type DatabaseSpec struct {
 // TLSSpec says how the servers encrypt their connections.
 // +kubebuilder:validation:XValidation:rule="!has(self.serverCertSecret) || !has(self.enabled) || self.enabled",message="tls.serverCertSecret needs TLS on: remove tls.enabled: false, or remove tls.serverCertSecret"
 type TLSSpec struct {
-	// Enabled: every server has ssl=on and a certificate for every name a
-	// client uses, and pg_hba.conf admits connections from other hosts
-	// over TLS only (replication and backups included). Unset: the
-	// default the operator recorded on the Database when it first saw it
-	// (annotation stable.imaginedata.co/tls-default): the operator's (on,
-	// unless the chart's controllers.database.tlsByDefault is false) for
-	// a new Database, off for one an older operator already ran. Turning
-	// it on or off changes the pod template (every pod restarts once).
+	// Enabled: every server presents a certificate for every name a client
+	// uses and admits connections from other hosts over TLS only
+	// (PostgreSQL: ssl=on and hostssl lines in pg_hba.conf; a
+	// MySQLCluster's MySQL or MariaDB: require_secure_transport),
+	// replication and backups included. Unset: the default the operator
+	// recorded on the cluster when it first saw it (annotation
+	// stable.imaginedata.co/tls-default on a Database): the
+	// operator's (on, unless the chart's tlsByDefault of the controller is
+	// false) for a new cluster, off for one an older operator already ran.
+	// Turning it on or off changes the pod template (every pod restarts
+	// once).
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// ServerCertSecret names a Secret of type kubernetes.io/tls in the
-	// Database's namespace (tls.crt, tls.key and ca.crt, as cert-manager
+	// cluster's namespace (tls.crt, tls.key and ca.crt, as cert-manager
 	// writes it) whose certificate the servers present instead of the one
-	// the operator issues. It must name <name>-rw.<namespace>.svc and each
-	// pod under the headless Service (<name>-<n>.<name>-headless), which
-	// standbys and backups verify. The operator reads it every minute; a
+	// the operator issues. It must name <name>-rw.<namespace>.svc, <name>-rw
+	// and each pod under the headless Service
+	// (<name>-<n>.<name>-headless), which standbys, replicas and backups
+	// verify. The operator reads it every minute; a
 	// renewed certificate is picked up without a restart.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",messageExpression="'tls.serverCertSecret must be the name of a Secret (lower-case letters, digits, \\'-\\' and \\'.\\'), not \"' + self + '\"'"

@@ -28,7 +28,8 @@
 #
 # Environment (set by the Job): SOURCE_HOST, SOURCE_PORT, MYSQL_PWD
 # (root's password), BACKUP_DIR (the backup volume), BACKUP_FILE (relative
-# to it), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+# to it), BACKUP_JOB_UID, TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600);
+# with TLS, TLS_CA_FILE (lib.sh).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
@@ -97,7 +98,8 @@ if [ $# -gt 0 ]; then
 	mkfifo "$stream/sum"
 	sha256sum <"$stream/sum" >"$stream/sha256" &
 	summing=$!
-	{ "$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot --single-transaction \
+	# shellcheck disable=SC2046 # one option per line
+	{ "$DUMP" -h "$SOURCE_HOST" -P "$SOURCE_PORT" -uroot $(tls_client_args) --single-transaction \
 		--routines --events --triggers --hex-blob $gtid \
 		--databases -- "$@" || echo "the dump tool failed ($?)" >>"$failed"; } |
 		{ tee "$partial" "$stream/sum" || echo "writing $partial failed" >>"$failed"; } |

@@ -22,7 +22,7 @@
 # MYSQL_UNIX_PORT (the socket), MYSQL_PWD (root's password),
 # REPLICATION_PASSWORD, POD_NAME (ends in -<ordinal>), PRIMARY_HOST and
 # PRIMARY_PORT (the read-write Service); PRIMARY_WAIT_SECONDS (0: forever);
-# REMOVE_OLD_DATA (optional).
+# REMOVE_OLD_DATA (optional); with TLS, TLS_DIR and TLS_CA_FILE (lib.sh).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
@@ -51,7 +51,7 @@ clone_primary() {
 		set -- --all-databases
 	fi
 	# shellcheck disable=SC2046 # one argument per word
-	"$DUMP" -h "$PRIMARY_HOST" -P "$PRIMARY_PORT" -uroot $(clone_dump_args "$version") \
+	"$DUMP" -h "$PRIMARY_HOST" -P "$PRIMARY_PORT" -uroot $(clone_dump_args "$version") $(tls_client_args) \
 		--result-file="$dump" "$@"
 	log "dumped the primary ($(wc -c <"$dump") bytes): loading it"
 	{
@@ -60,6 +60,7 @@ clone_primary() {
 		cat "$dump"
 		say "FLUSH PRIVILEGES;"
 		sql_follow_primary "$version" "$PRIMARY_HOST" "$PRIMARY_PORT" "$REPLICATION_PASSWORD"
+		if tls_required; then sql_replication_tls "$version" 1; fi
 	} | "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
 	rm -f "$dump"
 }
@@ -109,7 +110,19 @@ else
 	mv "$staging" "$DATA_DIR"
 fi
 
+# TLS: the server presents the mounted certificate; the readiness probe
+# reloads it when the Secret's files change (their checksum differs from
+# the one recorded here) and applies "tls" turning to required.
+if [ -n "${TLS_DIR:-}" ]; then
+	tls_files_sum >"${MYSQL_UNIX_PORT%/*}/$TLS_LOADED_FILE"
+	if tls_required; then
+		log "TLS on: serving the certificate of $TLS_DIR; connections from other hosts must use TLS"
+	else
+		log "TLS offered: serving the certificate of $TLS_DIR; not yet required"
+	fi
+fi
+
 # shellcheck disable=SC2046 # one argument per line
 exec "$SERVER" --datadir="$DATA_DIR" --port="$PORT" ${BIND_ADDRESS:+--bind-address="$BIND_ADDRESS"} \
 	--socket="$MYSQL_UNIX_PORT" --pid-file="$DATA_DIR.pid" \
-	$(server_args "$version" "$ordinal") "$@"
+	$(server_args "$version" "$ordinal") $(server_tls_args) "$@"

@@ -11,7 +11,8 @@
 #
 # Environment (set by the Job): PRIMARY_HOST, PRIMARY_PORT, MYSQL_PWD
 # (root's password), APP_DATABASE, APP_USER, APP_PASSWORD,
-# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600); with TLS,
+# TLS_CA_FILE (lib.sh).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
@@ -23,7 +24,7 @@ if [ -n "${APP_DATABASE:-}" ]; then
 		say "CREATE DATABASE IF NOT EXISTS $(sql_ident "$APP_DATABASE");"
 		say "CREATE USER IF NOT EXISTS $(sql_string "$APP_USER")@'%' IDENTIFIED BY $(sql_string "$APP_PASSWORD");"
 		sql_grant_database "$APP_DATABASE" "$APP_USER"
-	} | "$CLIENT" -h "$PRIMARY_HOST" -P "$PRIMARY_PORT" -uroot
+	} | remote "$PRIMARY_HOST" "$PRIMARY_PORT"
 	log "database and account are in place"
 fi
 report serverVersion="$version"

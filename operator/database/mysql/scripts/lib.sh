@@ -34,17 +34,117 @@ server_version() {
 	"$SERVER" --version | sed -n 's/.* Ver \([^ ]*\).*/\1/p'
 }
 
+# TLS (a cluster with TLS on): the servers present the certificate of the
+# mounted Secret (TLS_DIR), and TLS_CA_FILE is the CA bundle the scripts
+# verify the servers with. The file "tls" beside the scripts says
+# "required" once every server presents it: from then on the servers
+# refuse connections without TLS from other hosts
+# (require_secure_transport; the socket is exempt), replicas replicate over
+# TLS, and every client verifies the server's certificate and name. Until
+# then (TLS being turned on or off under running servers) nothing is
+# required or verified, so a server restarted first still reaches one that
+# is not. The file changes without a restart: the readiness probe applies
+# it (probe.sh).
+
+# tls_required: TLS is required, not only offered.
+tls_required() {
+	[ -n "${TLS_CA_FILE:-}" ] && [ "$(cat "$(dirname "$0")/tls" 2>/dev/null || true)" = required ]
+}
+
+# client_flavor: mariadb or mysql, the family of the client tools (whose
+# TLS options differ).
+client_flavor() {
+	case $("$CLIENT" --version) in
+	*MariaDB*) say mariadb ;;
+	*) say mysql ;;
+	esac
+}
+
+# tls_client_args: the options that make a client (or the dump tool)
+# verify the server's certificate and name against TLS_CA_FILE, once TLS
+# is required; none before.
+tls_client_args() {
+	tls_required || return 0
+	if [ "$(client_flavor)" = mariadb ]; then
+		say "--ssl-ca=$TLS_CA_FILE"
+		say "--ssl-verify-server-cert"
+	else
+		say "--ssl-mode=VERIFY_IDENTITY"
+		say "--ssl-ca=$TLS_CA_FILE"
+	fi
+}
+
+# remote HOST PORT ARGS...: the client, as root, connected to another
+# server, verifying it once TLS is required.
+remote() {
+	_host=$1 _port=$2
+	shift 2
+	# shellcheck disable=SC2046 # one option per line
+	"$CLIENT" -h "$_host" -P "$_port" -uroot $(tls_client_args) "$@"
+}
+
+# server_tls_args: a server's TLS settings: the mounted certificate and
+# key, and require_secure_transport once TLS is required.
+server_tls_args() {
+	[ -n "${TLS_DIR:-}" ] || return 0
+	say "--ssl-cert=$TLS_DIR/tls.crt"
+	say "--ssl-key=$TLS_DIR/tls.key"
+	if tls_required; then say "--require-secure-transport=ON"; fi
+	return 0
+}
+
+# tls_files_sum: the checksum of the mounted certificate and key, which the
+# server recorded at start (TLS_LOADED_FILE) and the probe compares to
+# reload a renewed pair.
+tls_files_sum() {
+	cat "$TLS_DIR/tls.crt" "$TLS_DIR/tls.key" | sha256sum | cut -d ' ' -f 1
+}
+TLS_LOADED_FILE=deckhand-tls.sha256
+
+# sql_reload_tls VERSION: the statement that makes a running server read
+# its certificate and key again.
+sql_reload_tls() {
+	if [ "$(flavor "$1")" = mariadb ]; then
+		say "FLUSH SSL;"
+	else
+		say "ALTER INSTANCE RELOAD TLS;"
+	fi
+}
+
+# sql_replication_tls VERSION VERIFY: a replica's replication connection
+# verifying the primary's certificate and name against TLS_CA_FILE (VERIFY
+# 1), or not (0), its threads stopped and started around the change (the
+# rest of its settings, the GTID position included, are kept).
+sql_replication_tls() {
+	if [ "$2" = 1 ]; then _ca=$(sql_string "$TLS_CA_FILE"); else _ca="''"; fi
+	if [ "$(flavor "$1")" = mariadb ]; then
+		say "STOP SLAVE;"
+		say "CHANGE MASTER TO MASTER_SSL=$2, MASTER_SSL_CA=$_ca, MASTER_SSL_VERIFY_SERVER_CERT=$2;"
+		say "START SLAVE;"
+	elif version_at_least "$1" 8 0 23; then
+		say "STOP REPLICA;"
+		say "CHANGE REPLICATION SOURCE TO SOURCE_SSL=$2, SOURCE_SSL_CA=$_ca, SOURCE_SSL_VERIFY_SERVER_CERT=$2;"
+		say "START REPLICA;"
+	else
+		say "STOP SLAVE;"
+		say "CHANGE MASTER TO MASTER_SSL=$2, MASTER_SSL_CA=$_ca, MASTER_SSL_VERIFY_SERVER_CERT=$2;"
+		say "START SLAVE;"
+	fi
+}
+
 # wait_for HOST PORT: until the server there answers a query as root
 # (PRIMARY_WAIT_SECONDS, default 600; 0 waits forever).
 wait_for() {
 	_waited=0
-	until "$CLIENT" -h "$1" -P "$2" -uroot --connect-timeout=5 -N -B -e 'SELECT 1' >/dev/null 2>&1; do
+	until _error=$(remote "$1" "$2" --connect-timeout=5 -N -B -e 'SELECT 1' 2>&1 >/dev/null); do
 		_limit=${PRIMARY_WAIT_SECONDS:-600}
 		if [ "$_limit" != 0 ] && [ "$_waited" -ge "$_limit" ]; then
-			log "the server at $1:$2 did not accept connections within ${_waited}s"
+			log "the server at $1:$2 did not accept connections within ${_waited}s: $(printf '%s' "$_error" | tail -n 1)"
 			return 1
 		fi
-		log "waiting for the server at $1:$2"
+		# The client's reason (a refused connection, a certificate that
+		# does not verify), so a wait that never ends says why.
+		log "waiting for the server at $1:$2: $(printf '%s' "$_error" | tail -n 1)"
 		sleep 2
 		_waited=$((_waited + 2))
 	done
@@ -248,12 +348,17 @@ report() {
 # and the dump tool would be given another name). A name holding a line
 # break is read as two names, which the dump tool refuses (loudly).
 databases_of() {
-	user_databases_sql | "$CLIENT" -h "$1" -P "$2" -uroot -N -B --raw
+	user_databases_sql | remote "$1" "$2" -N -B --raw
 }
 
 # query HOST PORT SQL: one value.
 query() {
-	"$CLIENT" -h "$1" -P "$2" -uroot -N -B -e "$3"
+	remote "$1" "$2" -N -B -e "$3"
+}
+
+# local_query SQL: one value, from this pod's server, through its socket.
+local_query() {
+	"$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot -N -B -e "$1"
 }
 
 # check_sha256 FILE SUM: refuse a file whose checksum is not SUM.

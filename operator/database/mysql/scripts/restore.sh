@@ -10,7 +10,8 @@
 #
 # Environment (set by the Job): PRIMARY_HOST, PRIMARY_PORT, MYSQL_PWD
 # (root's password), BACKUP_DIR, BACKUP_FILE, BACKUP_SHA256,
-# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600).
+# TERMINATION_MESSAGE_PATH; PRIMARY_WAIT_SECONDS (default 600); with TLS,
+# TLS_CA_FILE (lib.sh).
 set -eu
 . "$(dirname "$0")/lib.sh"
 pick_commands
@@ -20,6 +21,6 @@ check_sha256 "$file" "$BACKUP_SHA256"
 wait_for "$PRIMARY_HOST" "$PRIMARY_PORT"
 version=$(query "$PRIMARY_HOST" "$PRIMARY_PORT" 'SELECT VERSION()')
 log "loading $BACKUP_FILE into $PRIMARY_HOST:$PRIMARY_PORT ($version)"
-"$CLIENT" -h "$PRIMARY_HOST" -P "$PRIMARY_PORT" -uroot <"$file"
+remote "$PRIMARY_HOST" "$PRIMARY_PORT" <"$file"
 report serverVersion="$version"
 log "restored $BACKUP_FILE"
