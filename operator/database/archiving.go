@@ -113,6 +113,7 @@ func (r *Reconciler) wireArchiving(db *Cluster, desired *appsv1.StatefulSet) err
 	o := storeOptions(s, db.Name)
 	o.Image = r.archiverImage()
 	o.SkipEmptyCheck = db.Annotations[AnnotationArchiveSkipEmptyCheck] == "true"
+	o.MaxParallel = s.MaxParallel
 	o.BaseBackupEvery = DefaultBaseBackupInterval
 	if s.BaseBackupInterval != nil {
 		o.BaseBackupEvery = s.BaseBackupInterval.Duration

@@ -111,6 +111,10 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 		{"a CA bundle from both", func(s *dbv1.ObjectStore, _ *dbv1.Database) {
 			s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}, ConfigMapKeyRef: &dbv1.KeyRef{Name: "ca", Key: "ca.crt"}}
 		}, "objectStore.caBundle needs exactly one of secretKeyRef or configMapKeyRef"},
+		{"maxParallel below 1", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.MaxParallel = -1 },
+			"objectStore.maxParallel must be between 1 and 16 (WAL segments archived at once)"},
+		{"maxParallel above 16", func(s *dbv1.ObjectStore, _ *dbv1.Database) { s.MaxParallel = 17 },
+			"objectStore.maxParallel must be between 1 and 16 (WAL segments archived at once)"},
 		{"archive_command in parameters", func(_ *dbv1.ObjectStore, d *dbv1.Database) {
 			d.Spec.Parameters = map[string]string{"archive_command": "/bin/true"}
 		}, "backup.storage.objectStore: the operator sets archive_mode, archive_command, archive_library and archive_timeout for it"},
@@ -140,6 +144,7 @@ func TestObjectStoreSettingsAreRefusedWithReadableMessages(t *testing.T) {
 	assert.Equal(t, ptr.To(true), got.PathStyle, "default path style")
 	assert.Equal(t, time.Minute, got.ArchiveTimeout.Duration, "default archiveTimeout")
 	assert.Equal(t, 24*time.Hour, got.BaseBackupInterval.Duration, "default baseBackupInterval")
+	assert.Equal(t, int32(1), got.MaxParallel, "default maxParallel")
 
 	// The example make run applies on the real node is accepted as it is.
 	out, err := testenv.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(testenv.Root(t), "examples", "database", "archiving.yaml"))
@@ -167,6 +172,7 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	s.ArchiveTimeout = &metav1.Duration{Duration: 90 * time.Second}
 	s.CABundle = &dbv1.CABundleSource{SecretKeyRef: &dbv1.KeyRef{Name: "store-ca", Key: "bundle.pem"}}
 	s.RetentionPolicy = "4w"
+	s.MaxParallel = 4
 	withObjectStore(archiving, s)
 	archiving.Annotations = map[string]string{database.AnnotationArchiveSkipEmptyCheck: "true"}
 	plain := newDatabase(ns, "plain", 1)
@@ -218,7 +224,8 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 		"STORE_ACCESS_KEY_FILE": postgres.ArchiveStoreDir + "/access-key-id", "STORE_SECRET_KEY_FILE": postgres.ArchiveStoreDir + "/secret-access-key",
 		"STORE_CA_FILE": postgres.ArchiveStoreDir + "/ca.crt", "STORE_SKIP_EMPTY_CHECK": "true",
 		"ARCHIVE_QUEUE": postgres.ArchiveQueueDir, "PGDATA": envOf(server)["PGDATA"],
-		"BASE_BACKUP_EVERY": "86400", "RETENTION_POLICY": "RECOVERY WINDOW OF 4 WEEKS", "PGPORT": "5432", "PGUSER": "postgres", "SUPERUSER_PASSWORD_FILE": postgres.ArchiveStoreDir + "/superuser-password",
+		"ARCHIVE_MAX_PARALLEL": "4",
+		"BASE_BACKUP_EVERY":    "86400", "RETENTION_POLICY": "RECOVERY WINDOW OF 4 WEEKS", "PGPORT": "5432", "PGUSER": "postgres", "SUPERUSER_PASSWORD_FILE": postgres.ArchiveStoreDir + "/superuser-password",
 	} {
 		assert.Equal(t, v, env[k], k)
 	}

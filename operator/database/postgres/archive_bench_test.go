@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 )
 
 // BenchmarkBaseBackup1GB times continuous archiving at the scale of a real
@@ -82,4 +84,36 @@ func fileSize(t testing.TB, name string) int64 {
 	fi, err := os.Stat(name)
 	require.NoError(t, err)
 	return fi.Size()
+}
+
+// BenchmarkWALArchivingInParallel times how long the sidecar takes to
+// archive the WAL of a bulk load (a quarter of BaseBackup1GB's rows: about
+// 300 MB of table) with objectStore.maxParallel 1, the floor measured in
+// the same run, and 4: from the load's end until the archive holds every
+// segment, and the WAL's rate over that time. The pod as AddArchiver
+// builds it, on the host (startSidecarPodWith).
+//
+//	go test -run '^$' -bench WALArchivingInParallel -benchtime 1x -timeout 40m ./operator/database/postgres/
+func BenchmarkWALArchivingInParallel(b *testing.B) {
+	rows := benchRows(b) / 4
+	for _, n := range []int32{1, 4} {
+		b.Run("maxParallel="+strconv.Itoa(int(n)), func(b *testing.B) {
+			for b.Loop() {
+				p := startSidecarPodWith(b, postgres.ArchiverOptions{MaxParallel: n})
+				a, h := p.archiving, p.h
+				a.switchAndWait(a.source.Port, time.Minute)
+				from := h.sql(a.source.Port, "postgres", "SELECT pg_current_wal_lsn()")
+				h.init(a.source.Port)
+				h.fill(a.source.Port, rows)
+				wal, err := strconv.ParseFloat(h.sql(a.source.Port, "postgres", "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '"+from+"')"), 64)
+				require.NoError(b, err)
+				start := time.Now()
+				a.switchAndWait(a.source.Port, 30*time.Minute)
+				catchup := time.Since(start)
+				b.ReportMetric(catchup.Seconds(), "wal-catchup-s")
+				b.ReportMetric(wal/1e6/catchup.Seconds(), "wal-MB/s")
+				b.Logf("maxParallel %d: %.0f MB of WAL archived %.1f s after the load (%.1f MB/s)", n, wal/1e6, catchup.Seconds(), wal/1e6/catchup.Seconds())
+			}
+		})
+	}
 }

@@ -38,6 +38,13 @@ type sidecarPod struct {
 // startSidecarPod starts the pod; with baseBackups its sidecar takes base
 // backups too (once a day, so the first, at once).
 func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {
+	return startSidecarPodWith(t, postgres.ArchiverOptions{BaseBackupEvery: baseBackups})
+}
+
+// startSidecarPodWith is startSidecarPod with more of the archiver's
+// options (BaseBackupEvery, MaxParallel); the store's are the test's.
+func startSidecarPodWith(t testing.TB, opts postgres.ArchiverOptions) *sidecarPod {
+	baseBackups := opts.BaseBackupEvery
 	h := newHost(t)
 	a := &archiving{t: t, h: h, store: s3test.Start(t, "deckhand"), prefix: "clusters/ns", server: "name-of-database"}
 	// One scripts directory, as the scripts ConfigMap holds both sets.
@@ -55,6 +62,7 @@ func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {
 		AccessKey: postgres.KeyRef{Name: "keys", Key: "a"}, SecretKey: postgres.KeyRef{Name: "keys", Key: "s"},
 		CASecret:        &postgres.KeyRef{Name: "ca", Key: "ca.crt"},
 		BaseBackupEvery: baseBackups,
+		MaxParallel:     opts.MaxParallel,
 	}))
 
 	// The server's environment first: it has the port the sidecar
@@ -81,7 +89,7 @@ func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {
 // moved to the test's directories (the data volume dataVolume, the queue
 // directory queue), with files overriding the key files' paths (where
 // s3test wrote them). It returns the sidecar's log once it is ready.
-func runSidecar(t *testing.T, h *host, sidecar corev1.Container, podName, dataVolume, queue string, files map[string]string) *syncbuf.Buffer {
+func runSidecar(t testing.TB, h *host, sidecar corev1.Container, podName, dataVolume, queue string, files map[string]string) *syncbuf.Buffer {
 	env := h.env(engine.Pod{Container: sidecar}, podName, "", map[string]string{
 		engine.DataVolume:           h.volume(dataVolume),
 		postgres.ArchiveQueueVolume: queue,
@@ -216,6 +224,40 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 		assert.NotContains(t, p.log.String(), k, "a key in the archiver's log")
 		assert.NotContains(t, a.source.Log.String(), k, "a key in the server's log")
 	}
+}
+
+// With maxParallel 4, a backlog (twelve segments switched at once, far
+// faster than one upload takes) is shipped four segments at once:
+// PostgreSQL's request ships its segment and the three after it, and
+// finds those archived when it asks. Nothing is missing or archived twice
+// by PostgreSQL's count, nothing is left in the queue, and a server
+// recovered from the archive replays every segment to the last row.
+func TestTheSidecarShipsABacklogSeveralSegmentsAtOnce(t *testing.T) {
+	t.Parallel()
+	p := startSidecarPodWith(t, postgres.ArchiverOptions{MaxParallel: 4})
+	a, h := p.archiving, p.h
+	a.baseBackup("base")
+	a.switchAndWait(a.source.Port, time.Minute)
+
+	before := a.stats(a.source.Port)
+	h.sql(a.source.Port, "postgres", strings.Repeat("INSERT INTO ticks DEFAULT VALUES; SELECT pg_switch_wal();", 12))
+	h.sql(a.source.Port, "postgres", "INSERT INTO ticks DEFAULT VALUES")
+	last := a.switchAndWait(a.source.Port, 3*time.Minute)
+	a.requireEverySegment(last)
+	after := a.stats(a.source.Port)
+	assert.Equal(t, 13, after.archived-before.archived, "PostgreSQL counted each segment of the backlog archived, once")
+	assert.Zero(t, after.failed, "pg_stat_archiver.failed_count")
+	ahead := strings.Count(p.log.String(), " ahead\n")
+	assert.GreaterOrEqual(t, ahead, 6, "segments shipped before PostgreSQL asked:\n%s", p.log.String())
+	require.Eventually(t, func() bool {
+		entries, err := os.ReadDir(filepath.Join(p.queue, "ahead"))
+		return err == nil && len(entries) == 0
+	}, time.Minute, 200*time.Millisecond, "every segment shipped ahead was asked for")
+
+	r, err := a.recover(t, nil)
+	require.NoError(t, err, r.out)
+	assert.Equal(t, h.sql(a.source.Port, "postgres", "SELECT count(*) FROM ticks"), h.sql(r.port, "postgres", "SELECT count(*) FROM ticks"),
+		"the recovered server replayed every segment, to the last row")
 }
 
 // archive_command with no archiver, or one that never answers, fails

@@ -71,6 +71,9 @@ type ArchiverOptions struct {
 	// RetentionPolicy is Barman's retention policy ("RECOVERY WINDOW OF
 	// 30 DAYS"), applied after each base backup; empty: keep everything.
 	RetentionPolicy string
+	// MaxParallel: WAL segments archived at once (ARCHIVE_MAX_PARALLEL,
+	// archiver.sh); 0 or 1: one at a time.
+	MaxParallel int32
 }
 
 // ArchiveParameters are the server settings that archive through the
@@ -94,6 +97,11 @@ func AddArchiver(spec *corev1.PodSpec, server string, o ArchiverOptions) error {
 	env, volume := storeSettings("STORE_", ArchiveStoreVolume, ArchiveStoreDir, o)
 	if o.SkipEmptyCheck {
 		env = append(env, corev1.EnvVar{Name: "STORE_SKIP_EMPTY_CHECK", Value: "true"})
+	}
+	if o.MaxParallel > 1 {
+		// Only when asked: the pods of every other Database keep their
+		// template, so no rollout.
+		env = append(env, corev1.EnvVar{Name: "ARCHIVE_MAX_PARALLEL", Value: strconv.Itoa(int(o.MaxParallel))})
 	}
 	if o.BaseBackupEvery > 0 {
 		superuser, err := superuserOf(spec, server)

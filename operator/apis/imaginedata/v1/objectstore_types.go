@@ -79,6 +79,19 @@ type ObjectStore struct {
 	// +optional
 	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
 
+	// MaxParallel is how many WAL segments the archiver ships at once: the
+	// one PostgreSQL asks for, and up to maxParallel-1 finished segments
+	// after it, which PostgreSQL then finds archived (CloudNativePG's
+	// wal.maxParallel). One upload at a time carries about 5 MB/s of WAL
+	// with gzip (docs/performance.md): a primary that writes faster for
+	// long builds a backlog in pg_wal, and more uploads at once shorten
+	// it, for as much more CPU in the archiver. Between 1 and 16; default
+	// 1. Not used in recovery.source.
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 16",message="objectStore.maxParallel must be between 1 and 16 (WAL segments archived at once)"
+	// +kubebuilder:default=1
+	// +optional
+	MaxParallel int32 `json:"maxParallel,omitempty"`
+
 	// BaseBackupInterval: the primary takes a physical base backup into
 	// the archive whenever the archive's newest is this old, and at once
 	// when it archives into an archive that has none (WAL alone recovers

@@ -45,6 +45,8 @@ require_transport() {
 # the primary exactly while TLS is required (STATUS: SHOW REPLICA STATUS).
 verify_replication() {
 	verifying=$(printf '%s\n' "$2" | sed -n 's/^ *\(Master\|Source\)_SSL_Verify_Server_Cert: //p')
+	# No replication configured: nothing to change (and not ready, below).
+	[ -n "$verifying" ] || return 0
 	want=0 want_word=No
 	if tls_required; then want=1 want_word=Yes; fi
 	[ "$verifying" = "$want_word" ] && return 0

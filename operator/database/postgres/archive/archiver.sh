@@ -28,6 +28,14 @@
 # After each base backup, with RETENTION_POLICY (Barman's), expire.sh
 # deletes the backups and WAL the policy no longer needs.
 #
+# Several segments at once: with ARCHIVE_MAX_PARALLEL (n > 1), a request
+# for a segment also ships up to n-1 finished segments after it (their
+# .ready files in pg_wal/archive_status), side by side, and records each
+# one shipped in <queue>/ahead/; PostgreSQL's request for one of those is
+# answered done at once. A segment that could not be shipped ahead is
+# shipped when PostgreSQL asks for it, as any other. PostgreSQL removes a
+# segment only once it is answered done, so none is lost either way.
+#
 # It runs beside every server, primary or standby; only a primary asks
 # (archive_mode = on archives nothing during recovery). Asked to stop
 # (SIGTERM), it keeps answering while the server's postmaster.pid exists,
@@ -194,6 +202,45 @@ answer() {
   mv "$queue/.$1.res" "$queue/$1.$2"
 }
 
+# ahead holds the segments shipped before PostgreSQL asked (one empty
+# file each).
+ahead=$queue/ahead
+max_parallel=${ARCHIVE_MAX_PARALLEL:-1}
+case $max_parallel in
+  '' | *[!0-9]* | 0) max_parallel=1 ;;
+esac
+[ "$max_parallel" -eq 1 ] || mkdir -p "$ahead"
+
+# ready_after WAL: up to max_parallel-1 finished segments after WAL's (not
+# history or backup files: PostgreSQL asks for those in its own order),
+# oldest first, not shipped ahead already.
+ready_after() {
+  [ "$max_parallel" -gt 1 ] || return 0
+  left=$((max_parallel - 1))
+  for f in "${1%/*}"/archive_status/*.ready; do
+    f=${f##*/}
+    f=${f%.ready}
+    case $f in
+      *[!0-9A-F]*) continue ;;
+    esac
+    [ ${#f} -eq 24 ] && echo "$f"
+  done | LC_ALL=C sort | while read -r f; do
+    [ "$left" -gt 0 ] || break
+    [ "$f" \> "${1##*/}" ] && [ ! -e "$ahead/$f" ] || continue
+    echo "$f"
+    left=$((left - 1))
+  done
+}
+
+# ship_ahead WAL: ships the segment WAL (a path in pg_wal) and records it
+# in $ahead; says nothing when it could not (it is shipped when asked).
+ship_ahead() {
+  if (cd "$PGDATA" && ARCHIVE_AHEAD=true sh "$here/wal-archive.sh" "$1") >/dev/null 2>&1; then
+    : >"$ahead/${1##*/}"
+    echo "deckhand: archived ${1##*/} ahead" >&2
+  fi
+}
+
 ticks=0
 deadline=
 while :; do
@@ -205,8 +252,23 @@ while :; do
     # Taken, unless wal-handoff.sh withdrew it just now.
     mv "$req" "$queue/$id.work" 2>/dev/null || continue
     wal=$(cat "$queue/$id.work") || { rm -f "$queue/$id.work"; continue; }
+    if [ -e "$ahead/${wal##*/}" ]; then
+      rm -f "$ahead/${wal##*/}"
+      : >"$queue/.$id.res"
+      answer "$id" done
+      rm -f "$queue/$id.work"
+      took=1
+      continue
+    fi
+    # The segments after it, shipped beside it.
+    pids=
+    for next in $(ready_after "$wal"); do
+      ship_ahead "${wal%/*}/$next" &
+      pids="$pids $!"
+    done
     rc=0
     out=$(cd "$PGDATA" && sh "$here/wal-archive.sh" "$wal" 2>&1) || rc=$?
+    for pid in $pids; do wait "$pid" || true; done
     if [ "$rc" -eq 0 ]; then
       : >"$queue/.$id.res"
       answer "$id" done
@@ -259,5 +321,11 @@ while :; do
   ticks=$((ticks + 1))
   if [ $((ticks % 300)) -eq 0 ]; then
     find "$queue" -maxdepth 1 \( -name '*.done' -o -name '*.missing' -o -name '*.failed' \) -mmin +10 -exec rm -f {} + 2>/dev/null || true
+    # Segments shipped ahead that PostgreSQL no longer needs archived (no
+    # .ready file: done another way, or gone with a timeline).
+    for f in "$ahead"/*; do
+      [ -e "$f" ] || continue
+      [ -e "$PGDATA/pg_wal/archive_status/${f##*/}.ready" ] || rm -f "$f"
+    done
   fi
 done

@@ -15,6 +15,11 @@
 # names the destination), so it runs again when the destination changes;
 # STORE_SKIP_EMPTY_CHECK=true skips it (a Database taking over its own
 # archive, restored from it).
+#
+# ARCHIVE_AHEAD=true (the archiver shipping a segment before PostgreSQL
+# asks for it): exit 3 without archiving while the check is not recorded,
+# so that several uploads at once never each check an archive the others
+# are filling.
 set -eu
 here=$(dirname "$0")
 . "$here/store.sh"
@@ -26,6 +31,7 @@ data=${PGDATA:-.}
 checked="$data/deckhand-archive-checked"
 destination="$store_url/$STORE_SERVER ${STORE_ENDPOINT:-}"
 if [ "$(cat "$checked" 2>/dev/null || true)" != "$destination" ]; then
+  [ "${ARCHIVE_AHEAD:-false}" != true ] || exit 3
   if [ "${STORE_SKIP_EMPTY_CHECK:-false}" != true ]; then
     # Only WAL of this file's timeline or a later one counts: a standby
     # promoted after the archive began (its data directory cloned before
