@@ -145,15 +145,26 @@ faults_group() {
   go test "${common[@]}" ./e2e/faults
 }
 
-# e2e_group runs the other e2e packages once the fault campaign or the
-# raced group has ended: after the raced group, it and the fuzz targets
-# (about 90 s) were the run's last minute and a half while the cores had
-# room. Its output goes to $log/e2e, shown when it ends.
-e2e_group() {
+# after_faults_or_raced waits until the fault campaign or the raced group
+# has ended, whichever is first.
+after_faults_or_raced() {
   while [[ ! -f $log/raced.ended && ! -f $log/faults.ended ]]; do
     sleep 2
   done
+}
+
+# e2e_group runs the other e2e packages once the fault campaign or the
+# raced group has ended, and fuzz_group (FUZZ=1, make test) the fuzz
+# targets with one worker beside it: after the raced group, the two (about
+# 90 s each) were the run's last minute and a half while the cores had
+# room. Their output goes to $log/e2e and $log/fuzz, shown at the end.
+e2e_group() {
+  after_faults_or_raced
   go test "${common[@]}" "${e2e_pkgs[@]}"
+}
+fuzz_group() {
+  after_faults_or_raced
+  FUZZ_WORKERS=1 hack/fuzz.sh
 }
 
 # The node group starts first, beside the raced group: its serial phase
@@ -168,14 +179,17 @@ if [[ $node != 0 ]]; then
 fi
 (timed faults faults_group >"$log/faults" 2>&1) & faults_pid=$!
 (timed e2e e2e_group >"$log/e2e" 2>&1) & e2e=$!
+fuzz_pid=
+if [[ ${FUZZ:-} == 1 ]]; then
+  (timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
+fi
 status=0
 timed raced go test -race "${raced_flags[@]}" "${raced[@]}" 2>&1 | tee "$log/raced" || status=$?
-# FUZZ=1 (make test): the fuzz targets run once the raced group is done,
-# beside the fault campaign and the node group, which wait on their
-# clusters more than they compute: one fuzz worker uses the core they
-# leave idle.
-if [[ ${FUZZ:-} == 1 ]]; then
-  FUZZ_WORKERS=1 hack/fuzz.sh || status=$?
+if [[ -n $fuzz_pid ]]; then
+  fuzz_status=0
+  wait "$fuzz_pid" || fuzz_status=$?
+  cat "$log/fuzz"
+  [[ $fuzz_status -eq 0 ]] || status=$fuzz_status
 fi
 e2e_status=0
 wait "$e2e" || e2e_status=$?
@@ -195,7 +209,7 @@ fi
 echo
 logs=("$log/raced" "$log/e2e" "$log/faults")
 [[ -f $log/node ]] && logs+=("$log/node")
-for group in raced faults e2e node; do
+for group in raced faults e2e fuzz node; do
   if [[ -f $log/$group.ended ]]; then echo "the $group group ended at $(cat "$log/$group.ended") s"; fi
 done
 echo "go test time per package (slowest first; total $(( $(date +%s) - start )) s wall):"
