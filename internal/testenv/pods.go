@@ -45,3 +45,23 @@ func SetPodReadyConditions(pod *corev1.Pod, status corev1.ConditionStatus) {
 		}
 	}
 }
+
+// EnvOf is a container's environment variables with a plain value, by
+// name (those from a source are "").
+func EnvOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+// VolumeNamed is the pod's volume of that name, nil when it has none.
+func VolumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == name {
+			return &spec.Volumes[i]
+		}
+	}
+	return nil
+}

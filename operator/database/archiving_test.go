@@ -217,13 +217,13 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	archiver := spec.Containers[i]
 	assert.Equal(t, "example.org/archiver:test", archiver.Image)
 	assert.Equal(t, []string{"sh", "/deckhand/scripts/archiver.sh"}, archiver.Command)
-	env := envOf(archiver)
+	env := testenv.EnvOf(archiver)
 	for k, v := range map[string]string{
 		"STORE_ENDPOINT": "https://store.example.org:7070", "STORE_BUCKET": "wal-archive", "STORE_PREFIX": "clusters/ns",
 		"STORE_SERVER": "archiving", "STORE_REGION": "us-east-1", "STORE_PATH_STYLE": "true", "STORE_COMPRESSION": "gzip",
 		"STORE_ACCESS_KEY_FILE": postgres.ArchiveStoreDir + "/access-key-id", "STORE_SECRET_KEY_FILE": postgres.ArchiveStoreDir + "/secret-access-key",
 		"STORE_CA_FILE": postgres.ArchiveStoreDir + "/ca.crt", "STORE_SKIP_EMPTY_CHECK": "true",
-		"ARCHIVE_QUEUE": postgres.ArchiveQueueDir, "PGDATA": envOf(server)["PGDATA"],
+		"ARCHIVE_QUEUE": postgres.ArchiveQueueDir, "PGDATA": testenv.EnvOf(server)["PGDATA"],
 		"ARCHIVE_MAX_PARALLEL": "4",
 		"BASE_BACKUP_EVERY":    "86400", "RETENTION_POLICY": "RECOVERY WINDOW OF 4 WEEKS", "PGPORT": "5432", "PGUSER": "postgres", "SUPERUSER_PASSWORD_FILE": postgres.ArchiveStoreDir + "/superuser-password",
 	} {
@@ -243,7 +243,7 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	assert.True(t, mounts[engine.ScriptsVolume].ReadOnly)
 	assert.Equal(t, ptr.To(false), archiver.SecurityContext.AllowPrivilegeEscalation)
 
-	store := volumeNamed(spec, postgres.ArchiveStoreVolume)
+	store := testenv.VolumeNamed(spec, postgres.ArchiveStoreVolume)
 	require.NotNil(t, store)
 	require.NotNil(t, store.Projected)
 	var files []string
@@ -256,8 +256,8 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"store-keys:access->access-key-id", "store-keys:secret->secret-access-key", "store-ca:bundle.pem->ca.crt",
 		"archiving-superuser:password->superuser-password"}, files, "the store's keys, and the superuser's password for base backups")
-	require.NotNil(t, volumeNamed(spec, postgres.ArchiveQueueVolume))
-	assert.NotNil(t, volumeNamed(spec, postgres.ArchiveQueueVolume).EmptyDir)
+	require.NotNil(t, testenv.VolumeNamed(spec, postgres.ArchiveQueueVolume))
+	assert.NotNil(t, testenv.VolumeNamed(spec, postgres.ArchiveQueueVolume).EmptyDir)
 
 	// The scripts both containers run are in the Database's scripts
 	// ConfigMap.
@@ -273,8 +273,8 @@ func TestArchivingPutsAnArchiverBesideEveryServer(t *testing.T) {
 	for _, ctr := range spec.Containers {
 		assert.NotEqual(t, postgres.ArchiverContainer, ctr.Name)
 	}
-	assert.Nil(t, volumeNamed(spec, postgres.ArchiveQueueVolume))
-	assert.Nil(t, volumeNamed(spec, postgres.ArchiveStoreVolume))
+	assert.Nil(t, testenv.VolumeNamed(spec, postgres.ArchiveQueueVolume))
+	assert.Nil(t, testenv.VolumeNamed(spec, postgres.ArchiveStoreVolume))
 	assert.NotContains(t, strings.Join(spec.Containers[0].Args, " "), "archive_")
 	assert.NotContains(t, sts.Spec.Template.Annotations, database.AnnotationArchiveScripts)
 	assert.NotContains(t, get(t, c, ns, "plain-scripts", &corev1.ConfigMap{}).Data, postgres.HandoffScript)

@@ -81,7 +81,7 @@ func reportBackupAs(t *testing.T, c client.Client, ns, db, backup string, size i
 	job := backupJobOf(t, c, ns, db, backup)
 	sum := fmt.Sprintf("%064x", size)
 	// The file the Job was asked to write (it names the backup's UID).
-	file := envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	file := testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
 	message := fmt.Sprintf(`{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)","file":"%s","size":%d,"sha256":"%s"%s}`, file, size, sum, extra)
 	var pod corev1.Pod
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -116,14 +116,6 @@ func backupsResult(t *testing.T, ns, db, result string) float64 {
 	return testenv.CounterValue(t, "deckhand_database_backups_total", map[string]string{"namespace": ns, "database": db, "result": result})
 }
 
-func envOf(c corev1.Container) map[string]string {
-	out := map[string]string{}
-	for _, e := range c.Env {
-		out[e.Name] = e.Value
-	}
-	return out
-}
-
 func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	t.Parallel()
 	testenv.InstallCRDs(t)
@@ -141,9 +133,9 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 	job := backupJobOf(t, c, ns, "shop", "first")
 	container := job.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "postgres:17.6", container.Image, "the Database's own image")
-	assert.Equal(t, "shop-rw", envOf(container)["SOURCE_HOST"], "the primary: the Job falls back to it, or measures the standby against it")
+	assert.Equal(t, "shop-rw", testenv.EnvOf(container)["SOURCE_HOST"], "the primary: the Job falls back to it, or measures the standby against it")
 	first := get(t, c, ns, "first", &dbv1.DatabaseBackup{})
-	assert.Equal(t, "first-"+string(first.UID)+".dump", envOf(container)["BACKUP_FILE"], "the file names the backup's UID")
+	assert.Equal(t, "first-"+string(first.UID)+".dump", testenv.EnvOf(container)["BACKUP_FILE"], "the file names the backup's UID")
 	var claimVolume string
 	for _, v := range job.Spec.Template.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -255,7 +247,7 @@ func TestABackupMadeAgainUnderTheSameNameNeverTakesTheOldFile(t *testing.T) {
 
 	require.NoError(t, c.Create(ctx, newBackup(ns, "try", "again")))
 	firstJob := backupJobOf(t, c, ns, "again", "try")
-	oldFile := envOf(firstJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	oldFile := testenv.EnvOf(firstJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
 	waitForBackup(t, c, ns, "try", "Running", backupPhase(dbv1.BackupRunning))
 	require.NoError(t, c.Delete(ctx, newBackup(ns, "try", "again")))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -267,7 +259,7 @@ func TestABackupMadeAgainUnderTheSameNameNeverTakesTheOldFile(t *testing.T) {
 
 	require.NoError(t, c.Create(ctx, newBackup(ns, "try", "again")))
 	secondJob := backupJobOf(t, c, ns, "again", "try")
-	newFile := envOf(secondJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
+	newFile := testenv.EnvOf(secondJob.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
 	assert.NotEqual(t, oldFile, newFile, "the second try writes a file of its own")
 	second := get(t, c, ns, "try", &dbv1.DatabaseBackup{})
 	assert.Equal(t, "try-"+string(second.UID)+".dump", newFile)
@@ -472,7 +464,7 @@ func TestSnapshotDeletionBacksUpBeforeTheStatefulSetGoesAndKeepsBackups(t *testi
 	finalJob := backupJobOf(t, c, ns, "precious", final)
 	// The volumes go next: the final backup reads the primary, never a
 	// standby that may be behind.
-	assert.Equal(t, "precious-rw", envOf(finalJob.Spec.Template.Spec.Containers[0])["SOURCE_HOST"])
+	assert.Equal(t, "precious-rw", testenv.EnvOf(finalJob.Spec.Template.Spec.Containers[0])["SOURCE_HOST"])
 	running := waitForBackup(t, c, ns, final, "Running", backupPhase(dbv1.BackupRunning))
 	assert.Equal(t, "precious-0", running.Status.Source)
 	assert.Contains(t, running.Status.Conditions[0].Message, "from the primary precious-0 to")
@@ -595,8 +587,8 @@ func TestFromBackupRestoresBeforeInitAndAMissingBackupIsNeverReady(t *testing.T)
 	require.NoError(t, c.Create(ctx, copyDB))
 	restore := get(t, c, ns, "copy-restore", &batchv1.Job{})
 	container := restore.Spec.Template.Spec.Containers[0]
-	assert.Equal(t, b.Status.SHA256, envOf(container)["BACKUP_SHA256"])
-	assert.Equal(t, b.Status.File, envOf(container)["BACKUP_FILE"])
+	assert.Equal(t, b.Status.SHA256, testenv.EnvOf(container)["BACKUP_SHA256"])
+	assert.Equal(t, b.Status.File, testenv.EnvOf(container)["BACKUP_FILE"])
 	var claims []string
 	for _, v := range restore.Spec.Template.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {

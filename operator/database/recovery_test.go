@@ -138,7 +138,7 @@ func TestARecoveringDatabaseFollowsItsPrimarysRecovery(t *testing.T) {
 	assert.Equal(t, postgres.RecoverContainer, recover.Name)
 	assert.Equal(t, "example.org/archiver:test", recover.Image)
 	assert.Equal(t, []string{"sh", "/deckhand/scripts/recover-primary.sh"}, recover.Command)
-	env := envOf(recover)
+	env := testenv.EnvOf(recover)
 	for k, v := range map[string]string{
 		"STORE_ENDPOINT": "https://store.example.org:7070", "STORE_BUCKET": "wal-archive", "STORE_PREFIX": "clusters/production",
 		"STORE_SERVER": "shop", "STORE_ACCESS_KEY_FILE": postgres.RecoveryStoreDir + "/access-key-id",
@@ -151,12 +151,12 @@ func TestARecoveringDatabaseFollowsItsPrimarysRecovery(t *testing.T) {
 	assert.Equal(t, corev1.TerminationMessageFallbackToLogsOnError, recover.TerminationMessagePolicy)
 	sidecar := spec.Containers[len(spec.Containers)-1]
 	require.Equal(t, postgres.ArchiverContainer, sidecar.Name)
-	sidecarEnv := envOf(sidecar)
+	sidecarEnv := testenv.EnvOf(sidecar)
 	assert.Equal(t, "shop", sidecarEnv["SOURCE_STORE_SERVER"])
 	assert.Equal(t, postgres.RecoveryStoreDir+"/secret-access-key", sidecarEnv["SOURCE_STORE_SECRET_KEY_FILE"])
 	assert.NotContains(t, sidecarEnv, "STORE_BUCKET", "the recovered Database archives nowhere")
 	assert.NotContains(t, strings.Join(spec.Containers[0].Args, " "), "archive_mode", "no archiving of its own")
-	require.NotNil(t, volumeNamed(spec, postgres.RecoveryStoreVolume))
+	require.NotNil(t, testenv.VolumeNamed(spec, postgres.RecoveryStoreVolume))
 	for _, ctr := range append(spec.InitContainers, spec.Containers...) {
 		for _, e := range ctr.Env {
 			assert.False(t, e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && strings.HasPrefix(e.ValueFrom.SecretKeyRef.Name, "store-"),
@@ -213,7 +213,7 @@ func TestARecoveringDatabaseFollowsItsPrimarysRecovery(t *testing.T) {
 		require.Equal(ct, postgres.RecoveryDone, cm.Data[postgres.ScriptsRecoveryKey])
 	}, wait, 100*time.Millisecond, "the recovery is done for good")
 	job := get(t, c, ns, "recovered-init", &batchv1.Job{})
-	assert.Equal(t, "true", envOf(job.Spec.Template.Spec.Containers[0])["APP_PASSWORD_RESET"])
+	assert.Equal(t, "true", testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["APP_PASSWORD_RESET"])
 }
 
 // setRecoverStatus writes the pod's init container status, as a kubelet

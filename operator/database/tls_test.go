@@ -25,16 +25,6 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/database/servertls"
 )
 
-// volumeNamed is the pod's volume of that name, nil when it has none.
-func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
-	for i := range spec.Volumes {
-		if spec.Volumes[i].Name == name {
-			return &spec.Volumes[i]
-		}
-	}
-	return nil
-}
-
 // A new Database gets TLS by default: the server CA's Secret (its key,
 // never mounted), the pods' Secret (kubernetes.io/tls) with a certificate
 // for every name a client uses, the pods mount it, the init Job gets its
@@ -68,7 +58,7 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 		cur := waitFor(t, c, tc.db, "Ready", ready)
 		assert.Equal(t, tc.recorded, cur.Annotations[database.AnnotationTLSDefault], tc.db.Name)
 		sts := get(t, c, ns, tc.db.Name, &appsv1.StatefulSet{})
-		assert.Equal(t, tc.tls, volumeNamed(sts.Spec.Template.Spec, engine.TLSVolume) != nil, "%s: the pods mount the server TLS Secret", tc.db.Name)
+		assert.Equal(t, tc.tls, testenv.VolumeNamed(sts.Spec.Template.Spec, engine.TLSVolume) != nil, "%s: the pods mount the server TLS Secret", tc.db.Name)
 		app := get(t, c, ns, tc.db.Name+"-app", &corev1.Secret{})
 		assert.Equal(t, tc.tls, len(app.Data["ca.crt"]) > 0, "%s: the app Secret's ca.crt", tc.db.Name)
 		assert.NotContains(t, string(app.Data["uri"]), "sslmode", "%s: uri stays as it was", tc.db.Name)
@@ -143,15 +133,15 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 
 	// The pods: the Secret, a memory directory for the server's copy.
 	sts := get(t, c, ns, "fresh", &appsv1.StatefulSet{})
-	env := envOf(sts.Spec.Template.Spec.Containers[0])
+	env := testenv.EnvOf(sts.Spec.Template.Spec.Containers[0])
 	assert.Equal(t, engine.TLSDir, env["TLS_DIR"])
-	assert.Equal(t, "fresh-server-tls", volumeNamed(sts.Spec.Template.Spec, engine.TLSVolume).Secret.SecretName)
+	assert.Equal(t, "fresh-server-tls", testenv.VolumeNamed(sts.Spec.Template.Spec, engine.TLSVolume).Secret.SecretName)
 	// The init Job: the bundle only.
 	job := get(t, c, ns, "fresh-init", &batchv1.Job{})
-	v := volumeNamed(job.Spec.Template.Spec, engine.TLSVolume)
+	v := testenv.VolumeNamed(job.Spec.Template.Spec, engine.TLSVolume)
 	require.NotNil(t, v)
 	assert.Equal(t, []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}, v.Secret.Items)
-	assert.Equal(t, engine.TLSDir+"/ca.crt", envOf(job.Spec.Template.Spec.Containers[0])["TLS_CA_FILE"])
+	assert.Equal(t, engine.TLSDir+"/ca.crt", testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["TLS_CA_FILE"])
 
 	// Status, Event, metric.
 	cur := get(t, c, ns, "fresh", &dbv1.Database{})
@@ -193,7 +183,7 @@ func TestTLSIsOnByDefaultForANewDatabaseOnly(t *testing.T) {
 			assert.NotEmpty(ct, app.Data["uri"])
 			var sts appsv1.StatefulSet
 			require.NoError(ct, c.Get(ctx, client2Key(ns, "older"), &sts))
-			assert.Equal(ct, want, volumeNamed(sts.Spec.Template.Spec, engine.TLSVolume) != nil, "the pods mount the Secret")
+			assert.Equal(ct, want, testenv.VolumeNamed(sts.Spec.Template.Spec, engine.TLSVolume) != nil, "the pods mount the Secret")
 			// Required once the pods rolled, gone at once when turned off.
 			var cm corev1.ConfigMap
 			require.NoError(ct, c.Get(ctx, client2Key(ns, "older-scripts"), &cm))

@@ -323,8 +323,8 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 
 	fence := jobNamed(t, c, ns, "major-fence")
 	assert.Equal(t, "postgres:17.6", fence.Spec.Template.Spec.Containers[0].Image, "the fence runs with the image that runs")
-	assert.Equal(t, "false", envOf(fence.Spec.Template.Spec.Containers[0])["LIFT"])
-	assert.Equal(t, db.Spec.Name, envOf(fence.Spec.Template.Spec.Containers[0])["APP_USER"])
+	assert.Equal(t, "false", testenv.EnvOf(fence.Spec.Template.Spec.Containers[0])["LIFT"])
+	assert.Equal(t, db.Spec.Name, testenv.EnvOf(fence.Spec.Template.Spec.Containers[0])["APP_USER"])
 	cur = waitFor(t, c, db, "WritesFenced", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Equal(ct, "WritesFenced", condition(d, "WritesFenced").Reason)
 	})
@@ -339,7 +339,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	}, wait, 100*time.Millisecond, "the upgrade Job")
 	container := upgradeJob.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "postgres:18.0", container.Image, "the upgrade runs the new version")
-	env := envOf(container)
+	env := testenv.EnvOf(container)
 	assert.Equal(t, "17.6", env["FROM_VERSION"])
 	assert.Equal(t, "18.0", env["TO_VERSION"])
 	assert.Equal(t, pre.Name+"-"+string(pre.UID)+".dump", env["BACKUP_FILE"])
@@ -364,7 +364,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	assert.Contains(t, condition(cur, database.ConditionUpgrading).Message, "stable.imaginedata.co/remove-old-data=true")
 	time.Sleep(2 * time.Second)
 	sts = get(t, c, ns, "major", &appsv1.StatefulSet{})
-	assert.NotContains(t, envOf(sts.Spec.Template.Spec.Containers[0]), "REMOVE_OLD_DATA", "the old directory is kept until the user says so")
+	assert.NotContains(t, testenv.EnvOf(sts.Spec.Template.Spec.Containers[0]), "REMOVE_OLD_DATA", "the old directory is kept until the user says so")
 	cur = get(t, c, ns, "major", &dbv1.Database{})
 	assert.Equal(t, dbv1.UpgradeStep("OldDataKept"), cur.Status.Upgrade.Step)
 
@@ -377,7 +377,7 @@ func TestMajorUpgradeBacksUpStopsRunsTheJobThenStartsTheNewVersion(t *testing.T)
 	sts = get(t, c, ns, "major", &appsv1.StatefulSet{})
 	assert.Equal(t, int32(2), *sts.Spec.Replicas)
 	assert.Equal(t, "postgres:18.0", sts.Spec.Template.Spec.Containers[0].Image)
-	assert.Equal(t, "true", envOf(sts.Spec.Template.Spec.Containers[0])["REMOVE_OLD_DATA"], "the old directory goes only now")
+	assert.Equal(t, "true", testenv.EnvOf(sts.Spec.Template.Spec.Containers[0])["REMOVE_OLD_DATA"], "the old directory goes only now")
 	assert.Equal(t, primaryClaim, claimUID(t, c, ns, "data-major-0"), "the primary's volume is the one upgraded")
 	assert.Equal(t, standbyClaim, claimUID(t, c, ns, "data-major-1"), "the standby's volume is kept: it re-clones into it")
 
@@ -475,7 +475,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	// rollback Job (old image) puts the old directory back.
 	rollback := jobNamed(t, c, ns, "fails-rollback")
 	assert.Equal(t, "postgres:17.6", rollback.Spec.Template.Spec.Containers[0].Image, "the rollback runs the old version")
-	assert.Equal(t, "true", envOf(rollback.Spec.Template.Spec.Containers[0])["ROLLBACK"])
+	assert.Equal(t, "true", testenv.EnvOf(rollback.Spec.Template.Spec.Containers[0])["ROLLBACK"])
 	cur := waitFor(t, c, db, "RestoringOldData", upgradeStep(dbv1.UpgradeRestoringOldData))
 	assert.Equal(t, "RestoringOldData", condition(cur, database.ConditionUpgrading).Reason)
 	sts := get(t, c, ns, "fails", &appsv1.StatefulSet{})
@@ -499,7 +499,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	// Job (old image) lets the app role log in.
 	unfence := jobNamed(t, c, ns, "fails-unfence")
 	assert.Equal(t, "postgres:17.6", unfence.Spec.Template.Spec.Containers[0].Image)
-	assert.Equal(t, "true", envOf(unfence.Spec.Template.Spec.Containers[0])["LIFT"])
+	assert.Equal(t, "true", testenv.EnvOf(unfence.Spec.Template.Spec.Containers[0])["LIFT"])
 	assert.True(t, unfence.CreationTimestamp.After(jobNamed(t, c, ns, "fails-fence").CreationTimestamp.Time) ||
 		unfence.CreationTimestamp.Equal(&jobNamed(t, c, ns, "fails-fence").CreationTimestamp))
 	waitFor(t, c, db, "fence lifted", func(ct *assert.CollectT, d *dbv1.Database) {
@@ -527,7 +527,7 @@ func TestAFailedMajorUpgradeJobGoesBackToTheOldImageAndCanBeTriedAgain(t *testin
 	cur = upgradeCompleted(t, c, db)
 	assert.Equal(t, "18.0", cur.Status.CurrentVersion)
 	job = jobNamed(t, c, ns, "fails-upgrade")
-	assert.Equal(t, second.Name+"-"+string(second.UID)+".dump", envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
+	assert.Equal(t, second.Name+"-"+string(second.UID)+".dump", testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "the new attempt restores its own backup")
 	assert.Equal(t, cur.Status.Upgrade.Attempt, job.Labels[database.LabelUpgradeAttempt])
 }
 
@@ -712,7 +712,7 @@ func TestAnUpgradeNeverUsesTheBackupOfAFormerDatabaseOfTheSameName(t *testing.T)
 	upgradeCompleted(t, c, db)
 	job := jobNamed(t, c, ns, "reborn-upgrade")
 	second = *get(t, c, ns, second.Name, &dbv1.DatabaseBackup{})
-	assert.Equal(t, second.Status.File, envOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "its own backup is restored")
+	assert.Equal(t, second.Status.File, testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"], "its own backup is restored")
 }
 
 // Going back and forth between two images of one major version takes a
@@ -835,7 +835,7 @@ func TestTheTestSeamRunsTheMajorPathWithinOneMajor(t *testing.T) {
 	reportBackup(t, c, ns, "seam", pre.Name, 100)
 	cur = upgradeCompleted(t, c, db)
 	job := jobNamed(t, c, ns, "seam-upgrade")
-	env := envOf(job.Spec.Template.Spec.Containers[0])
+	env := testenv.EnvOf(job.Spec.Template.Spec.Containers[0])
 	assert.Equal(t, "15.14", env["FROM_VERSION"])
 	assert.Equal(t, "15.14", env["TO_VERSION"])
 	assert.Equal(t, "postgres:15.14-bookworm", cur.Status.CurrentImage)
@@ -877,7 +877,7 @@ func TestAFailedFenceStopsTheUpgradeAndACancelLiftsTheFence(t *testing.T) {
 
 	require.NoError(t, c.Delete(ctx, quota))
 	firstLift := jobNamed(t, c, ns, "fenced-unfence")
-	assert.Equal(t, "true", envOf(firstLift.Spec.Template.Spec.Containers[0])["LIFT"])
+	assert.Equal(t, "true", testenv.EnvOf(firstLift.Spec.Template.Spec.Containers[0])["LIFT"])
 	waitFor(t, c, db, "fence lifted", func(ct *assert.CollectT, d *dbv1.Database) {
 		require.Nil(ct, conditionOf(d, "WritesFenced"))
 	})

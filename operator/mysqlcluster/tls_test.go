@@ -24,23 +24,6 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/mysqlcluster"
 )
 
-func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
-	for i := range spec.Volumes {
-		if spec.Volumes[i].Name == name {
-			return &spec.Volumes[i]
-		}
-	}
-	return nil
-}
-
-func envOf(c corev1.Container) map[string]string {
-	out := map[string]string{}
-	for _, e := range c.Env {
-		out[e.Name] = e.Value
-	}
-	return out
-}
-
 // A new MySQLCluster gets TLS by default: the server CA's Secret (never
 // mounted), the pods' Secret with a certificate for every name a client
 // uses, mounted by the servers, the init Job given its ca.crt alone, and
@@ -91,21 +74,21 @@ func TestTLSIsOnByDefaultForANewClusterOnly(t *testing.T) {
 	// init Job verifies them with the bundle alone.
 	assert.Equal(t, "required", get(t, c, ns, "fresh-scripts", &corev1.ConfigMap{}).Data[engine.ScriptsTLSKey])
 	sts := get(t, c, ns, "fresh", &appsv1.StatefulSet{})
-	assert.Equal(t, engine.TLSDir, envOf(sts.Spec.Template.Spec.Containers[0])["TLS_DIR"])
-	assert.Equal(t, "fresh-server-tls", volumeNamed(sts.Spec.Template.Spec, engine.TLSVolume).Secret.SecretName)
+	assert.Equal(t, engine.TLSDir, testenv.EnvOf(sts.Spec.Template.Spec.Containers[0])["TLS_DIR"])
+	assert.Equal(t, "fresh-server-tls", testenv.VolumeNamed(sts.Spec.Template.Spec, engine.TLSVolume).Secret.SecretName)
 	job := get(t, c, ns, "fresh-init", &batchv1.Job{})
-	v := volumeNamed(job.Spec.Template.Spec, engine.TLSVolume)
+	v := testenv.VolumeNamed(job.Spec.Template.Spec, engine.TLSVolume)
 	require.NotNil(t, v)
 	assert.Equal(t, []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}, v.Secret.Items)
-	assert.Equal(t, engine.TLSCAFile, envOf(job.Spec.Template.Spec.Containers[0])["TLS_CA_FILE"])
+	assert.Equal(t, engine.TLSCAFile, testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["TLS_CA_FILE"])
 
 	// The older cluster: recorded off, nothing changed under it.
 	older = waitFor(t, c, ns, "older", "default recorded", func(ct *assert.CollectT, mc *grtlv1.MySQLCluster) {
 		require.Equal(ct, "false", mc.Annotations[mysqlcluster.Keys.TLSDefault])
 	})
 	sts = get(t, c, ns, "older", &appsv1.StatefulSet{})
-	assert.Nil(t, volumeNamed(sts.Spec.Template.Spec, engine.TLSVolume))
-	assert.NotContains(t, envOf(sts.Spec.Template.Spec.Containers[0]), "TLS_DIR")
+	assert.Nil(t, testenv.VolumeNamed(sts.Spec.Template.Spec, engine.TLSVolume))
+	assert.NotContains(t, testenv.EnvOf(sts.Spec.Template.Spec.Containers[0]), "TLS_DIR")
 
 	// Its owner turns TLS on: the pods get the certificate.
 	older.Spec.TLS = &dbv1.TLSSpec{Enabled: ptr.To(true)}
@@ -113,7 +96,7 @@ func TestTLSIsOnByDefaultForANewClusterOnly(t *testing.T) {
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var s appsv1.StatefulSet
 		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "older"}, &s))
-		require.NotNil(ct, volumeNamed(s.Spec.Template.Spec, engine.TLSVolume))
+		require.NotNil(ct, testenv.VolumeNamed(s.Spec.Template.Spec, engine.TLSVolume))
 		var cm corev1.ConfigMap
 		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "older-ca"}, &cm))
 		require.NotEmpty(ct, cm.Data["ca.crt"])
