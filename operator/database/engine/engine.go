@@ -46,8 +46,9 @@ const (
 	// ScriptsTLSKey is "required" once every server of a cluster with TLS
 	// (else "offered")
 	// runs with its certificate: the scripts then refuse connections
-	// without TLS (hostssl) and verify the servers they connect to
-	// (sslmode=verify-full). Until then (TLS being turned on under running
+	// without TLS (PostgreSQL's hostssl, MySQL's require_secure_transport)
+	// and verify the servers they connect to (sslmode=verify-full,
+	// --ssl-verify-server-cert). Until then (TLS being turned on under running
 	// servers, or off) they accept and ask for TLS without requiring it, so
 	// a server restarted first still reaches one that is not. Changes
 	// without a restart, as the other keys.
