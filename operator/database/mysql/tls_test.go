@@ -72,10 +72,7 @@ func verified(port, caFile, sql string) (string, error) {
 }
 
 func client(port string, args ...string) (string, error) {
-	cmd := mysqltest.Cmd(nil, map[string]string{"MYSQL_PWD": rootPassword, "PATH": mysqltest.Path},
-		append([]string{"mariadb", "--no-defaults", "-h", "127.0.0.1", "-P", port, "-uroot", "-N", "-B", "--connect-timeout=5"}, args...))
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
+	return mysqltest.Client(port, "root", rootPassword, args...)
 }
 
 // replicationVerifies is the replica's Master_SSL_Verify_Server_Cert.

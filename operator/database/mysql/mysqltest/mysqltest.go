@@ -237,11 +237,18 @@ func (s *Server) Stop(t testing.TB) {
 // SQL runs statements as user on the server at 127.0.0.1:port: tab
 // separated rows, no headers.
 func SQL(port, user, password, database, sql string) (string, error) {
-	args := []string{"--no-defaults", "-h", "127.0.0.1", "-P", port, "-u", user, "-N", "-B", "--connect-timeout=5", "-e", sql}
+	args := []string{"-e", sql}
 	if database != "" {
 		args = append(args, database)
 	}
-	cmd := exec.Command("mariadb", args...)
+	return Client(port, user, password, args...)
+}
+
+// Client runs the mariadb client as user on the server at
+// 127.0.0.1:port with args after the connection options (tab separated
+// rows, no headers unless args ask for them): its output, trimmed.
+func Client(port, user, password string, args ...string) (string, error) {
+	cmd := exec.Command("mariadb", append([]string{"--no-defaults", "-h", "127.0.0.1", "-P", port, "-u", user, "-N", "-B", "--connect-timeout=5"}, args...)...)
 	cmd.Env = []string{"MYSQL_PWD=" + password, "PATH=" + Path}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err

@@ -61,7 +61,7 @@ clone_primary() {
 		say "FLUSH PRIVILEGES;"
 		sql_follow_primary "$version" "$PRIMARY_HOST" "$PRIMARY_PORT" "$REPLICATION_PASSWORD"
 		if tls_required; then sql_replication_tls "$version" 1; fi
-	} | "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
+	} | local_client
 	rm -f "$dump"
 }
 

@@ -356,9 +356,15 @@ query() {
 	remote "$1" "$2" -N -B -e "$3"
 }
 
-# local_query SQL: one value, from this pod's server, through its socket.
+# local_client ARGS...: the client, as root, connected to this pod's
+# server through its socket (exempt from require_secure_transport).
+local_client() {
+	"$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot "$@"
+}
+
+# local_query SQL: one value, from this pod's server.
 local_query() {
-	"$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot -N -B -e "$1"
+	local_client -N -B -e "$1"
 }
 
 # check_sha256 FILE SUM: refuse a file whose checksum is not SUM.

@@ -26,7 +26,7 @@ reload_renewed_certificate() {
 	loaded=${MYSQL_UNIX_PORT%/*}/$TLS_LOADED_FILE
 	sum=$(tls_files_sum)
 	[ "$sum" = "$(cat "$loaded" 2>/dev/null || true)" ] && return 0
-	sql_reload_tls "$1" | "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
+	sql_reload_tls "$1" | local_client
 	printf '%s\n' "$sum" >"$loaded"
 	log "loaded the renewed certificate of $TLS_DIR"
 }
@@ -37,7 +37,7 @@ require_transport() {
 	want=0
 	if [ -n "${TLS_DIR:-}" ] && tls_required; then want=1; fi
 	[ "$1" = "$want" ] && return 0
-	"$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot -e "SET GLOBAL require_secure_transport = $want;"
+	local_client -e "SET GLOBAL require_secure_transport = $want;"
 	log "require_secure_transport set to $want"
 }
 
@@ -50,7 +50,7 @@ verify_replication() {
 	want=0 want_word=No
 	if tls_required; then want=1 want_word=Yes; fi
 	[ "$verifying" = "$want_word" ] && return 0
-	sql_replication_tls "$1" "$want" | "$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot
+	sql_replication_tls "$1" "$want" | local_client
 	log "replication: verifying the primary's certificate set to $want_word"
 }
 
@@ -66,10 +66,10 @@ ready)
 	require_transport "$2"
 	[ "${POD_NAME##*-}" = 0 ] && exit 0
 	if [ "$(flavor "$version")" = mysql ] && version_at_least "$version" 8 0 22; then
-		status=$("$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot -e 'SHOW REPLICA STATUS\G')
+		status=$(local_client -e 'SHOW REPLICA STATUS\G')
 		running='Replica_(IO|SQL)_Running: Yes'
 	else
-		status=$("$CLIENT" --socket="$MYSQL_UNIX_PORT" -uroot -e 'SHOW SLAVE STATUS\G')
+		status=$(local_client -e 'SHOW SLAVE STATUS\G')
 		running='Slave_(IO|SQL)_Running: Yes'
 	fi
 	verify_replication "$version" "$status"
