@@ -273,7 +273,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	m.Status.ObservedGeneration = m.Generation
 	m.Status.ConfigMap = m.Spec.ConfigMapName()
 	m.Status.Selector = labels.SelectorFromSet(m.Spec.PodSelector).String()
-	return status.Outcome(ctx, result, err, status.Patch(ctx, r.Client, before, &m))
+	// Locked: a pass that read the monitor before its last status write
+	// reached the cache would record a changed configuration as the
+	// baseline (or an old one as still pending); refused, it runs again
+	// from the newer monitor.
+	return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, &m))
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, m *magalixv1.ConfigMonitor) (ctrl.Result, error) {

@@ -213,6 +213,36 @@ func TestADataChangeRollsTheOwnerOnce(t *testing.T) {
 	assert.Empty(t, f.drainEvents())
 }
 
+// A pass that reads the monitor from a cache that has not yet seen its
+// recorded baseline must not record the changed data as the baseline: the
+// change would be lost and nothing ever restarted.
+func TestAChangeRightAfterTheBaselineIsNotTakenForIt(t *testing.T) {
+	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("m"))...)
+	var unseen magalixv1.ConfigMonitor
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &unseen))
+	f.reconcile(t, "m")
+	f.setMessage(t, "Welcome to Operators!")
+
+	stale := interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if m, ok := o.(*magalixv1.ConfigMonitor); ok {
+				unseen.DeepCopyInto(m)
+				return nil
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+	f.r.Client = stale
+	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
+	require.NoError(t, err)
+	f.r.Client = f.c
+	got, _ := f.reconcile(t, "m")
+
+	hash, _ := f.templateHash(t)
+	assert.Equal(t, Hash(configMap("Welcome to Operators!"), nil), hash, "the change was taken for the baseline")
+	assert.Equal(t, "Restarted", reason(got, ConditionReady))
+}
+
 func TestLabelsOnlyChangeRollsNothing(t *testing.T) {
 	f := newFixture(t, append(frontend(), configMap("Welcome to Kubernetes!"), monitor("m"))...)
 	f.reconcile(t, "m")
