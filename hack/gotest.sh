@@ -82,9 +82,38 @@ node_down() {
   fi
   echo "real-node cluster removed in $((SECONDS - t)) s"
 }
+# The groups that run on this machine's own processes (every group but
+# the node's) share one cpu cgroup, weighted as the kubelet weighs all of
+# the node's pods (kubepods, 1024 per core). Without it each of their
+# processes weighs as much as the whole node: with twenty runnable, the
+# node's pods got a tenth of the CPU, and its BestEffort pods almost none,
+# and tests timed the machine's load instead of the operator. cgroup v1's
+# cpu hierarchy, as root; elsewhere the groups run as they are.
+tests_cgroup=
+if [[ $node != 0 && $(id -u) == 0 ]]; then
+  cpu_dir=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3; exit }' /proc/self/cgroup)
+  cpu_root=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/self/mounts)
+  if [[ -n $cpu_root && -n $cpu_dir ]] && mkdir "$cpu_root${cpu_dir%/}/deckhand-tests-$$" 2>/dev/null; then
+    tests_cgroup=$cpu_root${cpu_dir%/}/deckhand-tests-$$
+    echo $(($(nproc) * 1024)) >"$tests_cgroup/cpu.shares"
+  fi
+fi
+# in_tests_cgroup moves the calling (sub)shell into it.
+in_tests_cgroup() {
+  [[ -z $tests_cgroup ]] || echo "$BASHPID" >"$tests_cgroup/tasks" ||
+    echo "hack/gotest.sh: could not join $tests_cgroup; this group runs outside it" >&2
+}
+# remove_tests_cgroup moves what is left in it (a server a test left
+# running) to its parent, then removes it.
+remove_tests_cgroup() {
+  [[ -n $tests_cgroup && -d $tests_cgroup ]] || return 0
+  local pid
+  while read -r pid; do echo "$pid" >"${tests_cgroup%/*}/tasks" 2>/dev/null || true; done <"$tests_cgroup/tasks"
+  rmdir "$tests_cgroup" 2>/dev/null || true
+}
 # The node cluster goes whatever happened: a failed or interrupted run
 # must not leave a kubelet, containers or iptables rules behind.
-trap 'node_down || true; rm -rf "$log" ${scratch:+"$scratch"}' EXIT
+trap 'node_down || true; remove_tests_cgroup; rm -rf "$log" ${scratch:+"$scratch"}' EXIT
 start=$(date +%s)
 # -ldflags=-w: test binaries without DWARF, which only a debugger reads
 # (stack traces and the race detector's reports use the symbol table):
@@ -177,14 +206,14 @@ if [[ $node != 0 ]]; then
   node_started=1
   (timed node node_group >"$log/node" 2>&1) & node_pid=$!
 fi
-(timed faults faults_group >"$log/faults" 2>&1) & faults_pid=$!
-(timed e2e e2e_group >"$log/e2e" 2>&1) & e2e=$!
+(in_tests_cgroup; timed faults faults_group >"$log/faults" 2>&1) & faults_pid=$!
+(in_tests_cgroup; timed e2e e2e_group >"$log/e2e" 2>&1) & e2e=$!
 fuzz_pid=
 if [[ ${FUZZ:-} == 1 ]]; then
-  (timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
+  (in_tests_cgroup; timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
 fi
 status=0
-timed raced go test -race "${raced_flags[@]}" "${raced[@]}" 2>&1 | tee "$log/raced" || status=$?
+(in_tests_cgroup; timed raced go test -race "${raced_flags[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
 if [[ -n $fuzz_pid ]]; then
   fuzz_status=0
   wait "$fuzz_pid" || fuzz_status=$?

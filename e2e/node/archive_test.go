@@ -75,8 +75,9 @@ func startObjectStore(ctx context.Context, t testing.TB, cs *kubernetes.Clientse
 				Name: "versitygw", Image: imageRef(t, "store"),
 				Args: []string{"--port", ":7070", "--cert", "/tls/tls.crt", "--key", "/tls/tls.key", "--quiet", "posix", "/data"},
 				// The keys reach it through the environment only.
-				Env:   []corev1.EnvVar{{Name: "ROOT_ACCESS_KEY_ID", ValueFrom: key("access")}, {Name: "ROOT_SECRET_ACCESS_KEY", ValueFrom: key("secret")}},
-				Ports: []corev1.ContainerPort{{ContainerPort: 7070}},
+				Env:       []corev1.EnvVar{{Name: "ROOT_ACCESS_KEY_ID", ValueFrom: key("access")}, {Name: "ROOT_SECRET_ACCESS_KEY", ValueFrom: key("secret")}},
+				Ports:     []corev1.ContainerPort{{ContainerPort: 7070}},
+				Resources: testPodResources(),
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7070)}},
 					PeriodSeconds: 1},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "tls", MountPath: "/tls", ReadOnly: true}},

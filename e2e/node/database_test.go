@@ -186,9 +186,10 @@ func startPostgresClient(ctx context.Context, t testing.TB, cs clientset, ns, db
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:    "psql",
-				Image:   imageRef(t, "postgres"),
-				Command: []string{"sleep", "3600"},
+				Name:      "psql",
+				Image:     imageRef(t, "postgres"),
+				Command:   []string{"sleep", "3600"},
+				Resources: testPodResources(),
 				// Also where the app Secret's verify-full and multi-host
 				// strings look for its CA (database.CAMountDir).
 				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true},

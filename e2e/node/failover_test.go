@@ -316,7 +316,8 @@ func (f *failoverCluster) startWriterScript(name, script string) *writer {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "writer", Image: imageRef(f.t, "postgres"),
-				Command: []string{"sh", "-c", script},
+				Command:   []string{"sh", "-c", script},
+				Resources: testPodResources(),
 				// The app Secret also where its verifying strings look for
 				// its CA.
 				VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/app", ReadOnly: true},

@@ -90,6 +90,7 @@ func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
 			Command:      []string{"sh", "-c", standInEntrypoint},
 			Env:          []corev1.EnvVar{{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"}, {Name: "PGPORT", Value: "5432"}},
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}},
+			Resources:    testPodResources(),
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},

@@ -247,6 +247,7 @@ func startJDKPod(ctx context.Context, t testing.TB, cs clientset, ns, name, app 
 				ImagePullPolicy: corev1.PullNever,
 				Command:         command,
 				SecurityContext: sc,
+				Resources:       testPodResources(),
 			}},
 			TerminationGracePeriodSeconds: new(int64),
 		},

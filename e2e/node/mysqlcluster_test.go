@@ -131,9 +131,10 @@ func startMariaDBClient(ctx context.Context, t testing.TB, cs clientset, ns, nam
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:    "client",
-				Image:   imageRef(t, "mariadb"),
-				Command: []string{"sleep", "3600"},
+				Name:      "client",
+				Image:     imageRef(t, "mariadb"),
+				Command:   []string{"sleep", "3600"},
+				Resources: testPodResources(),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "secret", MountPath: "/secret", ReadOnly: true},
 					{Name: "ca", MountPath: "/ca", ReadOnly: true},

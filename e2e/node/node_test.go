@@ -32,6 +32,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -148,16 +149,28 @@ func startPod(ctx context.Context, t testing.TB, cs clientset, ns, name string, 
 	return runningPod(ctx, t, cs, ns, name)
 }
 
+// testPodResources is what the tests' own containers (clients, writers,
+// apps, the object store) request. A pod with no request is BestEffort,
+// and the kubelet gives the BestEffort pods together a CPU weight of 2
+// against the sum of every other pod's requests: on a busy node they get
+// almost nothing (hack/node/cpu-share.sh), and a writer's loop of psql
+// calls slowed to one write per 40 s, measuring the node's load rather
+// than the operator. 50m is what a Database's server requests by default.
+func testPodResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}
+}
+
 // busyboxPod is a pod running a shell command in the node's busybox image.
 func busyboxPod(t testing.TB, ns, name string, labels map[string]string, script string, env ...corev1.EnvVar) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:    "sh",
-				Image:   busyboxImage(t),
-				Env:     env,
-				Command: []string{"/bin/sh", "-c", script},
+				Name:      "sh",
+				Image:     busyboxImage(t),
+				Env:       env,
+				Command:   []string{"/bin/sh", "-c", script},
+				Resources: testPodResources(),
 			}},
 			TerminationGracePeriodSeconds: new(int64),
 		},
