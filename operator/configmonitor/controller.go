@@ -276,7 +276,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Locked: a pass that read the monitor before its last status write
 	// reached the cache would record a changed configuration as the
 	// baseline (or an old one as still pending); refused, it runs again
-	// from the newer monitor.
+	// from the newer monitor. The lock is on m's version: DeletePods reads
+	// (and may write) the monitor on the server mid-pass (persistCutoff),
+	// and its own write must not refuse the pass's.
+	before.ResourceVersion = m.ResourceVersion
 	return status.Outcome(ctx, result, err, status.PatchLocked(ctx, r.Client, before, &m))
 }
 

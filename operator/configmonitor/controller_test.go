@@ -551,6 +551,38 @@ func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
 	assert.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lonely-2"}, &pod), "the replacement pod was deleted for the same change")
 }
 
+// DeletePods records the change's instant on the server before deleting
+// (persistCutoff), so the pass's own status write comes after a write of
+// its own; from a cache that has seen neither, that write must still land
+// and name the pods deleted.
+func TestDeletePodsRecordsWhatItDeletedEvenFromAStaleCache(t *testing.T) {
+	m := monitor("m")
+	m.Spec.Strategy = magalixv1.DeletePods
+	f := newFixture(t, bare(), configMap("one"), m)
+	f.reconcile(t, "m")
+	f.setMessage(t, "two")
+	var cached magalixv1.ConfigMonitor
+	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &cached))
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if m, ok := o.(*magalixv1.ConfigMonitor); ok {
+				cached.DeepCopyInto(m)
+				return nil
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+	for range 3 {
+		res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
+		require.NoError(t, err)
+		f.now = f.now.Add(res.RequeueAfter)
+	}
+	f.r.Client = f.c
+	got, _ := f.reconcile(t, "m")
+	assert.Equal(t, "Restarted", reason(got, ConditionReady))
+	assert.Equal(t, []magalixv1.WorkloadRef{{Kind: "Pod", Name: "lonely"}}, got.Status.RestartedWorkloads)
+}
+
 func TestDeletePodsRetriedAfterALostStatusWriteSparesReplacements(t *testing.T) {
 	m := monitor("m")
 	m.Spec.Strategy = magalixv1.DeletePods

@@ -490,11 +490,15 @@ func (r *Reconciler) deletePods(ctx context.Context, m *magalixv1.ConfigMonitor,
 // instant the pending change was first seen, writing it to status first
 // if the server does not have it yet. done says the server's status
 // already records this change as rolled out (m came from a stale cache).
+// m takes the server's resourceVersion (after its own write, if any): the
+// pass's status write, locked on it (Reconcile), is refused only when
+// someone else wrote since, not because of this read or write.
 func (r *Reconciler) persistCutoff(ctx context.Context, m *magalixv1.ConfigMonitor) (time.Time, bool, error) {
 	var live magalixv1.ConfigMonitor
 	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(m), &live); err != nil {
 		return time.Time{}, false, fmt.Errorf("reading ConfigMonitor %s: %w", m.Name, err)
 	}
+	m.ResourceVersion = live.ResourceVersion
 	if live.Status.ObservedHash == m.Status.PendingHash {
 		m.Status = live.Status
 		return time.Time{}, true, nil
@@ -513,6 +517,7 @@ func (r *Reconciler) persistCutoff(ctx context.Context, m *magalixv1.ConfigMonit
 	if err := r.Client.Status().Patch(ctx, &live, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return time.Time{}, false, fmt.Errorf("recording the change before deleting pods: %w", err)
 	}
+	m.ResourceVersion = live.ResourceVersion
 	m.Status.PendingSince = &since
 	return since.Time, false, nil
 }
