@@ -76,6 +76,9 @@ spec:
             - {name: ROOT_SECRET_ACCESS_KEY, valueFrom: {secretKeyRef: {name: store-keys, key: secret-access-key}}}
           ports: [{containerPort: 7070}]
           readinessProbe: {tcpSocket: {port: 7070}, periodSeconds: 2}
+          # Not BestEffort: archiving waits on it, and a busy node gives
+          # BestEffort pods almost no CPU.
+          resources: {requests: {cpu: 50m, memory: 64Mi}}
           volumeMounts:
             - {name: data, mountPath: /data}
             - {name: tls, mountPath: /tls, readOnly: true}
