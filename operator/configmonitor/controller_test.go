@@ -159,6 +159,20 @@ func (f *fixture) templateHash(t *testing.T) (string, string) {
 	return d.Spec.Template.Annotations["deckhand.dev/configmap-flaskapp-config"], d.ResourceVersion
 }
 
+// staleMonitors is the fixture's client as a cache that still holds
+// snapshot for every ConfigMonitor: it has not seen the writes since.
+func (f *fixture) staleMonitors(snapshot *magalixv1.ConfigMonitor) client.Client {
+	return interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if m, ok := o.(*magalixv1.ConfigMonitor); ok {
+				snapshot.DeepCopyInto(m)
+				return nil
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+}
+
 func (f *fixture) drainEvents() []string {
 	var out []string
 	for {
@@ -223,16 +237,7 @@ func TestAChangeRightAfterTheBaselineIsNotTakenForIt(t *testing.T) {
 	f.reconcile(t, "m")
 	f.setMessage(t, "Welcome to Operators!")
 
-	stale := interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-			if m, ok := o.(*magalixv1.ConfigMonitor); ok {
-				unseen.DeepCopyInto(m)
-				return nil
-			}
-			return c.Get(ctx, key, o, opts...)
-		},
-	})
-	f.r.Client = stale
+	f.r.Client = f.staleMonitors(&unseen)
 	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
 	require.NoError(t, err)
 	f.r.Client = f.c
@@ -536,15 +541,7 @@ func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
 	require.NoError(t, f.c.Create(context.Background(), replacementPod(f.now.Add(-200*time.Millisecond))))
 
 	// A reconcile from a cache that has not seen the status written above.
-	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-			if cm, ok := o.(*magalixv1.ConfigMonitor); ok {
-				stale.DeepCopyInto(cm)
-				return nil
-			}
-			return c.Get(ctx, key, o, opts...)
-		},
-	})
+	f.r.Client = f.staleMonitors(&stale)
 	f.now = f.now.Add(2 * time.Second)
 	f.reconcile(t, "m")
 	var pod corev1.Pod
@@ -563,15 +560,7 @@ func TestDeletePodsRecordsWhatItDeletedEvenFromAStaleCache(t *testing.T) {
 	f.setMessage(t, "two")
 	var cached magalixv1.ConfigMonitor
 	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &cached))
-	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-			if m, ok := o.(*magalixv1.ConfigMonitor); ok {
-				cached.DeepCopyInto(m)
-				return nil
-			}
-			return c.Get(ctx, key, o, opts...)
-		},
-	})
+	f.r.Client = f.staleMonitors(&cached)
 	for range 3 {
 		res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}})
 		require.NoError(t, err)
