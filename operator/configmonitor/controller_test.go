@@ -523,11 +523,19 @@ func replacementPod(created time.Time) *corev1.Pod {
 		CreationTimestamp: metav1.NewTime(created)}}
 }
 
-func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
+// deletePodsBaseline is a DeletePods monitor "m" over the bare pod, its
+// configuration "one" recorded as the baseline.
+func deletePodsBaseline(t *testing.T) *fixture {
+	t.Helper()
 	m := monitor("m")
 	m.Spec.Strategy = magalixv1.DeletePods
 	f := newFixture(t, bare(), configMap("one"), m)
 	f.reconcile(t, "m")
+	return f
+}
+
+func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
+	f := deletePodsBaseline(t)
 	var stale magalixv1.ConfigMonitor
 	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &stale))
 
@@ -553,10 +561,7 @@ func TestDeletePodsDeletesOncePerChangeEvenFromAStaleCache(t *testing.T) {
 // its own; from a cache that has seen neither, that write must still land
 // and name the pods deleted.
 func TestDeletePodsRecordsWhatItDeletedEvenFromAStaleCache(t *testing.T) {
-	m := monitor("m")
-	m.Spec.Strategy = magalixv1.DeletePods
-	f := newFixture(t, bare(), configMap("one"), m)
-	f.reconcile(t, "m")
+	f := deletePodsBaseline(t)
 	f.setMessage(t, "two")
 	var cached magalixv1.ConfigMonitor
 	require.NoError(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &cached))
@@ -573,10 +578,7 @@ func TestDeletePodsRecordsWhatItDeletedEvenFromAStaleCache(t *testing.T) {
 }
 
 func TestDeletePodsRetriedAfterALostStatusWriteSparesReplacements(t *testing.T) {
-	m := monitor("m")
-	m.Spec.Strategy = magalixv1.DeletePods
-	f := newFixture(t, bare(), configMap("one"), m)
-	f.reconcile(t, "m")
+	f := deletePodsBaseline(t)
 	f.setMessage(t, "two")
 	_, res := f.reconcile(t, "m")
 	f.now = f.now.Add(res.RequeueAfter)
