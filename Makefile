@@ -127,7 +127,7 @@ demo-image: ## build seed 000's Flask demo image deckhand-demo-flask:0.1.0 (need
 
 .PHONY: image
 image: ## build the operator image without Docker, for $(PLATFORMS), as an OCI layout in $(IMAGE_DIR)
-	go run ./hack/image --out $(IMAGE_DIR) --platforms $(PLATFORMS) --version $(VERSION)
+	go run ./hack/image --out $(IMAGE_DIR) --platforms $(PLATFORMS) --version $(VERSION) --bin-dir build/image-bin
 
 .PHONY: docker-build
 docker-build: ## build the operator image with Docker (the same image, plus the upstream JMX agent jar)

@@ -42,11 +42,17 @@ fuzz() {
 coordinator_race() {
   grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input written' "$log"
 }
+# FUZZ_BIN_DIR keeps the binaries between runs (hack/gotest.sh gives it a
+# directory of its own): go test -c skips the link when the binary there
+# has the build's ID already, which -trimpath keeps the same in every
+# checkout.
+bin_dir=${FUZZ_BIN_DIR:-$work}
+mkdir -p "$bin_dir"
 while read -r dir; do
-  bin=$work/$(echo "$dir" | tr / _).test
+  bin=$bin_dir/$(echo "$dir" | tr / _).test
   # -s -w, as go test does for the binaries it does not keep: a
   # binary built with -c is linked with DWARF otherwise.
-  go test -c -fuzz . "-ldflags=-s -w" -o "$bin" "./$dir"
+  go test -c -fuzz . -trimpath "-ldflags=-s -w" -o "$bin" "./$dir"
   for target in $(cd "$dir" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true); do
     echo ">> $module/$dir $target ($fuzztime)"
     if fuzz "$dir" "$bin" "$target"; then continue; fi

@@ -2,14 +2,16 @@
 # make test's go test step: every package, against the local cluster, in
 # three groups, then each package's time, slowest first.
 #
-#   - with the race detector: every package but e2e/..., where deckhand's
-#     own concurrent code (controllers, in-process operators) runs inside
-#     the test binary;
+#   - with the race detector: every package but e2e/... and hack/image,
+#     where deckhand's own concurrent code (controllers, in-process
+#     operators) runs inside the test binary;
 #   - without it: e2e/..., whose operator runs as a separate process built
 #     without -race, so the detector would only watch Helm and the tests'
 #     own polling: it made those packages' test binaries 4x as costly in
 #     CPU (174 s against 42 s for e2e) on a machine whose two cores the
-#     suite keeps busy.
+#     suite keeps busy; and hack/image, the image build, which starts no
+#     goroutine: the detector only slowed its layers' compression (99
+#     CPU-s against 14).
 #
 # go test starts packages in the order given: the slowest go first, so no
 # long package starts last. -parallel 6 (12 for the raced group, below):
@@ -20,7 +22,7 @@
 # The real-node group (e2e/node, docs/development/realnode.md) starts with the raced
 # group; the fault campaign (e2e/faults) starts when the raced group's
 # longest package (operator/database/postgres) ends, the e2e group (the
-# other e2e packages) when the raced group ends, and the fuzz targets when
+# other e2e packages and hack/image) when the raced group ends, and the fuzz targets when
 # the fault campaign or the raced group ends, whichever is first. The node
 # group starts the
 # node cluster (hack/node.sh up), runs go test ./e2e/node/ against it and
@@ -39,11 +41,16 @@ module=$(go list -m)
 # operator/mysqlcluster ended, and the two would make the raced group's
 # longest chain.
 slowest=(operator/database operator/database/postgres operator/mysqlcluster operator/jmxexporter
-  hack/image operator/database/mysql operator/configmonitor)
-mapfile -t raced < <({ printf "$module/%s\n" "${slowest[@]}"; go list ./... | grep -v "^$module/e2e\(/\|$\)"; } | awk '!seen[$0]++')
+  operator/database/mysql operator/configmonitor)
+# Only packages with tests: go test would only print "no test files" for
+# the others, and several of those (the API types' v1 packages) share a
+# name, which go test -o DIR/ (below) refuses.
+mapfile -t raced < <({ printf "$module/%s\n" "${slowest[@]}"
+  go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... |
+    grep -v "^$module/\(e2e\(/.*\)\?\|hack/image\)$"; } | awk 'NF && !seen[$0]++')
 node=${DECKHAND_NODE:-1}
 # The fault campaign runs in a group of its own (faults_group, below).
-mapfile -t e2e_pkgs < <(go list ./e2e/... | grep -v "^$module/e2e/faults$")
+mapfile -t e2e_pkgs < <(go list ./e2e/... ./hack/image | grep -v "^$module/e2e/faults$")
 if [[ $node != 0 ]]; then
   mapfile -t e2e_pkgs < <(printf '%s\n' "${e2e_pkgs[@]}" | grep -v "^$module/e2e/node$")
 fi
@@ -127,6 +134,41 @@ start=$(date +%s)
 # check, test files included) before this script; go test's own vet pass
 # would repeat a subset of it.
 build_flags=(-ldflags=-w -vet=off)
+# Test binaries are linked into a directory kept between runs (go test -o
+# DIR/): go test links every package's test binary afresh in each run,
+# about 200 CPU-s of the run's 2,200, but with -o it skips the link when
+# the binary already there has the build's ID. -trimpath makes that ID,
+# and the build cache's keys, the same in every checkout, so a fresh clone
+# finds both. One slot per run at a time (flock, held until this script
+# and what it started exit): two runs at once would overwrite each
+# other's binaries. With every slot taken the run links afresh, as before.
+# hack/fuzz.sh keeps its binaries in the same slot (FUZZ_BIN_DIR).
+build_flags+=(-trimpath)
+testbin=
+testbin_root=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}/testbin
+for slot in 0 1 2; do
+  mkdir -p "$testbin_root/$slot"
+  exec {testbin_lock}>"$testbin_root/$slot.lock"
+  if flock -n "$testbin_lock"; then
+    testbin=$testbin_root/$slot
+    break
+  fi
+  exec {testbin_lock}>&-
+done
+# Each group's go test -o, empty without a slot. go test -o DIR/ names
+# each binary after its package's last element, and refuses two packages
+# of one name: then the group links afresh.
+raced_out=() faults_out=() e2e_out=() node_out=()
+if [[ -n $(printf '%s\n' "${raced[@]}" "${e2e_pkgs[@]}" | xargs -n1 basename | sort | uniq -d) ]]; then
+  echo "hack/gotest.sh: two tested packages share a name; test binaries are linked afresh" >&2
+  testbin=
+fi
+if [[ -n $testbin ]]; then
+  mkdir -p "$testbin"/{raced,faults,e2e,node}
+  raced_out=(-o "$testbin/raced/") faults_out=(-o "$testbin/faults/") e2e_out=(-o "$testbin/e2e/")
+  node_out=(-o "$testbin/node/")
+  export FUZZ_BIN_DIR=$testbin/fuzz
+fi
 common=(-count=1 -timeout 25m -parallel 6 "${build_flags[@]}" ${GO_TEST_FLAGS:-})
 # The raced group's t.Parallel tests are the kwok Database and
 # MySQLCluster tests, which wait on the API server and the controllers,
@@ -154,7 +196,7 @@ node_group() {
   # Jobs, a writer) asked more CPU of the node than its half of the cores,
   # and a Database's agent and probes, starved past their deadlines,
   # failed over a healthy primary in a test of something else.
-  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" -timeout 45m -parallel 4 "./e2e/node/"
+  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 4 "./e2e/node/"
 }
 
 # timed runs a group and notes when it ended (seconds from start), so the
@@ -179,7 +221,7 @@ faults_group() {
     ! grep -qE "^(ok|FAIL)[[:space:]]+$module/operator/database/postgres[[:space:]]" "$log/raced" 2>/dev/null; do
     sleep 2
   done
-  go test "${common[@]}" ./e2e/faults
+  go test "${common[@]}" "${faults_out[@]}" ./e2e/faults
 }
 
 # after_faults_or_raced waits until the fault campaign or the raced group
@@ -203,7 +245,7 @@ e2e_group() {
   while [[ ! -f $log/raced.ended ]]; do
     sleep 2
   done
-  go test "${common[@]}" "${e2e_pkgs[@]}"
+  go test "${common[@]}" "${e2e_out[@]}" "${e2e_pkgs[@]}"
 }
 fuzz_group() {
   after_faults_or_raced
@@ -227,7 +269,7 @@ if [[ ${FUZZ:-} == 1 ]]; then
   (in_tests_cgroup; timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
 fi
 status=0
-(in_tests_cgroup; timed raced go test -race "${raced_flags[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
+(in_tests_cgroup; timed raced go test -race "${raced_flags[@]}" "${raced_out[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
 if [[ -n $fuzz_pid ]]; then
   fuzz_status=0
   wait "$fuzz_pid" || fuzz_status=$?

@@ -578,7 +578,7 @@ operator_up() {
   jar=$("$root/hack/node/images.sh" agent-jar)
   log "building the operator image $tag (make image's build, linux/amd64, with the stand-in JMX agent)"
   (cd "$root" && go run ./hack/image --out "$layout" --platforms "linux/$(go env GOARCH)" --version "$version" \
-    --tag "$tag" --agent-jar "$jar") >&2
+    --tag "$tag" --agent-jar "$jar" --bin-dir "$cache/operator-image-bin") >&2
   tar -C "$layout" -cf "$archive" .
   "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
   # the release namespace enforces the restricted Pod Security Standard

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,14 +35,29 @@ func builtImage(t *testing.T) (dir string, files map[string][]byte, cfg map[stri
 	return builtImageWith(t, Options{Version: "1.2.3-test"}, "1.2.3-test")
 }
 
+// binDir is where every build of this package's tests puts its binaries
+// (Options.BinDir): the same sources and version, so only the first build
+// links them, as make image's second build of unchanged sources does.
+var binDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "deckhand-image-test-") })
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dir, err := binDir(); err == nil {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
 // builtImageWith is builtImage with more options; the layout must name the
 // image wantTag.
 func builtImageWith(t *testing.T, opts Options, wantTag string) (dir string, files map[string][]byte, cfg map[string]any) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "image")
 	platform := "linux/" + runtime.GOARCH
-	opts.Root, opts.Out, opts.Platforms, opts.Created = testenv.Root(t), dir, []string{platform}, time.Unix(0, 0).UTC()
-	_, err := Build(opts)
+	bins, err := binDir()
+	require.NoError(t, err)
+	opts.Root, opts.Out, opts.Platforms, opts.Created, opts.BinDir = testenv.Root(t), dir, []string{platform}, time.Unix(0, 0).UTC(), bins
+	_, err = Build(opts)
 	require.NoError(t, err)
 
 	p, err := layout.FromPath(dir)

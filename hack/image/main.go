@@ -32,6 +32,7 @@ func main() {
 	version := flag.String("version", "dev", "version stamped into the binary and the image")
 	tag := flag.String("tag", "", "the image's name in the layout (default: the version)")
 	agentJar := flag.String("agent-jar", "", "put this JMX agent jar at "+AgentJarPath+" (tests only: the real node's image carries the stand-in agent)")
+	binDir := flag.String("bin-dir", "", "build the binaries here and keep them, so a rebuild of unchanged sources links nothing (default: a temporary directory)")
 	flag.Parse()
 
 	root, err := os.Getwd()
@@ -48,7 +49,7 @@ func main() {
 	}
 	idx, err := Build(Options{
 		Root: root, Out: *out, Platforms: strings.Split(*platforms, ","), Version: *version, Created: created,
-		AgentJar: *agentJar, Tag: *tag,
+		AgentJar: *agentJar, Tag: *tag, BinDir: *binDir,
 	})
 	if err != nil {
 		log.Fatal(err)
