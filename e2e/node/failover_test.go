@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,6 +102,18 @@ func (f *failoverCluster) database() dbv1.Database {
 	var db dbv1.Database
 	require.NoError(f.t, f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db))
 	return db
+}
+
+// updateDatabase changes the Database and writes it, reading it again
+// when the operator wrote it in between (its status, its finalizer): a
+// user's kubectl edit does the same.
+func (f *failoverCluster) updateDatabase(change func(*dbv1.Database)) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		db := f.database()
+		change(&db)
+		return f.c.Update(f.ctx, &db)
+	}))
 }
 
 func (f *failoverCluster) primary() string {

@@ -223,12 +223,10 @@ func switchoverUnderLoad(ctx context.Context, t *testing.T, f *failoverCluster, 
 	time.Sleep(2 * time.Second)
 	before := acked.Load()
 	start := time.Now()
-	db := f.database()
-	db.Spec.Failover.SwitchoverTo = target
-	require.NoError(t, f.c.Update(ctx, &db))
+	f.updateDatabase(func(db *dbv1.Database) { db.Spec.Failover.SwitchoverTo = target })
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		var cur dbv1.Database
-		if err := f.c.Get(ctx, client.ObjectKeyFromObject(&db), &cur); err != nil {
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &cur); err != nil {
 			return false, nil
 		}
 		return cur.Status.CurrentPrimary == target, nil

@@ -59,9 +59,7 @@ func TestRealNodeSwitchesToTheUsersCertificateUnderAVerifyingWriter(t *testing.T
 	require.NoError(t, err)
 
 	start := time.Now()
-	db := f.database()
-	db.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "pay-cert"}
-	require.NoError(t, f.c.Update(ctx, &db))
+	f.updateDatabase(func(db *dbv1.Database) { db.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "pay-cert"} })
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var cur dbv1.Database
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &cur); err != nil {
