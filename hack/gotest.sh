@@ -174,8 +174,8 @@ common=(-count=1 -timeout 25m -parallel 6 "${build_flags[@]}" ${GO_TEST_FLAGS:-}
 # MySQLCluster tests, which wait on the API server and the controllers,
 # and the real-server tests, which the postgres package itself holds to
 # six at once (serverSlots): twelve side by side took operator/database
-# from 175 s to 126 s alone. e2e keeps six (its tests share one cluster),
-# e2e/node four (node_group).
+# from 175 s to 126 s alone. e2e keeps six (its tests share one cluster);
+# e2e/node holds itself to four (node_group).
 raced_flags=(-count=1 -timeout 25m -parallel 12 "${build_flags[@]}" ${GO_TEST_FLAGS:-})
 
 # node_group starts the real-node cluster and runs e2e/node against it.
@@ -192,11 +192,10 @@ node_group() {
   # -timeout 45m: the package alone takes about 20 minutes beside the
   # other groups, and a loaded machine has made it a third slower; the
   # tests' own deadlines, not go test's, should end a stuck test.
-  # -parallel 4: six of its tests at once (each a Database or two, their
-  # Jobs, a writer) asked more CPU of the node than its half of the cores,
-  # and a Database's agent and probes, starved past their deadlines,
-  # failed over a healthy primary in a test of something else.
-  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 4 "./e2e/node/"
+  # -parallel 32, more than its parallel tests: the package holds them to
+  # four at once itself, longest first (e2e/node/slots_test.go), which it
+  # can do only when go test lets every one of them reach its own wait.
+  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 32 "./e2e/node/"
 }
 
 # timed runs a group and notes when it ended (seconds from start), so the

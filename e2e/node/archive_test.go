@@ -137,7 +137,7 @@ func waitServiceAnswersByName(ctx context.Context, t testing.TB, cs *kubernetes.
 // one after, and serves with the new Database's app password (the init
 // Job replaced the source's); its standby clones the recovered primary.
 func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 5*time.Minute) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()

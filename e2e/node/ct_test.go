@@ -17,7 +17,7 @@ import (
 // runs from its image and whose `helm test` must pass, in a namespace that
 // enforces the restricted Pod Security Standard.
 func TestRealNodeChartTestingInstallsEveryCIValuesFile(t *testing.T) {
-	t.Parallel()
+	parallel(t, 150*time.Second)
 	_, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

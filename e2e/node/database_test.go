@@ -38,7 +38,7 @@ import (
 // (deletionPolicy Snapshot, the default); the Database made again from
 // that backup (fromBackup) has the rows.
 func TestRealNodeRunsAPostgreSQLDatabase(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 110*time.Second) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

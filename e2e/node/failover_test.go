@@ -584,7 +584,7 @@ func logf(t testing.TB, format string, args ...any) {
 // the last moment's are measured, not promised); no two servers accepted
 // writes at any moment the agents were asked.
 func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 70*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 3, 0)
@@ -681,7 +681,7 @@ func TestRealNodeFailsOverAPrimaryThatCannotComeBack(t *testing.T) {
 // (connect_timeout) to the new primary, and no write of it is
 // acknowledged by the old one, frozen or thawed.
 func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 75*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
@@ -846,7 +846,7 @@ func checkNoAckLost(t testing.TB, log []writeOutcome, committed map[int]bool, fa
 // older than a second before a fault is lost; no two servers accepted
 // writes at any moment the agents were asked.
 func TestRealNodeRidesOutAPrimaryRestartAndAPodDeletion(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 75*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
@@ -934,7 +934,7 @@ func (f *failoverCluster) checkFailoversClean(recs []dbv1.FailoverRecord) {
 // OldPrimaryFencedItself), lifts the fence, and it rejoins as a standby
 // holding exactly the new primary's rows.
 func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 75*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)

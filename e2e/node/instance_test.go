@@ -58,7 +58,7 @@ exec postgres -D "$PGDATA" -c listen_addresses=''`
 // without the operator's certificate is refused. The namespace enforces
 // the restricted Pod Security Standard.
 func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 30*time.Second) // see the package comment: its own namespace, the shared operator
 	_, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -38,7 +38,7 @@ const jmxPort = 9404
 // JVM keeps running in the same container, and after the JVM is killed
 // (the container restarts) the new JVM is attached again.
 func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 3*time.Minute) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -104,7 +104,7 @@ func TestRealNodeAttachesTheJMXExporterToAJVM(t *testing.T) {
 // reports SignalNotHandled and does not signal it. Both containers keep
 // running, never restarted.
 func TestRealNodeNeverKillsAJVMStartedWithXrs(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 60*time.Second) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -22,7 +22,7 @@ import (
 // it grows past that; thawed, the standby catches up and the lag falls
 // back.
 func TestRealNodeServesPostgreSQLMetricsWhoseLagFollowsTheStandby(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 60*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)

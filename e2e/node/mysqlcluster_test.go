@@ -33,7 +33,7 @@ import (
 // client without TLS is refused, and the replicas, backups and restores
 // run over it.
 func TestRealNodeRunsAMariaDBMySQLCluster(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 3*time.Minute) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

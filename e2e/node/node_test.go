@@ -13,9 +13,10 @@
 // failover (faults_test.go: the operator, the API server, the kubelet). The
 // tests of one workload each (PostgreSQL, MariaDB, the JVMs, ConfigMonitor,
 // TDSet, the instance agent, the failovers of failover_test.go) call
-// t.Parallel first thing: each has a namespace of its own and mostly waits
-// on containers, a server or the real clock, so together they take about as
-// long as the longest of them.
+// parallel (t.Parallel, then one of the node's slots, longest first:
+// slots_test.go) first thing: each has a namespace of its own and mostly
+// waits on containers, a server or the real clock, so together they take
+// about as long as the longest of them.
 package node
 
 import (

@@ -38,7 +38,7 @@ import (
 // never holds more connections than its limit. Then a switchover under
 // the load of 100 writers: see switchoverUnderLoad.
 func TestRealNodePoolsFiveHundredClientsAndHoldsThemAcrossASwitchover(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 140*time.Second) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0, func(db *dbv1.Database) {

@@ -34,7 +34,7 @@ import (
 // server ends up presenting the user's certificate, without a restart and
 // without a failover.
 func TestRealNodeSwitchesToTheUsersCertificateUnderAVerifyingWriter(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 6*time.Minute) // see the package comment: its own namespace, the shared operator
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)

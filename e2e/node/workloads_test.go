@@ -30,7 +30,7 @@ import (
 // gone, and the new containers read the new data), and leaves a Deployment
 // it does not select, using the same ConfigMap, alone.
 func TestRealNodeConfigMonitorRestartsRealContainersOnce(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 20*time.Second) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -92,7 +92,7 @@ func TestRealNodeConfigMonitorRestartsRealContainersOnce(t *testing.T) {
 // number of running containers from the default to the window's count, at
 // that boundary and not before.
 func TestRealNodeTDSetBoundaryChangesRunningContainers(t *testing.T) {
-	t.Parallel() // see the package comment: its own namespace, the shared operator
+	parallel(t, 100*time.Second) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

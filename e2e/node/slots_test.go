@@ -1,0 +1,96 @@
+package node
+
+import (
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The parallel tests share the node through a few slots, and the longest
+// start first. go test releases its paused parallel tests together and
+// they race for its -parallel slots, so the order they start in was
+// anyone's: in one run chart testing (2.5 min) started last, in another
+// the certificate switch (4 to 6 min, its CA's three-minute propagation
+// included), and the package ended minutes after the others' last test.
+// Started longest first, the parallel tests end about when the longest
+// does, or when the sum of their times over the slots runs out.
+//
+// make test (hack/gotest.sh) runs the package with go test -parallel
+// above the number of parallel tests, so every paused test reaches
+// parallel(); DECKHAND_NODE_PARALLEL (default 4) is how many run at once.
+var slots = &nodeSlots{free: nodeParallel()}
+
+// nodeParallel is DECKHAND_NODE_PARALLEL, or 4: six tests at once (each a
+// Database or two, their Jobs, a writer) asked more CPU of the node than
+// its half of a busy machine, and a starved Database failed over a healthy
+// primary in a test of something else.
+func nodeParallel() int {
+	if n, err := strconv.Atoi(os.Getenv("DECKHAND_NODE_PARALLEL")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
+
+type nodeSlots struct {
+	mu   sync.Mutex
+	free int
+	// open: the first test arrived a second ago, time enough for every
+	// paused test released with it to arrive too; until then none starts,
+	// so the first to arrive is not the first to start.
+	open    bool
+	started bool
+	waiting []slotWaiter
+}
+
+type slotWaiter struct {
+	expected time.Duration
+	start    chan struct{}
+}
+
+// parallel is t.Parallel, then a wait for one of the node's slots, which
+// go to the waiting tests that expect to take longest first. expected is
+// about how long the test takes on the node beside the rest of make test.
+func parallel(t *testing.T, expected time.Duration) {
+	t.Helper()
+	t.Parallel()
+	w := slotWaiter{expected: expected, start: make(chan struct{})}
+	slots.mu.Lock()
+	if !slots.started {
+		slots.started = true
+		time.AfterFunc(time.Second, func() {
+			slots.mu.Lock()
+			defer slots.mu.Unlock()
+			slots.open = true
+			slots.grant()
+		})
+	}
+	slots.waiting = append(slots.waiting, w)
+	slots.grant()
+	slots.mu.Unlock()
+	<-w.start
+	// Registered first, so it runs last: the test's own cleanups (its
+	// namespace, its Database) are done before the next test starts.
+	t.Cleanup(func() {
+		slots.mu.Lock()
+		defer slots.mu.Unlock()
+		slots.free++
+		slots.grant()
+	})
+}
+
+// grant starts the longest waiting tests while slots are free. Called
+// with mu held.
+func (s *nodeSlots) grant() {
+	if !s.open {
+		return
+	}
+	sort.SliceStable(s.waiting, func(i, j int) bool { return s.waiting[i].expected > s.waiting[j].expected })
+	for s.free > 0 && len(s.waiting) > 0 {
+		close(s.waiting[0].start)
+		s.waiting = s.waiting[1:]
+		s.free--
+	}
+}
