@@ -77,6 +77,10 @@ func TestAPoolerFrontsItsDatabaseOnceItExists(t *testing.T) {
 
 	db := newDatabase(ns, "shop", 1)
 	require.NoError(t, c.Create(ctx, db))
+	// Two waits, each with its own ceiling: the Database's initialization
+	// (its init Job, its StatefulSet), then the pooler's setup Job and pods.
+	// One ceiling over both ran out at the peak of make test's load.
+	waitFor(t, c, db, "Ready", ready)
 	cur := waitPooler(t, c, p, "Ready", func(ct *assert.CollectT, cur *dbv1.Pooler) {
 		require.Equal(ct, metav1.ConditionTrue, poolerReady(cur).Status, "%+v", poolerReady(cur))
 	})
