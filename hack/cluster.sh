@@ -8,6 +8,7 @@
 #   hack/cluster.sh stop        stop its processes (up starts them again)
 #   hack/cluster.sh kubeconfig  print its kubeconfig path
 #   hack/cluster.sh env         print exports for tools on PATH and KUBECONFIG
+#   hack/cluster.sh pids        print the pids of its running processes, one a line
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -237,6 +238,21 @@ forget_dead_pids() {
   done
 }
 
+# pids prints the pids of the cluster's running processes: the control
+# plane kwokctl started and the volume provisioner (hack/gotest.sh weighs
+# them with the tests they serve).
+pids() {
+  local file pid dir=$KWOK_WORKDIR/clusters/$name
+  for file in "$dir"/pids/*.pid "$provisioner_pid"; do
+    [[ -f $file ]] || continue
+    pid=$(cat "$file")
+    if [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
+      echo "$pid"
+    fi
+  done
+}
+
 # Processes gone (reboot, end of a session): start them again.
 restart() {
   local since
@@ -314,6 +330,7 @@ case ${1:-up} in
   down) down ;;
   stop) stop ;;
   kubeconfig) echo "$kubeconfig" ;;
+  pids) pids ;;
   env)
     echo "export PATH=\"$("$tools" path):\$PATH\""
     echo "export KUBECONFIG=$kubeconfig" ;;
