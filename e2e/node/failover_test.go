@@ -740,13 +740,19 @@ func (f *failoverCluster) waitSteady() {
 // the new primary's timeline.
 func (f *failoverCluster) waitFollowing(pod, primary string) {
 	f.t.Helper()
-	want, err := f.agentStatus(primary)
-	require.NoError(f.t, err, "the primary's agent")
-	var st instance.Status
-	err = wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+	// Both agents asked again until the deadline: on a busy node one
+	// question can time out (the test's client, not the operator's).
+	var want, st instance.Status
+	var wantErr error
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		if want, wantErr = f.agentStatus(primary); wantErr != nil {
+			return false, nil
+		}
+		var err error
 		st, err = f.agentStatus(pod)
 		return err == nil && st.ServerUp && st.Role == instance.RoleStandby && st.Streaming && st.Timeline == want.Timeline, nil
 	})
+	require.NoError(f.t, wantErr, "the primary's agent")
 	require.NoError(f.t, err, "%s does not stream from %s on timeline %d: %+v", pod, primary, want.Timeline, st)
 }
 
