@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +26,7 @@ func crashContainer(ctx context.Context, t testing.TB, cs clientset, ns, name st
 	status := pod.Status.ContainerStatuses[0]
 	id, ok := strings.CutPrefix(status.ContainerID, "containerd://")
 	require.True(t, ok, "pod %s container %q is not containerd's", name, status.ContainerID)
-	out, err := exec.CommandContext(ctx, "../../hack/node.sh", "ctr", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
+	out, err := runCtr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
 	require.NoError(t, err, "killing container %s of %s:\n%s", id, name, out)
 	return status.ContainerID, status.RestartCount
 }

@@ -230,9 +230,15 @@ func (f *failoverCluster) containerID(pod, container string) (string, int32) {
 // its output.
 func (f *failoverCluster) ctr(args ...string) string {
 	f.t.Helper()
-	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", append([]string{"ctr"}, args...)...).CombinedOutput()
+	out, err := runCtr(f.ctx, args...)
 	require.NoError(f.t, err, "hack/node.sh ctr %v:\n%s", args, out)
 	return string(out)
+}
+
+// runCtr runs containerd's ctr on the node (hack/node.sh ctr), for
+// callers that look at a failure before failing the test.
+func runCtr(ctx context.Context, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "../../hack/node.sh", append([]string{"ctr"}, args...)...).CombinedOutput()
 }
 
 // waitFailedOver waits for a completed failover begun after `since`, and

@@ -57,7 +57,7 @@ func (f *failoverCluster) freezeServer(pod string) (thaw func()) {
 	}
 	f.t.Cleanup(func() {
 		if !thawed {
-			_ = exec.Command("../../hack/node.sh", "ctr", "tasks", "resume", id).Run()
+			_, _ = runCtr(context.Background(), "tasks", "resume", id)
 		}
 	})
 	return thaw
@@ -74,7 +74,7 @@ func (f *failoverCluster) pauseTask(id string) {
 	var out []byte
 	var err error
 	for try := 0; try < 5; try++ {
-		out, err = exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr", "tasks", "pause", id).CombinedOutput()
+		out, err = runCtr(f.ctx, "tasks", "pause", id)
 		if err == nil || !strings.Contains(string(out), "unable to freeze") {
 			break
 		}
