@@ -41,7 +41,7 @@ type nodeSlots struct {
 	// paused test released with it to arrive too; until then none starts,
 	// so the first to arrive is not the first to start.
 	open    bool
-	started bool
+	opening sync.Once
 	waiting []slotWaiter
 }
 
@@ -57,16 +57,15 @@ func parallel(t *testing.T, expected time.Duration) {
 	t.Helper()
 	t.Parallel()
 	w := slotWaiter{expected: expected, start: make(chan struct{})}
-	slots.mu.Lock()
-	if !slots.started {
-		slots.started = true
+	slots.opening.Do(func() {
 		time.AfterFunc(time.Second, func() {
 			slots.mu.Lock()
 			defer slots.mu.Unlock()
 			slots.open = true
 			slots.grant()
 		})
-	}
+	})
+	slots.mu.Lock()
 	slots.waiting = append(slots.waiting, w)
 	slots.grant()
 	slots.mu.Unlock()
