@@ -226,30 +226,31 @@ wait_leases_renewed_since() {
 # which a killed process not yet reaped (zombie) still does, and so does
 # an unrelated process that got the pid after a reboot. Forget such pids.
 forget_dead_pids() {
-  local file pid dir=$KWOK_WORKDIR/clusters/$name
-  for file in "$dir"/pids/*.pid; do
+  local file
+  for file in "$KWOK_WORKDIR/clusters/$name"/pids/*.pid; do
     [[ -f $file ]] || continue
-    pid=$(cat "$file")
-    if [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
-      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
-      continue
-    fi
-    rm -f "$file"
+    live_pid "$file" >/dev/null || rm -f "$file"
   done
+}
+
+# live_pid prints the pid a pid file records if that process runs (not a
+# zombie) and is this cluster's (its command line names the cluster's
+# directory); fails otherwise.
+live_pid() {
+  local pid dir=$KWOK_WORKDIR/clusters/$name
+  pid=$(cat "$1") || return 1
+  [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/" && echo "$pid"
 }
 
 # pids prints the pids of the cluster's running processes: the control
 # plane kwokctl started and the volume provisioner (hack/gotest.sh weighs
 # them with the tests they serve).
 pids() {
-  local file pid dir=$KWOK_WORKDIR/clusters/$name
-  for file in "$dir"/pids/*.pid "$provisioner_pid"; do
+  local file
+  for file in "$KWOK_WORKDIR/clusters/$name"/pids/*.pid "$provisioner_pid"; do
     [[ -f $file ]] || continue
-    pid=$(cat "$file")
-    if [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == [RSD] ]] &&
-      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
-      echo "$pid"
-    fi
+    live_pid "$file" || true
   done
 }
 
