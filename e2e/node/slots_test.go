@@ -65,14 +65,20 @@ func parallel(t *testing.T, expected time.Duration) {
 			slots.grant()
 		})
 	})
+	arrived := time.Now()
 	slots.mu.Lock()
 	slots.waiting = append(slots.waiting, w)
 	slots.grant()
 	slots.mu.Unlock()
 	<-w.start
+	started := time.Now()
 	// Registered first, so it runs last: the test's own cleanups (its
 	// namespace, its Database) are done before the next test starts.
+	// go test's duration of a parallel test includes its wait for a slot;
+	// the log line says how long it held one, for expected's estimates.
 	t.Cleanup(func() {
+		t.Logf("node slot: waited %.0fs, held %.0fs (expected %s)",
+			started.Sub(arrived).Seconds(), time.Since(started).Seconds(), expected)
 		slots.mu.Lock()
 		defer slots.mu.Unlock()
 		slots.free++
