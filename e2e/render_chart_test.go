@@ -209,7 +209,8 @@ func TestMonitoringObjectsAreOffByDefaultAndRenderWhenAskedFor(t *testing.T) {
 	alerts := alertsOf(t, rule)
 	databaseAlerts := []string{"DeckhandDatabaseBackupOverdue", "DeckhandDatabaseBackupNeverSucceeded", "DeckhandDatabaseBackupFailed",
 		"DeckhandDatabaseVerifiedBackupTooOld", "DeckhandDatabaseBackupVerificationFailed", "DeckhandDatabaseFailoverIncomplete",
-		"DeckhandDatabaseWALArchivingFailing", "DeckhandDatabaseWALBacklogExceedsFreeSpace", "DeckhandDatabaseServerCertificateExpiringSoon"}
+		"DeckhandDatabaseWALArchivingFailing", "DeckhandDatabaseWALBacklogExceedsFreeSpace", "DeckhandDatabaseBaseBackupVerificationFailed",
+		"DeckhandDatabaseServerCertificateExpiringSoon"}
 	postgresAlerts := []string{"DeckhandPostgresDown", "DeckhandPostgresReplicationLagHigh", "DeckhandPostgresStandbyNotStreaming",
 		"DeckhandPostgresXIDAgeHigh", "DeckhandPostgresConnectionsNearLimit"}
 	pgbouncerAlerts := []string{"DeckhandPgBouncerDown", "DeckhandPgBouncerClientsWaiting"}

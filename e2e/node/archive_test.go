@@ -137,7 +137,7 @@ func waitServiceAnswersByName(ctx context.Context, t testing.TB, cs *kubernetes.
 // one after, and serves with the new Database's app password (the init
 // Job replaced the source's); its standby clones the recovered primary.
 func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
-	parallel(t, 5*time.Minute) // see the package comment: its own namespace, the shared operator
+	parallel(t, 6*time.Minute) // see the package comment: its own namespace, the shared operator
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
@@ -208,6 +208,21 @@ func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
 	assert.Equal(t, "before", eventuallyPsql(ctx, t, cfg, cs, then, "ro", "SELECT string_agg(v, ',') FROM entries", "before"), "its standby")
 	psql(ctx, t, cfg, cs, then, "rw", "INSERT INTO entries (v) VALUES ('new')")
 	assert.Equal(t, "before,after", psql(ctx, t, cfg, cs, client, "rw", "SELECT string_agg(v, ',' ORDER BY at) FROM entries"), "the source is untouched")
+
+	// Meanwhile the source's first base backup was verified by restoring
+	// it, in a Job of real containers (the restore, the archiver sidecar,
+	// the server): every check passed.
+	var verified dbv1.Database
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, crclient.ObjectKeyFromObject(source), &verified)
+		return err == nil && verified.Status.BaseBackups != nil && verified.Status.BaseBackups.Verification != nil &&
+			verified.Status.BaseBackups.Verification.Outcome != "", nil
+	}), "no verification of the base backup recorded: %+v", verified.Status.BaseBackups)
+	v := verified.Status.BaseBackups.Verification
+	require.Equal(t, dbv1.VerificationVerified, v.Outcome, "%s: %+v", v.Message, v.Checks)
+	assert.Equal(t, src.Status.BaseBackups.Newest.ID, v.BackupID)
+	assert.Len(t, v.Checks, 6, "archive, restore, recovery, marker, amcheck, writable")
+	t.Logf("base backup %s verified by restoring it: Job of %s", v.BackupName, v.Duration.Duration)
 }
 
 // archiverSQL is a command for the archiver sidecar: psql as the

@@ -150,7 +150,8 @@ func barmanRetention(policy string) string {
 const ConditionWALArchiving = "WALArchiving"
 
 func forgetArchivingMetrics(namespace, name string) {
-	for _, g := range []*prometheus.GaugeVec{archiveFailing, archiveFailed, archiveLast, archivePending, primaryVolumeFree, baseBackups, lastBaseBackup, recoverableFrom} {
+	for _, g := range []*prometheus.GaugeVec{archiveFailing, archiveFailed, archiveLast, archivePending, primaryVolumeFree, baseBackups, lastBaseBackup, recoverableFrom,
+		baseBackupVerifyFailed, lastBaseBackupVerified} {
 		g.DeleteLabelValues(namespace, name)
 	}
 }
@@ -233,6 +234,9 @@ func (r *Reconciler) observeBaseBackups(db *Cluster, found *instance.BaseBackups
 		Newest:      baseBackupRecord(found.Newest),
 		LastError:   found.Error,
 		CheckedTime: &metav1.Time{Time: found.CheckedAt},
+	}
+	if prev != nil {
+		now.Verification = prev.Verification
 	}
 	if n := now.Newest; n != nil && (prev == nil || prev.Newest == nil || prev.Newest.ID != n.ID) {
 		r.normal(db, "BaseBackupTaken", "Archive", "base backup %s (%s) ended at %s, WAL %s to %s: the archive holds %d",

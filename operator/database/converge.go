@@ -91,7 +91,10 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 	if done, err := r.ensureRestore(ctx, db, eng, primaryPod(db, pods)); err != nil || !done {
 		return err
 	}
-	return r.ensureInitJob(ctx, db, eng, l, primaryPod(db, pods))
+	if err := r.ensureInitJob(ctx, db, eng, l, primaryPod(db, pods)); err != nil {
+		return err
+	}
+	return r.verifyBaseBackups(ctx, db)
 }
 
 // applyOne applies one object and announces what it did.

@@ -165,4 +165,12 @@ var (
 		Name: "deckhand_database_recoverable_from_timestamp_seconds",
 		Help: "The earliest moment the Database's archive recovers to: the end of its oldest base backup (Unix time); absent while it has none.",
 	}, []string{"namespace", "database"}))
+	baseBackupVerifyFailed = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_base_backup_verification_failed",
+		Help: "1 when the last verification by restore of a base backup of the Database's archive failed or could not run, 0 when it passed; absent before the first.",
+	}, []string{"namespace", "database"}))
+	lastBaseBackupVerified = register(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "deckhand_database_last_verified_base_backup_timestamp_seconds",
+		Help: "When the newest base backup a verification by restore passed ended (Unix time); absent while none has.",
+	}, []string{"namespace", "database"}))
 )

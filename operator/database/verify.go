@@ -346,7 +346,7 @@ func verifyJob(db *Cluster, verifier engine.Verifier, b *Backup, s verifySetting
 	c := clusterOf(db, db.Kind.Engines[engineOf(db)])
 	c.Resources = &s.Resources
 	pod := verifier.VerifyPod(c, engine.Verify{File: b.Status.File, SHA256: b.Status.SHA256, ClaimName: b.Status.ClaimName, UserCheck: s.UserCheck})
-	pod.Volumes = append(pod.Volumes, scratchVolume(db, b.Status.Size))
+	pod.Volumes = append(pod.Volumes, scratchVolume(db, scratchSize(b.Status.Size)))
 	labels := withLabels(objectLabels(db), map[string]string{db.Kind.Keys.Component: componentVerify})
 	return lifecycleJob(db.Kind, verifyJobName(db.Name), db.Namespace, labels, backupOwner(db.Kind, b, false), pod, db.Spec.PodTemplate, 0, namesOf(db).Scripts)
 }
@@ -354,7 +354,7 @@ func verifyJob(db *Cluster, verifier engine.Verifier, b *Backup, s verifySetting
 // scratchVolume is a generic ephemeral volume: a claim made with the pod
 // and deleted with it, on the backup volume's StorageClass (or the
 // default).
-func scratchVolume(db *Cluster, dumpSize int64) corev1.Volume {
+func scratchVolume(db *Cluster, size resource.Quantity) corev1.Volume {
 	var class *string
 	if b := db.Spec.Backup; b != nil && b.Storage != nil && b.Storage.Volume != nil {
 		class = b.Storage.Volume.StorageClassName
@@ -365,7 +365,7 @@ func scratchVolume(db *Cluster, dumpSize int64) corev1.Volume {
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				StorageClassName: class,
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: scratchSize(dumpSize)}},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 			},
 		}},
 	}}

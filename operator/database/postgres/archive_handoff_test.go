@@ -90,11 +90,18 @@ func startSidecarPodWith(t testing.TB, opts postgres.ArchiverOptions) *sidecarPo
 // directory queue), with files overriding the key files' paths (where
 // s3test wrote them). It returns the sidecar's log once it is ready.
 func runSidecar(t testing.TB, h *host, sidecar corev1.Container, podName, dataVolume, queue string, files map[string]string) *syncbuf.Buffer {
-	env := h.env(engine.Pod{Container: sidecar}, podName, "", map[string]string{
-		engine.DataVolume:           h.volume(dataVolume),
-		postgres.ArchiveQueueVolume: queue,
-		"archive-tmp":               h.u.TempDir(t),
-	})
+	return runSidecarWith(t, h, sidecar, podName, map[string]string{
+		engine.DataVolume: h.volume(dataVolume),
+		"archive-tmp":     h.u.TempDir(t),
+	}, queue, files)
+}
+
+// runSidecarWith is runSidecar with the pod's volumes on the host given by
+// name (the queue directory aside).
+func runSidecarWith(t testing.TB, h *host, sidecar corev1.Container, podName string, volumes map[string]string, queue string, files map[string]string) *syncbuf.Buffer {
+	volumes = maps.Clone(volumes)
+	volumes[postgres.ArchiveQueueVolume] = queue
+	env := h.env(engine.Pod{Container: sidecar}, podName, "", volumes)
 	maps.Copy(env, files)
 	log := &syncbuf.Buffer{}
 	cmd := h.u.Command(env, pgtest.HostCommand(t, sidecar, h.scripts))

@@ -814,6 +814,23 @@ type BaseBackupsStatus struct {
 	// CheckedTime is when the archiver last looked.
 	// +optional
 	CheckedTime *metav1.Time `json:"checkedTime,omitempty"`
+	// Verification is the last verification by restore of a base backup:
+	// the newest's, or, while the newest's runs, the one before.
+	// +optional
+	Verification *BaseBackupVerification `json:"verification,omitempty"`
+}
+
+// BaseBackupVerification is a base backup's verification: restored into
+// a scratch server in a Job, recovered to the restore point made right
+// after it, and checked (checks archive, restore, recovery, marker,
+// amcheck, writable).
+type BaseBackupVerification struct {
+	// BackupName and BackupID name the base backup verified.
+	BackupName string `json:"backupName"`
+	BackupID   string `json:"backupID"`
+	// The verification's times, outcome and checks, as a
+	// DatabaseBackup's.
+	BackupVerification `json:",inline"`
 }
 
 // BaseBackupRecord is one base backup in an archive.
