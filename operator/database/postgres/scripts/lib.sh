@@ -375,6 +375,20 @@ json_text() {
 	json_string "$(printf '%s' "$1" | tr '\001-\037' ' ' | cut -c 1-400)"
 }
 
+# check NAME PASSED [MESSAGE]: one check of a verification (verify.sh,
+# verify-base.sh), appended in order to $checks, the Report's JSON list.
+check() {
+	message=
+	[ -z "${3:-}" ] || message=,\"message\":$(json_text "$3")
+	entry=$(printf '{"name":%s,"passed":%s%s}' "$(json_string "$1")" "$2" "$message")
+	checks=${checks:+$checks,}$entry
+	if [ "$2" = true ]; then
+		log "check $1 passed"
+	else
+		log "check $1 FAILED: $3"
+	fi
+}
+
 # ask_role DIR FENCE: asks the operator, through the instance agent, which
 # pod is the primary, and prints its answer. The question is a token of
 # this run in DIR/deckhand-role-asked; the agent writes "<token> <pod>" to

@@ -51,19 +51,6 @@ rm -rf "$work"
 mkdir -p "$sockets"
 chmod 700 "$work" "$sockets"
 
-# check NAME PASSED [MESSAGE]: one check's result, in order.
-check() {
-	message=
-	[ -z "${3:-}" ] || message=,\"message\":$(json_text "$3")
-	entry=$(printf '{"name":%s,"passed":%s%s}' "$(json_string "$1")" "$2" "$message")
-	checks=${checks:+$checks,}$entry
-	if [ "$2" = true ]; then
-		log "check $1 passed"
-	else
-		log "check $1 FAILED: $3"
-	fi
-}
-
 finish() {
 	printf '{"serverVersion":%s,"verification":{"checks":[%s]}}\n' \
 		"$(json_string "$version")" "$checks" >"$TERMINATION_MESSAGE_PATH"

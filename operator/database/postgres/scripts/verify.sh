@@ -64,19 +64,6 @@ arm_cleanup
 rm -rf "$data" "$work"
 mkdir -p "$work"
 
-# check NAME PASSED [MESSAGE]: one check's result, in order.
-check() {
-	message=
-	[ -z "${3:-}" ] || message=,\"message\":$(json_text "$3")
-	entry=$(printf '{"name":%s,"passed":%s%s}' "$(json_string "$1")" "$2" "$message")
-	checks=${checks:+$checks,}$entry
-	if [ "$2" = true ]; then
-		log "check $1 passed"
-	else
-		log "check $1 FAILED: $3"
-	fi
-}
-
 # finish: the Report, then exit 0 (a failed check is a result, not an
 # error of the Job).
 finish() {
