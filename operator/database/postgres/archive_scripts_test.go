@@ -10,7 +10,8 @@ import (
 
 func TestArchiveScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := ArchiveScripts()
-	require.ElementsMatch(t, []string{WALArchiveScript, WALRestoreScript, BaseBackupScript, RecoverScript, RecoverPrimaryScript, ExpireScript, storeLib, HandoffScript, ArchiverScript}, keys(scripts))
+	require.ElementsMatch(t, []string{WALArchiveScript, WALRestoreScript, BaseBackupScript, RecoverScript, RecoverPrimaryScript, ExpireScript, storeLib, HandoffScript, ArchiverScript,
+		VerifyBaseRestoreScript}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("archive/" + name)
 		require.NoError(t, err)

@@ -16,7 +16,8 @@ import (
 
 func TestScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := Engine{}.Scripts()
-	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, FenceScript, ProbeScript, VerifyScript, "lib.sh"}, keys(scripts))
+	require.ElementsMatch(t, []string{BootstrapScript, InitScript, BackupScript, RestoreScript, UpgradeScript, FenceScript, ProbeScript, VerifyScript,
+		VerifyBaseScript, "lib.sh"}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("scripts/" + name)
 		require.NoError(t, err)
