@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,12 +24,9 @@ import (
 // The faults of the cluster's own parts during a failover: the operator
 // killed, the API server stopped, the kubelet stopped. Each hurts what
 // every test of the package shares (the one operator, the one API server,
-// the one kubelet), so they run as the subtests of TestRealNodeFaults, a
-// test of the serial phase, before the parallel tests start: they cannot
-// break another test's failover or rollout in the middle (see the package
-// comment). Among themselves, their set-ups (a Database of three servers
-// each, about a minute on the busy node) run side by side, and their
-// faults one at a time, never during a set-up (setUpFault).
+// the one kubelet), so these tests do not call t.Parallel: they run in the
+// serial phase, before the parallel tests start, and cannot break another
+// test's failover or rollout in the middle (see the package comment).
 //
 // A failover is caught under way by hanging the primary: its PostgreSQL
 // container frozen (ctr tasks pause: the cgroup freezer stops the
@@ -44,46 +40,6 @@ import (
 // long, whatever the machine's load, which is when the tests strike.
 // Thawing the container then lets the processes act on the SIGKILL: they
 // die, and the fence marker keeps the server stopped.
-
-// TestRealNodeFaults runs the fault tests: serial, so no other test of
-// the package runs beside it.
-func TestRealNodeFaults(t *testing.T) {
-	for _, f := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"ResumesAFailoverWhenTheOperatorIsKilled", resumesAFailoverWhenTheOperatorIsKilled},
-		{"FinishesAFailoverOnceTheAPIServerIsBack", finishesAFailoverOnceTheAPIServerIsBack},
-		{"KeepsThePrimaryWhileTheKubeletIsStopped", keepsThePrimaryWhileTheKubeletIsStopped},
-		{"FencesAPrimaryCutOffFromTheOperatorAndTheAPIServer", fencesAPrimaryCutOffFromTheOperatorAndTheAPIServer},
-	} {
-		t.Run(f.name, func(t *testing.T) {
-			t.Parallel()
-			f.run(t)
-		})
-	}
-}
-
-// faultNode is held for reading by each fault test's set-up and for
-// writing by its fault: set-ups share the node, a fault has it alone. Go's
-// RWMutex blocks new readers once a writer waits, so a set-up that starts
-// late (go test -parallel below four) waits for the fault under way.
-var faultNode sync.RWMutex
-
-// setUpFault begins a fault test's set-up. The function it returns ends
-// the set-up and waits until no other set-up or fault runs; the test then
-// holds the node until its cleanups (those registered after it) are done.
-func setUpFault(t *testing.T) (strike func()) {
-	faultNode.RLock()
-	var setUp sync.Once
-	endSetUp := func() { setUp.Do(faultNode.RUnlock) }
-	t.Cleanup(endSetUp) // a set-up that failed
-	return func() {
-		endSetUp()
-		faultNode.Lock()
-		t.Cleanup(faultNode.Unlock)
-	}
-}
 
 // freezeServer pauses the pod's PostgreSQL container (every process in
 // it) and returns a function that thaws it, once; the test's cleanup
@@ -266,12 +222,11 @@ func (f *failoverCluster) checkOneFailover(since time.Time, from string, underwa
 // record and resumes it. Exactly one standby is promoted, -rw takes writes again, no
 // two servers accepted writes at any moment the agents were asked, and no
 // write acknowledged more than a second before the primary hung is lost.
-func resumesAFailoverWhenTheOperatorIsKilled(t *testing.T) {
-	strike := setUpFault(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+func TestRealNodeResumesAFailoverWhenTheOperatorIsKilled(t *testing.T) {
+	// Serial (no t.Parallel): the operator is every test's.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
-	strike()
 	w := f.startWriter("writer")
 	watch := f.watchPrimaries()
 	old := f.primary()
@@ -319,12 +274,11 @@ func nodeScript(ctx context.Context, t testing.TB, args ...string) {
 // and no server accepts writes beside another. Once it is back the
 // failover completes, once, and -rw takes writes again; how long after
 // the API server's return is measured.
-func finishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
-	strike := setUpFault(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+func TestRealNodeFinishesAFailoverOnceTheAPIServerIsBack(t *testing.T) {
+	// Serial (no t.Parallel): the API server is every test's.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
-	strike()
 	w := f.startWriter("writer")
 	watch := f.watchPrimaries()
 	old := f.primary()
@@ -408,12 +362,11 @@ func (f *failoverCluster) waitLogsServed(pod string) {
 // accepting writes; the node is Ready again once the kubelet is back.
 // Failed writes and agent answers that were not healthy are counted, not
 // required to be none: on a loaded machine a single one may time out.
-func keepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
-	strike := setUpFault(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
+	// Serial (no t.Parallel): the kubelet runs every test's pods.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0)
-	strike()
 	w := f.startWriter("writer")
 	watch := f.watchPrimaries()
 	primary := f.primary()
@@ -496,14 +449,13 @@ func keepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 // (The same partition cutting the standby off as well is the host test
 // TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst;
 // on this node it fenced 5.4-6.1 s after the cut, docs/performance.md.)
-func fencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T) {
-	strike := setUpFault(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Minute)
+func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T) {
+	// Serial (no t.Parallel): the kubelet runs every test's pods.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	f := startFailoverCluster(ctx, t, 2, 0, func(db *dbv1.Database) {
 		db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: 1}}
 	})
-	strike()
 	w := f.startWriter("writer")
 	old := f.primary()
 	pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, old, metav1.GetOptions{})
