@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +33,9 @@ import (
 // (SynchronousDegraded) says when it happens. Blocking writes instead
 // (keeping n and the names) is not offered.
 //
-// With it on, the setting is recorded in status.synchronous before the
-// primary is told (recordSynchronous), and a failover promotes only one
+// With it on, the setting is recorded in status.synchronous
+// (recordSynchronous) before the primary is told when it adds a standby,
+// after when it only drops one, and a failover promotes only one
 // of its standbys, and only while enough of them answer to be sure it
 // has every acknowledged commit (failover.Synchronous.Candidates: n-k+1
 // of ANY k of n); otherwise it is refused unless forced.
@@ -73,14 +75,22 @@ func (r *Reconciler) ensureSynchronous(ctx context.Context, db *Cluster, ch *ins
 	if primary.SynchronousStandbyNames == want {
 		return r.recordSynchronous(ctx, db, primary.SynchronousStandbyNames)
 	}
-	// Recorded before the primary uses it: a standby added to the set may
-	// confirm commits from the moment it is there, and a failover must
-	// count it.
-	if err := r.recordSynchronous(ctx, db, want); err != nil {
-		return err
+	// A standby added to the set is recorded before the primary uses it:
+	// it may confirm commits from the moment it is there, and a failover
+	// must count it. One only leaving the set stays recorded until the
+	// primary has let it go: until then commits wait for it, and a
+	// failover must count it too (a primary that died while being told
+	// keeps it in the record for good).
+	if addsStandby(primary.SynchronousStandbyNames, want) {
+		if err := r.recordSynchronous(ctx, db, want); err != nil {
+			return err
+		}
 	}
 	if err := ch.SetSynchronous(ctx, r.instanceHost(db, currentPrimary(db)), want); err != nil {
 		return fmt.Errorf("setting synchronous_standby_names on %s: %w", currentPrimary(db), err)
+	}
+	if err := r.recordSynchronous(ctx, db, want); err != nil {
+		return err
 	}
 	n := int(synchronousWanted(db))
 	if k < n {
@@ -90,6 +100,17 @@ func (r *Reconciler) ensureSynchronous(ctx context.Context, db *Cluster, ch *ins
 	}
 	r.normal(db, "SynchronousStandbys", "Replication", "%s", fmt.Sprintf("synchronous_standby_names on %s is now %q", currentPrimary(db), want))
 	return nil
+}
+
+// addsStandby: the value want names a standby that current does not.
+func addsStandby(current, want string) bool {
+	have := synchronousNames(current)
+	for _, name := range synchronousNames(want) {
+		if !slices.Contains(have, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // synchronousNames are the pods a synchronous_standby_names value the

@@ -691,8 +691,9 @@ type DatabaseStatus struct {
 
 	// Synchronous is the synchronous replication the primary was last
 	// seen using (its synchronous_standby_names), recorded before the
-	// operator changes it: a failover promotes only one of these
-	// standbys, also after an operator restart. Absent: asynchronous.
+	// operator adds a standby to it and after the primary drops one: a
+	// failover promotes only one of these standbys, also after an
+	// operator restart. Absent: asynchronous.
 	// +optional
 	Synchronous *SynchronousStatus `json:"synchronous,omitempty"`
 
