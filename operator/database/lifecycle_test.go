@@ -83,10 +83,19 @@ func reportBackupAs(t *testing.T, c client.Client, ns, db, backup string, size i
 	// The file the Job was asked to write (it names the backup's UID).
 	file := testenv.EnvOf(job.Spec.Template.Spec.Containers[0])["BACKUP_FILE"]
 	message := fmt.Sprintf(`{"serverVersion":"17.6 (Debian 17.6-1.pgdg12+1)","file":"%s","size":%d,"sha256":"%s"%s}`, file, size, sum, extra)
+	writeTerminationMessage(t, c, job, message)
+	return sum
+}
+
+// writeTerminationMessage writes message as the termination message of
+// the Job's container, once kwok has completed its pod (kwok writes
+// none): what the Job's script would have written.
+func writeTerminationMessage(t *testing.T, c client.Client, job *batchv1.Job, message string) {
+	t.Helper()
 	var pod corev1.Pod
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var pods corev1.PodList
-		require.NoError(ct, c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}))
+		require.NoError(ct, c.List(context.Background(), &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}))
 		var found bool
 		for _, p := range pods.Items {
 			if metav1.IsControlledBy(&p, job) && p.Status.Phase == corev1.PodSucceeded && len(p.Status.ContainerStatuses) == 1 {
@@ -100,7 +109,6 @@ func reportBackupAs(t *testing.T, c client.Client, ns, db, backup string, size i
 		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
 		return c.Status().Update(context.Background(), &pod)
 	}))
-	return sum
 }
 
 // completedBackup takes one backup by hand, start to end.

@@ -490,11 +490,32 @@ func checkReason(check string) string {
 }
 
 func verifiedMessage(v *engine.Verification) string {
+	return fmt.Sprintf("restored into a scratch server: %d tables, %d rows; checks passed: %s", v.Tables, v.Rows, strings.Join(checkNamesOf(v), ", "))
+}
+
+func checkNamesOf(v *engine.Verification) []string {
 	names := make([]string, len(v.Checks))
 	for i, c := range v.Checks {
 		names[i] = c.Name
 	}
-	return fmt.Sprintf("restored into a scratch server: %d tables, %d rows; checks passed: %s", v.Tables, v.Rows, strings.Join(names, ", "))
+	return names
+}
+
+// recordChecks puts what a verification Job found (nil: nothing, it did
+// not run to its report) into v: the checks, the one that failed, the
+// restored tables and rows.
+func recordChecks(v *dbv1.BackupVerification, found *engine.Verification) {
+	v.FailedCheck, v.Checks, v.Tables, v.Rows = "", nil, 0, 0
+	if found == nil {
+		return
+	}
+	for _, c := range found.Checks {
+		v.Checks = append(v.Checks, dbv1.VerificationCheck{Name: c.Name, Passed: c.Passed, Message: c.Message})
+	}
+	if failed := found.Failed(); failed != nil {
+		v.FailedCheck = failed.Name
+	}
+	v.Tables, v.Rows = int32(found.Tables), found.Rows
 }
 
 // verified records a verification's end on the backup (status, condition,
@@ -510,16 +531,8 @@ func (r *BackupReconciler) verified(b *Backup, db *Cluster, outcome dbv1.Verific
 	if v.StartTime != nil {
 		v.Duration = &metav1.Duration{Duration: now.Sub(v.StartTime.Time).Round(time.Second)}
 	}
-	v.Outcome, v.Message, v.FailedCheck, v.Checks, v.Tables, v.Rows = outcome, msg, "", nil, 0, 0
-	if found != nil {
-		for _, c := range found.Checks {
-			v.Checks = append(v.Checks, dbv1.VerificationCheck{Name: c.Name, Passed: c.Passed, Message: c.Message})
-		}
-		if failed := found.Failed(); failed != nil {
-			v.FailedCheck = failed.Name
-		}
-		v.Tables, v.Rows = int32(found.Tables), found.Rows
-	}
+	v.Outcome, v.Message = outcome, msg
+	recordChecks(v, found)
 	status.SetCondition(&b.Status.Conditions, b.Generation, ConditionVerified, outcome == dbv1.VerificationVerified, reason, msg)
 	r.Kind.metrics.verifications.WithLabelValues(b.Namespace, b.Cluster, strings.ToLower(string(outcome))).Inc()
 	kind := r.Kind.backupKind()

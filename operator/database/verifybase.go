@@ -133,14 +133,6 @@ func (r *Reconciler) observeVerifyBaseJob(ctx context.Context, db *Cluster, job 
 	return nil
 }
 
-func checkNamesOf(v *engine.Verification) []string {
-	names := make([]string, len(v.Checks))
-	for i, c := range v.Checks {
-		names[i] = c.Name
-	}
-	return names
-}
-
 // baseBackupVerified records a base backup's verification in
 // status.baseBackups.verification, with an Event and the metrics.
 func (r *Reconciler) baseBackupVerified(db *Cluster, name, id string, job *batchv1.Job, outcome dbv1.VerificationOutcome, found *engine.Verification, reason, msg string) {
@@ -151,14 +143,7 @@ func (r *Reconciler) baseBackupVerified(db *Cluster, name, id string, job *batch
 		Duration: &metav1.Duration{Duration: now.Sub(start.Time).Round(time.Second)},
 		Outcome:  outcome, Message: msg,
 	}}
-	if found != nil {
-		for _, c := range found.Checks {
-			v.Checks = append(v.Checks, dbv1.VerificationCheck{Name: c.Name, Passed: c.Passed, Message: c.Message})
-		}
-		if failed := found.Failed(); failed != nil {
-			v.FailedCheck = failed.Name
-		}
-	}
+	recordChecks(&v.BackupVerification, found)
 	if db.Status.BaseBackups != nil {
 		db.Status.BaseBackups.Verification = v
 	}

@@ -51,29 +51,6 @@ func verifyBaseJobOf(t *testing.T, c client.Client, db *dbv1.Database, id string
 	return job
 }
 
-// reportVerifyBase writes the verify container's termination message into
-// the Job's succeeded pod, as verify-base.sh would (kwok writes none).
-func reportVerifyBase(t *testing.T, c client.Client, job *batchv1.Job, message string) {
-	t.Helper()
-	var pod corev1.Pod
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var pods corev1.PodList
-		require.NoError(ct, c.List(context.Background(), &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}))
-		var found bool
-		for _, p := range pods.Items {
-			if metav1.IsControlledBy(&p, job) && p.Status.Phase == corev1.PodSucceeded && len(p.Status.ContainerStatuses) == 1 {
-				pod, found = p, true
-			}
-		}
-		require.True(ct, found, "no succeeded pod of Job %s", job.Name)
-	}, time.Minute, 100*time.Millisecond)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(&pod), &pod))
-		pod.Status.ContainerStatuses[0].State.Terminated.Message = message
-		return c.Status().Update(context.Background(), &pod)
-	}))
-}
-
 // Each new base backup of an archiving Database is verified by a Job of
 // its own: the restore (archiver image) and the archiver sidecar as init
 // containers, verify-base.sh in the Database's image, a scratch volume the
@@ -141,7 +118,7 @@ func TestEachNewBaseBackupIsVerifiedByAJobThatRestoresIt(t *testing.T) {
 	assert.Empty(t, running.Outcome)
 	assertEvent(t, c, ns, "vb", corev1.EventTypeNormal, "BaseBackupVerifying")
 
-	reportVerifyBase(t, c, job, `{"serverVersion":"17.6","verification":{"checks":[`+
+	writeTerminationMessage(t, c, job, `{"serverVersion":"17.6","verification":{"checks":[`+
 		`{"name":"archive","passed":true},{"name":"restore","passed":true},`+
 		`{"name":"recovery","passed":false,"message":"recovery ended before configured recovery target was reached; the last segment replayed was 000000010000000000000002, the next (000000010000000000000003) is missing from the archive or unreadable"}]}}`)
 	failed := waitFor(t, c, db, "verification failed", func(ct *assert.CollectT, d *dbv1.Database) {
@@ -160,7 +137,7 @@ func TestEachNewBaseBackupIsVerifiedByAJobThatRestoresIt(t *testing.T) {
 	// The next base backup: verified by a new Job, and passes.
 	reportBaseBackup(t, c, db, "base-20261201T050000Z", "20261201T050001")
 	job = verifyBaseJobOf(t, c, db, "20261201T050001")
-	reportVerifyBase(t, c, job, `{"serverVersion":"17.6","verification":{"checks":[`+
+	writeTerminationMessage(t, c, job, `{"serverVersion":"17.6","verification":{"checks":[`+
 		`{"name":"archive","passed":true},{"name":"restore","passed":true},{"name":"recovery","passed":true},`+
 		`{"name":"marker","passed":true},{"name":"amcheck","passed":true},{"name":"writable","passed":true}]}}`)
 	passed := waitFor(t, c, db, "verification passed", func(ct *assert.CollectT, d *dbv1.Database) {
