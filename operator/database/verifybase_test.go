@@ -147,6 +147,9 @@ func TestEachNewBaseBackupIsVerifiedByAJobThatRestoresIt(t *testing.T) {
 	assert.Empty(t, passed.FailedCheck)
 	assert.Contains(t, passed.Message, "checks passed: archive, restore, recovery, marker, amcheck, writable")
 	assertEvent(t, c, ns, "vb", corev1.EventTypeNormal, "BaseBackupVerified")
+	wide, err := testenv.Kubectl(t, "get", "databases", "-n", ns, "-o", "wide")
+	require.NoError(t, err, wide)
+	assert.Equal(t, "Verified", column(t, wide, "vb", "BASE BACKUP VERIFIED"), "kubectl get -o wide shows the last verification's outcome")
 
 	// Mode Off: the next base backup is not verified.
 	update(t, c, db, func(d *dbv1.Database) {

@@ -909,6 +909,7 @@ type BackupStatus struct {
 // +kubebuilder:printcolumn:name="Archiving",type=string,JSONPath=`.status.conditions[?(@.type=="WALArchiving")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Recoverable From",type=string,JSONPath=`.status.recoverableFrom`,priority=1
 // +kubebuilder:printcolumn:name="Recoverable Until",type=string,JSONPath=`.status.recoverableUntil`,priority=1
+// +kubebuilder:printcolumn:name="Base Backup Verified",type=string,JSONPath=`.status.baseBackups.verification.outcome`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it names the Database's Services"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet's pods and Services add suffixes to it and must stay within 63"
