@@ -24,7 +24,7 @@
 # (e2e/faults) starts when the raced group's longest package
 # (operator/database/postgres) ends, the e2e group (the other e2e packages
 # and hack/image) when the raced group ends, and the fuzz targets when the
-# fault campaign or the raced group ends, whichever is first. The node
+# e2e group ends. The node
 # group starts the node cluster (hack/node.sh up), runs go test
 # ./e2e/node/ against it and removes it (hack/node.sh down) when
 # gotest.sh exits, failed or not.
@@ -99,16 +99,31 @@ node_down() {
 # CPU, and its BestEffort pods almost none, and tests timed the machine's
 # load instead of the operator. Weighted half as much as the node, the
 # other groups starved instead (a host archive test's segment not
-# archived within a minute, kwok waits missed). cgroup v1's cpu
-# hierarchy, as root; elsewhere the groups run as they are.
-tests_cgroup=
-if [[ $node != 0 && $(id -u) == 0 ]]; then
+# archived within a minute, kwok waits missed). The node group itself
+# (its control plane, kubelet, containerd and the e2e/node binary; not
+# its pods, which the kubelet puts under kubepods) gets a cgroup of the
+# same weight: outside one, each of its busy threads weighed 1024 against
+# kubepods' 2048, and at the suite's peak (load 45 to 50) the node's pods
+# got 7 to 12% of the cores: an operator rollout missed helm's 3-minute
+# wait, a primary's agent missed its deadlines and a healthy primary was
+# failed over. cgroup v1's cpu hierarchy, as root; elsewhere the groups
+# run as they are.
+tests_cgroup= node_cgroup=
+# weighted_cgroup makes a cpu cgroup named $1 beside this script's, of
+# the weight of this machine's cores, and prints its path.
+weighted_cgroup() {
+  local cpu_dir cpu_root dir
   cpu_dir=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3; exit }' /proc/self/cgroup)
   cpu_root=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/self/mounts)
-  if [[ -n $cpu_root && -n $cpu_dir ]] && mkdir "$cpu_root${cpu_dir%/}/deckhand-tests-$$" 2>/dev/null; then
-    tests_cgroup=$cpu_root${cpu_dir%/}/deckhand-tests-$$
-    echo $(($(nproc) * 1024)) >"$tests_cgroup/cpu.shares"
+  dir=$cpu_root${cpu_dir%/}/$1
+  if [[ -n $cpu_root && -n $cpu_dir ]] && mkdir "$dir" 2>/dev/null; then
+    echo $(($(nproc) * 1024)) >"$dir/cpu.shares"
+    echo "$dir"
   fi
+}
+if [[ $node != 0 && $(id -u) == 0 ]]; then
+  tests_cgroup=$(weighted_cgroup "deckhand-tests-$$")
+  node_cgroup=$(weighted_cgroup "deckhand-node-$$")
 fi
 # The local cluster's control plane (its API server, etcd, controllers and
 # provisioner) serves those groups and joins them: outside, each of its
@@ -121,26 +136,26 @@ if [[ -n $tests_cgroup && ${DECKHAND_TEST_KUBECONFIG:-} == "$(hack/cluster.sh ku
     echo "$pid" >"$tests_cgroup/cgroup.procs" 2>/dev/null || true
   done
 fi
-# in_tests_cgroup moves the calling (sub)shell into it.
-in_tests_cgroup() {
-  [[ -z $tests_cgroup ]] || echo "$BASHPID" >"$tests_cgroup/tasks" ||
-    echo "hack/gotest.sh: could not join $tests_cgroup; this group runs outside it" >&2
+# in_cgroup moves the calling (sub)shell into cgroup $1 (none: stays).
+in_cgroup() {
+  [[ -z $1 ]] || echo "$BASHPID" >"$1/tasks" ||
+    echo "hack/gotest.sh: could not join $1; this group runs outside it" >&2
 }
-# remove_tests_cgroup moves what is left in it (the local cluster, a
+# remove_cgroup moves what is left in cgroup $1 (the local cluster, a
 # server a test left running) to its parent, every thread of each process
 # (cgroup.procs), then removes it.
-remove_tests_cgroup() {
-  [[ -n $tests_cgroup && -d $tests_cgroup ]] || return 0
+remove_cgroup() {
+  [[ -n $1 && -d $1 ]] || return 0
   local pid try
   for try in 1 2 3; do
-    while read -r pid; do echo "$pid" >"${tests_cgroup%/*}/cgroup.procs" 2>/dev/null || true; done <"$tests_cgroup/cgroup.procs"
-    rmdir "$tests_cgroup" 2>/dev/null && return 0
+    while read -r pid; do echo "$pid" >"${1%/*}/cgroup.procs" 2>/dev/null || true; done <"$1/cgroup.procs"
+    rmdir "$1" 2>/dev/null && return 0
   done
   return 0
 }
 # The node cluster goes whatever happened: a failed or interrupted run
 # must not leave a kubelet, containers or iptables rules behind.
-trap 'node_down || true; remove_tests_cgroup; rm -rf "$log" ${scratch:+"$scratch"}' EXIT
+trap 'node_down || true; remove_cgroup "$tests_cgroup"; remove_cgroup "$node_cgroup"; rm -rf "$log" ${scratch:+"$scratch"}' EXIT
 start=$(date +%s)
 # -ldflags=-w: test binaries without DWARF, which only a debugger reads
 # (stack traces and the race detector's reports use the symbol table):
@@ -241,23 +256,15 @@ faults_group() {
   go test "${common[@]}" "${faults_out[@]}" ./e2e/faults
 }
 
-# after_faults_or_raced waits until the fault campaign or the raced group
-# has ended, whichever is first.
-after_faults_or_raced() {
-  while [[ ! -f $log/raced.ended && ! -f $log/faults.ended ]]; do
-    sleep 2
-  done
-}
-
 # e2e_group runs the other e2e packages once the raced group has ended:
 # the chart's tests change the cluster's CRDs (an upgrade to a chart with
 # an extra field), and a raced package's first InstallCRDs puts the
 # repository's back (testenv), so the two cannot share the cluster's
 # CRDs at once. fuzz_group (FUZZ=1, make test) runs the fuzz targets with
-# one worker once the fault campaign or the raced group has ended: after
-# the raced group they had been part of the run's last minute and a half
-# while the cores had room. Their output goes to $log/e2e and $log/fuzz,
-# shown at the end.
+# one worker once the e2e group has ended: beside it, the fault campaign
+# and the node group's parallel phase they made the suite's peak (load 45
+# to 50 on 2 cores), and the e2e group ends minutes before the node group
+# does. Their output goes to $log/e2e and $log/fuzz, shown at the end.
 e2e_group() {
   while [[ ! -f $log/raced.ended ]]; do
     sleep 2
@@ -265,7 +272,9 @@ e2e_group() {
   go test "${common[@]}" "${e2e_out[@]}" "${e2e_pkgs[@]}"
 }
 fuzz_group() {
-  after_faults_or_raced
+  while [[ ! -f $log/e2e.ended ]]; do
+    sleep 2
+  done
   FUZZ_WORKERS=1 hack/fuzz.sh
 }
 
@@ -280,19 +289,19 @@ fuzz_group() {
 node_pid=
 if [[ $node != 0 ]]; then
   node_started=1
-  (timed node node_group >"$log/node" 2>&1) & node_pid=$!
+  (in_cgroup "$node_cgroup"; timed node node_group >"$log/node" 2>&1) & node_pid=$!
   while [[ ! -f $log/node.up ]] && kill -0 "$node_pid" 2>/dev/null; do
     sleep 1
   done
 fi
-(in_tests_cgroup; timed faults faults_group >"$log/faults" 2>&1) & faults_pid=$!
-(in_tests_cgroup; timed e2e e2e_group >"$log/e2e" 2>&1) & e2e=$!
+(in_cgroup "$tests_cgroup"; timed faults faults_group >"$log/faults" 2>&1) & faults_pid=$!
+(in_cgroup "$tests_cgroup"; timed e2e e2e_group >"$log/e2e" 2>&1) & e2e=$!
 fuzz_pid=
 if [[ ${FUZZ:-} == 1 ]]; then
-  (in_tests_cgroup; timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
+  (in_cgroup "$tests_cgroup"; timed fuzz fuzz_group >"$log/fuzz" 2>&1) & fuzz_pid=$!
 fi
 status=0
-(in_tests_cgroup; timed raced go test -race "${raced_flags[@]}" "${raced_out[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
+(in_cgroup "$tests_cgroup"; timed raced go test -race "${raced_flags[@]}" "${raced_out[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
 if [[ -n $fuzz_pid ]]; then
   fuzz_status=0
   wait "$fuzz_pid" || fuzz_status=$?

@@ -194,8 +194,12 @@ func watchJMX(ctx context.Context, t testing.TB, ns string, on bool) {
 		delete(jmxWatched, ns)
 	}
 	if len(jmxWatched) == 0 {
+		// An empty list, not null: once such an upgrade had failed (helm's
+		// wait timed out), every later upgrade with --reuse-values that did
+		// not set the list (other tests') was refused by the chart's
+		// schema ("namespaces: got null, want array").
 		helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=false",
-			"--set", "controllers.jmxExporter.namespaces=null")
+			"--set", "controllers.jmxExporter.namespaces={}")
 		return
 	}
 	names := make([]string, 0, len(jmxWatched))
