@@ -3,6 +3,7 @@ package database_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,7 +167,13 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 
 	running := waitForBackup(t, c, ns, "first", "Running", backupPhase(dbv1.BackupRunning))
 	assert.Empty(t, running.Status.Source, "known once the Job says where it read")
-	assert.Contains(t, running.Status.Conditions[0].Message, "standby shop-1 if its replay lag is at most 16777216 bytes, else the primary shop-0")
+	// Where it reads, in the Started Event: the Running condition says so
+	// only until kwok ends the Job's pod, at once.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.True(ct, slices.ContainsFunc(listEvents(t, c, ns, "first"), func(e eventsv1.Event) bool {
+			return e.Reason == "Started" && strings.Contains(e.Note, "from standby shop-1 if its replay lag is at most 16777216 bytes, else the primary shop-0")
+		}))
+	}, wait, 200*time.Millisecond, "a Started Event naming where the Job reads")
 
 	// One backup at a time: a second waits while the first runs.
 	require.NoError(t, c.Create(ctx, newBackup(ns, "second", "shop")))

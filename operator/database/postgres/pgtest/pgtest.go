@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
@@ -190,7 +191,9 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 	require.NoError(t, s.Cmd.Start())
 	go func() { s.done <- s.Cmd.Wait() }()
 	t.Cleanup(func() { s.Stop(t) })
-	require.Eventually(t, func() bool {
+	// Its log in the failure: the test's own cleanups that print it are
+	// registered only once it started.
+	if !assert.Eventually(t, func() bool {
 		select {
 		case err := <-s.done:
 			s.done <- err
@@ -198,7 +201,9 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 		default:
 		}
 		return exec.Command(filepath.Join(bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", s.Port).Run() == nil
-	}, 90*time.Second, 200*time.Millisecond, "server on port %s did not start", s.Port)
+	}, 90*time.Second, 200*time.Millisecond) {
+		t.Fatalf("server on port %s did not start within 90 s; its log:\n%s", s.Port, s.Log.String())
+	}
 	select {
 	case err := <-s.done:
 		t.Fatalf("server on port %s exited: %v\n%s", s.Port, err, s.Log.String())
