@@ -236,7 +236,10 @@ func (r *Reconciler) observeBaseBackups(db *Cluster, found *instance.BaseBackups
 		CheckedTime: &metav1.Time{Time: found.CheckedAt},
 	}
 	if prev != nil {
-		now.Verification = prev.Verification
+		now.Verification, now.LastVerified = prev.Verification, prev.LastVerified
+	}
+	for _, h := range found.Held {
+		now.Held = append(now.Held, dbv1.HeldBaseBackup{BaseBackupRef: dbv1.BaseBackupRef{Name: h.Name, ID: h.ID}, Reason: h.Reason})
 	}
 	if n := now.Newest; n != nil && (prev == nil || prev.Newest == nil || prev.Newest.ID != n.ID) {
 		r.normal(db, "BaseBackupTaken", "Archive", "base backup %s (%s) ended at %s, WAL %s to %s: the archive holds %d",

@@ -106,6 +106,15 @@ func TestTheArchivesBaseBackupsAndWindowReachTheStatus(t *testing.T) {
 	r.observeArchiving(db, caughtUp)
 	assert.Equal(t, t0.Add(6*time.Minute), db.Status.RecoverableUntil.Time.UTC(), "with the one being archived waiting")
 
+	// The held backups as the archiver found them; the newest verified
+	// one carried over from look to look.
+	db.Status.BaseBackups.LastVerified = &dbv1.BaseBackupRef{Name: first.Name, ID: first.ID}
+	held := &instance.BaseBackups{CheckedAt: t0.Add(4 * time.Minute), Count: 1, Oldest: first, Newest: first,
+		Held: []instance.HeldBaseBackup{{ID: first.ID, Name: first.Name, Reason: "the newest verified base backup"}}}
+	r.observeArchiving(db, status(t0.Add(4*time.Minute), held))
+	assert.Equal(t, []dbv1.HeldBaseBackup{{BaseBackupRef: dbv1.BaseBackupRef{Name: first.Name, ID: first.ID}, Reason: "the newest verified base backup"}}, db.Status.BaseBackups.Held)
+	assert.Equal(t, &dbv1.BaseBackupRef{Name: first.Name, ID: first.ID}, db.Status.BaseBackups.LastVerified)
+
 	// A failed base backup: one Warning, however often it is reported.
 	failed := &instance.BaseBackups{CheckedAt: t0.Add(time.Hour), Count: 1, Oldest: first, Newest: first, Error: "base backup base-20261128T040000Z failed: the store refused the keys"}
 	r.observeArchiving(db, status(t0.Add(time.Hour), failed))

@@ -257,7 +257,8 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 	for _, obj := range ownedKinds() {
 		b = b.WatchesRawSource(source.Kind(owned.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(clusterOfLabel(kind))))
 	}
-	b = b.Watches(kind.Backups.New(), handler.EnqueueRequestsFromMapFunc(clusterOfBackup(kind, mgr.GetClient())))
+	b = b.Watches(kind.Backups.New(), handler.EnqueueRequestsFromMapFunc(clusterOfBackup(kind, mgr.GetClient()))).
+		Watches(kind.Clusters.New(), handler.EnqueueRequestsFromMapFunc(sourcesOfRecovery(kind, mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
 	"github.com/deckhand-dev/deckhand/operator/database/failover"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 	"github.com/deckhand-dev/deckhand/operator/status"
 )
@@ -444,13 +445,14 @@ func (r *Reconciler) runFailover(ctx context.Context, db *Cluster, eng engine.En
 // pod's kubelet refresh its copy of the ConfigMap at once, so the key must
 // be written first.
 func (r *Reconciler) publishNamedPrimary(ctx context.Context, db *Cluster, eng engine.Engine) error {
-	// The TLS key as it is: a failover changes the primary only.
+	// The TLS and holds keys as they are: a failover changes the primary
+	// only.
 	var cur corev1.ConfigMap
 	if err := r.Owned.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: namesOf(db).Scripts}, &cur); err != nil {
 		return fmt.Errorf("reading ConfigMap %s: %w", namesOf(db).Scripts, err)
 	}
-	tls := cur.Data[engine.ScriptsTLSKey]
-	if _, err := r.apply(ctx, scriptsConfigMap(db, eng, tls), nil, false); err != nil {
+	cm := scriptsConfigMap(db, eng, cur.Data[engine.ScriptsTLSKey], cur.Data[postgres.BaseBackupHoldsKey])
+	if _, err := r.apply(ctx, cm, nil, false); err != nil {
 		return fmt.Errorf("naming %s the primary in ConfigMap %s: %w", namedPrimary(db), namesOf(db).Scripts, err)
 	}
 	serverPods, err := r.serverPods(ctx, db)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/registration"
 )
 
@@ -340,12 +341,16 @@ func appSecret(db *Cluster, eng engine.Engine, password, bundle string) *corev1.
 }
 
 // scriptsConfigMap is the scripts and their keys; tls is the value of
-// engine.ScriptsTLSKey ("": "offered"). The key is always written: a key
-// left out would stay on the live ConfigMap (apply writes only what
-// differs).
-func scriptsConfigMap(db *Cluster, eng engine.Engine, tls string) *corev1.ConfigMap {
+// engine.ScriptsTLSKey ("": "offered"), holds that of
+// postgres.BaseBackupHoldsKey (baseBackupHolds; written for a Database
+// with an object store). The TLS key is always written: a key left out
+// would stay on the live ConfigMap (apply writes only what differs).
+func scriptsConfigMap(db *Cluster, eng engine.Engine, tls, holds string) *corev1.ConfigMap {
 	data := eng.Scripts()
 	maps.Copy(data, archiveScripts(db))
+	if objectStoreOf(db) != nil {
+		data[postgres.BaseBackupHoldsKey] = holds
+	}
 	data[engine.ScriptsReplicasKey] = strconv.Itoa(int(replicasOf(db)))
 	data[engine.ScriptsPrimaryKey] = namedPrimary(db)
 	if tls == "" {

@@ -30,7 +30,7 @@ func TestWhoIsPrimaryIsTheStatusNotAnOrdinal(t *testing.T) {
 	assert.Equal(t, "db-2", sourcePod(db, "db-rw"))
 	assert.Equal(t, rolePrimary, roleOf(db, "db-2"))
 	assert.Equal(t, roleStandby, roleOf(db, "db-0"))
-	assert.Equal(t, "db-2", scriptsConfigMap(db, DatabaseKind.Engines[dbv1.EnginePostgreSQL], "").Data[engine.ScriptsPrimaryKey])
+	assert.Equal(t, "db-2", scriptsConfigMap(db, DatabaseKind.Engines[dbv1.EnginePostgreSQL], "", "").Data[engine.ScriptsPrimaryKey])
 
 	pods := map[string]*corev1.Pod{}
 	for _, name := range []string{"db-0", "db-1", "db-2"} {

@@ -151,8 +151,12 @@ func (r *Reconciler) baseBackupVerified(db *Cluster, name, id string, job *batch
 	if outcome == dbv1.VerificationVerified {
 		failed = 0
 		r.normal(db, "BaseBackupVerified", "Verify", "base backup %s (%s) verified: %s", name, id, msg)
-		if b := db.Status.BaseBackups; b != nil && b.Newest != nil && b.Newest.ID == id {
-			lastBaseBackupVerified.WithLabelValues(db.Namespace, db.Name).Set(float64(b.Newest.EndTime.Unix()))
+		if b := db.Status.BaseBackups; b != nil {
+			// Held from now on (baseholds.go), in place of the one before.
+			b.LastVerified = &dbv1.BaseBackupRef{Name: name, ID: id}
+			if b.Newest != nil && b.Newest.ID == id {
+				lastBaseBackupVerified.WithLabelValues(db.Namespace, db.Name).Set(float64(b.Newest.EndTime.Unix()))
+			}
 		}
 	} else {
 		r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "BaseBackupVerification"+string(outcome), "Verify",

@@ -18,6 +18,7 @@ import (
 	"github.com/deckhand-dev/deckhand/internal/testenv"
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 	"github.com/deckhand-dev/deckhand/operator/database"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 )
 
 // reportBaseBackup writes status.baseBackups as the primary's agent would
@@ -125,6 +126,7 @@ func TestEachNewBaseBackupIsVerifiedByAJobThatRestoresIt(t *testing.T) {
 		require.Equal(ct, dbv1.VerificationFailed, d.Status.BaseBackups.Verification.Outcome)
 	}).Status.BaseBackups.Verification
 	assert.Equal(t, "recovery", failed.FailedCheck)
+	assert.Nil(t, get(t, c, ns, "vb", &dbv1.Database{}).Status.BaseBackups.LastVerified, "a failed verification holds nothing")
 	assert.Contains(t, failed.Message, "check recovery failed: ")
 	assert.Contains(t, failed.Message, "000000010000000000000003")
 	assert.Len(t, failed.Checks, 3)
@@ -147,6 +149,32 @@ func TestEachNewBaseBackupIsVerifiedByAJobThatRestoresIt(t *testing.T) {
 	assert.Empty(t, passed.FailedCheck)
 	assert.Contains(t, passed.Message, "checks passed: archive, restore, recovery, marker, amcheck, writable")
 	assertEvent(t, c, ns, "vb", corev1.EventTypeNormal, "BaseBackupVerified")
+	assert.Equal(t, &dbv1.BaseBackupRef{Name: "base-20261201T050000Z", ID: "20261201T050001"},
+		get(t, c, ns, "vb", &dbv1.Database{}).Status.BaseBackups.LastVerified)
+
+	// The newest verified base backup is held in the archive (the
+	// primary's archiver reads the scripts ConfigMap's holds key); a
+	// Database recovering from the archive pauses retention until it is
+	// recovered.
+	holds := func(ct require.TestingT) string {
+		var cm corev1.ConfigMap
+		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vb-scripts"}, &cm))
+		return cm.Data[postgres.BaseBackupHoldsKey]
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, "keep 20261201T050001 the newest verified base backup (base-20261201T050000Z) of Database "+ns+"/vb\n", holds(ct))
+	}, time.Minute, 100*time.Millisecond)
+	cp := newDatabase(ns, "copy", 1)
+	cp.Spec.Recovery = &dbv1.Recovery{Source: dbv1.RecoverySource{ObjectStore: *s, ServerName: "vb"}}
+	require.NoError(t, c.Create(ctx, cp))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Contains(ct, holds(ct), "pause Database "+ns+"/copy recovers from this archive\n")
+	}, time.Minute, 100*time.Millisecond, "a recovery from the archive pauses its retention")
+	require.NoError(t, c.Delete(ctx, cp))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NotContains(ct, holds(ct), "pause")
+	}, time.Minute, 100*time.Millisecond, "the pause ends with the recovery")
+
 	wide, err := testenv.Kubectl(t, "get", "databases", "-n", ns, "-o", "wide")
 	require.NoError(t, err, wide)
 	assert.Equal(t, "Verified", column(t, wide, "vb", "BASE BACKUP VERIFIED"), "kubectl get -o wide shows the last verification's outcome")

@@ -3,6 +3,7 @@ package postgres
 import (
 	"embed"
 	"path"
+	"strings"
 )
 
 // The continuous archiving scripts (docs/design/database-backup.md,
@@ -24,6 +25,13 @@ const (
 	RecoverScript = "recover.sh"
 	// ExpireScript applies an archive's retention policy.
 	ExpireScript = "expire.sh"
+	// HoldsScript applies the operator's holds on base backups (Barman's
+	// keep annotations); expire.sh runs it first.
+	HoldsScript = "holds.sh"
+	// BaseBackupHoldsKey is the scripts ConfigMap's key the operator
+	// writes its holds on the archive's base backups into, one a line:
+	// BaseBackupHold's keep and pause lines (archive/holds.sh).
+	BaseBackupHoldsKey = "base-backup-holds"
 	// storeLib is sourced by the others.
 	storeLib = "store.sh"
 )
@@ -47,3 +55,12 @@ func ArchiveScripts() map[string]string {
 	}
 	return out
 }
+
+// KeepHold is the holds line that keeps base backup id (why: who holds it
+// and for what; one line).
+func KeepHold(id, why string) string { return "keep " + id + " " + oneLine(why) + "\n" }
+
+// PauseHold is the holds line that pauses retention (why: one line).
+func PauseHold(why string) string { return "pause " + oneLine(why) + "\n" }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -437,9 +437,49 @@ func TestArchivingAndPointInTimeRecoveryFromAnObjectStore(t *testing.T) {
 		assert.Equal(t, []string{first["backup_id"], second["backup_id"]}, backups(), "both are in the window")
 		a.requireEverySegment(last)
 
-		out, err = expire("REDUNDANCY 1")
-		require.NoError(t, err, out)
+		// The operator's holds (holds.sh, run by expire.sh first): a
+		// pause deletes nothing; a keep spares its backup and the WAL
+		// after it; a keep it no longer lists is released, but never a
+		// keep somebody made with barman-cloud-backup-keep.
+		holds := filepath.Join(h.u.Dir(t, h.root, "holds"), "base-backup-holds")
+		setHolds := func(lines ...string) {
+			require.NoError(t, os.WriteFile(holds, []byte(strings.Join(lines, "")), 0o644))
+		}
+		keep := func(id string, flags ...string) string {
+			env := a.storeEnv(a.server)
+			env["SCRIPTS"] = a.scripts
+			script := `. "$SCRIPTS/store.sh"; store_setup; id=$1; shift; barman-cloud-backup-keep $store_endpoint "$@" "$store_url" "$STORE_SERVER" "$id"`
+			out, err := h.u.Command(env, append([]string{"sh", "-c", script, "keep", id}, flags...)).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			return string(out)
+		}
+		expireHeld := func(policy string) string {
+			env := a.storeEnv(a.server)
+			env["RETENTION_POLICY"], env["HOLDS_FILE"] = policy, holds
+			out, err := a.script(env, postgres.ExpireScript)
+			require.NoError(t, err, out)
+			return out
+		}
+		setHolds(postgres.PauseHold("Database ns/copy recovers from this archive"))
+		out = expireHeld("REDUNDANCY 1")
+		assert.Contains(t, out, "deckhand: retention paused, nothing deleted: Database ns/copy recovers from this archive")
+		assert.Equal(t, []string{first["backup_id"], second["backup_id"]}, backups(), "a pause deletes nothing")
+
+		setHolds(postgres.KeepHold(first["backup_id"], "the newest verified base backup (backup-1)"))
+		out = expireHeld("REDUNDANCY 1")
+		assert.Contains(t, out, "deckhand: base backup "+first["backup_id"]+" kept: the newest verified base backup (backup-1)")
+		assert.Equal(t, []string{first["backup_id"], second["backup_id"]}, backups(), "the held backup is spared")
+		assert.Contains(t, keep(first["backup_id"], "--status"), "full")
+		a.requireEverySegment(last)
+
+		keep(second["backup_id"], "--target", "standalone")
+		setHolds()
+		out = expireHeld("REDUNDANCY 1")
+		assert.Contains(t, out, "deckhand: base backup "+first["backup_id"]+" released (was: the newest verified base backup (backup-1))")
+		assert.NotContains(t, out, second["backup_id"]+" released", "a keep the operator did not make")
 		assert.Equal(t, []string{second["backup_id"]}, backups(), "only the newest is kept")
+		assert.Contains(t, keep(second["backup_id"], "--status"), "standalone", "somebody's keep stays")
+		keep(second["backup_id"], "--release")
 		segments := a.archived(a.server)
 		assert.False(t, segments["000000010000000000000001"], "WAL before the kept backup is deleted")
 		assert.True(t, segments[last], "the archive's end is kept")

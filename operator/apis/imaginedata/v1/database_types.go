@@ -819,6 +819,31 @@ type BaseBackupsStatus struct {
 	// the newest's, or, while the newest's runs, the one before.
 	// +optional
 	Verification *BaseBackupVerification `json:"verification,omitempty"`
+	// LastVerified is the newest base backup whose verification passed.
+	// The operator holds it: retention never deletes it, nor the WAL a
+	// recovery from it needs, until a newer one is verified.
+	// +optional
+	LastVerified *BaseBackupRef `json:"lastVerified,omitempty"`
+	// Held are the base backups the operator's holds keep in the archive
+	// (Barman's keep annotation), as the archiver last found them.
+	// +optional
+	// +listType=atomic
+	Held []HeldBaseBackup `json:"held,omitempty"`
+}
+
+// BaseBackupRef names a base backup.
+type BaseBackupRef struct {
+	// Name (base-<UTC time> for those the primary takes) and ID
+	// (Barman's).
+	Name string `json:"name"`
+	ID   string `json:"id"`
+}
+
+// HeldBaseBackup is a base backup an operator's hold keeps, and why.
+type HeldBaseBackup struct {
+	BaseBackupRef `json:",inline"`
+	// Reason says who holds it and what for.
+	Reason string `json:"reason"`
 }
 
 // BaseBackupVerification is a base backup's verification: restored into

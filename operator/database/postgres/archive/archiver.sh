@@ -26,7 +26,8 @@
 # again at the next look. It runs apart from the queue: a base backup ends
 # only once the server's last segment is archived, through the queue.
 # After each base backup, with RETENTION_POLICY (Barman's), expire.sh
-# deletes the backups and WAL the policy no longer needs.
+# deletes the backups and WAL the policy no longer needs, bar those the
+# operator holds (holds.sh, applied at each look too).
 #
 # Several segments at once: with ARCHIVE_MAX_PARALLEL (n > 1), a request
 # for a segment also ships up to n-1 finished segments after it (their
@@ -97,13 +98,23 @@ superuser_env() {
 base_backup_due() {
   role=$(psql -X -A -t -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null) || return 2
   [ "$role" = f ] || return 1
+  apply_holds
   newest=$(summarize) || return 1
   [ "$newest" \< "base-$(date -u -d "@$(($(date +%s) - BASE_BACKUP_EVERY))" +%Y%m%dT%H%M%SZ)" ]
 }
 
+# apply_holds applies the operator's holds on base backups (holds.sh) at
+# each look, so the status shows them soon after they change; expire.sh
+# applies them again before it deletes anything.
+apply_holds() {
+  out=$(sh "$here/holds.sh" 2>&1) || { printf 'deckhand: the holds on base backups could not be applied (tried again at the next look):\n%s\n' "$out" >&2; return 0; }
+  [ -z "$out" ] || printf '%s\n' "$out" >&2
+}
+
 # summarize writes the archive's finished base backups, the oldest and
 # the newest with their times and LSNs (read through Barman's own
-# catalogue, with zones), and the last failure (BASE_BACKUP_ERROR, from
+# catalogue, with zones), those the operator holds (holds.sh), and the
+# last failure (BASE_BACKUP_ERROR, from
 # $summary_error when set) into deckhand-base-backups.json beside PGDATA,
 # in one rename; it prints the newest base-* backup's name.
 summarize() {
@@ -139,6 +150,13 @@ def backup(b):
 summary = {"checkedAt": when(datetime.datetime.now(utc)), "count": len(done)}
 if done:
     summary["oldest"], summary["newest"] = backup(done[0]), backup(done[-1])
+held = []
+for b in done:
+    why = catalog.annotation_manager.get_annotation(b.backup_id, "deckhand-hold")
+    if why is not None:
+        held.append({"id": b.backup_id, "name": b.backup_name or "", "reason": why.strip()})
+if held:
+    summary["held"] = held
 if os.environ.get("BASE_BACKUP_ERROR"):
     summary["error"] = os.environ["BASE_BACKUP_ERROR"][-1000:]
 path = os.environ["SUMMARY_FILE"]

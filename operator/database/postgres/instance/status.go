@@ -214,6 +214,16 @@ type BaseBackups struct {
 	Newest    *BaseBackup `json:"newest,omitempty"`
 	// Error is the last base backup's failure, "" once one succeeds.
 	Error string `json:"error,omitempty"`
+	// Held are the base backups the operator's holds keep (archive's
+	// holds.sh).
+	Held []HeldBaseBackup `json:"held,omitempty"`
+}
+
+// HeldBaseBackup is a base backup kept by the operator's hold, and why.
+type HeldBaseBackup struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // BaseBackup is one base backup of an archive.
