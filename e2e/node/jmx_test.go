@@ -194,12 +194,13 @@ func watchJMX(ctx context.Context, t testing.TB, ns string, on bool) {
 		delete(jmxWatched, ns)
 	}
 	if len(jmxWatched) == 0 {
-		// An empty list, not null: once such an upgrade had failed (helm's
+		// An empty list (--set-json: --set's {} is a list of one empty
+		// name), not null: once an upgrade with null had failed (helm's
 		// wait timed out), every later upgrade with --reuse-values that did
 		// not set the list (other tests') was refused by the chart's
 		// schema ("namespaces: got null, want array").
 		helmUpgrade(ctx, t, "--set", "controllers.jmxExporter.enabled=false",
-			"--set", "controllers.jmxExporter.namespaces={}")
+			"--set-json", "controllers.jmxExporter.namespaces=[]")
 		return
 	}
 	names := make([]string, 0, len(jmxWatched))
