@@ -19,12 +19,16 @@ import (
 //   - wal-catchup-s: after about 1 GB of rows is written, until the archive
 //     holds every segment of it (one barman-cloud-wal-archive per segment);
 //   - base-backup-s: base-backup.sh (barman-cloud-backup, two uploads at a
-//     time), against the floor measured in the same run: tar and gzip of
-//     the same data directory to a local file (the bytes read and
-//     compressed, without the store);
+//     time, gzip), against floors measured in the same run: the same
+//     barman-cloud-backup run bare with the same options into an archive
+//     of its own (the tool without deckhand's marker row, restore point
+//     and catalogue reads); pg_basebackup of the same server to a local
+//     gzipped tar (-Ft -z, WAL fetched, no store), as the replication role; tar and gzip of the
+//     data directory to a local file (the bytes read and compressed);
 //   - recover-s: recover.sh into an empty directory to the backup's end
-//     (immediate), the server started and promoted, against the floor of
-//     untarring the floor's file.
+//     (immediate), the server started and promoted, against the floors of
+//     barman-cloud-restore run bare of the bare backup (the download and
+//     extraction, without a server) and of untarring the floor's file.
 //
 // Not in make test:
 //
@@ -47,6 +51,21 @@ func BenchmarkBaseBackup1GB(b *testing.B) {
 		a.baseBackup("bench-" + strconv.Itoa(i))
 		backup := time.Since(start)
 
+		bare := a.storeEnv("bare")
+		bare["PGHOST"], bare["PGPORT"], bare["PGUSER"], bare["PGPASSWORD"] = "127.0.0.1", a.source.Port, postgres.Superuser, h.superPassword()
+		bare["SCRIPTS"], bare["NAME"] = a.scripts, "bare-"+strconv.Itoa(i)
+		bareBackup := a.timedWith(bare, "sh", "-c", `. "$SCRIPTS/store.sh"; store_setup; `+
+			`barman-cloud-backup $store_endpoint $store_compress --immediate-checkpoint --jobs 2 --name "$NAME" "$store_url" "$STORE_SERVER"`)
+		restoreTo := h.u.TempDir(b)
+		bare["RESTORE_TO"] = filepath.Join(restoreTo, "data")
+		bareRestore := a.timedWith(bare, "sh", "-c", `. "$SCRIPTS/store.sh"; store_setup; `+
+			`barman-cloud-restore $store_endpoint "$store_url" "$STORE_SERVER" "$NAME" "$RESTORE_TO"`)
+		basebackupTo := filepath.Join(h.u.TempDir(b), "pg_basebackup")
+		// As the replication role: the servers' pg_hba.conf lets only it
+		// connect for replication, as a standby's clone does.
+		repl := map[string]string{"PGHOST": "127.0.0.1", "PGPORT": a.source.Port, "PGUSER": postgres.ReplicationUser, "PGPASSWORD": h.replicationPassword()}
+		bareBasebackup := a.timedWith(repl, filepath.Join(h.bin, "pg_basebackup"), "-D", basebackupTo, "-Ft", "-z", "-X", "fetch", "-c", "fast")
+
 		tarball := filepath.Join(h.u.TempDir(b), "floor.tar.gz")
 		bareTar := a.timed("tar", "-C", pgdata, "--exclude=./pg_wal", "--exclude=./postmaster.pid", "-czf", tarball, ".")
 		tarSize := fileSize(b, tarball)
@@ -62,20 +81,31 @@ func BenchmarkBaseBackup1GB(b *testing.B) {
 
 		b.ReportMetric(catchup.Seconds(), "wal-catchup-s")
 		b.ReportMetric(backup.Seconds(), "base-backup-s")
+		b.ReportMetric(bareBackup.Seconds(), "floor-barman-backup-s")
+		b.ReportMetric(bareBasebackup.Seconds(), "floor-pg_basebackup-s")
 		b.ReportMetric(bareTar.Seconds(), "floor-tar-gzip-s")
 		b.ReportMetric(recovered.Seconds(), "recover-s")
+		b.ReportMetric(bareRestore.Seconds(), "floor-barman-restore-s")
 		b.ReportMetric(bareUntar.Seconds(), "floor-untar-s")
-		b.Logf("database %.0f MB (gzipped tar %.0f MB): WAL archived %.1f s after the load; base-backup.sh %.1f s (floor tar+gzip %.1f s); recover.sh to promoted %.1f s (floor untar %.1f s)",
-			size/1e6, float64(tarSize)/1e6, catchup.Seconds(), backup.Seconds(), bareTar.Seconds(),
-			recovered.Seconds(), bareUntar.Seconds())
+		b.ReportMetric(size/1e6/backup.Seconds(), "base-backup-MB/s")
+		b.Logf("database %.0f MB (gzipped tar %.0f MB): WAL archived %.1f s after the load; base-backup.sh %.1f s (%.1f MB/s; %.2f × bare barman-cloud-backup %.1f s; bare pg_basebackup -Ft -z %.1f s; floor tar+gzip %.1f s); recover.sh to promoted %.1f s (%.2f × bare barman-cloud-restore %.1f s; floor untar %.1f s)",
+			size/1e6, float64(tarSize)/1e6, catchup.Seconds(), backup.Seconds(), size/1e6/backup.Seconds(),
+			backup.Seconds()/bareBackup.Seconds(), bareBackup.Seconds(), bareBasebackup.Seconds(), bareTar.Seconds(),
+			recovered.Seconds(), recovered.Seconds()/bareRestore.Seconds(), bareRestore.Seconds(), bareUntar.Seconds())
 	}
 }
 
 // timed runs argv as the server user and returns how long it took.
 func (a *archiving) timed(argv ...string) time.Duration {
 	a.t.Helper()
+	return a.timedWith(nil, argv...)
+}
+
+// timedWith is timed with env.
+func (a *archiving) timedWith(env map[string]string, argv ...string) time.Duration {
+	a.t.Helper()
 	start := time.Now()
-	out, err := a.h.u.Command(nil, argv).CombinedOutput()
+	out, err := a.h.u.Command(env, argv).CombinedOutput()
 	require.NoError(a.t, err, string(out))
 	return time.Since(start)
 }
