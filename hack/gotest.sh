@@ -231,9 +231,9 @@ node_group() {
   # -parallel 32, more than its parallel tests: the package holds them to
   # four at once itself, longest first (e2e/node/slots_test.go), which it
   # can do only when go test lets every one of them reach its own wait.
-  # DECKHAND_NODE_HOST_BUSY: while that file exists (the other groups
-  # run), the package runs two of its parallel tests at once, not four
-  # (e2e/node/slots_test.go).
+  # DECKHAND_NODE_HOST_BUSY: while that file exists (the raced, e2e and
+  # fault groups run), the package runs two of its parallel tests at
+  # once, not four (e2e/node/slots_test.go).
   DECKHAND_NODE_HOST_BUSY=$log/host-busy DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) \
     go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 32 "./e2e/node/"
 }
@@ -310,12 +310,6 @@ if [[ ${FUZZ:-} == 1 ]]; then
 fi
 status=0
 (in_cgroup "$tests_cgroup"; timed raced go test -race "${raced_flags[@]}" "${raced_out[@]}" "${raced[@]}") 2>&1 | tee "$log/raced" || status=$?
-if [[ -n $fuzz_pid ]]; then
-  fuzz_status=0
-  wait "$fuzz_pid" || fuzz_status=$?
-  cat "$log/fuzz"
-  [[ $fuzz_status -eq 0 ]] || status=$fuzz_status
-fi
 e2e_status=0
 wait "$e2e" || e2e_status=$?
 cat "$log/e2e"
@@ -324,9 +318,15 @@ faults_status=0
 wait "$faults_pid" || faults_status=$?
 cat "$log/faults"
 [[ $faults_status -eq 0 ]] || status=$faults_status
-# Every group but the node's has ended: its parallel tests may take all
-# their slots.
+# The raced, e2e and fault groups have ended: the node's parallel tests
+# may take all their slots (the fuzz targets left run one worker).
 rm -f "$log/host-busy"
+if [[ -n $fuzz_pid ]]; then
+  fuzz_status=0
+  wait "$fuzz_pid" || fuzz_status=$?
+  cat "$log/fuzz"
+  [[ $fuzz_status -eq 0 ]] || status=$fuzz_status
+fi
 if [[ -n $node_pid ]]; then
   node_status=0
   wait "$node_pid" || node_status=$?

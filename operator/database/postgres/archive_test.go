@@ -401,7 +401,7 @@ func TestArchivingAndPointInTimeRecoveryFromAnObjectStore(t *testing.T) {
 			require.Eventually(t, func() bool { return a.stats(other.Port).failed > 0 }, time.Minute, 200*time.Millisecond)
 			assert.Contains(t, other.Log.String(), "refusing to archive into s3://deckhand/clusters/ns/name-of-database")
 			assert.Equal(t, "-", a.stats(other.Port).lastArchived)
-			other.Stop(t)
+			other.StopImmediately(t)
 			after, err := os.ReadFile(segment)
 			require.NoError(t, err)
 			assert.Equal(t, before, after, "the first server's segment is untouched")

@@ -214,14 +214,22 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 
 // Stop shuts the server down fast (SIGINT), as the official image's stop
 // signal does.
-func (s *Server) Stop(t testing.TB) {
+func (s *Server) Stop(t testing.TB) { s.stop(t, syscall.SIGINT) }
+
+// StopImmediately shuts the server down at once (SIGQUIT, pg_ctl's
+// immediate mode): a server whose archive_command keeps failing tries
+// each waiting segment again before a fast shutdown ends, which on a
+// loaded machine took more than a minute.
+func (s *Server) StopImmediately(t testing.TB) { s.stop(t, syscall.SIGQUIT) }
+
+func (s *Server) stop(t testing.TB, sig syscall.Signal) {
 	select {
 	case err := <-s.done:
 		s.done <- err
 		return
 	default:
 	}
-	_ = s.Cmd.Process.Signal(syscall.SIGINT)
+	_ = s.Cmd.Process.Signal(sig)
 	select {
 	case err := <-s.done:
 		s.done <- err
