@@ -3,7 +3,9 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,7 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,12 +55,19 @@ import (
 //     runs itself): marked Running and Ready, as kwok would;
 //   - a pod being deleted: its process stopped (an unbound pod is removed
 //     at once by the API server).
+//
+// It watches the namespace's unbound pods (through the test cluster's
+// RESTConfig) rather than listing them: a pass over its cache runs on
+// every change and every 200 ms.
 type HostRunner struct {
 	t    testing.TB
 	c    client.Client
 	ns   string
 	opts HostOptions
 	root string
+
+	informer cache.SharedIndexInformer
+	changed  chan struct{}
 
 	mu       sync.Mutex
 	services map[string]string
@@ -80,8 +93,9 @@ type HostOptions struct {
 // has it.
 const hostRunnerLabel = "deckhand.dev/host-runner"
 
-// NewHostRunner starts running namespace ns's pods that select it. root
-// is a directory Dir's user owns. It stops at the end of the test.
+// NewHostRunner starts running namespace ns's pods that select it, once
+// it has listed them. root is a directory Dir's user owns. It stops at
+// the end of the test.
 func NewHostRunner(t testing.TB, c client.Client, ns, root string, opts HostOptions) *HostRunner {
 	t.Helper()
 	if opts.Timeout == 0 {
@@ -89,13 +103,69 @@ func NewHostRunner(t testing.TB, c client.Client, ns, root string, opts HostOpti
 	}
 	r := &HostRunner{
 		t: t, c: c, ns: ns, opts: opts, root: root,
+		changed:  make(chan struct{}, 1),
 		services: map[string]string{},
 		started:  map[types.UID]*exec.Cmd{},
 		stop:     make(chan struct{}), done: make(chan struct{}),
 	}
+	r.informer = r.watch()
+	informed := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer close(informed)
+		r.informer.RunWithContext(ctx)
+	}()
+	// Registered before the wait, so that a failed sync stops it too.
+	t.Cleanup(func() {
+		cancel()
+		<-informed
+	})
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), r.informer.HasSynced) {
+		t.Fatalf("host runner: pods of namespace %s never listed", ns)
+	}
 	go r.loop()
 	t.Cleanup(r.close)
 	return r
+}
+
+// watch is an informer of the namespace's unbound pods that wakes the
+// loop on every change. Its watch errors reach the test's log.
+func (r *HostRunner) watch() cache.SharedIndexInformer {
+	r.t.Helper()
+	cfg := RESTConfig(r.t)
+	// Protobuf: the race detector makes decoding JSON costly.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		r.t.Fatalf("host runner: %v", err)
+	}
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", r.ns, fields.OneTermEqualSelector("spec.nodeName", ""))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	wake := func() {
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+	}
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { wake() },
+		UpdateFunc: func(any, any) { wake() },
+		DeleteFunc: func(any) { wake() },
+	})
+	if err == nil {
+		err = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+			// An ended or expired watch is renewed as a matter of course.
+			if ctx.Err() == nil && !errors.Is(err, io.EOF) && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				r.t.Logf("host runner: watching pods: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		r.t.Fatalf("host runner: %v", err)
+	}
+	return inf
 }
 
 // NodeSelector places a pod with the runner: no node matches it.
@@ -145,13 +215,10 @@ func (r *HostRunner) loop() {
 		select {
 		case <-r.stop:
 			return
+		case <-r.changed:
 		case <-tick.C:
 		}
-		pods, err := r.pods()
-		if err != nil {
-			r.t.Logf("host runner: listing pods: %v", err)
-			continue
-		}
+		pods := r.pods()
 		listed := map[types.UID]bool{}
 		for i := range pods {
 			listed[pods[i].UID] = true
@@ -188,19 +255,17 @@ func kill(cmd *exec.Cmd) {
 	_ = cmd.Process.Kill()
 }
 
-// pods are the namespace's unbound pods that select the runner.
-func (r *HostRunner) pods() ([]corev1.Pod, error) {
-	var list corev1.PodList
-	if err := r.c.List(context.Background(), &list, client.InNamespace(r.ns), client.MatchingFields{"spec.nodeName": ""}); err != nil {
-		return nil, err
-	}
+// pods are the namespace's unbound pods that select the runner, as the
+// informer last saw them (copies: the store's are shared).
+func (r *HostRunner) pods() []corev1.Pod {
 	var mine []corev1.Pod
-	for _, p := range list.Items {
+	for _, o := range r.informer.GetStore().List() {
+		p := o.(*corev1.Pod)
 		if p.Spec.NodeSelector[hostRunnerLabel] == r.ns {
-			mine = append(mine, p)
+			mine = append(mine, *p.DeepCopy())
 		}
 	}
-	return mine, nil
+	return mine
 }
 
 func (r *HostRunner) handle(pod *corev1.Pod) {
@@ -225,7 +290,13 @@ func (r *HostRunner) handle(pod *corev1.Pod) {
 			go r.runJobPod(pod.DeepCopy())
 		}
 	case pod.Status.Phase != corev1.PodRunning:
-		r.writeStatus(pod, func(p *corev1.Pod) { running(p, true) })
+		// The cache may not have seen the last write yet: decide on the
+		// pod as it is now.
+		r.writeStatus(pod, func(p *corev1.Pod) {
+			if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				running(p, true)
+			}
+		})
 	}
 }
 
