@@ -1,15 +1,22 @@
 package postgres_test
 
 import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/s3test"
 )
 
 // BenchmarkBaseBackup1GB times continuous archiving at the scale of a real
@@ -17,7 +24,8 @@ import (
 // 127.0.0.1 (TLS, gzip, as a Database's sidecar does):
 //
 //   - wal-catchup-s: after about 1 GB of rows is written, until the archive
-//     holds every segment of it (one barman-cloud-wal-archive per segment);
+//     holds every segment of it (through a resident uploader, one segment
+//     at a time);
 //   - base-backup-s: base-backup.sh (barman-cloud-backup, two uploads at a
 //     time, gzip), against floors measured in the same run: the same
 //     barman-cloud-backup run bare with the same options into an archive
@@ -146,4 +154,95 @@ func BenchmarkWALArchivingInParallel(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWALSegmentUpload measures the CPU one WAL segment costs to ship
+// through the archiver sidecar's resident uploader (wal-uploader.sh,
+// handed each segment by wal-archive.sh), against the floor measured in
+// the same run: wal-archive.sh with no uploader, one
+// barman-cloud-wal-archive per segment. Same store (versitygw on
+// 127.0.0.1, TLS), gzip, as a Database's sidecar ships them. Each 16 MiB
+// segment's 8 KiB pages are 3 KiB of random bytes and zeros after them,
+// about as compressible as the WAL of small rows. cpu-s/segment counts
+// wal-archive.sh and what it runs, and the uploader's CPU over the loop
+// (its first segment, when it connects, apart: first-cpu-s).
+//
+//	go test -bench WALSegmentUpload -run x -benchtime 20x ./operator/database/postgres/
+func BenchmarkWALSegmentUpload(b *testing.B) {
+	h := newHost(b)
+	a := &archiving{t: b, h: h, store: s3test.Start(b, "deckhand"), prefix: "bench", server: "segments"}
+	a.scripts = h.u.WriteScripts(b, filepath.Join(h.root, "archive"), postgres.ArchiveScripts())
+	env := a.storeEnv(a.server)
+	env["PGDATA"], env["STORE_SKIP_EMPTY_CHECK"] = h.u.TempDir(b), "true"
+	walDir := h.u.TempDir(b)
+	page := make([]byte, 8<<10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var segment []byte
+	for range (16 << 20) / len(page) {
+		for i := range 3 << 10 {
+			page[i] = byte(rnd.Uint32())
+		}
+		segment = append(segment, page...)
+	}
+	n := 0
+	// ship archives a new segment through wal-archive.sh with env; the
+	// CPU it and its children used.
+	ship := func(b *testing.B, env map[string]string) time.Duration {
+		n++
+		wal := filepath.Join(walDir, fmt.Sprintf("00000001%08X%08X", n/0x100, n%0x100))
+		require.NoError(b, os.WriteFile(wal, segment, 0o644))
+		cmd := h.u.Command(env, []string{"sh", filepath.Join(a.scripts, postgres.WALArchiveScript), wal})
+		out, err := cmd.CombinedOutput()
+		require.NoError(b, err, string(out))
+		require.NoError(b, os.Remove(wal))
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+
+	b.Run("floor=barman-cloud-wal-archive", func(b *testing.B) {
+		var cpu time.Duration
+		for b.Loop() {
+			cpu += ship(b, env)
+		}
+		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/segment")
+	})
+	b.Run("resident-uploader", func(b *testing.B) {
+		dir := h.u.TempDir(b)
+		uploader := h.u.Command(env, []string{"sh", filepath.Join(a.scripts, postgres.UploaderScript), dir})
+		uploader.Stdout, uploader.Stderr = os.Stderr, os.Stderr
+		require.NoError(b, uploader.Start())
+		b.Cleanup(func() { _ = uploader.Process.Signal(syscall.SIGTERM); _ = uploader.Wait() })
+		var pid int
+		require.Eventually(b, func() bool {
+			out, err := os.ReadFile(filepath.Join(dir, "pid"))
+			if err == nil {
+				pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
+			}
+			return err == nil
+		}, 30*time.Second, 50*time.Millisecond, "the uploader never served")
+		withUploader := maps.Clone(env)
+		withUploader["WAL_UPLOADER"] = dir
+		first := ship(b, withUploader) + processCPU(b, pid)
+		var cpu time.Duration
+		before := processCPU(b, pid)
+		for b.Loop() {
+			cpu += ship(b, withUploader)
+		}
+		cpu += processCPU(b, pid) - before
+		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/segment")
+		b.ReportMetric(first.Seconds(), "first-cpu-s")
+	})
+}
+
+// processCPU is the user and system CPU process pid has used (Linux's
+// /proc/<pid>/stat, in clock ticks of 10 ms).
+func processCPU(t testing.TB, pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// The fields after the command's name, which is in parentheses.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, err := strconv.ParseInt(fields[11], 10, 64)
+	require.NoError(t, err)
+	stime, err := strconv.ParseInt(fields[12], 10, 64)
+	require.NoError(t, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

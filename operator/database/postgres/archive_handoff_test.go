@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,6 +47,12 @@ func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {
 // startSidecarPodWith is startSidecarPod with more of the archiver's
 // options (BaseBackupEvery, MaxParallel); the store's are the test's.
 func startSidecarPodWith(t testing.TB, opts postgres.ArchiverOptions) *sidecarPod {
+	return startSidecarPodWithEnv(t, opts, nil)
+}
+
+// startSidecarPodWithEnv is startSidecarPodWith with variables of the
+// sidecar's environment set by env (nil: none), given the test's host.
+func startSidecarPodWithEnv(t testing.TB, opts postgres.ArchiverOptions, env func(*host) map[string]string) *sidecarPod {
 	baseBackups := opts.BaseBackupEvery
 	h := newHost(t)
 	a := &archiving{t: t, h: h, store: s3test.Start(t, "deckhand"), prefix: "clusters/ns", server: "name-of-database"}
@@ -74,6 +83,9 @@ func startSidecarPodWith(t testing.TB, opts postgres.ArchiverOptions) *sidecarPo
 		password := filepath.Join(h.u.TempDir(t), "superuser-password")
 		require.NoError(t, os.WriteFile(password, []byte(h.superPassword()), 0o644))
 		files["SUPERUSER_PASSWORD_FILE"], files["PGPORT"], files["BASE_BACKUP_CHECK"] = password, serverEnv["PGPORT"], "1"
+	}
+	if env != nil {
+		maps.Copy(files, env(h))
 	}
 	p.log = runSidecar(t, h, spec.Containers[1], "name-of-database-0", dataVolume, p.queue, files)
 
@@ -231,6 +243,87 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 		assert.NotContains(t, p.log.String(), k, "a key in the archiver's log")
 		assert.NotContains(t, a.source.Log.String(), k, "a key in the server's log")
 	}
+}
+
+// The sidecar's resident uploader (wal-uploader.sh) ships the segments:
+// no barman-cloud-wal-archive of their own runs while it serves. Killed,
+// the segments are still archived (wal-archive.sh uploads by itself
+// meanwhile) and the archiver starts another; a changed CA bundle (a
+// rotated Secret's files) makes it start again at once with the new
+// files. PostgreSQL counts no failure through any of it.
+func TestTheSidecarsResidentUploaderShipsSegmentsAndIsReplacedWhenItGoes(t *testing.T) {
+	t.Parallel()
+	var calls string
+	p := startSidecarPodWithEnv(t, postgres.ArchiverOptions{}, func(h *host) map[string]string {
+		// barman-cloud-wal-archive, counting its runs.
+		bin := h.u.TempDir(t)
+		calls = filepath.Join(bin, "calls")
+		wrapper := "#!/bin/sh\necho run >>" + calls + "\nexec /usr/bin/barman-cloud-wal-archive \"$@\"\n"
+		require.NoError(t, os.WriteFile(filepath.Join(bin, "barman-cloud-wal-archive"), []byte(wrapper), 0o755))
+		return map[string]string{"PATH": bin + ":" + h.bin + ":/usr/bin:/bin"}
+	})
+	a := p.archiving
+	runsAlone := func() int {
+		b, err := os.ReadFile(calls)
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		require.NoError(t, err)
+		return strings.Count(string(b), "run\n")
+	}
+	m := regexp.MustCompile(`uploading through (\S+)`).FindStringSubmatch(p.log.String())
+	require.NotNil(t, m, "the archiver names its uploader's directory:\n%s", p.log.String())
+	dir := m[1]
+	// uploader is the pid of the uploader serving now, once there is one
+	// other than old.
+	uploader := func(old int) int {
+		var pid int
+		require.Eventually(t, func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, "pid"))
+			if err != nil {
+				return false
+			}
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid != old && syscall.Kill(pid, 0) == nil
+		}, 30*time.Second, 100*time.Millisecond, "no uploader serves (other than %d):\n%s", old, p.log.String())
+		return pid
+	}
+
+	first := uploader(0)
+	a.startWriter()
+	for range 3 {
+		a.switchAndWait(a.source.Port, time.Minute)
+	}
+	assert.Zero(t, runsAlone(), "barman-cloud-wal-archive ran while the uploader served")
+
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	a.switchAndWait(a.source.Port, time.Minute)
+	second := uploader(first)
+	alone := runsAlone()
+	for range 2 {
+		a.switchAndWait(a.source.Port, time.Minute)
+	}
+	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the second uploader served")
+
+	f, err := os.OpenFile(a.store.CAFile, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	changed := time.Now()
+	third := uploader(second)
+	assert.Less(t, time.Since(changed), 10*time.Second, "the uploader started again soon after the CA bundle changed")
+	assert.Contains(t, p.log.String(), "the store's keys or CA bundle changed")
+	alone = runsAlone()
+	last := ""
+	for range 2 {
+		last = a.switchAndWait(a.source.Port, time.Minute)
+	}
+	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the third uploader served")
+	assert.NoError(t, syscall.Kill(third, 0), "the third uploader serves on")
+	a.stopWriter()
+	a.requireEverySegment(last)
+	assert.Zero(t, a.stats(a.source.Port).failed, "pg_stat_archiver.failed_count")
 }
 
 // With maxParallel 4, a backlog (twelve segments switched at once, far

@@ -14,12 +14,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/s3test"
@@ -84,7 +86,9 @@ func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
 
 // serverInto starts ordinal on dataVolume, archiving into the archive
 // named server (once it is a primary); a primaryPort makes it a standby
-// of the server there.
+// of the server there. Its archive_command is wal-archive.sh, which hands
+// the segments to a resident uploader of the server's own, as a
+// Database's archiver sidecar does.
 func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort string) *pgtest.Server {
 	h := a.h
 	c := h.cluster
@@ -97,7 +101,28 @@ func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort stri
 	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
 	maps.Copy(env, a.storeEnv(server))
 	env["PATH"] = h.bin + ":/usr/bin:/bin"
+	env["WAL_UPLOADER"] = a.uploader(server)
 	return h.u.StartServer(a.t, h.bin, env, pgtest.HostCommand(a.t, pod.Container, h.scripts))
+}
+
+// uploader runs wal-uploader.sh for the archive named server until the
+// test ends and returns its directory. Its log is the test's when the
+// test fails.
+func (a *archiving) uploader(server string) string {
+	t := a.t
+	dir := a.h.u.TempDir(t)
+	cmd := a.h.u.Command(a.storeEnv(server), []string{"sh", path.Join(a.scripts, postgres.UploaderScript), dir})
+	log := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() && log.String() != "" {
+			t.Logf("the uploader of %s:\n%s", server, log.String())
+		}
+	})
+	return dir
 }
 
 // startWriter inserts a row every 100 ms into the source until the test

@@ -17,12 +17,16 @@ import (
 // Continuous archiving): the server's archive_command (wal-handoff.sh,
 // plain sh) hands each segment to the archiver sidecar (archiver.sh, in
 // an image with Barman Cloud) through a directory both mount; the sidecar
-// runs wal-archive.sh. The server's image needs no archiver.
+// runs wal-archive.sh, which uploads through the sidecar's resident
+// uploader (wal-uploader.sh). The server's image needs no archiver.
 const (
 	// HandoffScript is archive_command: sh wal-handoff.sh <queue> %p.
 	HandoffScript = "wal-handoff.sh"
 	// ArchiverScript is the sidecar's loop.
 	ArchiverScript = "archiver.sh"
+	// UploaderScript is the sidecar's resident WAL uploader, which
+	// wal-archive.sh hands segments to.
+	UploaderScript = "wal-uploader.sh"
 
 	// ArchiverContainer is the sidecar's name.
 	ArchiverContainer = "archiver"
@@ -201,9 +205,10 @@ func ensureSidecar(spec *corev1.PodSpec, server, image string) (*corev1.Containe
 			{Name: archiveTmpVolume, MountPath: "/tmp"},
 		},
 		SecurityContext: containerSecurityContext(),
-		// Python and boto3 at rest; gzip of a 16 MiB segment is short.
+		// At rest: the resident uploader (Python, boto3: about 70 MiB);
+		// gzip of a 16 MiB segment is short.
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("96Mi"),
 		}},
 	})
 	return &spec.Containers[len(spec.Containers)-1], nil

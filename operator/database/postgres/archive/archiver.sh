@@ -208,11 +208,42 @@ if [ -n "${BASE_BACKUP_EVERY:-}" ] && [ -n "${STORE_BUCKET:-}" ]; then
   backups_pid=$!
 fi
 
+# The resident uploader (wal-uploader.sh) wal-archive.sh hands segments
+# to, in a private directory. It is started again when it has exited: at
+# once after a change of keys (exit 75), else fifty turns of the loop
+# below (ten seconds or more) after its last start, so that one that
+# cannot start (the store's settings not usable yet) is not started in a
+# tight loop; meanwhile wal-archive.sh uploads by itself.
+uploader_pid= uploader_started=-100
+if [ -n "${STORE_BUCKET:-}" ]; then
+  WAL_UPLOADER=$(mktemp -d "${TMPDIR:-/tmp}/deckhand-uploader.XXXXXX")
+  export WAL_UPLOADER
+fi
+keep_uploader() {
+  [ -n "${WAL_UPLOADER:-}" ] || return 0
+  if [ -n "$uploader_pid" ]; then
+    ! kill -0 "$uploader_pid" 2>/dev/null || return 0
+    rc=0
+    wait "$uploader_pid" || rc=$?
+    # No request waits on a process that is gone (its pid reused).
+    rm -f "$WAL_UPLOADER/pid"
+    uploader_pid=
+    if [ "$rc" -eq 75 ]; then
+      uploader_started=$((ticks - 50))
+    else
+      echo "deckhand: the WAL uploader exited ($rc); each segment is uploaded by a process of its own until it is started again" >&2
+    fi
+  fi
+  [ $((ticks - uploader_started)) -ge 50 ] || return 0
+  sh "$here/wal-uploader.sh" "$WAL_UPLOADER" &
+  uploader_pid=$! uploader_started=$ticks
+}
+
 stopping=0
 trap 'stopping=1' TERM INT
-trap 'rm -f "$queue/archiver-ready"; [ -z "${backups_pid:-}" ] || kill "$backups_pid" 2>/dev/null' EXIT
+trap 'rm -f "$queue/archiver-ready"; [ -z "${backups_pid:-}" ] || kill "$backups_pid" 2>/dev/null; [ -z "$uploader_pid" ] || kill "$uploader_pid" 2>/dev/null; [ -z "${WAL_UPLOADER:-}" ] || rm -rf "$WAL_UPLOADER"' EXIT
 : >"$queue/archiver-ready"
-[ -z "${STORE_BUCKET:-}" ] || echo "deckhand: archiver ready: s3://$STORE_BUCKET${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}" >&2
+[ -z "${STORE_BUCKET:-}" ] || echo "deckhand: archiver ready: s3://$STORE_BUCKET${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}, uploading through $WAL_UPLOADER" >&2
 [ -z "${SOURCE_STORE_BUCKET:-}" ] || echo "deckhand: archiver ready to restore from s3://$SOURCE_STORE_BUCKET${SOURCE_STORE_PREFIX:+/${SOURCE_STORE_PREFIX%/}}/${SOURCE_STORE_SERVER:-} ${SOURCE_STORE_ENDPOINT:-(AWS S3)}" >&2
 
 # answer moves a result into place in one step.
@@ -262,6 +293,7 @@ ship_ahead() {
 ticks=0
 deadline=
 while :; do
+  keep_uploader
   took=0
   for req in "$queue"/*.req; do
     [ -f "$req" ] || continue
