@@ -24,8 +24,8 @@ import (
 // 127.0.0.1 (TLS, gzip, as a Database's sidecar does):
 //
 //   - wal-catchup-s: after about 1 GB of rows is written, until the archive
-//     holds every segment of it (through a resident uploader, one segment
-//     at a time);
+//     holds every segment of it (through a resident Barman Cloud process,
+//     one segment at a time);
 //   - base-backup-s: base-backup.sh (barman-cloud-backup, two uploads at a
 //     time, gzip), against floors measured in the same run: the same
 //     barman-cloud-backup run bare with the same options into an archive
@@ -157,14 +157,15 @@ func BenchmarkWALArchivingInParallel(b *testing.B) {
 }
 
 // BenchmarkWALSegmentUpload measures the CPU one WAL segment costs to ship
-// through the archiver sidecar's resident uploader (wal-uploader.sh,
-// handed each segment by wal-archive.sh), against the floor measured in
-// the same run: wal-archive.sh with no uploader, one
+// through the archiver sidecar's resident Barman Cloud process
+// (wal-resident.sh archive, handed each segment by wal-archive.sh),
+// against the floor measured in the same run: wal-archive.sh with no
+// resident process, one
 // barman-cloud-wal-archive per segment. Same store (versitygw on
 // 127.0.0.1, TLS), gzip, as a Database's sidecar ships them. Each 16 MiB
 // segment's 8 KiB pages are 3 KiB of random bytes and zeros after them,
 // about as compressible as the WAL of small rows. cpu-s/segment counts
-// wal-archive.sh and what it runs, and the uploader's CPU over the loop
+// wal-archive.sh and what it runs, and the resident's CPU over the loop
 // (its first segment, when it connects, apart: first-cpu-s).
 //
 //	go test -bench WALSegmentUpload -run x -benchtime 20x ./operator/database/postgres/
@@ -205,12 +206,12 @@ func BenchmarkWALSegmentUpload(b *testing.B) {
 		}
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/segment")
 	})
-	b.Run("resident-uploader", func(b *testing.B) {
+	b.Run("resident", func(b *testing.B) {
 		dir := h.u.TempDir(b)
-		uploader := h.u.Command(env, []string{"sh", filepath.Join(a.scripts, postgres.UploaderScript), dir})
-		uploader.Stdout, uploader.Stderr = os.Stderr, os.Stderr
-		require.NoError(b, uploader.Start())
-		b.Cleanup(func() { _ = uploader.Process.Signal(syscall.SIGTERM); _ = uploader.Wait() })
+		resident := h.u.Command(env, []string{"sh", filepath.Join(a.scripts, postgres.ResidentScript), "archive", dir})
+		resident.Stdout, resident.Stderr = os.Stderr, os.Stderr
+		require.NoError(b, resident.Start())
+		b.Cleanup(func() { _ = resident.Process.Signal(syscall.SIGTERM); _ = resident.Wait() })
 		var pid int
 		require.Eventually(b, func() bool {
 			out, err := os.ReadFile(filepath.Join(dir, "pid"))
@@ -218,14 +219,14 @@ func BenchmarkWALSegmentUpload(b *testing.B) {
 				pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
 			}
 			return err == nil
-		}, 30*time.Second, 50*time.Millisecond, "the uploader never served")
-		withUploader := maps.Clone(env)
-		withUploader["WAL_UPLOADER"] = dir
-		first := ship(b, withUploader) + processCPU(b, pid)
+		}, 30*time.Second, 50*time.Millisecond, "the resident process never served")
+		withResident := maps.Clone(env)
+		withResident["WAL_ARCHIVE_RESIDENT"] = dir
+		first := ship(b, withResident) + processCPU(b, pid)
 		var cpu time.Duration
 		before := processCPU(b, pid)
 		for b.Loop() {
-			cpu += ship(b, withUploader)
+			cpu += ship(b, withResident)
 		}
 		cpu += processCPU(b, pid) - before
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/segment")

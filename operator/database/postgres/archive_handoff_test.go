@@ -82,7 +82,11 @@ func startSidecarPodWithEnv(t testing.TB, opts postgres.ArchiverOptions, env fun
 	if baseBackups > 0 {
 		password := filepath.Join(h.u.TempDir(t), "superuser-password")
 		require.NoError(t, os.WriteFile(password, []byte(h.superPassword()), 0o644))
-		files["SUPERUSER_PASSWORD_FILE"], files["PGPORT"], files["BASE_BACKUP_CHECK"] = password, serverEnv["PGPORT"], "1"
+		// The first base backup is taken at the first look the server
+		// answers (tried every 5 s until it does), all these tests need;
+		// each later look runs Barman twice (the holds, the summary),
+		// about a CPU-second.
+		files["SUPERUSER_PASSWORD_FILE"], files["PGPORT"], files["BASE_BACKUP_CHECK"] = password, serverEnv["PGPORT"], "30"
 	}
 	if env != nil {
 		maps.Copy(files, env(h))
@@ -245,13 +249,14 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 	}
 }
 
-// The sidecar's resident uploader (wal-uploader.sh) ships the segments:
-// no barman-cloud-wal-archive of their own runs while it serves. Killed,
-// the segments are still archived (wal-archive.sh uploads by itself
-// meanwhile) and the archiver starts another; a changed CA bundle (a
-// rotated Secret's files) makes it start again at once with the new
-// files. PostgreSQL counts no failure through any of it.
-func TestTheSidecarsResidentUploaderShipsSegmentsAndIsReplacedWhenItGoes(t *testing.T) {
+// The sidecar's resident Barman Cloud process (wal-resident.sh archive)
+// ships the segments: no barman-cloud-wal-archive of their own runs while
+// it serves. Killed, the segments are still archived (wal-archive.sh runs
+// the command itself meanwhile) and the archiver starts another; a
+// changed CA bundle (a rotated Secret's files) makes it start again at
+// once with the new files. PostgreSQL counts no failure through any of
+// it.
+func TestTheSidecarsResidentProcessShipsSegmentsAndIsReplacedWhenItGoes(t *testing.T) {
 	t.Parallel()
 	var calls string
 	p := startSidecarPodWithEnv(t, postgres.ArchiverOptions{}, func(h *host) map[string]string {
@@ -271,12 +276,12 @@ func TestTheSidecarsResidentUploaderShipsSegmentsAndIsReplacedWhenItGoes(t *test
 		require.NoError(t, err)
 		return strings.Count(string(b), "run\n")
 	}
-	m := regexp.MustCompile(`uploading through (\S+)`).FindStringSubmatch(p.log.String())
-	require.NotNil(t, m, "the archiver names its uploader's directory:\n%s", p.log.String())
+	m := regexp.MustCompile(`shipping through (\S+)`).FindStringSubmatch(p.log.String())
+	require.NotNil(t, m, "the archiver names its resident process's directory:\n%s", p.log.String())
 	dir := m[1]
-	// uploader is the pid of the uploader serving now, once there is one
-	// other than old.
-	uploader := func(old int) int {
+	// resident is the pid of the resident process serving now, once there
+	// is one other than old.
+	resident := func(old int) int {
 		var pid int
 		require.Eventually(t, func() bool {
 			b, err := os.ReadFile(filepath.Join(dir, "pid"))
@@ -285,25 +290,25 @@ func TestTheSidecarsResidentUploaderShipsSegmentsAndIsReplacedWhenItGoes(t *test
 			}
 			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 			return err == nil && pid != old && syscall.Kill(pid, 0) == nil
-		}, 30*time.Second, 100*time.Millisecond, "no uploader serves (other than %d):\n%s", old, p.log.String())
+		}, 30*time.Second, 100*time.Millisecond, "no resident process serves (other than %d):\n%s", old, p.log.String())
 		return pid
 	}
 
-	first := uploader(0)
+	first := resident(0)
 	a.startWriter()
 	for range 3 {
 		a.switchAndWait(a.source.Port, time.Minute)
 	}
-	assert.Zero(t, runsAlone(), "barman-cloud-wal-archive ran while the uploader served")
+	assert.Zero(t, runsAlone(), "barman-cloud-wal-archive ran while the resident process served")
 
 	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
 	a.switchAndWait(a.source.Port, time.Minute)
-	second := uploader(first)
+	second := resident(first)
 	alone := runsAlone()
 	for range 2 {
 		a.switchAndWait(a.source.Port, time.Minute)
 	}
-	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the second uploader served")
+	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the second one served")
 
 	f, err := os.OpenFile(a.store.CAFile, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
@@ -311,16 +316,16 @@ func TestTheSidecarsResidentUploaderShipsSegmentsAndIsReplacedWhenItGoes(t *test
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	changed := time.Now()
-	third := uploader(second)
-	assert.Less(t, time.Since(changed), 10*time.Second, "the uploader started again soon after the CA bundle changed")
+	third := resident(second)
+	assert.Less(t, time.Since(changed), 10*time.Second, "started again soon after the CA bundle changed")
 	assert.Contains(t, p.log.String(), "the store's keys or CA bundle changed")
 	alone = runsAlone()
 	last := ""
 	for range 2 {
 		last = a.switchAndWait(a.source.Port, time.Minute)
 	}
-	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the third uploader served")
-	assert.NoError(t, syscall.Kill(third, 0), "the third uploader serves on")
+	assert.Equal(t, alone, runsAlone(), "barman-cloud-wal-archive ran while the third one served")
+	assert.NoError(t, syscall.Kill(third, 0), "the third serves on")
 	a.stopWriter()
 	a.requireEverySegment(last)
 	assert.Zero(t, a.stats(a.source.Port).failed, "pg_stat_archiver.failed_count")

@@ -87,8 +87,8 @@ func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
 // serverInto starts ordinal on dataVolume, archiving into the archive
 // named server (once it is a primary); a primaryPort makes it a standby
 // of the server there. Its archive_command is wal-archive.sh, which hands
-// the segments to a resident uploader of the server's own, as a
-// Database's archiver sidecar does.
+// the segments to a resident Barman Cloud process of the server's own, as
+// a Database's archiver sidecar does.
 func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort string) *pgtest.Server {
 	h := a.h
 	c := h.cluster
@@ -101,17 +101,17 @@ func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort stri
 	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
 	maps.Copy(env, a.storeEnv(server))
 	env["PATH"] = h.bin + ":/usr/bin:/bin"
-	env["WAL_UPLOADER"] = a.uploader(server)
+	env["WAL_ARCHIVE_RESIDENT"] = a.resident("archive", server)
 	return h.u.StartServer(a.t, h.bin, env, pgtest.HostCommand(a.t, pod.Container, h.scripts))
 }
 
-// uploader runs wal-uploader.sh for the archive named server until the
-// test ends and returns its directory. Its log is the test's when the
-// test fails.
-func (a *archiving) uploader(server string) string {
+// resident runs wal-resident.sh in mode (archive or restore) for the
+// archive named server until the test ends and returns its directory. Its
+// log is the test's when the test fails.
+func (a *archiving) resident(mode, server string) string {
 	t := a.t
 	dir := a.h.u.TempDir(t)
-	cmd := a.h.u.Command(a.storeEnv(server), []string{"sh", path.Join(a.scripts, postgres.UploaderScript), dir})
+	cmd := a.h.u.Command(a.storeEnv(server), []string{"sh", path.Join(a.scripts, postgres.ResidentScript), mode, dir})
 	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -119,7 +119,7 @@ func (a *archiving) uploader(server string) string {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		if t.Failed() && log.String() != "" {
-			t.Logf("the uploader of %s:\n%s", server, log.String())
+			t.Logf("the resident process (%s) of %s:\n%s", mode, server, log.String())
 		}
 	})
 	return dir
@@ -287,11 +287,12 @@ func (a *archiving) recover(t testing.TB, target map[string]string) (recovery, e
 		return recovery{out: out}, err
 	}
 	r := recovery{out: out, port: pgtest.FreePort(t)}
-	// What restore_command needs: the store's settings. Each segment it
-	// fetches starts Barman (Python) once: a backlog of 18 took over 2
-	// minutes beside the rest of make test, hence the long deadline.
+	// What restore_command needs: the store's settings, and a resident
+	// Barman Cloud process to fetch through, as in a recovering pod's
+	// sidecar.
 	serverEnv := a.storeEnv(a.server)
 	serverEnv["PGPORT"] = r.port
+	serverEnv["WAL_RESTORE_RESIDENT"] = a.resident("restore", a.server)
 	r.server = h.u.StartServer(t, h.bin, serverEnv, []string{filepath.Join(h.bin, "postgres"), "-D", pgdata,
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir})
 	promoted := assert.Eventually(t, func() bool {

@@ -17,16 +17,17 @@ import (
 // Continuous archiving): the server's archive_command (wal-handoff.sh,
 // plain sh) hands each segment to the archiver sidecar (archiver.sh, in
 // an image with Barman Cloud) through a directory both mount; the sidecar
-// runs wal-archive.sh, which uploads through the sidecar's resident
-// uploader (wal-uploader.sh). The server's image needs no archiver.
+// runs wal-archive.sh, which ships through the sidecar's resident Barman
+// Cloud process (wal-resident.sh). The server's image needs no archiver.
 const (
 	// HandoffScript is archive_command: sh wal-handoff.sh <queue> %p.
 	HandoffScript = "wal-handoff.sh"
 	// ArchiverScript is the sidecar's loop.
 	ArchiverScript = "archiver.sh"
-	// UploaderScript is the sidecar's resident WAL uploader, which
-	// wal-archive.sh hands segments to.
-	UploaderScript = "wal-uploader.sh"
+	// ResidentScript is the sidecar's resident Barman Cloud process
+	// (modes archive and restore), which wal-archive.sh and
+	// wal-restore.sh hand their files to.
+	ResidentScript = "wal-resident.sh"
 
 	// ArchiverContainer is the sidecar's name.
 	ArchiverContainer = "archiver"
@@ -205,7 +206,8 @@ func ensureSidecar(spec *corev1.PodSpec, server, image string) (*corev1.Containe
 			{Name: archiveTmpVolume, MountPath: "/tmp"},
 		},
 		SecurityContext: containerSecurityContext(),
-		// At rest: the resident uploader (Python, boto3: about 70 MiB);
+		// At rest: a resident Barman Cloud process (Python, boto3: about
+		// 70 MiB; two while a Database recovers from another's archive);
 		// gzip of a 16 MiB segment is short.
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("96Mi"),

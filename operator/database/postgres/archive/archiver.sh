@@ -49,13 +49,17 @@ queue=$ARCHIVE_QUEUE
 grace=${ARCHIVER_STOP_GRACE:-45}
 mkdir -p "$queue"
 
+# source_settings makes the source archive's settings the store's.
+source_settings() {
+  for v in ENDPOINT BUCKET PREFIX SERVER REGION PATH_STYLE CA_FILE ACCESS_KEY_FILE SECRET_KEY_FILE; do
+    eval "unset STORE_$v; [ -z \"\${SOURCE_STORE_$v+set}\" ] || export STORE_$v=\"\$SOURCE_STORE_$v\""
+  done
+}
 # from_source runs a command with the source archive's settings as the
 # store's.
 from_source() {
   (
-    for v in ENDPOINT BUCKET PREFIX SERVER REGION PATH_STYLE CA_FILE ACCESS_KEY_FILE SECRET_KEY_FILE; do
-      eval "unset STORE_$v; [ -z \"\${SOURCE_STORE_$v+set}\" ] || export STORE_$v=\"\$SOURCE_STORE_$v\""
-    done
+    source_settings
     "$@"
   )
 }
@@ -208,43 +212,57 @@ if [ -n "${BASE_BACKUP_EVERY:-}" ] && [ -n "${STORE_BUCKET:-}" ]; then
   backups_pid=$!
 fi
 
-# The resident uploader (wal-uploader.sh) wal-archive.sh hands segments
-# to, in a private directory. It is started again when it has exited: at
-# once after a change of keys (exit 75), else fifty turns of the loop
-# below (ten seconds or more) after its last start, so that one that
-# cannot start (the store's settings not usable yet) is not started in a
-# tight loop; meanwhile wal-archive.sh uploads by itself.
-uploader_pid= uploader_started=-100
-if [ -n "${STORE_BUCKET:-}" ]; then
-  WAL_UPLOADER=$(mktemp -d "${TMPDIR:-/tmp}/deckhand-uploader.XXXXXX")
-  export WAL_UPLOADER
-fi
-keep_uploader() {
-  [ -n "${WAL_UPLOADER:-}" ] || return 0
-  if [ -n "$uploader_pid" ]; then
-    ! kill -0 "$uploader_pid" 2>/dev/null || return 0
-    rc=0
-    wait "$uploader_pid" || rc=$?
+# The resident Barman Cloud processes (wal-resident.sh): one ships the
+# segments wal-archive.sh hands it (when the Database archives), one
+# fetches what wal-restore.sh asks for (when it recovers from an archive,
+# with the source's settings), each serving a private directory. Each is
+# started again when it has exited: at once after a change of keys (exit
+# 75), else fifty turns of the loop below (ten seconds or more) after its
+# last start, so that one that cannot start (the store's settings not
+# usable yet) is not started in a tight loop; meanwhile the scripts run
+# Barman Cloud's commands themselves.
+archive_pid= archive_started=-100 restore_pid= restore_started=-100
+WAL_ARCHIVE_RESIDENT= WAL_RESTORE_RESIDENT=
+[ -z "${STORE_BUCKET:-}" ] || WAL_ARCHIVE_RESIDENT=$(mktemp -d "${TMPDIR:-/tmp}/deckhand-archive.XXXXXX")
+[ -z "${SOURCE_STORE_BUCKET:-}" ] || WAL_RESTORE_RESIDENT=$(mktemp -d "${TMPDIR:-/tmp}/deckhand-restore.XXXXXX")
+export WAL_ARCHIVE_RESIDENT WAL_RESTORE_RESIDENT
+
+# keep_resident MODE DIR starts wal-resident.sh MODE serving DIR when it
+# is not running and is due; its pid and last start are ${MODE}_pid and
+# ${MODE}_started.
+keep_resident() {
+  [ -n "$2" ] || return 0
+  eval "r_pid=\$$1_pid r_started=\$$1_started"
+  if [ -n "$r_pid" ]; then
+    ! kill -0 "$r_pid" 2>/dev/null || return 0
+    r_rc=0
+    wait "$r_pid" || r_rc=$?
     # No request waits on a process that is gone (its pid reused).
-    rm -f "$WAL_UPLOADER/pid"
-    uploader_pid=
-    if [ "$rc" -eq 75 ]; then
-      uploader_started=$((ticks - 50))
+    rm -f "$2/pid"
+    r_pid=
+    if [ "$r_rc" -eq 75 ]; then
+      r_started=$((ticks - 50))
     else
-      echo "deckhand: the WAL uploader exited ($rc); each segment is uploaded by a process of its own until it is started again" >&2
+      echo "deckhand: the resident Barman Cloud process ($1) exited ($r_rc); each file takes a barman-cloud-wal-$1 process of its own until it is started again" >&2
     fi
   fi
-  [ $((ticks - uploader_started)) -ge 50 ] || return 0
-  sh "$here/wal-uploader.sh" "$WAL_UPLOADER" &
-  uploader_pid=$! uploader_started=$ticks
+  if [ $((ticks - r_started)) -ge 50 ]; then
+    if [ "$1" = archive ]; then
+      sh "$here/wal-resident.sh" archive "$2" &
+    else
+      (source_settings; exec sh "$here/wal-resident.sh" restore "$2") &
+    fi
+    r_pid=$! r_started=$ticks
+  fi
+  eval "$1_pid=\$r_pid $1_started=\$r_started"
 }
 
 stopping=0
 trap 'stopping=1' TERM INT
-trap 'rm -f "$queue/archiver-ready"; [ -z "${backups_pid:-}" ] || kill "$backups_pid" 2>/dev/null; [ -z "$uploader_pid" ] || kill "$uploader_pid" 2>/dev/null; [ -z "${WAL_UPLOADER:-}" ] || rm -rf "$WAL_UPLOADER"' EXIT
+trap 'rm -f "$queue/archiver-ready"; for p in "${backups_pid:-}" "$archive_pid" "$restore_pid"; do [ -z "$p" ] || kill "$p" 2>/dev/null; done; rm -rf ${WAL_ARCHIVE_RESIDENT:+"$WAL_ARCHIVE_RESIDENT"} ${WAL_RESTORE_RESIDENT:+"$WAL_RESTORE_RESIDENT"}' EXIT
 : >"$queue/archiver-ready"
-[ -z "${STORE_BUCKET:-}" ] || echo "deckhand: archiver ready: s3://$STORE_BUCKET${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}, uploading through $WAL_UPLOADER" >&2
-[ -z "${SOURCE_STORE_BUCKET:-}" ] || echo "deckhand: archiver ready to restore from s3://$SOURCE_STORE_BUCKET${SOURCE_STORE_PREFIX:+/${SOURCE_STORE_PREFIX%/}}/${SOURCE_STORE_SERVER:-} ${SOURCE_STORE_ENDPOINT:-(AWS S3)}" >&2
+[ -z "${STORE_BUCKET:-}" ] || echo "deckhand: archiver ready: s3://$STORE_BUCKET${STORE_PREFIX:+/${STORE_PREFIX%/}}/${STORE_SERVER:-} ${STORE_ENDPOINT:-(AWS S3)}, shipping through $WAL_ARCHIVE_RESIDENT" >&2
+[ -z "${SOURCE_STORE_BUCKET:-}" ] || echo "deckhand: archiver ready to restore from s3://$SOURCE_STORE_BUCKET${SOURCE_STORE_PREFIX:+/${SOURCE_STORE_PREFIX%/}}/${SOURCE_STORE_SERVER:-} ${SOURCE_STORE_ENDPOINT:-(AWS S3)}, fetching through $WAL_RESTORE_RESIDENT" >&2
 
 # answer moves a result into place in one step.
 answer() {
@@ -293,7 +311,8 @@ ship_ahead() {
 ticks=0
 deadline=
 while :; do
-  keep_uploader
+  keep_resident archive "$WAL_ARCHIVE_RESIDENT"
+  keep_resident restore "$WAL_RESTORE_RESIDENT"
   took=0
   for req in "$queue"/*.req; do
     [ -f "$req" ] || continue

@@ -69,6 +69,7 @@ import datetime, os, re, subprocess, sys
 
 from barman import xlog
 from barman.clients.cloud_cli import UrlArgumentType, create_argument_parser
+from barman.clients.cloud_walrestore import CloudWalDownloader
 from barman.cloud import CloudBackupCatalog
 from barman.cloud_providers import get_cloud_interface
 from barman.infofile import BackupInfo
@@ -103,9 +104,14 @@ record = re.compile(r"lsn: ([0-9A-F]+/[0-9A-F]+),.*desc: (?:COMMIT|ABORT) (\d{4}
 any_record = re.compile(r"lsn: ([0-9A-F]+/[0-9A-F]+),")
 for name in reversed(segments[-8:]):
     dest = os.path.join(os.environ["STORE_TMP"], name)
-    got = subprocess.run(["barman-cloud-wal-restore"] + sys.argv[1:-2] + [config.source_url, config.server_name, name, dest], stdout=sys.stderr)
-    if got.returncode != 0:
-        fail("cannot read segment %s of %s (barman-cloud-wal-restore exited %d)" % (name, where, got.returncode))
+    # Barman Cloud's own downloader (barman-cloud-wal-restore's), on the
+    # connection open already.
+    try:
+        CloudWalDownloader(cloud_interface=cloud, server_name=config.server_name).download_wal(name, dest)
+    except SystemExit:
+        fail("cannot read segment %s of %s: it is listed, but not there" % (name, where))
+    except Exception as exc:
+        fail("cannot read segment %s of %s: %s" % (name, where, exc))
     dump = subprocess.run(["pg_waldump", dest], capture_output=True, text=True, env=dict(os.environ, TZ="UTC"))
     os.remove(dest)
     lines = dump.stdout.splitlines()

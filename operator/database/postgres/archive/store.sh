@@ -76,3 +76,35 @@ store_setup() {
 store_cleanup() {
   [ -z "${store_tmp:-}" ] || rm -rf "$store_tmp"
 }
+
+# resident_call DIR REQUEST hands REQUEST (its lines) to the resident
+# Barman Cloud process serving DIR (wal-resident.sh), waits for the
+# answer, prints what Barman said about it and sets resident_rc to its
+# exit code. It returns 1 without an answer when DIR is empty, no such
+# process is alive, or it goes before answering: the caller then runs
+# Barman Cloud's command itself (a file shipped or fetched twice is the
+# same file twice).
+resident_call() {
+  [ -n "$1" ] || return 1
+  resident_pid=$(cat "$1/pid" 2>/dev/null) && kill -0 "$resident_pid" 2>/dev/null || return 1
+  printf '%s\n' "$2" >"$1/.$$.tmp"
+  mv "$1/.$$.tmp" "$1/$$.up"
+  while [ ! -e "$1/$$.rc" ]; do
+    if ! kill -0 "$resident_pid" 2>/dev/null; then
+      rm -f "$1/$$.up" "$1/$$.taken"
+      return 1
+    fi
+    sleep 0.05
+  done
+  { read -r resident_rc && resident_said=$(cat); } <"$1/$$.rc"
+  rm -f "$1/$$.rc"
+  [ -z "$resident_said" ] || printf '%s\n' "$resident_said" >&2
+}
+
+# absolute prints path $1 from the working directory.
+absolute() {
+  case $1 in
+    /*) echo "$1" ;;
+    *) echo "$(pwd)/$1" ;;
+  esac
+}

@@ -1,7 +1,8 @@
 # PostgreSQL's archive_command: ships one WAL segment (or history file) to
-# the object store with Barman Cloud: through the archiver sidecar's
-# resident uploader (wal-uploader.sh; WAL_UPLOADER names its directory)
-# when it runs, else with barman-cloud-wal-archive.
+# the object store with Barman Cloud: through the resident process
+# (wal-resident.sh archive) whose directory WAL_ARCHIVE_RESIDENT names
+# while it is alive, as in the archiver sidecar; else with
+# barman-cloud-wal-archive.
 #
 #   archive_command = 'sh /path/to/wal-archive.sh %p'
 #
@@ -57,43 +58,8 @@ if [ "$(cat "$checked" 2>/dev/null || true)" != "$destination" ]; then
   mv "$checked.tmp" "$checked"
 fi
 
-# upload_alone ships $1 with a barman-cloud-wal-archive of its own.
-upload_alone() {
-  # shellcheck disable=SC2086 # the flags are single words or empty
-  barman-cloud-wal-archive $store_endpoint $store_compress "$store_url" "$STORE_SERVER" "$1"
-}
-
-# uploader_pid prints the pid of the archiver's resident uploader
-# (wal-uploader.sh, in the directory WAL_UPLOADER) if it is alive.
-uploader_pid() {
-  [ -n "${WAL_UPLOADER:-}" ] || return 1
-  p=$(cat "$WAL_UPLOADER/pid" 2>/dev/null) && kill -0 "$p" 2>/dev/null && echo "$p"
-}
-
-# upload ships $1 through the resident uploader while it is alive, and by
-# itself when there is none or it goes before answering (shipping a
-# segment twice is harmless: the second upload writes the same object).
-upload() {
-  pid=$(uploader_pid) || { upload_alone "$1"; return; }
-  case $1 in
-    /*) path=$1 ;;
-    *) path=$(pwd)/$1 ;;
-  esac
-  req=$WAL_UPLOADER/$$
-  printf '%s\n' "$path" >"$WAL_UPLOADER/.$$.tmp"
-  mv "$WAL_UPLOADER/.$$.tmp" "$req.up"
-  while [ ! -e "$req.rc" ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$req.up" "$req.taken"
-      upload_alone "$1"
-      return
-    fi
-    sleep 0.05
-  done
-  { read -r code && said=$(cat); } <"$req.rc"
-  rm -f "$req.rc"
-  [ -z "$said" ] || printf '%s\n' "$said" >&2
-  return "$code"
-}
-
-upload "$1"
+if resident_call "${WAL_ARCHIVE_RESIDENT:-}" "$(absolute "$1")"; then
+  exit "$resident_rc"
+fi
+# shellcheck disable=SC2086 # the flags are single words or empty
+barman-cloud-wal-archive $store_endpoint $store_compress "$store_url" "$STORE_SERVER" "$1"

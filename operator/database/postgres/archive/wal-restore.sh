@@ -1,5 +1,8 @@
 # PostgreSQL's restore_command: fetches one WAL segment (or history file)
-# from the object store with barman-cloud-wal-restore.
+# from the object store with Barman Cloud: through the resident process
+# (wal-resident.sh restore) whose directory WAL_RESTORE_RESIDENT names
+# while it is alive, as in the archiver sidecar; else with
+# barman-cloud-wal-restore.
 #
 #   restore_command = 'sh /path/to/wal-restore.sh %f %p'
 #
@@ -21,10 +24,15 @@ store_fail() {
 trap store_cleanup EXIT
 store_setup
 rc=0
-barman-cloud-wal-restore $store_endpoint "$store_url" "$STORE_SERVER" "$1" "$2" || rc=$?
+if resident_call "${WAL_RESTORE_RESIDENT:-}" "$1
+$(absolute "$2")"; then
+  rc=$resident_rc
+else
+  barman-cloud-wal-restore $store_endpoint "$store_url" "$STORE_SERVER" "$1" "$2" || rc=$?
+fi
 case $rc in
   0) exit 0 ;;
   1) exit 1 ;;
-  *) echo "deckhand: cannot fetch $1 from $store_url/$STORE_SERVER (barman-cloud-wal-restore exited $rc); stopping recovery rather than ending it early" >&2
+  *) echo "deckhand: cannot fetch $1 from $store_url/$STORE_SERVER (Barman Cloud's restore exited $rc); stopping recovery rather than ending it early" >&2
      exit 126 ;;
 esac
