@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -207,19 +206,8 @@ func BenchmarkWALSegmentUpload(b *testing.B) {
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/segment")
 	})
 	b.Run("resident", func(b *testing.B) {
-		dir := h.u.TempDir(b)
-		resident := h.u.Command(env, []string{"sh", filepath.Join(a.scripts, postgres.ResidentScript), "archive", dir})
-		resident.Stdout, resident.Stderr = os.Stderr, os.Stderr
-		require.NoError(b, resident.Start())
-		b.Cleanup(func() { _ = resident.Process.Signal(syscall.SIGTERM); _ = resident.Wait() })
-		var pid int
-		require.Eventually(b, func() bool {
-			out, err := os.ReadFile(filepath.Join(dir, "pid"))
-			if err == nil {
-				pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
-			}
-			return err == nil
-		}, 30*time.Second, 50*time.Millisecond, "the resident process never served")
+		dir := a.resident("archive", a.server)
+		pid := residentPID(b, dir, 0)
 		withResident := maps.Clone(env)
 		withResident["WAL_ARCHIVE_RESIDENT"] = dir
 		first := ship(b, withResident) + processCPU(b, pid)

@@ -2,14 +2,12 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,41 +256,18 @@ func TestArchivingThroughTheSidecarHandOff(t *testing.T) {
 // it.
 func TestTheSidecarsResidentProcessShipsSegmentsAndIsReplacedWhenItGoes(t *testing.T) {
 	t.Parallel()
-	var calls string
+	var runsAlone func() int
 	p := startSidecarPodWithEnv(t, postgres.ArchiverOptions{}, func(h *host) map[string]string {
-		// barman-cloud-wal-archive, counting its runs.
-		bin := h.u.TempDir(t)
-		calls = filepath.Join(bin, "calls")
-		wrapper := "#!/bin/sh\necho run >>" + calls + "\nexec /usr/bin/barman-cloud-wal-archive \"$@\"\n"
-		require.NoError(t, os.WriteFile(filepath.Join(bin, "barman-cloud-wal-archive"), []byte(wrapper), 0o755))
+		var bin string
+		bin, runsAlone = countRuns(t, h.u, "barman-cloud-wal-archive")
 		return map[string]string{"PATH": bin + ":" + h.bin + ":/usr/bin:/bin"}
 	})
 	a := p.archiving
-	runsAlone := func() int {
-		b, err := os.ReadFile(calls)
-		if errors.Is(err, os.ErrNotExist) {
-			return 0
-		}
-		require.NoError(t, err)
-		return strings.Count(string(b), "run\n")
-	}
 	m := regexp.MustCompile(`shipping through (\S+)`).FindStringSubmatch(p.log.String())
 	require.NotNil(t, m, "the archiver names its resident process's directory:\n%s", p.log.String())
-	dir := m[1]
 	// resident is the pid of the resident process serving now, once there
 	// is one other than old.
-	resident := func(old int) int {
-		var pid int
-		require.Eventually(t, func() bool {
-			b, err := os.ReadFile(filepath.Join(dir, "pid"))
-			if err != nil {
-				return false
-			}
-			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-			return err == nil && pid != old && syscall.Kill(pid, 0) == nil
-		}, 30*time.Second, 100*time.Millisecond, "no resident process serves (other than %d):\n%s", old, p.log.String())
-		return pid
-	}
+	resident := func(old int) int { return residentPID(t, m[1], old) }
 
 	first := resident(0)
 	a.startWriter()

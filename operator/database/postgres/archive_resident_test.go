@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
 // wal-restore.sh fetches through a resident Barman Cloud process
@@ -30,23 +31,8 @@ func TestWALRestoreFetchesThroughTheResidentProcess(t *testing.T) {
 	seg := a.switchAndWait(a.source.Port, time.Minute)
 
 	dir := a.resident("restore", a.server)
-	var pid int
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "pid"))
-		if err == nil {
-			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond, "the resident process never served")
-	// barman-cloud-wal-restore, counting its runs.
-	bin := h.u.TempDir(t)
-	calls := filepath.Join(bin, "calls")
-	wrapper := "#!/bin/sh\necho run >>" + calls + "\nexec /usr/bin/barman-cloud-wal-restore \"$@\"\n"
-	require.NoError(t, os.WriteFile(filepath.Join(bin, "barman-cloud-wal-restore"), []byte(wrapper), 0o755))
-	runsAlone := func() int {
-		b, _ := os.ReadFile(calls)
-		return bytes.Count(b, []byte("run\n"))
-	}
+	pid := residentPID(t, dir, 0)
+	bin, runsAlone := countRuns(t, h.u, "barman-cloud-wal-restore")
 	env := a.storeEnv(a.server)
 	env["PATH"] = bin + ":" + env["PATH"]
 	env["WAL_RESTORE_RESIDENT"] = dir
@@ -92,4 +78,33 @@ func TestWALRestoreFetchesThroughTheResidentProcess(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(into, seg))
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(want, got))
+}
+
+// residentPID waits until a resident Barman Cloud process (wal-resident.sh)
+// other than old serves dir, and returns its pid.
+func residentPID(t testing.TB, dir string, old int) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err == nil {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return err == nil && pid != old && syscall.Kill(pid, 0) == nil
+	}, 30*time.Second, 50*time.Millisecond, "no resident process serves %s (other than %d)", dir, old)
+	return pid
+}
+
+// countRuns writes a wrapper of /usr/bin's command that counts its runs
+// into a directory of u's, for the front of a PATH; runs is the count so
+// far.
+func countRuns(t testing.TB, u *pgtest.User, command string) (dir string, runs func() int) {
+	dir = u.TempDir(t)
+	calls := filepath.Join(dir, "calls")
+	wrapper := "#!/bin/sh\necho run >>" + calls + "\nexec /usr/bin/" + command + " \"$@\"\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, command), []byte(wrapper), 0o755))
+	return dir, func() int {
+		b, _ := os.ReadFile(calls)
+		return bytes.Count(b, []byte("run\n"))
+	}
 }

@@ -178,7 +178,9 @@ os.rename(pid + ".tmp", pid)
 serving = []
 looked = time.monotonic()
 while True:
-    if time.monotonic() - looked >= 1:
+    # The files and stale answers every 5 s, requests every 0.1 s: at
+    # rest, about 0.3% of a core.
+    if time.monotonic() - looked >= 5:
         looked = time.monotonic()
         if settings() != started:
             os.unlink(pid)  # nothing more is handed to this process
@@ -200,7 +202,7 @@ while True:
         t = threading.Thread(target=answer, args=(request,))
         t.start()
         serving.append(t)
-    time.sleep(0.05)
+    time.sleep(0.1)
 print("deckhand: the store's keys or CA bundle changed; the resident Barman Cloud process starts again with them", file=sys.stderr)
 for t in serving:
     t.join()
