@@ -247,6 +247,12 @@ timed() {
   echo "$(($(date +%s) - start))" >"$log/$group.ended"
   return $rc
 }
+# wait_ended waits until group $1 has ended (timed wrote $1.ended).
+wait_ended() {
+  while [[ ! -f $log/$1.ended ]]; do
+    sleep 2
+  done
+}
 # faults_group runs the fault campaign after the node group, when that
 # runs: the campaign's 1,000-workload storm keeps its own API server, etcd
 # and controllers busy (a 1-minute load of 50 to 57), and beside the node's
@@ -259,9 +265,7 @@ timed() {
 # tail leaves idle. Its output goes to $log/faults, shown when it ends.
 faults_group() {
   if [[ $node != 0 ]]; then
-    while [[ ! -f $log/node.ended ]]; do
-      sleep 2
-    done
+    wait_ended node
   else
     while [[ ! -f $log/raced.ended ]] &&
       ! grep -qE "^(ok|FAIL)[[:space:]]+$module/operator/database/postgres[[:space:]]" "$log/raced" 2>/dev/null; do
@@ -281,15 +285,11 @@ faults_group() {
 # and the e2e group ends minutes before the node group does. Their output
 # goes to $log/e2e and $log/fuzz, shown at the end.
 e2e_group() {
-  while [[ ! -f $log/raced.ended ]]; do
-    sleep 2
-  done
+  wait_ended raced
   go test "${common[@]}" "${e2e_out[@]}" "${e2e_pkgs[@]}"
 }
 fuzz_group() {
-  while [[ ! -f $log/e2e.ended ]]; do
-    sleep 2
-  done
+  wait_ended e2e
   FUZZ_WORKERS=1 hack/fuzz.sh
 }
 

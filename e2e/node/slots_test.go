@@ -21,8 +21,8 @@ import (
 // make test (hack/gotest.sh) runs the package with go test -parallel
 // above the number of parallel tests, so every paused test reaches
 // parallel(); DECKHAND_NODE_PARALLEL (default 4) is how many run at once.
-// While the file DECKHAND_NODE_HOST_BUSY names exists (make test's raced,
-// and e2e groups still run), at most two do: four beside the other groups' tail
+// While the file DECKHAND_NODE_HOST_BUSY names exists (make test's raced
+// and e2e groups still run), at most two do: four beside their tail
 // drove the load to 45 to 57 on the two cores, and starved Databases of
 // the certificate and archive tests failed over or refused connections.
 var slots = &nodeSlots{}
