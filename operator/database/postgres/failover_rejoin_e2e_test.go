@@ -21,10 +21,10 @@ import (
 // failover (fo-0's server killed, fo-1 promoted) the old primary stays
 // fenced while its pod still reads itself named primary (its mounted
 // ConfigMap not yet refreshed). Its container restarts (the entrypoint
-// waits on the fence) and sees the new name; the operator, told so by its
-// agent, lifts the fence; the old primary is rewound and streams from
-// fo-1 through its slot, read-only, with the row committed on fo-1 after
-// the failover. The failover record says when the fence was lifted and
+// waits on the fence) and its mount comes to show the new name; the
+// operator, told so by its agent, lifts the fence; the old primary is
+// rewound and streams from fo-1 through its slot, read-only, with the
+// row committed on fo-1 after the failover. The failover record says when the fence was lifted and
 // when it rejoined; Events FenceLifted and Rejoined.
 func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T) {
 	t.Parallel()
@@ -51,9 +51,11 @@ func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T
 	_, err = os.Stat(marker)
 	require.NoError(t, err, "the fence marker is in place")
 
-	// Its container restarts with the ConfigMap as it is now (fo-1 named),
-	// following fo-rw; its entrypoint waits on the fence until the
-	// operator lifts it.
+	// Its container restarts, following fo-rw, with its mount of the
+	// ConfigMap refreshed as the kubelet does (fo-1 named once the
+	// operator has written it); its entrypoint waits on the fence until
+	// the operator lifts it.
+	followTheConfigMap(t, e, "fo-0")
 	f.startServerAgain("fo-0")
 	got := waitDatabase(t, e, "the old primary rejoined", func(ct *assert.CollectT, d *dbv1.Database) {
 		rec := d.Status.Failovers[len(d.Status.Failovers)-1]
