@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,15 +112,7 @@ func TestRealNodeKeepsWritingWhileTheStoreIsDownAndTheArchiveCatchesUp(t *testin
 		return slices.Contains(eventReasonsOf(ctx, t, cs, ns, "journal"), "ArchiveRecovered"), nil
 	}), "no Normal Event ArchiveRecovered")
 	assert.Equal(t, strconv.Itoa(written), psql(ctx, t, cfg, cs, client, "rw", "SELECT count(*) FROM entries"), "every write of the outage committed")
-	segment := switchWAL(ctx, t, cs, ns, "journal")
-	var stats string
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, "journal-0"), postgres.ArchiverContainer,
-			archiverSQL("SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")...)
-		stats = strings.TrimSpace(out)
-		return err == nil && stats >= segment, nil
-	}), "segment %s not archived after the outage: %s", segment, stats)
-	last, failures, _ := strings.Cut(stats, " ")
+	last, failures := archivedThrough(ctx, t, cs, ns, "journal-0", switchWAL(ctx, t, cs, ns, "journal-0"))
 	assert.NotEqual(t, "0", failures, "pg_stat_archiver counted the failed attempts")
 
 	// Nothing missing: the base backup from before the outage verified,

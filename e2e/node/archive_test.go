@@ -177,11 +177,7 @@ func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
 	// The segment that holds both rows goes to the archive now, not at
 	// archiveTimeout; the app role may not switch WAL, the sidecar's
 	// superuser may.
-	segment := switchWAL(ctx, t, cs, ns, "ledger")
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, "ledger-0"), postgres.ArchiverContainer, archiverSQL("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")...)
-		return err == nil && strings.TrimSpace(out) >= segment, nil
-	}), "segment %s not archived", segment)
+	archivedThrough(ctx, t, cs, ns, "ledger-0", switchWAL(ctx, t, cs, ns, "ledger-0"))
 
 	restored := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: "ledger-then", Namespace: ns},
@@ -232,14 +228,31 @@ func archiverSQL(sql string) []string {
 	return []string{"sh", "-c", `PGPASSWORD=$(cat "$SUPERUSER_PASSWORD_FILE") exec psql -h 127.0.0.1 -X -A -t -q -v ON_ERROR_STOP=1 -d postgres -c "$1"`, "psql", sql}
 }
 
-// switchWAL ends the primary's current WAL segment (so it is archived
-// now): the segment's name.
-func switchWAL(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, db string) string {
+// switchWAL ends the current WAL segment of the primary in pod (so it is
+// archived now): the segment's name.
+func switchWAL(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, pod string) string {
 	t.Helper()
 	cfg, _ := clientFor(t)
-	out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, db+"-0"), postgres.ArchiverContainer, archiverSQL("SELECT pg_walfile_name(pg_switch_wal())")...)
+	out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, pod), postgres.ArchiverContainer, archiverSQL("SELECT pg_walfile_name(pg_switch_wal())")...)
 	require.NoError(t, err, out)
 	return strings.TrimSpace(out)
+}
+
+// archivedThrough waits until the primary in pod has archived segment,
+// as its pg_stat_archiver says, and returns the last segment it archived
+// and how many attempts failed.
+func archivedThrough(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns, pod, segment string) (last, failures string) {
+	t.Helper()
+	cfg, _ := clientFor(t)
+	var stats string
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := tryExecIn(ctx, cfg, cs, runningPod(ctx, t, cs, ns, pod), postgres.ArchiverContainer,
+			archiverSQL("SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")...)
+		stats = strings.TrimSpace(out)
+		return err == nil && stats >= segment, nil
+	}), "segment %s not archived by %s: %s", segment, pod, stats)
+	last, failures, _ = strings.Cut(stats, " ")
+	return last, failures
 }
 
 // waitForContainerLog waits until a container's log holds want, and
@@ -257,4 +270,66 @@ func waitForContainerLog(ctx context.Context, t testing.TB, cs *kubernetes.Clien
 	})
 	require.NoError(t, err, "%s/%s never logged %q:\n%s", pod, container, want, logs)
 	return logs
+}
+
+// A Database archiving under a steady writer fails over (its primary's
+// server hung) through the chart's operator: the new primary archives
+// on the new timeline with no failed attempt, and a new Database
+// recovered to the end of the archive crosses the timeline switch. It
+// holds exactly the rows the new primary held up to the switched
+// segment, those written after the failover among them, and serves on a
+// timeline after the failover's.
+func TestRealNodeArchivesAcrossAFailoverAndRecoversPastIt(t *testing.T) {
+	parallel(t, 150*time.Second) // see the package comment: its own namespace, the shared operator
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	var store *dbv1.ObjectStore
+	f := startFailoverCluster(ctx, t, 2, 0, func(db *dbv1.Database) {
+		_, cs := clientFor(t)
+		store = startObjectStore(ctx, t, cs, db.Namespace)
+		db.Spec.Backup = &dbv1.BackupSpec{Storage: &dbv1.BackupStorage{ObjectStore: store.DeepCopy()}}
+	})
+	old := f.primary()
+	base := waitForContainerLog(ctx, t, f.cs, f.ns, old, postgres.ArchiverContainer, "deckhand: base backup base-")
+	require.Contains(t, base, " done: backup_id=", "the first base backup:\n%s", base)
+	w := f.startWriter("writer")
+
+	// Frozen, it fails over every time (a killed server may be back
+	// within primaryGoneAfter); the fence kills it.
+	hungAt := time.Now()
+	thaw := f.freezeServer(old)
+	rec := f.waitFailedOver(hungAt.Add(-time.Second))
+	thaw()
+	w.waitAcks(10)
+	client := startPostgresClient(ctx, t, f.cs, f.ns, f.name, "psql")
+	upTo := psql(ctx, t, f.cfg, f.cs, client, "rw", "SELECT max(id) FROM acks")
+	rows := "SELECT string_agg(id::text, ',' ORDER BY id) FROM acks WHERE id <= " + upTo
+	held := psql(ctx, t, f.cfg, f.cs, client, "rw", rows)
+	segment := switchWAL(ctx, t, f.cs, f.ns, rec.To)
+	require.True(t, strings.HasPrefix(segment, "00000002"), "the new primary %s writes timeline 2: %s", rec.To, segment)
+	last, failures := archivedThrough(ctx, t, f.cs, f.ns, rec.To, segment)
+	assert.Equal(t, "0", failures, "no archiving attempt of the new primary failed")
+
+	recovered := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "pay-now", Namespace: f.ns},
+		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "64Mi", Image: imageRef(t, "postgres"), Replicas: 1,
+			Recovery: &dbv1.Recovery{Source: dbv1.RecoverySource{ObjectStore: *store.DeepCopy(), ServerName: f.name}}},
+	}
+	start := time.Now()
+	require.NoError(t, f.c.Create(ctx, recovered))
+	waitDatabaseReady(ctx, t, f.c, f.ns, recovered.Name)
+	var got dbv1.Database
+	require.NoError(t, f.c.Get(ctx, crclient.ObjectKeyFromObject(recovered), &got))
+	cond := meta.FindStatusCondition(got.Status.Conditions, database.ConditionRestored)
+	require.NotNil(t, cond)
+	assert.Equal(t, "Recovered", cond.Reason, cond.Message)
+
+	now := startPostgresClient(ctx, t, f.cs, f.ns, recovered.Name, "psql-now")
+	assert.Equal(t, held, psql(ctx, t, f.cfg, f.cs, now, "rw", rows),
+		"the recovery holds every row the new primary held up to the switched segment, and no other")
+	timeline := psql(ctx, t, f.cfg, f.cs, now, "rw", "SELECT pg_walfile_name(pg_current_wal_lsn())")
+	assert.Greater(t, timeline[:8], "00000002", "the recovered Database serves on a timeline after the failover's")
+	acks := countAcks(w.stop())
+	logf(t, "archiving across a failover (%s to %s): the new primary archived through %s, %s failed attempts; recovered to the end of the archive (rows up to %s of %d acknowledged) and Ready %.1f s after its creation, on timeline %s: %s",
+		rec.From, rec.To, last, failures, upTo, acks, time.Since(start).Seconds(), timeline[:8], cond.Message)
 }
