@@ -53,9 +53,6 @@ while read -r dir; do
   # -s -w, as go test does for the binaries it does not keep: a
   # binary built with -c is linked with DWARF otherwise.
   go test -c -fuzz . -trimpath "-ldflags=-s -w" -o "$bin" "./$dir"
-  # FUZZ_BUILD_ONLY=1: the binaries only (hack/gotest.sh builds every
-  # test binary before any test runs).
-  [[ -z ${FUZZ_BUILD_ONLY:-} ]] || continue
   for target in $(cd "$dir" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true); do
     echo ">> $module/$dir $target ($fuzztime)"
     if fuzz "$dir" "$bin" "$target"; then continue; fi

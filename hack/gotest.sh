@@ -212,29 +212,6 @@ common=(-count=1 -timeout 25m -parallel 6 "${build_flags[@]}" ${GO_TEST_FLAGS:-}
 # e2e/node holds itself to four (node_group).
 raced_flags=(-count=1 -timeout 25m -parallel 8 "${build_flags[@]}" ${GO_TEST_FLAGS:-})
 
-# prebuild builds every group's test binaries before any test runs (go
-# test -c into the directories the groups' go test -o then finds them in,
-# linking nothing more). Built while other packages' tests ran, a cold
-# build cache's compiles (about 17 minutes of both cores) or a code
-# change's (about 250 CPU-s) starved those tests: agents missed their
-# deadlines and healthy primaries were failed over; the fuzz targets'
-# instrumented binaries (FUZZ=1), built cold beside the node's parallel
-# tests, took 20 minutes. Without a test binary directory the groups
-# build as they go.
-# The node's first: its group runs it as soon as the node is up.
-prebuild() {
-  [[ -n $testbin ]] || return 0
-  if [[ $node != 0 ]]; then
-    go test -c "${build_flags[@]}" -o "$testbin/node/" ./e2e/node/
-  fi
-  go test -c -race "${build_flags[@]}" -o "$testbin/raced/" "${raced[@]}"
-  go test -c "${build_flags[@]}" -o "$testbin/e2e/" "${e2e_pkgs[@]}"
-  go test -c "${build_flags[@]}" -o "$testbin/faults/" ./e2e/faults
-  if [[ ${FUZZ:-} == 1 ]]; then
-    FUZZ_BUILD_ONLY=1 hack/fuzz.sh
-  fi
-}
-
 # node_group starts the real-node cluster and runs e2e/node against it.
 # Its output goes to $log/node, shown when it ends, so it does not
 # interleave with the other groups' lines.
@@ -324,17 +301,11 @@ fuzz_group() {
 # the run's longest path; the raced group ends minutes before the node
 # group either way. All groups at once from the start drove the load to
 # 24 on 2 cores and tests failed that pass at the usual load.
-# The test binaries are built meanwhile (prebuild).
 node_pid=
 : >"$log/host-busy"
 if [[ $node != 0 ]]; then
   node_started=1
   (in_cgroup "$node_cgroup"; timed node node_group >"$log/node" 2>&1) & node_pid=$!
-fi
-t=$SECONDS
-prebuild
-echo "test binaries built in $((SECONDS - t)) s"
-if [[ -n $node_pid ]]; then
   while [[ ! -f $log/node.up ]] && kill -0 "$node_pid" 2>/dev/null; do
     sleep 1
   done
