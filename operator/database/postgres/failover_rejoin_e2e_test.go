@@ -24,8 +24,9 @@ import (
 // waits on the fence) and its mount comes to show the new name; the
 // operator, told so by its agent, lifts the fence; the old primary is
 // rewound and streams from fo-1 through its slot, read-only, with the
-// row committed on fo-1 after the failover. The failover record says when the fence was lifted and
-// when it rejoined; Events FenceLifted and Rejoined.
+// row committed on fo-1 after the failover. The failover record says
+// when the fence was lifted and when it rejoined; Events FenceLifted and
+// Rejoined.
 func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T) {
 	t.Parallel()
 	f := newFailoverSetup(t)
