@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +91,7 @@ func startCopyArchivingServer(t testing.TB, h *host) *pgtest.Server {
 // for run, then waits until the archive holds the last write; it returns
 // each write's wait.
 func measureArchiveLag(h *host, port string, rows int, run time.Duration) ([]time.Duration, error) {
-	db, err := sql.Open("postgres", fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=postgres sslmode=disable connect_timeout=5",
-		port, quoteDSN(h.superPassword())))
+	db, err := h.superuserDB(port)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +176,8 @@ func watchArchive(db *sql.DB, segmentSize uint64) *archiveProgress {
 			if db.QueryRowContext(ctx, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").Scan(&name) != nil {
 				continue
 			}
-			end, ok := segmentEnd(name, segmentSize)
+			segno, ok := walSegmentNo(name, segmentSize)
+			end := (segno + 1) * segmentSize
 			p.mu.Lock()
 			if ok && (len(p.seen) == 0 || end > p.seen[len(p.seen)-1].end) {
 				p.seen = append(p.seen, archivedUpTo{time.Now(), end})
@@ -208,20 +207,6 @@ func (p *archiveProgress) waitPast(lsn uint64, within time.Duration) error {
 		}
 	}
 	return fmt.Errorf("the archive did not reach %X/%X within %s", lsn>>32, uint32(lsn), within)
-}
-
-// segmentEnd is the WAL position just past the segment named name (a
-// history or backup file: not one).
-func segmentEnd(name string, segmentSize uint64) (uint64, bool) {
-	if len(name) != 24 {
-		return 0, false
-	}
-	log, err1 := strconv.ParseUint(name[8:16], 16, 32)
-	seg, err2 := strconv.ParseUint(name[16:], 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return log<<32 + (seg+1)*segmentSize, true
 }
 
 // quantiles are the median, the 99th percentile and the largest of d.

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"maps"
 	"os"
@@ -129,8 +128,7 @@ func (a *archiving) resident(mode, server string) string {
 // stops it.
 func (a *archiving) startWriter() {
 	t := a.t
-	db, err := sql.Open("postgres", fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=postgres sslmode=disable connect_timeout=5",
-		a.source.Port, quoteDSN(a.h.superPassword())))
+	db, err := a.h.superuserDB(a.source.Port)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -229,18 +227,30 @@ func (a *archiving) archived(server string) map[string]bool {
 func (a *archiving) requireEverySegment(last string) {
 	t := a.t
 	got := a.archived(a.server)
-	n, err := strconv.ParseUint(last[8:16], 16, 32)
-	require.NoError(t, err)
-	s, err := strconv.ParseUint(last[16:], 16, 32)
-	require.NoError(t, err)
+	n, ok := walSegmentNo(last, 16<<20)
+	require.True(t, ok, "not a segment's name: %q", last)
 	var missing []string
-	for segno := uint64(1); segno <= n*0x100+s; segno++ {
+	for segno := uint64(1); segno <= n; segno++ {
 		name := fmt.Sprintf("00000001%08X%08X", segno/0x100, segno%0x100)
 		if !got[name] {
 			missing = append(missing, name)
 		}
 	}
 	require.Empty(t, missing, "segments missing from the archive (it holds %d)", len(got))
+}
+
+// walSegmentNo is the number of the WAL segment named name, of size
+// bytes (a history or backup file's name: none).
+func walSegmentNo(name string, size uint64) (uint64, bool) {
+	if len(name) != 24 {
+		return 0, false
+	}
+	log, err1 := strconv.ParseUint(name[8:16], 16, 32)
+	seg, err2 := strconv.ParseUint(name[16:], 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return log*(1<<32/size) + seg, true
 }
 
 type archiverStats struct {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -247,6 +248,13 @@ func (h *host) sql(port, dbname, sql string) string {
 	out, err := pgtest.PSQL(h.bin, port, postgres.Superuser, h.superPassword(), dbname, sql)
 	require.NoError(h.t, err, "%s\n%s", sql, out)
 	return out
+}
+
+// superuserDB is a connection pool to the server on port, as the
+// superuser over TCP.
+func (h *host) superuserDB(port string) (*sql.DB, error) {
+	return sql.Open("postgres", fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=postgres sslmode=disable connect_timeout=5",
+		port, quoteDSN(h.superPassword())))
 }
 
 // appSQL runs SQL on the server on port as the app role, with the app
