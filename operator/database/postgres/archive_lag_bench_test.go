@@ -78,13 +78,7 @@ func BenchmarkArchiveLag(b *testing.B) {
 // archives with cp into a local directory, with a Database's
 // archive_timeout.
 func startCopyArchivingServer(t testing.TB, h *host) *pgtest.Server {
-	c := h.cluster
-	c.Parameters = postgres.ArchiveParameters(time.Minute)
-	c.Parameters["archive_command"] = "cp %p " + h.u.TempDir(t) + "/%f"
-	pod := postgres.Engine{}.ServerPod(c)
-	env := h.serverEnv(pod, 0, "data-floor", "")
-	env["PATH"] = h.bin + ":/usr/bin:/bin"
-	return h.u.StartServer(t, h.bin, env, pgtest.HostCommand(t, pod.Container, h.scripts))
+	return h.archivingServer(t, 0, "data-floor", "", "cp %p "+h.u.TempDir(t)+"/%f", nil)
 }
 
 // measureArchiveLag writes rows rows every 100 ms into the server on port

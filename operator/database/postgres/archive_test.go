@@ -89,19 +89,24 @@ func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
 // the segments to a resident Barman Cloud process of the server's own, as
 // a Database's archiver sidecar does.
 func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort string) *pgtest.Server {
-	h := a.h
-	c := h.cluster
-	c.Parameters = map[string]string{
-		"archive_mode":    "on",
-		"archive_command": "sh " + path.Join(a.scripts, postgres.WALArchiveScript) + " %p",
-		"archive_timeout": "60s",
-	}
-	pod := postgres.Engine{}.ServerPod(c)
-	env := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
-	maps.Copy(env, a.storeEnv(server))
-	env["PATH"] = h.bin + ":/usr/bin:/bin"
+	env := a.storeEnv(server)
 	env["WAL_ARCHIVE_RESIDENT"] = a.resident("archive", server)
-	return h.u.StartServer(a.t, h.bin, env, pgtest.HostCommand(a.t, pod.Container, h.scripts))
+	return a.h.archivingServer(a.t, ordinal, dataVolume, primaryPort, "sh "+path.Join(a.scripts, postgres.WALArchiveScript)+" %p", env)
+}
+
+// archivingServer starts ordinal on dataVolume with archive_mode on,
+// archive_command command and a Database's archive_timeout, its
+// environment with env added; a primaryPort makes it a standby of the
+// server there.
+func (h *host) archivingServer(t testing.TB, ordinal int, dataVolume, primaryPort, command string, env map[string]string) *pgtest.Server {
+	c := h.cluster
+	c.Parameters = postgres.ArchiveParameters(time.Minute)
+	c.Parameters["archive_command"] = command
+	pod := postgres.Engine{}.ServerPod(c)
+	serverEnv := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
+	maps.Copy(serverEnv, env)
+	serverEnv["PATH"] = h.bin + ":/usr/bin:/bin"
+	return h.u.StartServer(t, h.bin, serverEnv, pgtest.HostCommand(t, pod.Container, h.scripts))
 }
 
 // resident runs wal-resident.sh in mode (archive or restore) for the
