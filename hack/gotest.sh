@@ -19,19 +19,17 @@
 # Jobs and the API server far more than they use CPU; go test's default
 # runs two at a time on 2 cores.
 #
-# The real-node group (e2e/node, docs/development/realnode.md) starts
-# first, the raced group once the node is up; the fault campaign
-# (e2e/faults) starts when the raced group's longest package
-# (operator/database/postgres) ends, the e2e group (the other e2e packages
-# and hack/image) when the raced group ends, and the fuzz targets when the
-# e2e group ends. The node
-# group starts the node cluster (hack/node.sh up), runs go test
-# ./e2e/node/ against it and removes it (hack/node.sh down) when
-# gotest.sh exits, failed or not.
-# Measured: all three groups at once drove the load to 24 on 2 cores, and
-# tests that pass at the usual load failed; the node group after the raced
-# group made the run 23 to 25 minutes (docs/performance.md has the current
-# times). DECKHAND_NODE=0 leaves it out (and e2e/node then skips, saying
+# The real-node group (e2e/node, docs/development/realnode.md) starts the
+# node cluster (hack/node.sh up) first, the raced group once the node is
+# up; the node's tests run once the raced group has ended, beside the e2e
+# group (the other e2e packages and hack/image) and then the fuzz targets,
+# which start when the raced group and the e2e group end; the fault
+# campaign (e2e/faults) runs last. The node cluster is removed (hack/node.sh
+# down) when gotest.sh exits, failed or not.
+# Measured: the node's tests beside the raced group (a 1-minute load of 30
+# to 38 on 2 cores) missed deadlines of seconds in every run, serial fault
+# tests and parallel ones alike (docs/development/testing.md).
+# DECKHAND_NODE=0 leaves the node out (and e2e/node then skips, saying
 # why): the fast part alone, no root needed for it.
 #
 # GO_TEST_FLAGS is passed to every go test run.
@@ -209,8 +207,11 @@ common=(-count=1 -timeout 25m -parallel 6 "${build_flags[@]}" ${GO_TEST_FLAGS:-}
 # 20 on the two cores while the raced group ended 400 s before the node
 # group, and a kwok Job controller that created no pod for a minute
 # failed a test: eight. e2e keeps six (its tests share one cluster);
-# e2e/node holds itself to four (node_group).
-raced_flags=(-count=1 -timeout 25m -parallel 8 "${build_flags[@]}" ${GO_TEST_FLAGS:-})
+# e2e/node holds itself to two (node_group). -timeout 40m: at 25 minutes
+# operator/database/postgres, slowed by a loaded machine, was ended by go
+# test, whose panic runs no cleanup: its servers and stores kept running
+# beside the groups after it.
+raced_flags=(-count=1 -timeout 40m -parallel 8 "${build_flags[@]}" ${GO_TEST_FLAGS:-})
 
 # node_group starts the real-node cluster and runs e2e/node against it.
 # Its output goes to $log/node, shown when it ends, so it does not
@@ -225,16 +226,13 @@ node_group() {
   fi
   touch "$log/node.up"
   echo "real-node cluster up in $((SECONDS - t)) s"
-  # -timeout 45m: the package alone takes about 20 minutes beside the
-  # other groups, and a loaded machine has made it a third slower; the
-  # tests' own deadlines, not go test's, should end a stuck test.
-  # -parallel 32, more than its parallel tests: the package holds them to
-  # four at once itself, longest first (e2e/node/slots_test.go), which it
-  # can do only when go test lets every one of them reach its own wait.
-  # DECKHAND_NODE_HOST_BUSY: while that file exists (the raced and e2e
-  # groups run), the package runs two of its parallel tests at once, not
-  # four (e2e/node/slots_test.go).
-  DECKHAND_NODE_HOST_BUSY=$log/host-busy DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) \
+  wait_ended raced
+  # -timeout 45m: the tests' own deadlines, not go test's, should end a
+  # stuck test. -parallel 32, more than its parallel tests: the package
+  # holds them to two at once itself, longest first
+  # (e2e/node/slots_test.go), which it can do only when go test lets every
+  # one of them reach its own wait.
+  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) \
     go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 32 "./e2e/node/"
 }
 
@@ -280,9 +278,8 @@ faults_group() {
 # an extra field), and a raced package's first InstallCRDs puts the
 # repository's back (testenv), so the two cannot share the cluster's
 # CRDs at once. fuzz_group (FUZZ=1, make test) runs the fuzz targets with
-# one worker once the e2e group has ended: beside it and the node group's
-# parallel phase they made the suite's peak (load 45 to 50 on 2 cores),
-# and the e2e group ends minutes before the node group does. Their output
+# one worker once the e2e group has ended: beside it and the node's tests
+# they made the suite's peak (load 45 to 50 on 2 cores). Their output
 # goes to $log/e2e and $log/fuzz, shown at the end.
 e2e_group() {
   wait_ended raced
@@ -293,16 +290,10 @@ fuzz_group() {
   FUZZ_WORKERS=1 hack/fuzz.sh
 }
 
-# The node group starts first, and the raced group once the node is up:
-# the node group is the longest, and its serial phase (the demo, the
-# faults that stop the operator, the API server or the kubelet) waits on
-# the node far more than it computes. Beside the raced group's start,
-# hack/node.sh up took 127 to 170 s instead of 45 s alone, all of it on
-# the run's longest path; the raced group ends minutes before the node
-# group either way. All groups at once from the start drove the load to
-# 24 on 2 cores and tests failed that pass at the usual load.
+# The node cluster comes up first, alone (hack/node.sh up took 127 to 170
+# s instead of 45 s beside the raced group's start), then the raced group
+# runs; the node's tests wait for its end (node_group).
 node_pid=
-: >"$log/host-busy"
 if [[ $node != 0 ]]; then
   node_started=1
   (in_cgroup "$node_cgroup"; timed node node_group >"$log/node" 2>&1) & node_pid=$!
@@ -322,10 +313,6 @@ e2e_status=0
 wait "$e2e" || e2e_status=$?
 cat "$log/e2e"
 [[ $e2e_status -eq 0 ]] || status=$e2e_status
-# The raced and e2e groups have ended (the fault campaign waits for the
-# node group): the node's parallel tests may take all their slots (the
-# fuzz targets left run one worker).
-rm -f "$log/host-busy"
 if [[ -n $fuzz_pid ]]; then
   fuzz_status=0
   wait "$fuzz_pid" || fuzz_status=$?

@@ -20,38 +20,23 @@ import (
 //
 // make test (hack/gotest.sh) runs the package with go test -parallel
 // above the number of parallel tests, so every paused test reaches
-// parallel(); DECKHAND_NODE_PARALLEL (default 4) is how many run at once.
-// While the file DECKHAND_NODE_HOST_BUSY names exists (make test's raced
-// and e2e groups still run), at most two do: four beside their tail
-// drove the load to 45 to 57 on the two cores, and starved Databases of
-// the certificate and archive tests failed over or refused connections.
+// parallel(); DECKHAND_NODE_PARALLEL (default 2) is how many run at once.
 var slots = &nodeSlots{}
 
-// nodeParallel is DECKHAND_NODE_PARALLEL, or 4: six tests at once (each a
-// Database or two, their Jobs, a writer) asked more CPU of the node than
-// its half of a busy machine, and a starved Database failed over a healthy
-// primary in a test of something else.
+// nodeParallel is DECKHAND_NODE_PARALLEL, or 2: four tests at once (each a
+// Database or two, their Jobs, a writer, the pods' probes) drove the
+// 1-minute load to 35 on the two cores with the package alone, and
+// starved Databases of the certificate, fence and archive tests missed
+// their deadlines.
 func nodeParallel() int {
 	if n, err := strconv.Atoi(os.Getenv("DECKHAND_NODE_PARALLEL")); err == nil && n > 0 {
 		return n
 	}
-	return 4
+	return 2
 }
-
-// slotsWhileHostBusy is how many parallel tests run at once while make
-// test's other groups run.
-const slotsWhileHostBusy = 2
 
 // limit is how many parallel tests may run now.
-func (s *nodeSlots) limit() int {
-	n := nodeParallel()
-	if busy := os.Getenv("DECKHAND_NODE_HOST_BUSY"); busy != "" {
-		if _, err := os.Stat(busy); err == nil {
-			return min(n, slotsWhileHostBusy)
-		}
-	}
-	return n
-}
+func (s *nodeSlots) limit() int { return nodeParallel() }
 
 type nodeSlots struct {
 	mu      sync.Mutex

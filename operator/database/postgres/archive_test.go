@@ -91,17 +91,22 @@ func (a *archiving) primaryInto(dataVolume, server string) *pgtest.Server {
 func (a *archiving) serverInto(ordinal int, dataVolume, server, primaryPort string) *pgtest.Server {
 	env := a.storeEnv(server)
 	env["WAL_ARCHIVE_RESIDENT"] = a.resident("archive", server)
-	return a.h.archivingServer(a.t, ordinal, dataVolume, primaryPort, "sh "+path.Join(a.scripts, postgres.WALArchiveScript)+" %p", env)
+	return a.h.archivingServer(a.t, ordinal, dataVolume, primaryPort, archiveCommand("sh "+path.Join(a.scripts, postgres.WALArchiveScript)+" %p"), env)
 }
 
-// archivingServer starts ordinal on dataVolume with archive_mode on,
-// archive_command command and a Database's archive_timeout, its
-// environment with env added; a primaryPort makes it a standby of the
-// server there.
-func (h *host) archivingServer(t testing.TB, ordinal int, dataVolume, primaryPort, command string, env map[string]string) *pgtest.Server {
+// archiveCommand is the server parameters that set archive_command alone.
+func archiveCommand(command string) map[string]string {
+	return map[string]string{"archive_command": command}
+}
+
+// archivingServer starts ordinal on dataVolume with archive_mode on and a
+// Database's archive_timeout, with params set over them (archive_command
+// among them), its environment with env added; a primaryPort makes it a
+// standby of the server there.
+func (h *host) archivingServer(t testing.TB, ordinal int, dataVolume, primaryPort string, params, env map[string]string) *pgtest.Server {
 	c := h.cluster
 	c.Parameters = postgres.ArchiveParameters(time.Minute)
-	c.Parameters["archive_command"] = command
+	maps.Copy(c.Parameters, params)
 	pod := postgres.Engine{}.ServerPod(c)
 	serverEnv := h.serverEnv(pod, ordinal, dataVolume, primaryPort)
 	maps.Copy(serverEnv, env)

@@ -43,6 +43,10 @@
 # Also (ready, with TLS): when the server TLS Secret's files (TLS_DIR)
 # changed, copies them (tls_install) and reloads the server.
 #
+# Also (ready, on a primary that archives with archive_timeout): once per
+# server start, reloads the server, which wakes its checkpointer
+# (wake_checkpointer).
+#
 # Environment: PGPORT, PGUSER and PGPASSWORD (the superuser), PGDATA,
 # POD_NAME, PRIMARY_HOST, PRIMARY_PORT, REPLICATION_USER and
 # REPLICATION_PASSWORD; TLS_DIR, TLS_RUN_DIR and TLS_CA_FILE with TLS.
@@ -134,6 +138,27 @@ tls_converge() {
 	fi
 }
 
+# wake_checkpointer: once per server start (postmaster.pid's PID and start
+# time, noted beside PGDATA), on a primary that archives with
+# archive_timeout, reloads the server. PostgreSQL (15 and later) starts
+# its checkpointer while the startup process still runs, and the
+# checkpointer's first sleep, computed then, leaves archive_timeout out
+# (it counts only outside recovery): for the first checkpoint_timeout (5
+# minutes by default) after a start, no segment was ended at
+# archive_timeout, and the archive's newest recoverable point lagged by
+# minutes. A reload wakes the checkpointer, which then sleeps at most
+# archive_timeout. A promotion wakes it itself.
+wake_checkpointer() {
+	started=$(sed -n '1p;3p' "$PGDATA/postmaster.pid" 2>/dev/null | tr '\n' ' ')
+	[ -n "$started" ] || return 0
+	[ "$(cat "$beside/deckhand-checkpointer-woken" 2>/dev/null)" != "$started" ] || return 0
+	archiving=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT current_setting('archive_mode') <> 'off' AND setting::int > 0 FROM pg_catalog.pg_settings WHERE name = 'archive_timeout'" 2>/dev/null) || return 0
+	if [ "$archiving" = t ]; then
+		psql -X -q -A -t -v ON_ERROR_STOP=1 -c "SELECT pg_catalog.pg_reload_conf()" >/dev/null 2>&1 || return 0
+	fi
+	printf '%s\n' "$started" >"$beside/deckhand-checkpointer-woken" 2>/dev/null || true
+}
+
 case $mode in
 live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
@@ -186,6 +211,7 @@ ready)
 	fi
 	case $state in
 	primary)
+		wake_checkpointer
 		replicas_file=$(dirname "$0")/replicas
 		if [ -f "$replicas_file" ]; then
 			replicas=$(cat "$replicas_file")
