@@ -36,6 +36,13 @@ type sidecarPod struct {
 	log   *syncbuf.Buffer
 }
 
+// firstBaseBackupWait bounds the wait for the sidecar's first base
+// backup. Barman Cloud starts a Python process with boto3 for each step
+// (the backup, the archive's list), each a second or two of CPU: at a
+// 1-minute load of 20 on two cores one backup took over 2 minutes, and
+// one that failed is tried again 30 s later.
+const firstBaseBackupWait = 5 * time.Minute
+
 // startSidecarPod starts the pod; with baseBackups its sidecar takes base
 // backups too (once a day, so the first, at once).
 func startSidecarPod(t *testing.T, baseBackups time.Duration) *sidecarPod {

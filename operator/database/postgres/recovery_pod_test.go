@@ -96,7 +96,7 @@ func TestARecoveringPodReplaysTheArchiveThroughItsSidecarBeforeItServes(t *testi
 	a.startWriter()
 	// The primary's sidecar takes the archive's first base backup by
 	// itself.
-	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "deckhand: base backup base-") }, 2*time.Minute, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "deckhand: base backup base-") }, firstBaseBackupWait, 200*time.Millisecond,
 		"no base backup:\n%s", p.log.String())
 	require.Contains(t, p.log.String(), " done: backup_id=")
 	// The primary's instance agent reports what the sidecar found.

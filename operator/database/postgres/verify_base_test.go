@@ -100,7 +100,7 @@ func TestABaseBackupIsVerifiedByRestoringItToItsRestorePoint(t *testing.T) {
 	require.Eventually(t, func() bool {
 		m = baseBackupDone.FindStringSubmatch(p.log.String())
 		return m != nil
-	}, 2*time.Minute, 200*time.Millisecond, "no base backup:\n%s", p.log.String())
+	}, firstBaseBackupWait, 200*time.Millisecond, "no base backup:\n%s", p.log.String())
 	name, id := m[1], m[2]
 	// Segments after the restore point's: the archive continues past it,
 	// and past last (deleted below: a hole, not the archive's end).
