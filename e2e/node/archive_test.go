@@ -187,14 +187,8 @@ func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
 				RecoveryTarget: &dbv1.RecoveryTarget{TargetTime: target},
 			}},
 	}
-	start := time.Now()
-	require.NoError(t, c.Create(ctx, restored))
-	waitDatabaseReady(ctx, t, c, ns, "ledger-then")
-	t.Logf("recovered and ready (with its standby) %.1f s after it was created", time.Since(start).Seconds())
-	var got dbv1.Database
-	require.NoError(t, c.Get(ctx, crclient.ObjectKeyFromObject(restored), &got))
-	cond := meta.FindStatusCondition(got.Status.Conditions, database.ConditionRestored)
-	require.NotNil(t, cond)
+	cond, took := createRecovered(ctx, t, c, restored)
+	t.Logf("recovered and ready (with its standby) %.1f s after it was created", took.Seconds())
 	assert.Equal(t, "Recovered", cond.Reason)
 	assert.Equal(t, fmt.Sprintf("recovered from s3://archive/ledger to time %s", target), cond.Message)
 
@@ -253,6 +247,22 @@ func archivedThrough(ctx context.Context, t testing.TB, cs *kubernetes.Clientset
 	}), "segment %s not archived by %s: %s", segment, pod, stats)
 	last, failures, _ = strings.Cut(stats, " ")
 	return last, failures
+}
+
+// createRecovered creates db, a Database recovered from an archive, and
+// waits until it is Ready: its Restored condition, and how long after its
+// creation it was Ready.
+func createRecovered(ctx context.Context, t testing.TB, c crclient.Client, db *dbv1.Database) (*metav1.Condition, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	require.NoError(t, c.Create(ctx, db))
+	waitDatabaseReady(ctx, t, c, db.Namespace, db.Name)
+	took := time.Since(start)
+	var got dbv1.Database
+	require.NoError(t, c.Get(ctx, crclient.ObjectKeyFromObject(db), &got))
+	cond := meta.FindStatusCondition(got.Status.Conditions, database.ConditionRestored)
+	require.NotNil(t, cond, "Database %s has no %s condition", db.Name, database.ConditionRestored)
+	return cond, took
 }
 
 // waitForContainerLog waits until a container's log holds want, and
@@ -315,13 +325,7 @@ func TestRealNodeArchivesAcrossAFailoverAndRecoversPastIt(t *testing.T) {
 		Spec: dbv1.DatabaseSpec{Name: "ledger", StorageSize: "64Mi", Image: imageRef(t, "postgres"), Replicas: 1,
 			Recovery: &dbv1.Recovery{Source: dbv1.RecoverySource{ObjectStore: *store.DeepCopy(), ServerName: f.name}}},
 	}
-	start := time.Now()
-	require.NoError(t, f.c.Create(ctx, recovered))
-	waitDatabaseReady(ctx, t, f.c, f.ns, recovered.Name)
-	var got dbv1.Database
-	require.NoError(t, f.c.Get(ctx, crclient.ObjectKeyFromObject(recovered), &got))
-	cond := meta.FindStatusCondition(got.Status.Conditions, database.ConditionRestored)
-	require.NotNil(t, cond)
+	cond, took := createRecovered(ctx, t, f.c, recovered)
 	assert.Equal(t, "Recovered", cond.Reason, cond.Message)
 
 	now := startPostgresClient(ctx, t, f.cs, f.ns, recovered.Name, "psql-now")
@@ -331,5 +335,5 @@ func TestRealNodeArchivesAcrossAFailoverAndRecoversPastIt(t *testing.T) {
 	assert.Greater(t, timeline[:8], "00000002", "the recovered Database serves on a timeline after the failover's")
 	acks := countAcks(w.stop())
 	logf(t, "archiving across a failover (%s to %s): the new primary archived through %s, %s failed attempts; recovered to the end of the archive (rows up to %s of %d acknowledged) and Ready %.1f s after its creation, on timeline %s: %s",
-		rec.From, rec.To, last, failures, upTo, acks, time.Since(start).Seconds(), timeline[:8], cond.Message)
+		rec.From, rec.To, last, failures, upTo, acks, took.Seconds(), timeline[:8], cond.Message)
 }

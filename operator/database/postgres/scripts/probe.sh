@@ -148,10 +148,13 @@ tls_converge() {
 # archive_timeout, and the archive's newest recoverable point lagged by
 # minutes. A reload wakes the checkpointer, which then sleeps at most
 # archive_timeout. A promotion wakes it itself.
+# It runs at every probe, so the look at the marker forks nothing.
 wake_checkpointer() {
-	started=$(sed -n '1p;3p' "$PGDATA/postmaster.pid" 2>/dev/null | tr '\n' ' ')
-	[ -n "$started" ] || return 0
-	[ "$(cat "$beside/deckhand-checkpointer-woken" 2>/dev/null)" != "$started" ] || return 0
+	{ read -r pid && read -r _ && read -r started_at; } 2>/dev/null <"$PGDATA/postmaster.pid" || return 0
+	started="$pid $started_at"
+	woken=
+	read -r woken 2>/dev/null <"$beside/deckhand-checkpointer-woken" || true
+	[ "$woken" != "$started" ] || return 0
 	archiving=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT current_setting('archive_mode') <> 'off' AND setting::int > 0 FROM pg_catalog.pg_settings WHERE name = 'archive_timeout'" 2>/dev/null) || return 0
 	if [ "$archiving" = t ]; then
 		psql -X -q -A -t -v ON_ERROR_STOP=1 -c "SELECT pg_catalog.pg_reload_conf()" >/dev/null 2>&1 || return 0
