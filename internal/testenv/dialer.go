@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // LocalDialer sends connections for a host name to a local address: an
@@ -16,6 +18,9 @@ type LocalDialer struct {
 	// conns are the connections made to each host, which Cut closes
 	// (a client keeps its connections open across requests).
 	conns map[string][]net.Conn
+	// delays are the hosts made slow (Slow): what each read of their
+	// connections waits once its bytes have come.
+	delays map[string]time.Duration
 }
 
 // Route sends connections for host to local.
@@ -46,10 +51,11 @@ func (d *LocalDialer) DialContext(ctx context.Context, network, addr string) (ne
 	if !ok {
 		return nil, errors.New("no agent for " + host)
 	}
-	conn, err := (&net.Dialer{}).DialContext(ctx, network, local)
+	raw, err := (&net.Dialer{}).DialContext(ctx, network, local)
 	if err != nil {
 		return nil, err
 	}
+	conn := &slowConn{Conn: raw, dialer: d, host: host}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.conns == nil {
@@ -71,4 +77,47 @@ func (d *LocalDialer) Cut(host string) (restore func()) {
 	}
 	delete(d.conns, host)
 	return func() { d.Route(host, local) }
+}
+
+// Slow makes every answer from host come delay late (the first bytes a
+// connection of it reads after each write come delay after they came, as
+// from a server whose node is short of CPU), until restore.
+func (d *LocalDialer) Slow(host string, delay time.Duration) (restore func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.delays == nil {
+		d.delays = map[string]time.Duration{}
+	}
+	d.delays[host] = delay
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.delays, host)
+	}
+}
+
+// slowConn is a connection LocalDialer made, which answers as slowly as
+// Slow said of its host.
+type slowConn struct {
+	net.Conn
+	dialer *LocalDialer
+	host   string
+	// asked: written to since the last read; the next read is an answer.
+	asked atomic.Bool
+}
+
+func (c *slowConn) Write(b []byte) (int, error) {
+	c.asked.Store(true)
+	return c.Conn.Write(b)
+}
+
+func (c *slowConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.asked.Swap(false) {
+		c.dialer.mu.Lock()
+		delay := c.dialer.delays[c.host]
+		c.dialer.mu.Unlock()
+		time.Sleep(delay)
+	}
+	return n, err
 }

@@ -28,10 +28,11 @@ import (
 // standbys, a switchover's target). A primary not healthy (its pod not
 // ready, or its agent not reached, or its server down, not a primary, or
 // fenced) for longer than spec.failover.primaryGoneAfter (longer for a
-// server back as the primary, failover.GoneAfter) is failed over by
-// failover.Steps: fenced through the channel (best effort), the standby
-// chosen by failover.ChooseStandbyUnder (only one that holds every
-// acknowledged synchronous commit), promoted. When the fence did not reach
+// server back as the primary, failover.GoneAfter), and not found healthy
+// by a second, longer look (onlySlow), is failed over by failover.Steps:
+// fenced through the channel (best effort), the standby chosen by
+// failover.ChooseStandbyUnder (only one that holds every acknowledged
+// synchronous commit), promoted. When the fence did not reach
 // the old primary and its pod shows it running, the standby is named in
 // the scripts ConfigMap and the role labels first, and the standbys still
 // streaming are detached, so that the old primary fences itself before the
@@ -73,6 +74,9 @@ type watched struct {
 	// unreadableReported is the old primary whose unreadable data
 	// directory was reported (rejoin.go).
 	unreadableReported string
+	// slowReported: the primary's slowness (onlySlow) was reported since
+	// it last answered in time.
+	slowReported bool
 }
 
 func (w *primaryWatch) forget(uid types.UID) {
@@ -191,7 +195,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		o.Status = &st
 	}
 	if failover.PrimaryHealthy(o) {
-		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		w.lastHealthy, w.lastLSN, w.slowReported = now, st.CurrentLSN, false
 		r.failoverPending(db, false)
 		if err := r.dropStaleForce(ctx, db); err != nil {
 			return failoverRecheck, err
@@ -215,6 +219,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		r.setCondition(db, ConditionFailover, true, "PrimaryUnhealthy", fmt.Sprintf("primary %s is not healthy (%s); failed over if it stays so for %s", primary, whyUnhealthy(o, statusErr), bound))
 		return failoverRecheck, nil
 	}
+	if r.onlySlow(ctx, db, ch, o, statusErr, w) {
+		return failoverRecheck, nil
+	}
 	// Nothing is fenced unless a standby could take its place now: a
 	// primary with no healthy standby is left to come back by itself, and
 	// with synchronous replication one whose promotion could lose an
@@ -232,6 +239,43 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		rec.SynchronousStandbys, rec.SynchronousQuorum = s.Standbys, s.Quorum
 	}
 	return failoverRecheck, r.runFailover(ctx, db, eng, ch, rec, false)
+}
+
+// onlySlow takes a second look, within instance.ConfirmTimeout, at a
+// primary about to be failed over because its agent was not reached or
+// its server did not answer within instance.StatusTimeout: on a node
+// whose cores are all busy a server that serves can answer that slowly
+// for longer than the bound, and failing it over would cost its clients
+// an outage for nothing (the standbys, on the same busy node or not, are
+// no faster). A primary that answers healthy now is slow, not gone: it is
+// seen healthy (PrimarySlow, a Warning Event once). One that answers up
+// as the primary with its pod not ready gets the longer bound
+// (failover.GoneAfter). A hung server still does not answer, and an
+// unreachable agent is not reached: those cost the failover the second
+// look's bound at most.
+func (r *Reconciler) onlySlow(ctx context.Context, db *Cluster, ch *instance.Client, o failover.Observation, statusErr error, w *watched) bool {
+	if statusErr == nil && o.Status.ServerUp {
+		return false
+	}
+	st, err := ch.ConfirmPrimaryStatus(ctx, r.instanceHost(db, o.Pod), isolationAfter(db))
+	if err != nil {
+		logf.FromContext(ctx).Info("the primary's agent was not reached at the second look either", "primary", o.Pod, "error", err.Error())
+		return false
+	}
+	now := r.now()
+	confirmed := o
+	confirmed.Status = &st
+	if failover.PrimaryHealthy(confirmed) {
+		w.lastHealthy, w.lastLSN = now, st.CurrentLSN
+		msg := fmt.Sprintf("primary %s answered only within %s (not within %s for more than %s): it is slow, not gone, and is not failed over; its node may be short of CPU", o.Pod, instance.ConfirmTimeout, instance.StatusTimeout, primaryGoneAfter(db))
+		if !w.slowReported {
+			w.slowReported = true
+			r.Recorder.Eventf(db.Object, nil, corev1.EventTypeWarning, "PrimarySlow", "Reconcile", "%s", msg)
+		}
+		r.setCondition(db, ConditionFailover, true, "PrimarySlow", msg)
+		return true
+	}
+	return !failover.PrimaryGone(confirmed, w.lastHealthy, w.since, now, primaryGoneAfter(db))
 }
 
 // reportNoFailover says why a gone primary is not failed over:

@@ -227,7 +227,12 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config
 
 // Status reads the server's state within the status bound.
 func (a *Agent) Status(ctx context.Context) Status {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.StatusTimeout)
+	return a.statusIn(ctx, a.cfg.StatusTimeout)
+}
+
+// statusIn reads the server's state, giving its query bound.
+func (a *Agent) statusIn(ctx context.Context, bound time.Duration) Status {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	st, wal := a.statusWithin(ctx)
 	st.WALFlushStalledSince = a.flush.observe(wal, st.Role == RolePrimary, st.Time)
@@ -309,9 +314,11 @@ func (a *Agent) statusWithin(ctx context.Context) (Status, walPositions) {
 }
 
 // serveStatus answers the operator's question, once a second; its
-// isolationAfter parameter is the isolation check's bound (isolation.go).
+// isolationAfter parameter is the isolation check's bound (isolation.go),
+// its within parameter a longer bound for the server's answer
+// (StatusWithin).
 func (a *Agent) serveStatus(w http.ResponseWriter, r *http.Request) {
-	st := a.Status(r.Context())
+	st := a.statusIn(r.Context(), a.statusBound(r.URL.Query().Get(WithinParam)))
 	after := time.Duration(-1) // not given: the last bound stands
 	if v := r.URL.Query().Get(IsolationAfterParam); v != "" {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
@@ -320,6 +327,25 @@ func (a *Agent) serveStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	a.isolation.noteOperator(a.cfg.Now(), after, st)
 	writeJSON(w, http.StatusOK, st)
+}
+
+// WithinParam is GET /status's query parameter giving the server longer
+// than the agent's status bound to answer (a Go duration, at most
+// MaxStatusWithin): the operator's second look at a primary that did not
+// answer in time (Client.ConfirmPrimaryStatus).
+const WithinParam = "within"
+
+// MaxStatusWithin bounds WithinParam.
+const MaxStatusWithin = 10 * time.Second
+
+// statusBound is the status bound a request asks for (within, when
+// valid), never below the agent's own.
+func (a *Agent) statusBound(within string) time.Duration {
+	d, err := time.ParseDuration(within)
+	if err != nil || d <= a.cfg.StatusTimeout {
+		return a.cfg.StatusTimeout
+	}
+	return min(d, MaxStatusWithin)
 }
 
 // ActionResult is the answer of POST /promote and POST /fence.

@@ -166,28 +166,59 @@ func TestAgentRefusesToStartWithoutItsCertificate(t *testing.T) {
 // answers within its bound, server down, role unknown.
 func TestStatusAnswersWhenTheServerHangs(t *testing.T) {
 	creds := issue(t)
-	socketDir, err := os.MkdirTemp("", "pgsock-") // short: a socket path is at most 107 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(socketDir) })
-	silent, err := net.Listen("unix", filepath.Join(socketDir, ".s.PGSQL."+strconv.Itoa(5432)))
-	require.NoError(t, err)
-	defer silent.Close()
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
-	addr, _ := serveAgent(t, creds, socketDir)
+	addr, _ := serveAgent(t, creds, silentServer(t))
 
 	st, err := clientOf(operatorTLS(t, creds), addr).Status(context.Background(), hosts(pod0)[0])
 	require.NoError(t, err, "an answer, not the client's timeout")
 	assert.False(t, st.ServerUp)
 	assert.Equal(t, instance.RoleUnknown, st.Role)
 	assert.Contains(t, st.Error, "did not answer in time")
+}
+
+// The operator's second look at a primary (ConfirmPrimaryStatus) gives
+// its server longer than a status's bound: the agent waits for a hung
+// server well past DefaultStatusTimeout (here its connection's own 2 s
+// connect_timeout ends the wait, within the 3 s asked), then answers,
+// server down, before the client's ConfirmTimeout.
+func TestTheSecondLookWaitsLongerForTheServer(t *testing.T) {
+	creds := issue(t)
+	addr, _ := serveAgent(t, creds, silentServer(t))
+
+	start := time.Now()
+	st, err := clientOf(operatorTLS(t, creds), addr).ConfirmPrimaryStatus(context.Background(), hosts(pod0)[0], 0)
+	require.NoError(t, err, "an answer, not the client's timeout")
+	assert.GreaterOrEqual(t, time.Since(start), 2*instance.DefaultStatusTimeout, "the agent waited longer than a status's bound")
+	assert.False(t, st.ServerUp)
+	assert.Equal(t, instance.RoleUnknown, st.Role)
+	assert.NotEmpty(t, st.Error)
+}
+
+// silentServer is a server's socket directory where connections are
+// accepted and never answered.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	socketDir, err := os.MkdirTemp("", "pgsock-") // short: a socket path is at most 107 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(socketDir) })
+	silent, err := net.Listen("unix", filepath.Join(socketDir, ".s.PGSQL."+strconv.Itoa(5432)))
+	require.NoError(t, err)
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		var held []net.Conn // held open, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return socketDir
 }
 
 // With no server at all (its socket absent) the status says why.

@@ -18,8 +18,14 @@ import (
 // instance, so it must answer within about one: the agent gives its
 // server DefaultStatusTimeout of it, and a status that does not come in
 // StatusTimeout is an unreachable instance.
+//
+// ConfirmTimeout bounds the second look at a primary about to be failed
+// over (ConfirmPrimaryStatus): on a node whose cores are all busy, a
+// server and agent that serve may take longer than StatusTimeout for
+// seconds on end.
 const (
 	StatusTimeout  = time.Second
+	ConfirmTimeout = 4 * time.Second
 	PromoteTimeout = DefaultPromoteTimeout + 5*time.Second
 	FenceTimeout   = DefaultStopTimeout + 20*time.Second
 )
@@ -49,9 +55,13 @@ func WithDialContext(dial func(ctx context.Context, network, addr string) (net.C
 
 // NewClient asks agents on port with tlsConfig (ClientTLSConfig).
 func NewClient(tlsConfig *tls.Config, port int, opts ...ClientOption) *Client {
+	// Each request's own bound (its context) limits its TLS handshake
+	// too: a status gets StatusTimeout for all of it, the confirmation
+	// and the actions longer. A dial is the kernel's work, quick on a
+	// busy node: one that takes longer than StatusTimeout has no peer.
 	t := &http.Transport{
 		TLSClientConfig:     tlsConfig,
-		TLSHandshakeTimeout: StatusTimeout,
+		TLSHandshakeTimeout: ConfirmTimeout,
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     time.Minute,
 		ForceAttemptHTTP2:   false,
@@ -72,18 +82,27 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // An error means the agent was not reached or did not answer in time:
 // the instance is unreachable.
 func (c *Client) Status(ctx context.Context, host string) (Status, error) {
-	return c.status(ctx, host, "/status")
+	return c.status(ctx, StatusTimeout, host, "/status")
 }
 
 // PrimaryStatus is Status, asked of the primary with the isolation
 // check's bound (isolation.go): past isolationAfter without a question
 // of the operator, the agent looks for isolation.
 func (c *Client) PrimaryStatus(ctx context.Context, host string, isolationAfter time.Duration) (Status, error) {
-	return c.status(ctx, host, "/status?"+IsolationAfterParam+"="+isolationAfter.String())
+	return c.status(ctx, StatusTimeout, host, "/status?"+IsolationAfterParam+"="+isolationAfter.String())
 }
 
-func (c *Client) status(ctx context.Context, host, path string) (Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, StatusTimeout)
+// ConfirmPrimaryStatus is PrimaryStatus within ConfirmTimeout, the
+// server given a second less of it (WithinParam) so that its answer, not
+// a timeout, comes back: the operator's last look at a primary it would
+// otherwise fail over.
+func (c *Client) ConfirmPrimaryStatus(ctx context.Context, host string, isolationAfter time.Duration) (Status, error) {
+	path := "/status?" + IsolationAfterParam + "=" + isolationAfter.String() + "&" + WithinParam + "=" + (ConfirmTimeout - time.Second).String()
+	return c.status(ctx, ConfirmTimeout, host, path)
+}
+
+func (c *Client) status(ctx context.Context, timeout time.Duration, host, path string) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var st Status
 	code, err := c.do(ctx, http.MethodGet, host, path, nil, &st)
