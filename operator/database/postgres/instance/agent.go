@@ -316,11 +316,12 @@ func (a *Agent) statusWithin(ctx context.Context) (Status, walPositions) {
 // serveStatus answers the operator's question, once a second; its
 // isolationAfter parameter is the isolation check's bound (isolation.go),
 // its within parameter a longer bound for the server's answer
-// (StatusWithin).
+// (WithinParam).
 func (a *Agent) serveStatus(w http.ResponseWriter, r *http.Request) {
-	st := a.statusIn(r.Context(), a.statusBound(r.URL.Query().Get(WithinParam)))
+	q := r.URL.Query()
+	st := a.statusIn(r.Context(), a.statusBound(q.Get(WithinParam)))
 	after := time.Duration(-1) // not given: the last bound stands
-	if v := r.URL.Query().Get(IsolationAfterParam); v != "" {
+	if v := q.Get(IsolationAfterParam); v != "" {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 			after = d
 		}

@@ -89,7 +89,12 @@ func (c *Client) Status(ctx context.Context, host string) (Status, error) {
 // check's bound (isolation.go): past isolationAfter without a question
 // of the operator, the agent looks for isolation.
 func (c *Client) PrimaryStatus(ctx context.Context, host string, isolationAfter time.Duration) (Status, error) {
-	return c.status(ctx, StatusTimeout, host, "/status?"+IsolationAfterParam+"="+isolationAfter.String())
+	return c.status(ctx, StatusTimeout, host, primaryStatusPath(isolationAfter))
+}
+
+// primaryStatusPath is GET /status with the isolation check's bound.
+func primaryStatusPath(isolationAfter time.Duration) string {
+	return "/status?" + IsolationAfterParam + "=" + isolationAfter.String()
 }
 
 // ConfirmPrimaryStatus is PrimaryStatus within ConfirmTimeout, the
@@ -97,7 +102,7 @@ func (c *Client) PrimaryStatus(ctx context.Context, host string, isolationAfter 
 // a timeout, comes back: the operator's last look at a primary it would
 // otherwise fail over.
 func (c *Client) ConfirmPrimaryStatus(ctx context.Context, host string, isolationAfter time.Duration) (Status, error) {
-	path := "/status?" + IsolationAfterParam + "=" + isolationAfter.String() + "&" + WithinParam + "=" + (ConfirmTimeout - time.Second).String()
+	path := primaryStatusPath(isolationAfter) + "&" + WithinParam + "=" + (ConfirmTimeout - time.Second).String()
 	return c.status(ctx, ConfirmTimeout, host, path)
 }
 
