@@ -92,6 +92,14 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 	out, err = h.appSQL(primary.Port, "INSERT INTO rows VALUES (3)")
 	require.NoError(t, err, out)
 	kill(t, old)
+	// Crashed, it left its postmaster.pid behind, still reading "ready":
+	// the readiness probe looks at the process the file names.
+	pm, err := os.ReadFile(filepath.Join(h.serverEnv(postgres.Engine{}.ServerPod(h.cluster), 0, "data-0", "")["PGDATA"], "postmaster.pid"))
+	require.NoError(t, err, "a crashed server's postmaster.pid")
+	require.Contains(t, string(pm), "ready")
+	out, ok = h.probe(ready, 0, "data-0", "", nil)
+	assert.False(t, ok, "a crashed server is not ready")
+	assert.Contains(t, out, "the server is not accepting connections (postmaster.pid)")
 
 	// At its start it is told it is a standby: rewound, never a primary.
 	rejoined := h.server(h.scripts, 0, "data-0", primary.Port)

@@ -187,6 +187,7 @@ type Server struct {
 func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv []string) *Server {
 	t.Helper()
 	s := &Server{Cmd: u.Command(env, argv), Port: env["PGPORT"], Log: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	dataDir := serverDataDir(env, argv)
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	require.NoError(t, s.Cmd.Start())
 	go func() { s.done <- s.Cmd.Wait() }()
@@ -200,8 +201,15 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 			return true
 		default:
 		}
+		// pg_isready is a process and a backend: 4,000 of them a run
+		// cost the postgres package a sixth of its CPU, waiting on
+		// bootstraps that clone or wait for a primary. It runs once the
+		// postmaster says it is ready (as pg_ctl -w reads it).
+		if dataDir != "" && !postmasterReady(dataDir, s.Port) {
+			return false
+		}
 		return exec.Command(filepath.Join(bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", s.Port).Run() == nil
-	}, 90*time.Second, 200*time.Millisecond) {
+	}, 90*time.Second, 100*time.Millisecond) {
 		t.Fatalf("server on port %s did not start within 90 s; its log:\n%s", s.Port, s.Log.String())
 	}
 	select {
@@ -210,6 +218,39 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 	default:
 	}
 	return s
+}
+
+// serverDataDir is the data directory a server started with env and argv
+// runs on: postgres -D, else PGDATA; empty when neither names one.
+func serverDataDir(env map[string]string, argv []string) string {
+	for i, a := range argv {
+		if a == "-D" && i+1 < len(argv) && filepath.Base(argv[0]) == "postgres" {
+			return argv[i+1]
+		}
+	}
+	return env["PGDATA"]
+}
+
+// postmasterReady says whether postmaster.pid in dataDir names a running
+// postmaster on port that accepts connections: its eighth line reads
+// "ready" (a primary running, or a hot standby open to read-only
+// sessions). A stale file of a killed server names a dead process.
+func postmasterReady(dataDir, port string) bool {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 || strings.TrimSpace(lines[3]) != port || strings.TrimSpace(lines[7]) != "ready" {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	// EPERM: alive, another user's.
+	err = syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
 }
 
 // Stop shuts the server down fast (SIGINT), as the official image's stop

@@ -2,7 +2,8 @@
 # deckhand: the probes of a PostgreSQL server container (ServerPod); the
 # kubelet runs them with the container's environment.
 #
-# probe.sh ready: the readiness probe. The server answers (pg_isready) and,
+# probe.sh ready: the readiness probe. The server runs (postmaster.pid
+# says it accepts connections) and answers a query, and,
 # when it is a standby (in recovery), its WAL receiver is streaming from
 # the primary (pg_stat_wal_receiver.status = 'streaming'): a standby that
 # answers but has stopped following the primary (its WAL was removed, its
@@ -138,6 +139,16 @@ tls_converge() {
 	fi
 }
 
+# server_running: postmaster.pid names this port, says "ready" (its
+# eighth line: a primary running, or a standby open to read-only
+# sessions) and its PID runs: what pg_ctl -w waits for. The readiness
+# probe asks the server itself next; this look forks nothing, where
+# pg_isready cost a process and a backend every 5 s.
+server_running() {
+	{ read -r pm_pid && read -r _ && read -r _ && read -r pm_port && read -r _ && read -r _ && read -r _ && read -r pm_status; } 2>/dev/null <"$PGDATA/postmaster.pid" || return 1
+	[ "$pm_status" = ready ] && [ "$pm_port" = "$PGPORT" ] && kill -0 "$pm_pid" 2>/dev/null
+}
+
 # wake_checkpointer: once per server start (postmaster.pid's PID and start
 # time, noted beside PGDATA), on a primary that archives with
 # archive_timeout, reloads the server. PostgreSQL (15 and later) starts
@@ -195,7 +206,10 @@ ready)
 		echo "fenced: not ready" >&2
 		exit 1
 	fi
-	pg_isready -q -p "$PGPORT" || exit 1
+	server_running || {
+		echo "the server is not accepting connections (postmaster.pid)" >&2
+		exit 1
+	}
 	[ -z "${TLS_DIR:-}" ] || tls_converge
 	state=$(psql -X -A -t -v ON_ERROR_STOP=1 -c "SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT status FROM pg_stat_wal_receiver), 'no WAL receiver') ELSE 'primary' END" 2>&1) || {
 		echo "cannot ask the server: $state" >&2
