@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,40 +49,89 @@ import (
 func (f *failoverCluster) freezeServer(pod string) (thaw func()) {
 	f.t.Helper()
 	id, _ := f.containerID(pod, serverContainer)
-	f.pauseTask(id)
+	state := f.pauseTask(id)
+	resume := func() error {
+		if state != "" {
+			return os.WriteFile(state, []byte("THAWED"), 0o644)
+		}
+		out, err := runCtr(context.Background(), "tasks", "resume", id)
+		if err != nil {
+			return fmt.Errorf("ctr tasks resume %s: %w: %s", id, err, out)
+		}
+		return nil
+	}
 	thawed := false
 	thaw = func() {
 		if !thawed {
 			thawed = true
-			f.ctr("tasks", "resume", id)
+			require.NoError(f.t, resume())
 		}
 	}
 	f.t.Cleanup(func() {
 		if !thawed {
-			_, _ = runCtr(context.Background(), "tasks", "resume", id)
+			_ = resume()
 		}
 	})
 	return thaw
 }
 
-// pauseTask freezes a container, tried up to five times: on cgroup v1
-// runc gives up with "unable to freeze" (and thaws it again) when the
-// freezer has not settled within its retries, as happens on a busy node
-// while a probe's exec joins the container. The failure is the tool's,
-// not the operator's: the test needs the container frozen, and nothing of
-// the operator's has run on it in between.
-func (f *failoverCluster) pauseTask(id string) {
+// pauseTask freezes a container with ctr tasks pause. On cgroup v1 runc
+// gives up with "unable to freeze" (and thaws it again) when the freezer
+// has not settled within its few milliseconds of retries, as happens on a
+// busy node whose postmaster forks a backend for each of a writer's
+// connections: then the container's freezer cgroup is asked directly,
+// and waited for, until it reads FROZEN. It returns that cgroup's
+// freezer.state when it froze it so (thaw writes THAWED there: containerd
+// did not see a pause it could resume), else "".
+func (f *failoverCluster) pauseTask(id string) (state string) {
 	f.t.Helper()
-	var out []byte
-	var err error
-	for try := 0; try < 5; try++ {
-		out, err = runCtr(f.ctx, "tasks", "pause", id)
-		if err == nil || !strings.Contains(string(out), "unable to freeze") {
-			break
-		}
-		time.Sleep(time.Second)
+	out, err := runCtr(f.ctx, "tasks", "pause", id)
+	if err == nil {
+		return ""
 	}
-	require.NoError(f.t, err, "hack/node.sh ctr tasks pause %s:\n%s", id, out)
+	require.Contains(f.t, string(out), "unable to freeze", "hack/node.sh ctr tasks pause %s:\n%s", id, out)
+	state = filepath.Join(freezerCgroupOf(f.t, f.taskPID(id)), "freezer.state")
+	var now []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		require.NoError(f.t, os.WriteFile(state, []byte("FROZEN"), 0o644))
+		for until := time.Now().Add(500 * time.Millisecond); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+			if now, err = os.ReadFile(state); err == nil && strings.TrimSpace(string(now)) == "FROZEN" {
+				return state
+			}
+		}
+	}
+	require.FailNow(f.t, "container not frozen", "%s still reads %q 30 s after FROZEN was written (ctr tasks pause: %s)", state, now, out)
+	return ""
+}
+
+// taskPID is the host PID of the container's init process (ctr tasks ls).
+func (f *failoverCluster) taskPID(id string) int {
+	f.t.Helper()
+	for _, line := range strings.Split(f.ctr("tasks", "ls"), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == id {
+			pid, err := strconv.Atoi(fields[1])
+			require.NoError(f.t, err, line)
+			return pid
+		}
+	}
+	require.FailNow(f.t, "no such task", "%s is not in ctr tasks ls", id)
+	return 0
+}
+
+// freezerCgroupOf is the cgroup v1 freezer directory of process pid.
+func freezerCgroupOf(t testing.TB, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "freezer") {
+			return filepath.Join("/sys/fs/cgroup/freezer", parts[2])
+		}
+	}
+	require.FailNow(t, "no freezer cgroup", "process %d: %s", pid, b)
+	return ""
 }
 
 // waitFailoverUnderway waits for a failover begun after `since` that is
