@@ -188,6 +188,7 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 	t.Helper()
 	s := &Server{Cmd: u.Command(env, argv), Port: env["PGPORT"], Log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	dataDir := serverDataDir(env, argv)
+	removeStaleSocketLock(t, SocketDir, s.Port)
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	require.NoError(t, s.Cmd.Start())
 	go func() { s.done <- s.Cmd.Wait() }()
@@ -218,6 +219,38 @@ func (u *User) StartServer(t testing.TB, bin string, env map[string]string, argv
 	default:
 	}
 	return s
+}
+
+// SocketDir is where Debian's PostgreSQL puts its Unix sockets and their
+// lock files (its compiled-in unix_socket_directories), shared by every
+// host test's server on this machine.
+const SocketDir = "/var/run/postgresql"
+
+// removeStaleSocketLock removes the socket lock file of port in dir (and
+// its socket) that a killed server left behind, unless it names a running
+// postgres. A server refuses to start while the PID in that file runs,
+// and with the machine's PIDs wrapping every few minutes under make test,
+// a lock a SIGKILLed server left hours before named an unrelated process
+// and failed a new server on the same port ("lock file ... already
+// exists").
+func removeStaleSocketLock(t testing.TB, dir, port string) {
+	t.Helper()
+	lock := filepath.Join(dir, ".s.PGSQL."+port+".lock")
+	b, err := os.ReadFile(lock)
+	if err != nil {
+		return
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 0 {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			return
+		}
+	}
+	for _, f := range []string{lock, strings.TrimSuffix(lock, ".lock")} {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			t.Logf("a stale socket lock of port %s stays: %v", port, err)
+		}
+	}
 }
 
 // serverDataDir is the data directory a server started with env and argv
