@@ -94,7 +94,7 @@ func TestAFormerPrimaryToldItIsAStandbyRejoinsTheNewPrimaryWithoutItsDivergedWri
 	kill(t, old)
 	// Crashed, it left its postmaster.pid behind, still reading "ready":
 	// the readiness probe looks at the process the file names.
-	pm, err := os.ReadFile(filepath.Join(h.serverEnv(postgres.Engine{}.ServerPod(h.cluster), 0, "data-0", "")["PGDATA"], "postmaster.pid"))
+	pm, err := os.ReadFile(filepath.Join(h.volume("data-0"), "pgdata", "postmaster.pid"))
 	require.NoError(t, err, "a crashed server's postmaster.pid")
 	require.Contains(t, string(pm), "ready")
 	out, ok = h.probe(ready, 0, "data-0", "", nil)

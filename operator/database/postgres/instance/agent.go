@@ -592,16 +592,8 @@ func (a *Agent) postmasterRunning() bool {
 
 // postmasterPID is the process postmaster.pid names (0: none).
 func (a *Agent) postmasterPID() int {
-	b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := bytes.Cut(b, []byte{'\n'})
-	pid, err := strconv.Atoi(string(line))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
+	l, _ := ReadLockFile(filepath.Join(a.cfg.DataDir, "postmaster.pid"))
+	return l.PID
 }
 
 func (a *Agent) markerPath() string {

@@ -26,6 +26,7 @@ import (
 	"github.com/deckhand-dev/deckhand/internal/procfs"
 	"github.com/deckhand-dev/deckhand/internal/syncbuf"
 	"github.com/deckhand-dev/deckhand/operator/database/engine"
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
 // Bin is the newest Debian PostgreSQL's binary directory.
@@ -236,15 +237,12 @@ const SocketDir = "/var/run/postgresql"
 func removeStaleSocketLock(t testing.TB, dir, port string) {
 	t.Helper()
 	lock := filepath.Join(dir, ".s.PGSQL."+port+".lock")
-	b, err := os.ReadFile(lock)
+	l, err := instance.ReadLockFile(lock)
 	if err != nil {
 		return
 	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 0 {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-			return
-		}
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", l.PID)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+		return
 	}
 	for _, f := range []string{lock, strings.TrimSuffix(lock, ".lock")} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
@@ -265,25 +263,11 @@ func serverDataDir(env map[string]string, argv []string) string {
 }
 
 // postmasterReady says whether postmaster.pid in dataDir names a running
-// postmaster on port that accepts connections: its eighth line reads
-// "ready" (a primary running, or a hot standby open to read-only
-// sessions). A stale file of a killed server names a dead process.
+// postmaster on port that accepts connections ("ready": a primary
+// running, or a hot standby open to read-only sessions).
 func postmasterReady(dataDir, port string) bool {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return false
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) < 8 || strings.TrimSpace(lines[3]) != port || strings.TrimSpace(lines[7]) != "ready" {
-		return false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
-	if err != nil || pid <= 0 {
-		return false
-	}
-	// EPERM: alive, another user's.
-	err = syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
+	l, err := instance.ReadLockFile(filepath.Join(dataDir, "postmaster.pid"))
+	return err == nil && l.Port == port && l.Status == "ready" && l.Runs()
 }
 
 // Stop shuts the server down fast (SIGINT), as the official image's stop
