@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # deckhand's real-node cluster: a control plane of its own (kwokctl's binary
-# runtime, without kwok's fake nodes) and one real node on this machine:
-# kubelet and containerd built from source (hack/tools.sh kubenode,
-# containerd), runc and the CNI plugins from Debian, pods on a bridge of
-# 198.18.0.0/15 addresses that route nowhere off the machine.
+# runtime, without kwok's fake nodes) and two real nodes on this machine:
+# kubelet, kube-proxy and containerd built from source (hack/tools.sh
+# kubenode, containerd), runc and the CNI plugins from Debian, pods on
+# bridges of 198.18.0.0/15 addresses that route nowhere off the machine.
+# The first node, dh-node, runs in the machine's network namespace; the
+# second, dh-node2, in a network namespace of its own (joined to the first
+# by a veth pair), with its own containerd, kubelet, kube-proxy, state
+# directories and cgroup parent, so a test can power it off or cut its
+# network while the first node and the control plane run on. The second
+# node is tainted (second_node_taint): only pods that tolerate it run
+# there. DECKHAND_NODES=1 starts the first node only.
 #
-#   hack/node.sh up          create (or restart) the cluster and its node; last line: export KUBECONFIG=...
+#   hack/node.sh up          create (or restart) the cluster and its nodes; last line: export KUBECONFIG=...
 #   hack/node.sh down        remove all of it: processes, mounts, network, iptables rules, cgroups, state
 #                            (not the node's image store: see image_store)
-#   hack/node.sh forget-images  remove the node's image store (the next up imports every image)
+#   hack/node.sh forget-images  remove the nodes' image stores (the next up imports every image)
 #   hack/node.sh deps        install runc, the CNI plugins, busybox-static, iptables from Debian
 #   hack/node.sh kubeconfig  print its kubeconfig path
 #   hack/node.sh status      say what runs
@@ -18,9 +25,15 @@
 #   hack/node.sh operator-tag  print the tag of the operator image that `operator` imports
 #   hack/node.sh apiserver stop|start  kill the node cluster's kube-apiserver (SIGKILL) / start it again (fault tests)
 #   hack/node.sh kubelet stop|start    stop the node's kubelet (its containers keep running) / start it again (fault tests)
+#   hack/node.sh power off|on [NODE]   power the second node off (its network, kubelet, containerd and every
+#                                      container killed at once) / on again (as after a reboot)
+#   hack/node.sh network cut|restore [NODE]  cut the second node's network (its processes run on) / restore it
+#   hack/node.sh ctr-on NODE ARGS      ctr on NODE's containerd
 #
-# Addresses (docs/development/realnode.md): node 198.18.0.1/23 on bridge dh-node0, pods
-# 198.18.1.0/24, Services 198.19.0.0/16. Nothing here uses the kwok cluster
+# Addresses (docs/development/realnode.md): dh-node 198.18.0.1/23 on bridge dh-node0, its pods
+# 198.18.1.0/24; dh-node2 198.18.2.1/23 on bridge dh-node2 in network namespace dh-node2, its pods
+# 198.18.3.0/24, reached through veth dh-node2-h (198.18.255.1/30, the namespace's end
+# 198.18.255.2/30); Services 198.19.0.0/16. Nothing here uses the kwok cluster
 # `deckhand` that the rest of the suite runs on.
 set -euo pipefail
 
@@ -28,32 +41,76 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools=$root/hack/tools.sh
 cache=${DECKHAND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deckhand}
 name=${DECKHAND_NODE_CLUSTER:-deckhand-node}
-node=${DECKHAND_NODE_NAME:-dh-node}
+first_node=dh-node
+second_node=dh-node2
+node_count=${DECKHAND_NODES:-2}
 apiserver_port=${DECKHAND_NODE_APISERVER_PORT:-16443}
-
-bridge=dh-node0
-# One subnet on the bridge, 198.18.0.0/23: the bridge plugin accepts only
-# one IPv4 address on its bridge, so the node's address is also the pods'
-# gateway, and host-local hands out the upper half, 198.18.1.0/24.
-node_ip=198.18.0.1
-node_cidr=198.18.0.1/23
-pod_subnet=198.18.0.0/23
-pod_cidr=198.18.1.0/24
+# The API server's address on the first node's bridge: the second node's
+# kubelet, kube-proxy and pods reach it there.
+apiserver_ip=198.18.0.1
+# Pods that tolerate this taint may run on the second node; the rest of
+# the node tests run on the first, as they did with one node.
+second_node_taint=deckhand.dev/second-node
+# Both nodes' pod ranges (kube-proxy's clusterCIDR).
+cluster_cidr=198.18.0.0/22
 service_cidr=198.19.0.0/16
 cluster_dns=198.19.0.10
 # Pods get a route to the project's range only: no default route, so
 # nothing in a pod can address anything off this machine.
 project_range=198.18.0.0/15
+# The nodes' and pods' addresses (not the Services'), blackholed on the
+# machine beneath the nodes' routes (network_up).
+node_range=198.18.0.0/16
 
 export KWOK_WORKDIR=$cache/kwok
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
 pki=$KWOK_WORKDIR/clusters/$name/pki
 # Persistent state (images, kubelet's pods) and runtime state (sockets,
-# mounts of running containers) of the node, removed by `down`.
-state=$cache/node/$name
-run=/run/deckhand-node/$name
-sock=$run/containerd/containerd.sock
+# mounts of running containers) of the cluster, removed by `down`; the
+# second node's are directories inside them.
+cluster_state=$cache/node/$name
+cluster_run=/run/deckhand-node/$name
 guard_chain=DECKHAND-NODE-APISERVER
+veth=$second_node-h
+veth_host_ip=198.18.255.1
+veth_node_ip=198.18.255.2
+
+# use_node NAME selects the node the functions below act on: its name,
+# network namespace ("" for the machine's), bridge and addresses (one
+# subnet on the bridge, a /23: the bridge plugin accepts only one IPv4
+# address on its bridge, so the node's address is also the pods' gateway,
+# and host-local hands out the upper half), directories, containerd
+# socket and cgroup parent.
+use_node() {
+  case $1 in
+  "$first_node")
+    node=$first_node netns= bridge=dh-node0 node_ip=198.18.0.1 node_cidr=198.18.0.1/23
+    pod_subnet=198.18.0.0/23 pod_cidr=198.18.1.0/24 state=$cluster_state run=$cluster_run cgroup_parent=
+    ;;
+  "$second_node")
+    node=$second_node netns=$second_node bridge=dh-node2 node_ip=198.18.2.1 node_cidr=198.18.2.1/23
+    pod_subnet=198.18.2.0/23 pod_cidr=198.18.3.0/24 state=$cluster_state/$second_node
+    run=$cluster_run/$second_node cgroup_parent=$second_node
+    ;;
+  *)
+    echo "no node $1 (nodes: $first_node, $second_node)" >&2
+    return 1
+    ;;
+  esac
+  sock=$run/containerd/containerd.sock
+}
+use_node "$first_node"
+
+# nodes lists the nodes up starts, first first.
+nodes() {
+  echo "$first_node"
+  if [[ $node_count -ge 2 ]]; then echo "$second_node"; fi
+}
+
+# in_netns runs a command in the selected node's network namespace.
+in_netns() {
+  if [[ -n $netns ]]; then nsenter --net="/run/netns/$netns" "$@"; else "$@"; fi
+}
 
 use_tools() {
   local kube etcd kwok
@@ -97,24 +154,67 @@ require_root() {
 # --- network -----------------------------------------------------------------
 
 network_up() {
-  if ! ip link show "$bridge" >/dev/null 2>&1; then
-    ip link add "$bridge" type bridge
+  if [[ -n $netns ]]; then
+    netns_up
   fi
-  ip addr replace "$node_cidr" dev "$bridge"
-  ip link set "$bridge" up
+  if ! in_netns ip link show "$bridge" >/dev/null 2>&1; then
+    in_netns ip link add "$bridge" type bridge
+  fi
+  in_netns ip addr replace "$node_cidr" dev "$bridge"
+  in_netns ip link set "$bridge" up
+  [[ -n $netns ]] && return 0
   apiserver_guard_up
+  # The nodes' addresses end here: with the second node powered off or
+  # cut, its addresses must not follow the machine's default route off
+  # the machine. A blackhole drops them silently, as a dead node's
+  # packets vanish in a routed network (the senders time out). Not the
+  # Services' range: the machine's route lookup for a ClusterIP comes
+  # before kube-proxy rewrites it (OUTPUT), or rejects one with no
+  # endpoints (FORWARD), and a blackhole there failed both.
+  ip route replace blackhole "$node_range"
+}
+
+# netns_up makes the second node's network namespace, the veth pair that
+# joins it to the machine's, and the routes between the two: the machine
+# reaches the node's /23 through the pair, the node the project's range
+# (the first node, its pods, the API server, Services) through the
+# machine. Nothing else: no default route. Forwarding and bridge netfilter
+# (kube-proxy's rules see bridged traffic) are per namespace.
+netns_up() {
+  [[ -e /run/netns/$netns ]] || ip netns add "$netns"
+  if ! ip link show "$veth" >/dev/null 2>&1; then
+    ip link add "$veth" type veth peer name eth0 netns "$netns"
+  fi
+  in_netns sysctl -qw net.ipv4.ip_forward=1
+  modprobe br_netfilter 2>/dev/null || true
+  in_netns sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+  ip addr replace "$veth_host_ip/30" dev "$veth"
+  in_netns ip addr replace "$veth_node_ip/30" dev eth0
+  in_netns ip link set lo up
+  link_up
+}
+
+# link_up brings the veth pair up and (again: a link taken down loses its
+# routes) routes each side to the other.
+link_up() {
+  ip link set "$veth" up
+  in_netns ip link set eth0 up
+  ip route replace "$pod_subnet" via "$veth_node_ip" dev "$veth"
+  in_netns ip route replace "$project_range" via "$veth_host_ip" dev eth0
 }
 
 # The API server listens on every address of both families (kube-apiserver
 # takes one bind address, kwokctl's clients use 127.0.0.1 and pods need the
 # bridge's; 0.0.0.0 gives a dual-stack socket), so this chain, in iptables
-# and ip6tables, lets only loopback and the node's bridge reach its port.
+# and ip6tables, lets only loopback, the first node's bridge and the second
+# node's veth reach its port.
 apiserver_guard_up() {
   local cmd
   for cmd in iptables ip6tables; do
     "$cmd" -w -N "$guard_chain" 2>/dev/null || "$cmd" -w -F "$guard_chain"
     "$cmd" -w -A "$guard_chain" -i lo -j RETURN
     "$cmd" -w -A "$guard_chain" -i "$bridge" -j RETURN
+    "$cmd" -w -A "$guard_chain" -i "$veth" -j RETURN
     "$cmd" -w -A "$guard_chain" -j DROP
     "$cmd" -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
       "$cmd" -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
@@ -151,7 +251,7 @@ options:
   # pods reach the API server at the node's address and through the
   # kubernetes Service's first address
   kubeApiserverCertSANs:
-  - $node_ip
+  - $apiserver_ip
   - ${service_cidr%.0/16}.1
   - kubernetes.default.svc
   - kubernetes.default.svc.cluster.local
@@ -174,7 +274,7 @@ componentsPatches:
   - key: bind-address
     value: 0.0.0.0
   - key: advertise-address
-    value: $node_ip
+    value: $apiserver_ip
   # the kubelet may change only its own Node and its pods, as in kubeadm clusters
   - key: enable-admission-plugins
     value: NodeRestriction
@@ -194,6 +294,12 @@ componentsPatches:
   extraArgs:
   - key: service-cluster-ip-range
     value: $service_cidr
+  # kube-controller-manager's own defaults, which kwokctl raises for fake
+  # nodes: a node whose kubelet stops posting is NotReady within 50 s
+  - key: node-monitor-period
+    value: 5s
+  - key: node-monitor-grace-period
+    value: 50s
 EOF
 }
 
@@ -203,10 +309,10 @@ control_plane_up() {
     "$kwokctl" start cluster --name "$name" >&2
   else
     log "creating cluster $name (kwokctl binary runtime, no kwok controller, Kubernetes $KWOK_KUBE_VERSION)"
-    mkdir -p "$state"
-    kwok_config >"$state/kwok.yaml"
+    mkdir -p "$cluster_state"
+    kwok_config >"$cluster_state/kwok.yaml"
     "$kwokctl" create cluster --name "$name" --runtime binary \
-      --config "$state/kwok.yaml" --kubeconfig "$kubeconfig" --wait 60s >&2
+      --config "$cluster_state/kwok.yaml" --kubeconfig "$kubeconfig" --wait 60s >&2
   fi
   wait_for "the API server" 120 api_ready
 }
@@ -243,6 +349,9 @@ client_kubeconfig() { # file, user, group
     chmod 600 "$key"
   fi
   server=$("$kubectl" --kubeconfig "$kubeconfig" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  # The second node's loopback is its own: it reaches the API server on
+  # the first node's bridge.
+  if [[ -n $netns ]]; then server=https://$apiserver_ip:$apiserver_port; fi
   KUBECONFIG=$out "$kubectl" config set-cluster "$name" --server "$server" \
     --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
   KUBECONFIG=$out "$kubectl" config set-credentials "$user" --client-certificate "$crt" \
@@ -357,7 +466,7 @@ start_containerd() {
 # (all of them took 31 s; none, under a second). Keyed by containerd's
 # version, whose store format is its own; down empties it of containers
 # and sandboxes (forget_containers).
-image_store() { echo "$cache/node-containerd/$name-$(basename "$containerd_dir")"; }
+image_store() { echo "$cache/node-containerd/$name${netns:+-$node}-$(basename "$containerd_dir")"; }
 
 containers_in_store() { { "$ctr" -a "$sock" -n k8s.io containers ls -q; sandbox_ids; } 2>/dev/null; }
 
@@ -401,7 +510,10 @@ containerd_ready() { [[ -S $sock ]] && "$ctr" -a "$sock" version >/dev/null 2>&1
 
 # start_daemon runs a node daemon detached from this script (no inherited
 # descriptors beyond 0-2, its own session), logging to $state/<name>.log,
-# its pid in $run/<name>.pid. The shims find containerd-shim-runc-v2 on PATH.
+# its pid in $run/<name>.pid, in the node's network namespace (nsenter
+# joins only that one: the daemons share the machine's mounts, as the
+# kubelet's volumes and containerd's root filesystems must). The shims
+# find containerd-shim-runc-v2 on PATH.
 start_daemon() {
   local what=$1
   shift
@@ -413,6 +525,9 @@ start_daemon() {
       if ((fd > 2)); then eval "exec $fd>&-"; fi
     done
     export PATH=$containerd_dir:$PATH
+    if [[ -n $netns ]]; then
+      exec nsenter --net="/run/netns/$netns" setsid "$@" </dev/null >>"$state/$what.log" 2>&1
+    fi
     exec setsid "$@" </dev/null >>"$state/$what.log" 2>&1
   ) &
   echo $! >"$run/$what.pid"
@@ -487,6 +602,7 @@ clusterDNS:
 resolvConf: $state/resolv.conf
 podCIDR: $pod_cidr
 failSwapOn: false
+$(second_node_settings)
 staticPodPath: ""
 serializeImagePulls: false
 imageGCHighThresholdPercent: 99
@@ -499,6 +615,23 @@ evictionHard:
 EOF
 }
 
+# second_node_settings: the second node's pods live under a cgroup parent
+# of their own (both kubelets would otherwise manage one kubepods
+# hierarchy) and log to a directory of their own (each kubelet removes
+# from its pod logs directory every pod it does not run: sharing
+# /var/log/pods, each deleted the other's logs), and the node registers
+# tainted.
+second_node_settings() {
+  [[ -n $netns ]] || return 0
+  cat <<EOF
+cgroupRoot: /$cgroup_parent
+podLogsDir: $state/pod-logs
+registerWithTaints:
+- key: $second_node_taint
+  effect: NoSchedule
+EOF
+}
+
 # The kernel settings the kubelet sets at start (protectKernelDefaults
 # false: overcommit, panic on oops, ...): saved before its first start and
 # restored by down, since they are the machine's, not the node's.
@@ -507,22 +640,23 @@ kernel_tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_
 
 save_kernel_tunables() {
   local k
-  [[ -f $state/kernel-tunables ]] && return 0
-  for k in "${kernel_tunables[@]}"; do echo "$k $(cat "/proc/sys/$k")"; done >"$state/kernel-tunables"
+  [[ -f $cluster_state/kernel-tunables ]] && return 0
+  for k in "${kernel_tunables[@]}"; do echo "$k $(cat "/proc/sys/$k")"; done >"$cluster_state/kernel-tunables"
 }
 
 restore_kernel_tunables() {
   local k v
-  [[ -f $state/kernel-tunables ]] || return 0
+  [[ -f $cluster_state/kernel-tunables ]] || return 0
   while read -r k v; do
     echo "$v" >"/proc/sys/$k" 2>/dev/null || log "could not restore $k to $v"
-  done <"$state/kernel-tunables"
+  done <"$cluster_state/kernel-tunables"
 }
 
 kubelet_up() {
   if kubelet_running; then return 0; fi
   save_kernel_tunables
   mkdir -p "$state/kubelet"
+  [[ -z $cgroup_parent ]] || cgroup_parent_up
   kubelet_config >"$state/kubelet.yaml"
   # Pods with dnsPolicy Default get this: no upstream resolver, on purpose.
   echo "# deckhand-node: no DNS beyond the cluster's" >"$state/resolv.conf"
@@ -535,6 +669,21 @@ kubelet_up() {
 }
 
 kubelet_running() { pid_alive kubelet; }
+
+# cgroup_parent_up makes the second node's cgroup parent in every cgroup
+# v1 hierarchy, weighted in cpu as the kubelet weighs its own kubepods
+# (1024 per core), so both nodes' pods get an equal share when they
+# compete.
+cgroup_parent_up() {
+  local d
+  for d in /sys/fs/cgroup/*/; do
+    [[ -e $d/cgroup.procs && ! -L ${d%/} ]] || continue
+    mkdir -p "$d$cgroup_parent"
+  done
+  if [[ -e /sys/fs/cgroup/cpu/$cgroup_parent/cpu.shares ]]; then
+    echo $(($(nproc) * 1024)) >"/sys/fs/cgroup/cpu/$cgroup_parent/cpu.shares"
+  fi
+}
 
 node_ready() {
   [[ $("$kubectl" --kubeconfig "$kubeconfig" get node "$node" \
@@ -585,11 +734,11 @@ dns_up() {
 storage_up() {
   "$kubectl" --kubeconfig "$kubeconfig" apply -f "$root/hack/node/storage.yaml" >&2
   pid_alive provisioner && return 0
-  mkdir -p "$state/volumes" "$state/bin"
-  (cd "$root" && go build -o "$state/bin/deckhand-provisioner" ./hack/provisioner)
-  start_daemon provisioner "$state/bin/deckhand-provisioner" --kubeconfig "$kubeconfig" --root "$state/volumes"
+  mkdir -p "$cluster_state/volumes" "$cluster_state/bin"
+  (cd "$root" && go build -o "$cluster_state/bin/deckhand-provisioner" ./hack/provisioner)
+  start_daemon provisioner "$cluster_state/bin/deckhand-provisioner" --kubeconfig "$kubeconfig" --root "$cluster_state/volumes"
   sleep 0.5
-  pid_alive provisioner || { tail -5 "$state/provisioner.log" >&2; return 1; }
+  pid_alive provisioner || { tail -5 "$cluster_state/provisioner.log" >&2; return 1; }
 }
 
 # --- kube-proxy --------------------------------------------------------------
@@ -608,7 +757,7 @@ bindAddress: $node_ip
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 mode: iptables
-clusterCIDR: $pod_cidr
+clusterCIDR: $cluster_cidr
 nodePortAddresses:
 - $node_ip/32
 oomScoreAdj: 0
@@ -629,7 +778,7 @@ kube_proxy_up() {
   wait_for kube-proxy 60 kube_proxy_ready
 }
 
-kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
+kube_proxy_ready() { in_netns curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 
 # --- the operator --------------------------------------------------------------
 
@@ -642,10 +791,10 @@ kube_proxy_ready() { curl -fsS http://127.0.0.1:10256/healthz >/dev/null 2>&1; }
 # for a release) and installs the chart with it, as users do; arguments go
 # to helm (make run adds the demo).
 operator_up() {
-  local version tag layout archive helm jar
+  local version tag layout archive helm jar n
   version=$(app_version)
   tag=$(operator_tag)
-  layout=$state/operator-image archive=$state/operator-image.tar
+  layout=$cluster_state/operator-image archive=$cluster_state/operator-image.tar
   helm=$("$tools" dir helm)/helm
   "$tools" build helm
   jar=$("$root/hack/node/images.sh" agent-jar)
@@ -653,7 +802,12 @@ operator_up() {
   (cd "$root" && go run ./hack/image --out "$layout" --platforms "linux/$(go env GOARCH)" --version "$version" \
     --tag "$tag" --agent-jar "$jar" --bin-dir "$cache/operator-image-bin") >&2
   tar -C "$layout" -cf "$archive" .
-  "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
+  for n in $(nodes); do
+    use_node "$n"
+    containerd_ready || continue
+    "$ctr" -a "$sock" -n k8s.io images import --base-name docker.io/deckhand-local/deckhand "$archive" >&2
+  done
+  use_node "$first_node"
   # the release namespace enforces the restricted Pod Security Standard
   "$kubectl" --kubeconfig "$kubeconfig" create namespace deckhand-system --dry-run=client -o yaml |
     "$kubectl" --kubeconfig "$kubeconfig" apply -f - >&2
@@ -746,7 +900,65 @@ kubelet_start() {
   wait_for "the kubelet's healthz" 120 kubelet_healthy
 }
 
-kubelet_healthy() { curl -fsS http://127.0.0.1:10248/healthz >/dev/null 2>&1; }
+kubelet_healthy() { in_netns curl -fsS http://127.0.0.1:10248/healthz >/dev/null 2>&1; }
+
+# power_off ends the second node as a power cut would: its network first
+# (the veth pair down: nothing it sends gets out), then its kubelet,
+# kube-proxy, containerd, shims and every container process SIGKILLed at
+# once. Nothing shuts down cleanly; the volumes keep what reached them.
+power_off() {
+  second_node_only power
+  ip link set "$veth" down 2>/dev/null || true
+  local what pid pids=()
+  for what in kubelet kube-proxy containerd; do
+    pid=$(cat "$run/$what.pid" 2>/dev/null) && pids+=("$pid")
+  done
+  pids+=($(container_pids) $(shim_pids))
+  [[ ${#pids[@]} -eq 0 ]] || kill -9 "${pids[@]}" 2>/dev/null || true
+  rm -f "$run"/{kubelet,kube-proxy,containerd}.pid
+  log "node $node powered off"
+}
+
+# power_on starts the second node again as after a reboot: what lived in
+# memory and under /run is gone (its containers' mounts and runtime state),
+# its disk is kept (the image store, the kubelet's directory, the
+# volumes); its network comes back, then containerd, the kubelet (which
+# starts the pods the API server still binds to the node) and kube-proxy.
+power_on() {
+  second_node_only power
+  pid_alive kubelet && { echo "node $node is on" >&2; return 1; }
+  remove_shim_sockets
+  unmount_all
+  rm -rf "$run"
+  link_up
+  start_containerd
+  kubelet_up
+  kube_proxy_up
+  log "node $node powered on"
+}
+
+# network_cut takes the second node's veth pair down: the node and its
+# pods lose the control plane, the first node and each other's Services
+# (kube-proxy's endpoints age), while every process runs on.
+network_cut() {
+  second_node_only network
+  ip link set "$veth" down
+  log "node $node cut off"
+}
+
+network_restore() {
+  second_node_only network
+  link_up
+  log "node $node reachable again"
+}
+
+second_node_only() {
+  if [[ -z $netns ]]; then
+    echo "hack/node.sh $1: only the second node ($second_node) can be powered off or cut; the first holds the API server's address" >&2
+    exit 2
+  fi
+  [[ -e /run/netns/$netns ]] || { echo "node $node is not up" >&2; exit 1; }
+}
 
 # --- down --------------------------------------------------------------------
 
@@ -767,13 +979,17 @@ stop_daemon() {
 # records no shim pid: they are the processes started with its socket as
 # -address), so nothing started by this node outlives it.
 stop_containers() {
+  local pid
+  for pid in $(container_pids) $(shim_pids); do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+container_pids() {
   local f pid
   [[ -d $run/containerd ]] || return 0
   while IFS= read -r f; do
     pid=$(cat "$f" 2>/dev/null) || continue
-    if [[ $pid =~ ^[0-9]+$ ]]; then kill -9 "$pid" 2>/dev/null || true; fi
+    if [[ $pid =~ ^[0-9]+$ ]]; then echo "$pid"; fi
   done < <(find "$run/containerd" -name init.pid 2>/dev/null)
-  for pid in $(shim_pids); do kill -9 "$pid" 2>/dev/null || true; done
 }
 
 shim_pids() {
@@ -824,9 +1040,10 @@ remove_cgroups() {
   done
 }
 
-down() {
-  use_tools
-  stop_daemon provisioner
+# node_down stops the selected node's daemons and containers and removes
+# what they mounted; the second node's cgroup parent and network
+# namespace (its bridge, veth pair and iptables rules with it) go too.
+node_down() {
   stop_daemon kube-proxy
   stop_daemon kubelet
   forget_containers
@@ -834,9 +1051,27 @@ down() {
   stop_daemon containerd
   remove_shim_sockets
   unmount_all
+  [[ -n $netns ]] || return 0
+  local d
+  for d in /sys/fs/cgroup/*/"$cgroup_parent"; do
+    [[ -d $d ]] || continue
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  ip netns del "$netns" 2>/dev/null || true
+  ip link del "$veth" 2>/dev/null || true
+}
+
+down() {
+  use_tools
+  stop_daemon provisioner
+  use_node "$second_node"
+  node_down
+  use_node "$first_node"
+  node_down
   [[ -n $(other_kubelet) ]] || remove_cgroups
   restore_kernel_tunables
   ip link del "$bridge" 2>/dev/null || true
+  ip route del blackhole "$node_range" 2>/dev/null || true
   apiserver_guard_down
   if [[ -n $(other_kubelet) ]]; then
     log "another kubelet runs here ($(other_kubelet | head -1)): leaving KUBE-* iptables chains and kubepods cgroups alone"
@@ -854,8 +1089,10 @@ down() {
 # node_present says whether anything this script creates exists here:
 # its directories, bridge, API-server guard chain or kwok cluster.
 node_present() {
-  [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
+  [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name || -e /run/netns/$second_node ]] && return 0
   ip link show "$bridge" >/dev/null 2>&1 && return 0
+  ip link show "$veth" >/dev/null 2>&1 && return 0
+  ip route show type blackhole | grep -qF "$node_range" && return 0
   command -v iptables >/dev/null && { iptables -w -S "$guard_chain" || ip6tables -w -S "$guard_chain"; } >/dev/null 2>&1
 }
 
@@ -883,11 +1120,17 @@ leftovers() {
 }
 
 list_leftovers() {
-  local d cmd table
-  for d in containerd kubelet kube-proxy provisioner; do
-    if pid_alive "$d"; then echo "process: $d (pid $(cat "$run/$d.pid"))"; fi
+  local d cmd table n
+  for n in "$second_node" "$first_node"; do
+    use_node "$n"
+    for d in containerd kubelet kube-proxy provisioner; do
+      if pid_alive "$d"; then echo "process: $n's $d (pid $(cat "$run/$d.pid"))"; fi
+    done
+    shim_pids | sed "s/^/shim of $n: pid /"
   done
-  shim_pids | sed 's/^/shim: pid /'
+  if [[ -e /run/netns/$second_node ]]; then echo "network namespace: $second_node"; fi
+  if ip link show "$veth" >/dev/null 2>&1; then echo "interface: $veth"; fi
+  if ip route show type blackhole | grep -qF "$node_range"; then echo "route: blackhole $node_range"; fi
   awk -v r="$run" -v s="$state" 'index($5, r) == 1 || index($5, s) == 1 { print "mount: " $5 }' /proc/self/mountinfo
   if ip link show "$bridge" >/dev/null 2>&1; then echo "interface: $bridge"; fi
   for cmd in iptables ip6tables; do
@@ -897,17 +1140,22 @@ list_leftovers() {
         '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 == g) { print "iptables: " c " " $2 }'
     done
   done
-  for d in /sys/fs/cgroup/*/kubepods "$run" "$state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/"$second_node" "$run" "$state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
     if [[ -e $d ]]; then echo "directory: $d"; fi
   done
 }
 
 status() {
   use_tools
-  local d
-  for d in containerd kubelet kube-proxy provisioner; do
-    if pid_alive "$d"; then echo "$d: running (pid $(cat "$run/$d.pid"))"; else echo "$d: not running"; fi
+  local d n
+  for n in $(nodes); do
+    use_node "$n"
+    for d in containerd kubelet kube-proxy; do
+      if pid_alive "$d"; then echo "$n $d: running (pid $(cat "$run/$d.pid"))"; else echo "$n $d: not running"; fi
+    done
   done
+  use_node "$first_node"
+  if pid_alive provisioner; then echo "provisioner: running (pid $(cat "$run/provisioner.pid"))"; else echo "provisioner: not running"; fi
   if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
 }
 
@@ -916,16 +1164,21 @@ up() {
   deps
   "$tools" build etcd kube kwok kubenode containerd coredns
   use_tools
-  local start=$SECONDS
+  local start=$SECONDS n
   network_up
   timed "control plane" control_plane_up
-  timed containerd containerd_up
-  timed images images_up
-  timed kubelet kubelet_up
-  timed kube-proxy kube_proxy_up
+  for n in $(nodes); do
+    use_node "$n"
+    timed "$n: network" network_up
+    timed "$n: containerd" containerd_up
+    timed "$n: images" images_up
+    timed "$n: kubelet" kubelet_up
+    timed "$n: kube-proxy" kube_proxy_up
+  done
+  use_node "$first_node"
   timed "cluster DNS" dns_up
   timed volumes storage_up
-  log "node $node Ready; cluster $name up in $((SECONDS - start)) s"
+  log "nodes $(nodes | paste -sd' ') Ready; cluster $name up in $((SECONDS - start)) s"
   echo "export KUBECONFIG=$kubeconfig"
 }
 
@@ -944,11 +1197,29 @@ case ${1:-} in
   leftovers) leftovers ;;
   operator) require_root operator; use_tools; shift; operator_up "$@" ;;
   ctr) require_root ctr; use_tools; shift; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
+  ctr-on) require_root ctr-on; use_tools; use_node "${2:-}"; shift 2; exec "$ctr" -a "$sock" -n k8s.io "$@" ;;
+  power)
+    require_root power; use_tools; use_node "${3:-$second_node}"
+    case ${2:-} in
+      off) power_off ;;
+      on) power_on ;;
+      *) echo "usage: $0 power off|on [NODE]" >&2; exit 2 ;;
+    esac ;;
+  network)
+    require_root network; use_tools; use_node "${3:-$second_node}"
+    case ${2:-} in
+      cut) network_cut ;;
+      restore) network_restore ;;
+      *) echo "usage: $0 network cut|restore [NODE]" >&2; exit 2 ;;
+    esac ;;
   operator-tag) operator_tag ;;
   forget-images)
     require_root forget-images; use_tools
-    pid_alive containerd && { echo "the node runs: hack/node.sh down first" >&2; exit 1; }
-    rm -rf "$(image_store)"; log "removed $(image_store)" ;;
+    for n in "$first_node" "$second_node"; do
+      use_node "$n"
+      pid_alive containerd && { echo "node $n runs: hack/node.sh down first" >&2; exit 1; }
+      rm -rf "$(image_store)"; log "removed $(image_store)"
+    done ;;
   apiserver)
     require_root apiserver; use_tools
     case ${2:-} in
@@ -963,5 +1234,5 @@ case ${1:-} in
       start) kubelet_start ;;
       *) echo "usage: $0 kubelet stop|start" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: $0 up | down | forget-images | deps | kubeconfig | status | leftovers | operator | ctr ARGS | operator-tag | apiserver stop|start | kubelet stop|start" >&2; exit 2 ;;
+  *) echo "usage: $0 up | down | forget-images | deps | kubeconfig | status | leftovers | operator | ctr ARGS | ctr-on NODE ARGS | operator-tag | apiserver stop|start | kubelet stop|start | power off|on [NODE] | network cut|restore [NODE]" >&2; exit 2 ;;
 esac
