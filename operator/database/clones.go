@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,6 +35,13 @@ const cloneRecheck = 15 * time.Second
 // progress line every 30 s and nothing else while it copies.
 const cloneLogLines = 40
 
+// cloneLogWait bounds a read of a standby's log. The API server asks the
+// pod's kubelet for it, and a node that does not answer held the read,
+// the reconcile and the failover watch with it, for minutes on the real
+// node's second node. A pod on a node marked as not answering is not
+// asked at all.
+const cloneLogWait = 2 * time.Second
+
 // PodLogs reads the end of a container's log.
 type PodLogs interface {
 	Tail(ctx context.Context, namespace, pod, container string, lines int64) (string, error)
@@ -62,7 +70,13 @@ func (r *Reconciler) observeClones(ctx context.Context, db *Cluster, eng engine.
 	before := db.Status.Clones
 	var now []dbv1.StandbyClone
 	for _, p := range standbysStarting(db, pods) {
-		log, err := r.Logs.Tail(ctx, p.Namespace, p.Name, p.Spec.Containers[0].Name, cloneLogLines)
+		var log string
+		err := errNodeLost
+		if !r.onLostNode(ctx, p) {
+			readCtx, cancel := context.WithTimeout(ctx, cloneLogWait)
+			log, err = r.Logs.Tail(readCtx, p.Namespace, p.Name, p.Spec.Containers[0].Name, cloneLogLines)
+			cancel()
+		}
 		if err != nil {
 			logf.FromContext(ctx).Info("cannot read a standby's log for its clone's progress", "pod", p.Name, "error", err.Error())
 			if old := findClone(before, p.Name); old != nil {
@@ -78,6 +92,9 @@ func (r *Reconciler) observeClones(ctx context.Context, db *Cluster, eng engine.
 	r.announceClones(db, before, now)
 	db.Status.Clones = now
 }
+
+// errNodeLost: a log not read, its pod's node marked as not answering.
+var errNodeLost = errors.New("its node does not answer")
 
 // standbysStarting are the standby pods whose server container runs and
 // is not ready: cloning, catching up, or stopped streaming.

@@ -82,6 +82,7 @@ const (
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
@@ -186,6 +187,9 @@ type Reconciler struct {
 	// what the operator saw of each primary (failover.go).
 	channels  channels
 	failovers primaryWatch
+	// nodes are the Nodes the primaries run on, read to see a drain
+	// coming (drain.go).
+	nodes nodes
 }
 
 // Setup registers the Database controller with the manager.
@@ -456,7 +460,7 @@ type live struct {
 	services                    []corev1.Service
 	statefulSet                 appsv1.StatefulSet
 	job                         batchv1.Job
-	pdb                         policyv1.PodDisruptionBudget
+	pdb, primaryPDB             policyv1.PodDisruptionBudget
 	// claims are the PVCs of ordinals below replicas that exist, by ordinal.
 	claims map[int32]*corev1.PersistentVolumeClaim
 	exists map[string]bool
@@ -491,6 +495,7 @@ func (r *Reconciler) lookupAll(ctx context.Context, db *Cluster) (*live, error) 
 		{"StatefulSet", n.StatefulSet, &l.statefulSet, true},
 		{"Job", n.InitJob, &l.job, false},
 		{"PodDisruptionBudget", n.PDB, &l.pdb, replicasOf(db) > 1},
+		{"PodDisruptionBudget", n.PrimaryPDB, &l.primaryPDB, r.wantsPrimaryPDB(db)},
 	}
 	var errs []error
 	if db.Secrets.SuperuserNamedByUser {

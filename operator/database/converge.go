@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -199,20 +200,33 @@ func (r *Reconciler) updateConnection(ctx context.Context, db *Cluster, eng engi
 	return nil
 }
 
-// ensurePDB keeps a PodDisruptionBudget while there are standbys.
+// ensurePDB keeps a PodDisruptionBudget while there are standbys, and the
+// primary's (drain.go) while a switchover can move the primary.
 func (r *Reconciler) ensurePDB(ctx context.Context, db *Cluster, l *live) error {
-	name := namesOf(db).PDB
-	if replicasOf(db) > 1 {
-		return r.applyOne(ctx, db, podDisruptionBudget(db), &l.pdb, l.has("PodDisruptionBudget", name))
+	primaryBudget := r.wantsPrimaryPDB(db)
+	if err := r.keepPDB(ctx, db, l, podDisruptionBudget(db, primaryBudget), &l.pdb, replicasOf(db) > 1,
+		"a single replica has nothing to protect"); err != nil {
+		return err
 	}
-	if !l.has("PodDisruptionBudget", name) {
+	return r.keepPDB(ctx, db, l, primaryDisruptionBudget(db), &l.primaryPDB, primaryBudget,
+		"the primary can no longer be switched over ahead of a drain (one replica, failover off, or Nodes not readable)")
+}
+
+// keepPDB applies want when wanted, else deletes the live budget if there
+// is one, saying why.
+func (r *Reconciler) keepPDB(ctx context.Context, db *Cluster, l *live, want, have *policyv1.PodDisruptionBudget, wanted bool, whyNot string) error {
+	exists := l.has("PodDisruptionBudget", want.Name)
+	if wanted {
+		return r.applyOne(ctx, db, want, have, exists)
+	}
+	if !exists {
 		return nil
 	}
-	if err := client.IgnoreNotFound(r.Client.Delete(ctx, &l.pdb)); err != nil {
-		return fmt.Errorf("deleting PodDisruptionBudget %s: %w", name, err)
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, have)); err != nil {
+		return fmt.Errorf("deleting PodDisruptionBudget %s: %w", want.Name, err)
 	}
 	r.Kind.metrics.objectWrites.WithLabelValues("PodDisruptionBudget", "deleted").Inc()
-	r.normal(db, "Deleted", "Apply", "PodDisruptionBudget %s deleted: a single replica has nothing to protect", name)
+	r.normal(db, "Deleted", "Apply", "PodDisruptionBudget %s deleted: %s", want.Name, whyNot)
 	return nil
 }
 

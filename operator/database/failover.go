@@ -162,7 +162,11 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return failoverRecheck, err
 		}
 	}
-	if why := notWatchedNow(db, l); why != "" {
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	if why := notWatchedNow(db, l, r.evictedFromLostNodes(ctx, pods)); why != "" {
 		// A primary restarted on purpose is not gone: the watch starts
 		// again, a whole bound, once this is over.
 		r.failovers.forget(db.UID)
@@ -180,10 +184,6 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return archiveRecheck, nil
 		}
 		return 0, nil
-	}
-	pods, err := r.serverPods(ctx, db)
-	if err != nil {
-		return 0, err
 	}
 	now := r.now()
 	w := r.failovers.of(db.UID, primary, now)
@@ -208,7 +208,7 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		if err := r.ensureSynchronous(ctx, db, ch, st); err != nil {
 			return failoverRecheck, err
 		}
-		if asked, err := r.maybeSwitchover(ctx, db, eng, ch, o); asked || err != nil {
+		if asked, err := r.maybeSwitchover(ctx, db, eng, ch, o, pods, others); asked || err != nil {
 			return failoverRecheck, err
 		}
 		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
@@ -328,8 +328,10 @@ func forceFailoverAsked(db *Cluster) bool {
 // notWatchedNow says why the primary is not watched now ("": it is): the
 // pods do not all run the agent yet (the rollout that adds it), a rollout
 // is restarting pods, a major upgrade stops the servers, a new Database's
-// primary recovers from an archive, or there is no standby.
-func notWatchedNow(db *Cluster, l *live) string {
+// primary recovers from an archive, or there is no standby. evicted pods
+// are being deleted from nodes that do not answer (evictedFromLostNodes):
+// the StatefulSet no longer counts them updated, yet nothing rolls.
+func notWatchedNow(db *Cluster, l *live, evicted int32) string {
 	sts := &l.statefulSet
 	replicas := replicasOf(db)
 	switch {
@@ -337,7 +339,7 @@ func notWatchedNow(db *Cluster, l *live) string {
 		return "one replica: there is no standby to fail over to"
 	case !l.has("StatefulSet", namesOf(db).StatefulSet) || !hasAgent(sts):
 		return "the pods do not run the instance agent yet"
-	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdatedReplicas != replicas || sts.Status.CurrentRevision != sts.Status.UpdateRevision:
+	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdatedReplicas+evicted != replicas || sts.Status.CurrentRevision != sts.Status.UpdateRevision:
 		return "a rollout is restarting the pods: the primary is watched again once it is done"
 	case upgradeRunning(db.Status.Upgrade):
 		return "a major upgrade is under way"

@@ -60,6 +60,8 @@ const (
 // because metadata.name is at most 52 (a CEL rule on the CRD).
 type names struct {
 	StatefulSet, Headless, ReadWrite, ReadOnly, Superuser, App, Replication, Scripts, InitJob, PDB string
+	// PrimaryPDB is the primary's budget (drain.go).
+	PrimaryPDB string
 	// CA is the ConfigMap of the CA bundle clients verify the servers
 	// with, for a cluster without an app Secret (which holds it
 	// otherwise); "" for one with.
@@ -71,7 +73,7 @@ func namesOf(db *Cluster) names {
 	out := names{
 		StatefulSet: n, Headless: n + "-headless", ReadWrite: n + "-rw", ReadOnly: n + "-ro",
 		Superuser: db.Secrets.Superuser, App: db.Secrets.App, Replication: db.Secrets.Replication,
-		Scripts: n + "-scripts", InitJob: n + "-init", PDB: n,
+		Scripts: n + "-scripts", InitJob: n + "-init", PDB: n, PrimaryPDB: n + "-primary",
 	}
 	if db.Secrets.App == "" {
 		out.CA = n + "-ca"
@@ -553,13 +555,31 @@ func initJob(db *Cluster, eng engine.Engine) *batchv1.Job {
 }
 
 // podDisruptionBudget lets at most one replica be evicted at a time.
-func podDisruptionBudget(db *Cluster) *policyv1.PodDisruptionBudget {
+// podDisruptionBudget lets one server pod be evicted at a time. With the
+// primary's own budget (drain.go) it covers the standbys only, since the
+// eviction API refuses to evict a pod that two budgets select, and says
+// it as the standbys that must stay (replicas - 2): a maxUnavailable over
+// part of a StatefulSet's pods is counted against all its replicas, and
+// the one standby of two replicas could never be evicted. A standby that
+// is not ready may always go (AlwaysAllow): with minAvailable 0 the
+// eviction API otherwise refuses a pod that is not ready, and a drain
+// waited on a standby restarting after the switchover it had caused.
+func podDisruptionBudget(db *Cluster, standbysOnly bool) *policyv1.PodDisruptionBudget {
+	spec := policyv1.PodDisruptionBudgetSpec{
+		MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
+	}
+	if standbysOnly {
+		spec = policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(max(replicasOf(db)-2, 0))),
+			Selector: &metav1.LabelSelector{MatchLabels: withLabels(selectorLabels(db, componentServer),
+				map[string]string{db.Kind.Keys.Role: roleStandby})},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
+		}
+	}
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: objectMeta(db, namesOf(db).PDB, nil),
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
-		},
+		Spec:       spec,
 	}
 }

@@ -54,7 +54,7 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	rolledOut := stsExists && sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == replicas
 	initialized := meta.IsStatusConditionTrue(db.Status.Conditions, ConditionInitialized)
 	allReady := stsExists && db.Status.ReadyReplicas == replicas && rolledOut
-	problems := podProblems(pods)
+	problems := append(podProblems(pods), r.podsOnLostNodes(ctx, currentPrimary(db), pods)...)
 	wrongOwner := dataOwnerMismatches(pods)
 	r.observeClones(ctx, db, eng, pods)
 	var down []string
@@ -77,6 +77,9 @@ func (r *Reconciler) observe(ctx context.Context, db *Cluster, eng engine.Engine
 	case initialized && len(down) > 0:
 		msg := fmt.Sprintf("%s replicas ready; the primary %s serves, but standby %s started and is not ready: a standby is ready only while it streams from the primary (see its log: fallen behind, or the primary unreachable)",
 			db.Status.Ready, currentPrimary(db), strings.Join(down, ", "))
+		if len(problems) > 0 {
+			msg += "; " + strings.Join(problems, "; ")
+		}
 		r.warn(db, ConditionReady, ReasonStandbyNotReady, msg)
 		r.setCondition(db, ConditionReady, false, ReasonStandbyNotReady, msg)
 		db.Status.Phase = dbv1.PhaseDegraded

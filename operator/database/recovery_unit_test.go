@@ -31,8 +31,8 @@ func TestARecoveringPrimaryIsNotWatchedForFailover(t *testing.T) {
 		Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, UpdatedReplicas: 2, CurrentRevision: "r1", UpdateRevision: "r1"},
 	}}
 	l.exists = map[string]bool{"StatefulSet/shop": true}
-	assert.Contains(t, notWatchedNow(db, l), "the primary recovers from an archive")
+	assert.Contains(t, notWatchedNow(db, l, 0), "the primary recovers from an archive")
 
 	db.Status.Conditions = []metav1.Condition{{Type: ConditionRestored, Status: metav1.ConditionTrue, Reason: "Recovered"}}
-	assert.Empty(t, notWatchedNow(db, l), "watched once recovered")
+	assert.Empty(t, notWatchedNow(db, l, 0), "watched once recovered")
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,13 +38,26 @@ func switchoverTarget(db *Cluster) string {
 }
 
 // maybeSwitchover starts the switchover the spec asks for, when its target
-// is ready; primary is the healthy primary's observation. It reports
-// whether a switchover was asked for (the watch's condition is then the
-// switchover's).
-func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engine.Engine, ch *instance.Client, primary failover.Observation) (bool, error) {
-	target := switchoverTarget(db)
+// is ready, or one away from a primary whose node is being drained
+// (drain.go); primary is the healthy primary's observation, others the
+// standbys'. It reports whether a switchover was asked for (the watch's
+// condition is then the switchover's).
+func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engine.Engine, ch *instance.Client, primary failover.Observation, pods map[string]*corev1.Pod, others []failover.Observation) (bool, error) {
+	target, reason := switchoverTarget(db), ""
 	if target == "" {
-		return false, nil
+		to, why, waiting := r.drainTarget(ctx, primary, pods, others)
+		switch {
+		case waiting != "":
+			r.setCondition(db, ConditionFailover, true, "DrainWaiting", fmt.Sprintf("the primary %s: %s; PodDisruptionBudget %s keeps it from being evicted until a standby takes over, and %s",
+				primary.Pod, why, namesOf(db).PrimaryPDB, waiting))
+			return true, nil
+		case to == "":
+			return false, nil
+		}
+		target, reason = to, fmt.Sprintf("the primary %s: %s", primary.Pod, why)
+	} else if why := r.nodeDraining(ctx, pods[target]); why != "" {
+		r.setCondition(db, ConditionFailover, true, "SwitchoverWaiting", fmt.Sprintf("switchover to %s asked for; waiting: %s", target, why))
+		return true, nil
 	}
 	o := failover.Observation{Pod: target}
 	if st, err := ch.Status(ctx, r.instanceHost(db, target)); err == nil {
@@ -59,6 +73,10 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 	}
 	r.pausePoolers(ctx, db, target)
 	rec := failover.StartSwitchover(currentPrimary(db), target, r.now())
+	if reason != "" {
+		rec.Reason = "switchover ahead of a drain: " + reason
+		r.normal(db, "DrainSwitchover", "Switchover", "%s; switching over to %s before the drain evicts it", reason, target)
+	}
 	err := r.runFailover(ctx, db, eng, ch, rec, false)
 	if retrySwitchoverAsked(db) && abortedSwitchoverTo(db, target) == nil {
 		// The new attempt is recorded: the request is answered.

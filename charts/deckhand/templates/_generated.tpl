@@ -194,6 +194,7 @@ mysqlCluster: mysqlcluster
   - ""
   resources:
   - namespaces
+  - nodes
   - pods/log
   verbs:
   - get
