@@ -235,14 +235,25 @@ func eventuallyPsql(ctx context.Context, t testing.TB, cfg *rest.Config, cs clie
 
 func waitDatabaseReady(ctx context.Context, t testing.TB, c client.Client, ns, name string) {
 	t.Helper()
+	waitDatabaseReadyWithin(ctx, t, c, ns, name, 8*time.Minute, "")
+}
+
+// waitDatabaseReadyWithin waits for the Database to be Ready with every
+// replica; after, when set, says what it waited after in a failure.
+func waitDatabaseReadyWithin(ctx context.Context, t testing.TB, c client.Client, ns, name string, within time.Duration, after string) {
+	t.Helper()
 	var db dbv1.Database
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, within, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &db); err != nil {
 			return false, nil
 		}
 		return db.Status.Phase == dbv1.PhaseReady && db.Status.ReadyReplicas == db.Spec.Replicas, nil
 	})
-	require.NoError(t, err, "Database %s not Ready: phase %q, ready %s, conditions %+v", name, db.Status.Phase, db.Status.Ready, db.Status.Conditions)
+	if after != "" {
+		after = " after " + after
+	}
+	require.NoError(t, err, "Database %s not Ready with every replica within %s%s: phase %q, ready %s, conditions %+v",
+		name, within, after, db.Status.Phase, db.Status.Ready, db.Status.Conditions)
 }
 
 func waitBackupCompleted(ctx context.Context, t testing.TB, c client.Client, ns, name string) dbv1.DatabaseBackup {

@@ -83,25 +83,10 @@ const SyncEnv = "DECKHAND_FAILOVER_SYNC"
 //
 // DECKHAND_FAILOVER_SYNC=1 runs it with synchronous replication.
 func BenchmarkFailover(b *testing.B) {
-	runs := 10
-	if s := os.Getenv(RunsEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(b, err, "%s=%q", RunsEnv, s)
-		runs = n
-	}
+	runs, minStandbys := benchRuns(b), benchMinStandbys(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
-	var minStandbys int32
-	if s := os.Getenv(SyncEnv); s != "" {
-		k, err := strconv.Atoi(s)
-		require.NoError(b, err, "%s=%q", SyncEnv, s)
-		minStandbys = int32(k)
-	}
-	f := startFailoverCluster(ctx, b, 3, 0, func(db *dbv1.Database) {
-		if minStandbys > 0 {
-			db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: minStandbys}}
-		}
-	})
+	f := startFailoverCluster(ctx, b, 3, 0, withMinStandbys(minStandbys))
 	logf(b, "failover bench: 3 replicas, synchronous minStandbys %d (0: asynchronous)", minStandbys)
 	w := f.startWriter("writer")
 	mw := f.startMultiHostWriter("multihost-writer")
@@ -282,32 +267,17 @@ func BenchmarkFailover(b *testing.B) {
 			waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
 			w.waitAcks(3)
 			samples, two := watch.finish()
-			lost := 0
-			committed := w.committedIDs()
-			for _, o := range append(lostAcks(w.log(), committed), lostAcks(mw.log(), committed)...) {
-				for _, t0 := range at {
-					if o.at.After(t0.Add(-time.Minute)) && o.at.Before(t0.Add(time.Minute)) {
-						lost++
-						break
-					}
-				}
-			}
-			median, worst := medianWorst(outages)
-			multiMedian, multiWorst := medianWorst(multiOutages)
+			lost := lostNear(w.committedIDs(), at, w.log(), mw.log())
+			median, worst := reportMedianWorst(b, "outage", outages)
+			multiMedian, multiWorst := reportMedianWorst(b, "multihost-outage", multiOutages)
 			failovers := len(failoversSince(f.database().Status.Failovers, began))
-			b.ReportMetric(median.Seconds(), "outage-median-s")
-			b.ReportMetric(worst.Seconds(), "outage-worst-s")
-			b.ReportMetric(multiMedian.Seconds(), "multihost-outage-median-s")
-			b.ReportMetric(multiWorst.Seconds(), "multihost-outage-worst-s")
 			b.ReportMetric(float64(lost), "acked-rows-lost")
 			b.ReportMetric(float64(len(two)), "two-writable-moments")
 			logf(b, "failover bench %s: through multihost-uri, write outage median %s worst %s", fc.name, multiMedian.Round(100*time.Millisecond), multiWorst.Round(100*time.Millisecond))
 			if len(multiAfterFailover) > 0 {
 				// Negative: back before the failover was recorded as
 				// finished (the new primary takes writes once promoted).
-				backMedian, backWorst := medianWorst(multiAfterFailover)
-				b.ReportMetric(backMedian.Seconds(), "multihost-back-after-failover-median-s")
-				b.ReportMetric(backWorst.Seconds(), "multihost-back-after-failover-worst-s")
+				backMedian, backWorst := reportMedianWorst(b, "multihost-back-after-failover", multiAfterFailover)
 				logf(b, "failover bench %s: through multihost-uri, writes came back %s after the failover finished (median; worst %s; %d runs with one failover)", fc.name, backMedian.Round(100*time.Millisecond), backWorst.Round(100*time.Millisecond), len(multiAfterFailover))
 			}
 			logf(b, "failover bench %s: %d runs, write outage median %s worst %s (floor: one write %s), %d failovers, %d acknowledged writes lost, %d agent rounds with two servers accepting writes of %d; /proc/loadavg before %s, after %s",
@@ -324,9 +294,7 @@ func BenchmarkFailover(b *testing.B) {
 					if len(m.d) == 0 {
 						continue // no run with one completed failover
 					}
-					median, worst := medianWorst(m.d)
-					b.ReportMetric(median.Seconds(), m.metric+"-after-fault-end-median-s")
-					b.ReportMetric(worst.Seconds(), m.metric+"-after-fault-end-worst-s")
+					median, worst := reportMedianWorst(b, m.metric+"-after-fault-end", m.d)
 					logf(b, "failover bench %s: %s %s after the fault ended (median; worst %s)", fc.name, m.what, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond))
 				}
 			}
@@ -334,6 +302,54 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	w.stop()
 	mw.stop()
+}
+
+// benchRuns is DECKHAND_FAILOVER_RUNS, or 10.
+func benchRuns(b *testing.B) int {
+	runs := 10
+	if s := os.Getenv(RunsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(b, err, "%s=%q", RunsEnv, s)
+		runs = n
+	}
+	return runs
+}
+
+// benchMinStandbys is DECKHAND_FAILOVER_SYNC, or 0 (asynchronous).
+func benchMinStandbys(b *testing.B) int32 {
+	if s := os.Getenv(SyncEnv); s != "" {
+		k, err := strconv.Atoi(s)
+		require.NoError(b, err, "%s=%q", SyncEnv, s)
+		return int32(k)
+	}
+	return 0
+}
+
+// withMinStandbys sets synchronous replication with k standbys (0: none).
+func withMinStandbys(k int32) func(*dbv1.Database) {
+	return func(db *dbv1.Database) {
+		if k > 0 {
+			db.Spec.Replication = &dbv1.ReplicationSpec{Synchronous: &dbv1.SynchronousSpec{MinStandbys: k}}
+		}
+	}
+}
+
+// lostNear counts the acknowledged writes of the logs the table does not
+// hold (committed) that were acknowledged within a minute of a fault
+// (at): the writes a fault lost, not ones lost otherwise.
+func lostNear(committed map[int]bool, at []time.Time, logs ...[]writeOutcome) int {
+	lost := 0
+	for _, log := range logs {
+		for _, o := range lostAcks(log, committed) {
+			for _, t0 := range at {
+				if o.at.After(t0.Add(-time.Minute)) && o.at.Before(t0.Add(time.Minute)) {
+					lost++
+					break
+				}
+			}
+		}
+	}
+	return lost
 }
 
 // loadAverage is /proc/loadavg's first three fields: the machine's load
@@ -344,6 +360,15 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// reportMedianWorst reports d's median and largest as the metrics
+// <metric>-median-s and <metric>-worst-s, and returns them.
+func reportMedianWorst(b *testing.B, metric string, d []time.Duration) (median, worst time.Duration) {
+	median, worst = medianWorst(d)
+	b.ReportMetric(median.Seconds(), metric+"-median-s")
+	b.ReportMetric(worst.Seconds(), metric+"-worst-s")
+	return median, worst
 }
 
 // medianWorst sorts d (not empty) and returns its median and its largest.

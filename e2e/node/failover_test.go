@@ -172,8 +172,8 @@ func (f *failoverCluster) agentClient() *instance.Client {
 		if err != nil {
 			return nil, err
 		}
-		if !podRange.Contains(net.ParseIP(ip)) {
-			return nil, fmt.Errorf("pod %s has no address in the node's pod range (%q)", name, ip)
+		if !onANode(ip) {
+			return nil, fmt.Errorf("pod %s has no address in a node's pod range (%q)", name, ip)
 		}
 		return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, net.JoinHostPort(ip, strconv.Itoa(instance.DefaultPort)))
 	}
@@ -327,8 +327,9 @@ func (f *failoverCluster) startWriter(name string) *writer {
 	return f.startWriterScript(name, writerScript)
 }
 
-// startWriterScript is startWriter running script.
-func (f *failoverCluster) startWriterScript(name, script string) *writer {
+// startWriterScript is startWriter running script; place changes its pod
+// (onSecondNode).
+func (f *failoverCluster) startWriterScript(name, script string, place ...func(*corev1.Pod) *corev1.Pod) *writer {
 	f.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
@@ -347,6 +348,9 @@ func (f *failoverCluster) startWriterScript(name, script string) *writer {
 			}}},
 			TerminationGracePeriodSeconds: new(int64),
 		},
+	}
+	for _, p := range place {
+		pod = p(pod)
 	}
 	_, err := f.cs.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{})
 	require.NoError(f.t, err)
@@ -1028,14 +1032,14 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 }
 
 // startDirectWriter is a writer (negative ids) at the address addr (a
-// pod's own), not through a Service.
-func (f *failoverCluster) startDirectWriter(name, addr string) *writer {
+// pod's own), not through a Service; place as startWriterScript's.
+func (f *failoverCluster) startDirectWriter(name, addr string, place ...func(*corev1.Pod) *corev1.Pod) *writer {
 	f.t.Helper()
 	script := strings.Replace(writerScript, `uri=$(cat /app/uri)`, `uri=$(sed 's#@[^:/]*#@`+addr+`#' /app/uri)`, 1)
 	script = strings.Replace(script, `VALUES ($i)`, `VALUES (-$i)`, 1)
 	script = strings.Replace(script, `echo "ack $i`, `echo "ack -$i`, 1)
 	script = strings.Replace(script, `echo "fail $i`, `echo "fail -$i`, 1)
-	return f.startWriterScript(name, script)
+	return f.startWriterScript(name, script, place...)
 }
 
 // multiHostIDs offsets the ids of the multi-host writer's rows from the

@@ -446,7 +446,7 @@ func TestRealNodeKeepsThePrimaryWhileTheKubeletIsStopped(t *testing.T) {
 	during := f.database().Status
 	nodeScript(ctx, t, "kubelet", "start")
 	startedAt := time.Now()
-	readyNode(ctx, t, f.cs)
+	readyNode(ctx, t, f.cs, firstNode)
 	f.waitLogsServed(w.pod.Name)
 
 	w.waitAcks(3)
@@ -548,7 +548,7 @@ func TestRealNodeFencesAPrimaryCutOffFromTheOperatorAndTheAPIServer(t *testing.T
 		require.NoError(t, podRule(ctx, agent, "-D", r[0], r[1:]...))
 	}
 	nodeScript(ctx, t, "kubelet", "start")
-	readyNode(ctx, t, f.cs)
+	readyNode(ctx, t, f.cs, firstNode)
 	f.waitLogsServed(w.pod.Name)
 	f.waitEvent("OldPrimaryFencedItself")
 	f.liftFence(old, rec.To)

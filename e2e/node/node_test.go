@@ -48,18 +48,35 @@ import (
 // KubeconfigEnv names the real-node cluster's kubeconfig.
 const KubeconfigEnv = "DECKHAND_NODE_KUBECONFIG"
 
-// The ranges hack/node.sh gives pods (its CNI configuration) and Services.
-var (
-	_, podRange, _     = net.ParseCIDR("198.18.1.0/24")
-	_, serviceRange, _ = net.ParseCIDR("198.19.0.0/16")
+// The nodes hack/node.sh starts: the first in the machine's network
+// namespace, the second in one of its own, tainted so that only pods that
+// tolerate secondNodeTaint run there.
+const (
+	firstNode       = "dh-node"
+	secondNode      = "dh-node2"
+	secondNodeTaint = "deckhand.dev/second-node"
 )
+
+// The ranges hack/node.sh gives each node's pods (its CNI configuration)
+// and Services.
+var (
+	_, podRange, _       = net.ParseCIDR("198.18.1.0/24")
+	_, secondPodRange, _ = net.ParseCIDR("198.18.3.0/24")
+	_, serviceRange, _   = net.ParseCIDR("198.19.0.0/16")
+)
+
+// onANode: ip is a pod's address on one of the nodes (the tests connect
+// to no other).
+func onANode(ip string) bool {
+	return podRange.Contains(net.ParseIP(ip)) || secondPodRange.Contains(net.ParseIP(ip))
+}
 
 func TestRealNodeRunsAPod(t *testing.T) {
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	node := readyNode(ctx, t, cs)
+	node := readyNode(ctx, t, cs, firstNode)
 	assert.True(t, strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://"),
 		"runtime %q", node.Status.NodeInfo.ContainerRuntimeVersion)
 
@@ -204,36 +221,30 @@ func imageRef(t testing.TB, name string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// readyNode waits for a Ready node (until ctx ends): a fault test before
-// this one may have stopped the kubelet or the API server, and the node
-// is Ready again only once its kubelet has posted its status since.
-func readyNode(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) corev1.Node {
+// readyNode waits until the node is Ready (until ctx ends): a fault test
+// before this one may have stopped its kubelet or the API server, and the
+// node is Ready again only once its kubelet has posted its status since.
+func readyNode(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, name string) corev1.Node {
 	t.Helper()
-	var ready corev1.Node
+	var node *corev1.Node
 	var last string
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
+		var err error
+		if node, err = cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		last = fmt.Sprintf("nodes: %d", len(nodes.Items))
-		for _, n := range nodes.Items {
-			for _, c := range n.Status.Conditions {
-				if c.Type != corev1.NodeReady {
-					continue
-				}
-				if c.Status == corev1.ConditionTrue {
-					ready = n
-					return true, nil
-				}
-				last += fmt.Sprintf("; %s Ready=%s (%s: %s)", n.Name, c.Status, c.Reason, c.Message)
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				last = fmt.Sprintf("Ready=%s (%s: %s)", c.Status, c.Reason, c.Message)
+				return c.Status == corev1.ConditionTrue, nil
 			}
 		}
+		last = "no Ready condition"
 		return false, nil
 	})
-	require.NoError(t, err, "no Ready node: %s", last)
-	return ready
+	require.NoError(t, err, "node %s is not Ready: %s", name, last)
+	return *node
 }
 
 func namespace(ctx context.Context, t testing.TB, cs *kubernetes.Clientset) string {
@@ -327,6 +338,7 @@ func waitForLogs(ctx context.Context, t testing.TB, cs *kubernetes.Clientset, ns
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {
+			logs = fmt.Sprintf("(the log of %s could not be read: %v)", name, err)
 			return false, nil
 		}
 		logs = string(b)

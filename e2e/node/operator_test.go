@@ -104,7 +104,13 @@ func operatorDeployment(ctx context.Context, t testing.TB, cs *kubernetes.Client
 
 func helmBinary(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("../../hack/tools.sh", "dir", "helm").Output()
-	require.NoError(t, err)
-	return strings.TrimSpace(string(out)) + "/helm"
+	return pinnedTool(t, "helm", "helm")
+}
+
+// pinnedTool is the binary name of the pinned tool (hack/tools.sh dir).
+func pinnedTool(t testing.TB, tool, name string) string {
+	t.Helper()
+	out, err := exec.Command("../../hack/tools.sh", "dir", tool).Output()
+	require.NoError(t, err, "hack/tools.sh dir %s", tool)
+	return strings.TrimSpace(string(out)) + "/" + name
 }
