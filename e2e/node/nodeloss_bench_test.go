@@ -2,9 +2,20 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
@@ -84,4 +95,186 @@ func BenchmarkNodeLoss(b *testing.B) {
 		rejoinMedian.Round(100*time.Millisecond), rejoinWorst.Round(100*time.Millisecond), lost, len(two), samples, loadBefore, loadAverage())
 	w.stop()
 	mw.stop()
+}
+
+// OperatorReplicasEnv sets how many operator replicas
+// BenchmarkOperatorNodeLoss runs (default 2).
+const OperatorReplicasEnv = "DECKHAND_OPERATOR_REPLICAS"
+
+// BenchmarkOperatorNodeLoss measures the write outage when the node that
+// loses its power runs both the primary and the leading operator, as
+// BenchmarkNodeLoss does for the primary alone. The chart's release is
+// upgraded for it to DECKHAND_OPERATOR_REPLICAS operator replicas
+// (default 2) that tolerate the second node's taint and prefer it, spread
+// one per node when there are two (the chart's topologySpreadConstraints),
+// and put back to one replica on the first node at the end. Before each
+// run the operator pod on the second node is made the leader (the
+// leader's pod on the first node deleted). It prints, per run and as
+// median and worst: the write outage through <name>-rw, when the
+// operator that survived took the leader Lease (with two replicas: the
+// Lease running out; with one: the pod evicted from the lost node after
+// Kubernetes' default 300 s toleration, made again and started), and
+// when the failover finished. With one replica each run takes more than
+// 6 minutes: set DECKHAND_FAILOVER_RUNS to at most 6 (the bench's limit
+// is 55 minutes). Skipped without the node; not part of make test:
+//
+//	DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=OperatorNodeLoss
+func BenchmarkOperatorNodeLoss(b *testing.B) {
+	runs, replicas := benchRuns(b), operatorReplicas(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
+	defer cancel()
+	_, cs := clientFor(b)
+	operatorDeployment(ctx, b, cs)
+	spreadOperatorOverBothNodes(ctx, b, replicas)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		helmUpgrade(ctx, b, "--set", "replicaCount=1", "--set", "tolerations=null",
+			"--set", "affinity=null", "--set", "topologySpreadConstraints=null")
+	})
+	f := startTwoNodeCluster(ctx, b, func(db *dbv1.Database) {
+		db.Spec.Failover.SwitchoverTo = db.Name + "-0"
+	})
+	home := f.primary()
+	w := f.startWriter("writer")
+	w.waitAcks(20)
+	floor := medianAckInterval(w.log())
+	b.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "power", "on", secondNode).Run() })
+	var outages, leads, failovers []time.Duration
+	var at []time.Time
+	for i := 0; i < runs; i++ {
+		f.waitPrimary(home)
+		f.waitSteady()
+		w.waitAcks(3)
+		lost := leadFromSecondNode(ctx, b, cs)
+		nodeScript(ctx, b, "power", "off", secondNode)
+		off := time.Now()
+		leader, led := waitNewLeader(ctx, b, cs, lost, 9*time.Minute)
+		rec := f.waitFailedOver(off.Add(-time.Second))
+		down, _ := w.waitOutageOver(off)
+		nodeScript(ctx, b, "power", "on", secondNode)
+		readyNode(ctx, b, cs, secondNode)
+		f.waitRejoined(rec)
+		outages = append(outages, down)
+		leads = append(leads, led.Sub(off))
+		failovers = append(failovers, rec.Finished.Sub(off))
+		at = append(at, off)
+		logf(b, "operator node loss bench run %d: write outage %s through -rw; the operator %s (on %s) led %.1fs after the power off (the lost leader: %s); failover %s -> %s finished %.1fs after it",
+			i+1, down.Round(100*time.Millisecond), leader.Name, leader.Spec.NodeName, led.Sub(off).Seconds(), lost,
+			rec.From, rec.To, rec.Finished.Sub(off).Seconds())
+	}
+	waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
+	w.waitAcks(3)
+	lost := lostNear(w.committedIDs(), at, w.log())
+	median, worst := reportMedianWorst(b, "outage", outages)
+	leadMedian, leadWorst := reportMedianWorst(b, "operator-led", leads)
+	failoverMedian, failoverWorst := reportMedianWorst(b, "failover", failovers)
+	b.ReportMetric(float64(lost), "acked-rows-lost")
+	logf(b, "operator node loss bench: %d operator replicas, the primary and the leading operator on the node powered off, %d runs: write outage through -rw median %s worst %s (floor: one write %s); a surviving operator led after median %s worst %s; failover finished after median %s worst %s; %d acknowledged writes lost; /proc/loadavg %s",
+		replicas, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond),
+		leadMedian.Round(100*time.Millisecond), leadWorst.Round(100*time.Millisecond),
+		failoverMedian.Round(100*time.Millisecond), failoverWorst.Round(100*time.Millisecond), lost, loadAverage())
+	w.stop()
+}
+
+// operatorReplicas is DECKHAND_OPERATOR_REPLICAS, or 2.
+func operatorReplicas(b *testing.B) int {
+	if s := os.Getenv(OperatorReplicasEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(b, err, "%s=%q", OperatorReplicasEnv, s)
+		require.True(b, n == 1 || n == 2, "%s: 1 or 2, not %d", OperatorReplicasEnv, n)
+		return n
+	}
+	return 2
+}
+
+// spreadOperatorOverBothNodes upgrades the release to replicas operator
+// pods that tolerate the second node's taint and prefer that node, at
+// most one per node.
+func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int) {
+	b.Helper()
+	tolerations, err := json.Marshal([]corev1.Toleration{toleratesSecondNode()})
+	require.NoError(b, err)
+	affinity, err := json.Marshal(corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{secondNode},
+			}}},
+		}},
+	}})
+	require.NoError(b, err)
+	// An empty labelSelector: the chart fills in the operator's own.
+	spread := `[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule"}]`
+	helmUpgrade(ctx, b, "--set", fmt.Sprintf("replicaCount=%d", replicas), "--set-json", "tolerations="+string(tolerations),
+		"--set-json", "affinity="+string(affinity), "--set-json", "topologySpreadConstraints="+spread)
+}
+
+// leadFromSecondNode makes the operator pod on the second node the
+// leader: while the leader runs on the first node, that pod is deleted
+// (with one replica, its replacement goes to the second node, which it
+// prefers; with two, the other replica takes the Lease once it runs
+// out). It returns the leader's pod name.
+func leadFromSecondNode(ctx context.Context, b *testing.B, cs *kubernetes.Clientset) string {
+	b.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod = operatorLeader(ctx, cs)
+		if pod == nil || pod.DeletionTimestamp != nil {
+			return false, nil
+		}
+		if pod.Spec.NodeName == secondNode {
+			return true, nil
+		}
+		_ = cs.CoreV1().Pods(operatorNamespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		return false, nil
+	})
+	require.NoError(b, err, "no operator on %s took the leader Lease (last leader: %v)", secondNode, pod)
+	return pod.Name
+}
+
+// waitNewLeader waits until an operator pod other than lost holds the
+// leader Lease, and returns it and when it took the Lease.
+func waitNewLeader(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, lost string, within time.Duration) (*corev1.Pod, time.Time) {
+	b.Helper()
+	var pod *corev1.Pod
+	var at time.Time
+	err := wait.PollUntilContextTimeout(ctx, time.Second, within, true, func(ctx context.Context) (bool, error) {
+		lease := operatorLease(ctx, cs)
+		if lease == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == lost || lease.Spec.AcquireTime == nil {
+			return false, nil
+		}
+		p, err := cs.CoreV1().Pods(operatorNamespace).Get(ctx, *lease.Spec.HolderIdentity, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod, at = p, lease.Spec.AcquireTime.Time
+		return true, nil
+	})
+	require.NoError(b, err, "no operator took the leader Lease from %s within %s", lost, within)
+	return pod, at
+}
+
+// operatorLeader is the pod that holds the operator's leader Lease, or
+// nil.
+func operatorLeader(ctx context.Context, cs *kubernetes.Clientset) *corev1.Pod {
+	lease := operatorLease(ctx, cs)
+	if lease == nil || lease.Spec.HolderIdentity == nil {
+		return nil
+	}
+	pod, err := cs.CoreV1().Pods(operatorNamespace).Get(ctx, *lease.Spec.HolderIdentity, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return pod
+}
+
+// operatorLease is the operator's leader Lease (the manager's
+// --leader-election-id, which the chart leaves at its default), or nil.
+func operatorLease(ctx context.Context, cs *kubernetes.Clientset) *coordinationv1.Lease {
+	lease, err := cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, "deckhand.deckhand.dev", metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return lease
 }

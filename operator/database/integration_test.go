@@ -430,6 +430,13 @@ func TestBadInputsAreRefusedWithReadableMessages(t *testing.T) {
 		{"long metadata.name", func(d *dbv1.Database) { d.Name = strings.Repeat("d", 53) }, "metadata.name must be at most 52 characters"},
 		{"dotted metadata.name", func(d *dbv1.Database) { d.Name = "my.db" }, "metadata.name must be a DNS label"},
 		{"runAsUser root", func(d *dbv1.Database) { d.Spec.PodTemplate = &dbv1.PodTemplate{RunAsUser: ptr.To(int64(0))} }, "podTemplate.runAsUser must be more than 0"},
+		{"spread over a bad label key", func(d *dbv1.Database) {
+			d.Spec.PodTemplate = &dbv1.PodTemplate{Spread: &dbv1.Spread{TopologyKey: "my zone"}}
+		}, "podTemplate.spread.topologyKey must be a node label key such as kubernetes.io/hostname"},
+		{"spread None with a key", func(d *dbv1.Database) {
+			d.Spec.PodTemplate = &dbv1.PodTemplate{Spread: &dbv1.Spread{Type: dbv1.SpreadNone, TopologyKey: "topology.kubernetes.io/zone"}}
+		}, "podTemplate.spread: topologyKey has no use with type None"},
+		{"unknown spread type", func(d *dbv1.Database) { d.Spec.PodTemplate = &dbv1.PodTemplate{Spread: &dbv1.Spread{Type: "Always"}} }, `Unsupported value: "Always"`},
 		{"switchover to another Database's pod", func(d *dbv1.Database) {
 			d.Spec.Replicas, d.Spec.Failover = 2, &dbv1.FailoverSpec{Enabled: ptr.To(true), SwitchoverTo: "other-1"}
 		}, `spec.failover.switchoverTo must name an instance of this Database, bad-<ordinal> with an ordinal below spec.replicas, not "other-1"`},

@@ -419,11 +419,9 @@ func unschedulable(ctx context.Context, owned client.Reader, job *batchv1.Job) s
 	if err := owned.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil {
 		return ""
 	}
-	for _, p := range pods.Items {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				return c.Message
-			}
+	for i := range pods.Items {
+		if why := podUnschedulable(&pods.Items[i]); why != "" {
+			return why
 		}
 	}
 	return ""

@@ -468,7 +468,7 @@ func statefulSetRunning(db *Cluster, eng engine.Engine, claims []corev1.Persiste
 		ShareProcessNamespace: ptr.To(true),
 	}
 	db.Spec.PodTemplate.Place(&spec)
-	spec.Affinity = spreadAcrossNodes(db, spec.Affinity)
+	db.Spec.PodTemplate.SpreadApart(&spec, selectorLabels(db, componentServer))
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: objectMeta(db, n.StatefulSet, nil),
@@ -507,23 +507,6 @@ func scriptsVolumes(db *Cluster) []corev1.Volume {
 			DefaultMode:          ptr.To(int32(0o444)),
 		},
 	}}}
-}
-
-// spreadAcrossNodes adds to a (the user's affinity as placed, nil: none)
-// a preference for one replica per node.
-func spreadAcrossNodes(db *Cluster, a *corev1.Affinity) *corev1.Affinity {
-	if a == nil {
-		a = &corev1.Affinity{}
-	}
-	if a.PodAntiAffinity == nil {
-		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
-	}
-	a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
-		corev1.WeightedPodAffinityTerm{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
-			TopologyKey:   corev1.LabelHostname,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db, componentServer)},
-		}})
-	return a
 }
 
 // initJob runs the engine's init script once.

@@ -149,11 +149,15 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// podProblems names containers that wait for a reason worth telling (an
-// image that cannot be pulled, a crash loop), for the Ready message.
+// podProblems names pods the scheduler cannot place and containers that
+// wait for a reason worth telling (an image that cannot be pulled, a
+// crash loop), for the Ready message.
 func podProblems(pods map[string]*corev1.Pod) []string {
 	var out []string
 	for name, p := range pods {
+		if why := podUnschedulable(p); why != "" {
+			out = append(out, fmt.Sprintf("pod %s: cannot be scheduled (%s)", name, truncate(why, 200)))
+		}
 		for _, cs := range p.Status.ContainerStatuses {
 			w := cs.State.Waiting
 			if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" {
@@ -168,6 +172,21 @@ func podProblems(pods map[string]*corev1.Pod) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// podUnschedulable is the scheduler's word on a pod it cannot place (no node
+// matches its selector, tolerations or anti-affinity, or none has room),
+// "" for a pod that is placed or not tried yet.
+func podUnschedulable(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // ReasonStandbyNotReady: the primary is ready and a standby that started

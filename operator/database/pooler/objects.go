@@ -364,7 +364,8 @@ func deployment(p *dbv1.Pooler, t Target, image, configHash string) *appsv1.Depl
 	}
 	spec := &d.Spec.Template.Spec
 	p.Spec.PodTemplate.Place(spec)
-	spec.Affinity = spread(p, spec.Affinity)
+	// One node's loss leaves the pooler serving.
+	p.Spec.PodTemplate.SpreadApart(spec, selectorOf(p))
 	return d
 }
 
@@ -422,23 +423,6 @@ func instancesOf(p *dbv1.Pooler) int32 {
 		return 2
 	}
 	return *p.Spec.Instances
-}
-
-// spread adds to the user's affinity (nil: none) a preference for the
-// pods on different nodes: one node's loss leaves the pooler serving.
-func spread(p *dbv1.Pooler, a *corev1.Affinity) *corev1.Affinity {
-	if a == nil {
-		a = &corev1.Affinity{}
-	}
-	if a.PodAntiAffinity == nil {
-		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
-	}
-	a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
-		corev1.WeightedPodAffinityTerm{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
-			LabelSelector: &metav1.LabelSelector{MatchLabels: selectorOf(p)},
-			TopologyKey:   corev1.LabelHostname,
-		}})
-	return a
 }
 
 func restrictedContainer() *corev1.SecurityContext {

@@ -68,6 +68,13 @@ func TestPgBouncerAndSetupPodsGoWhereThePodTemplateSays(t *testing.T) {
 	assert.Empty(t, spec.Tolerations)
 	assert.Nil(t, spec.Affinity.NodeAffinity)
 	assert.Len(t, spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, 1)
+
+	// spread Required: a pod that finds no node free of the others waits.
+	p.Spec.PodTemplate = &dbv1.PodTemplate{Spread: &dbv1.Spread{Type: dbv1.SpreadRequired}}
+	spec = deployment(p, Target{}, "img", "hash").Spec.Template.Spec
+	assert.Empty(t, spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+	assert.Equal(t, []corev1.PodAffinityTerm{{TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: selectorOf(p)}}},
+		spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
 }
 
 func TestPgBouncerPodsServeMetricsFromTheOperatorImage(t *testing.T) {

@@ -35,10 +35,17 @@ type PodTemplate struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// Affinity of the pods. The operator adds a preferred anti-affinity
-	// that spreads the replicas across nodes.
+	// Affinity of the pods. The operator adds the anti-affinity that
+	// spread says.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Spread is how the operator spreads the pods of one Database (its
+	// servers) or one Pooler over the nodes; nil: each pod prefers a node
+	// without another (type Preferred, topologyKey
+	// kubernetes.io/hostname).
+	// +optional
+	Spread *Spread `json:"spread,omitempty"`
 
 	// PriorityClassName of the pods.
 	// +kubebuilder:validation:MaxLength=253
@@ -58,9 +65,48 @@ type PodTemplate struct {
 	RunAsUser *int64 `json:"runAsUser,omitempty"`
 }
 
+// SpreadType is how strongly the pods are kept apart.
+// +kubebuilder:validation:Enum=Preferred;Required;None
+type SpreadType string
+
+const (
+	// SpreadPreferred: the scheduler places the pods in separate domains
+	// when it can, and together when it cannot (fewer nodes than pods,
+	// or the others full).
+	SpreadPreferred SpreadType = "Preferred"
+	// SpreadRequired: a pod that finds no domain free of the others
+	// stays Pending.
+	SpreadRequired SpreadType = "Required"
+	// SpreadNone: the operator adds no anti-affinity.
+	SpreadNone SpreadType = "None"
+)
+
+// Spread is the anti-affinity the operator adds between the pods of one
+// Database's servers, or of one Pooler: CloudNativePG's
+// podAntiAffinityType and topologyKey.
+// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'None' || !has(self.topologyKey)",message="podTemplate.spread: topologyKey has no use with type None (the operator adds no anti-affinity)"
+type Spread struct {
+	// Type: Preferred (default) places the pods in separate domains when
+	// the scheduler can, together when it cannot; Required leaves a pod
+	// that finds no domain free of the others Pending (so as many domains
+	// as pods are needed, and a lost node's pod waits for it); None adds
+	// nothing, and affinity alone places the pods.
+	// +kubebuilder:default=Preferred
+	// +optional
+	Type SpreadType `json:"type,omitempty"`
+
+	// TopologyKey is the node label whose values are the domains:
+	// kubernetes.io/hostname (default: one node each) or
+	// topology.kubernetes.io/zone (one zone each).
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')",message="podTemplate.spread.topologyKey must be a node label key such as kubernetes.io/hostname or topology.kubernetes.io/zone"
+	// +optional
+	TopologyKey string `json:"topologyKey,omitempty"`
+}
+
 // Place applies the node selection, tolerations, affinity (a copy) and
 // priority to a pod's spec (nil: nothing). A kind that spreads its pods
-// adds its anti-affinity to spec.Affinity afterwards.
+// then calls SpreadApart.
 func (t *PodTemplate) Place(spec *corev1.PodSpec) {
 	if t == nil {
 		return
@@ -74,6 +120,39 @@ func (t *PodTemplate) Place(spec *corev1.PodSpec) {
 	spec.Tolerations = t.Tolerations
 	spec.PriorityClassName = t.PriorityClassName
 	spec.Affinity = t.Affinity.DeepCopy()
+}
+
+// SpreadApart adds to spec.Affinity (set by Place, or nil) the
+// anti-affinity that t's spread says between the pods selector matches
+// (t nil: the default, Preferred on kubernetes.io/hostname). The user's
+// own affinity terms stay as they are.
+func (t *PodTemplate) SpreadApart(spec *corev1.PodSpec, selector map[string]string) {
+	kind, key := SpreadPreferred, corev1.LabelHostname
+	if t != nil && t.Spread != nil {
+		if t.Spread.Type != "" {
+			kind = t.Spread.Type
+		}
+		if t.Spread.TopologyKey != "" {
+			key = t.Spread.TopologyKey
+		}
+	}
+	if kind == SpreadNone {
+		return
+	}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.PodAntiAffinity == nil {
+		spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	anti := spec.Affinity.PodAntiAffinity
+	term := corev1.PodAffinityTerm{TopologyKey: key, LabelSelector: &metav1.LabelSelector{MatchLabels: selector}}
+	if kind == SpreadRequired {
+		anti.RequiredDuringSchedulingIgnoredDuringExecution = append(anti.RequiredDuringSchedulingIgnoredDuringExecution, term)
+		return
+	}
+	anti.PreferredDuringSchedulingIgnoredDuringExecution = append(anti.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.WeightedPodAffinityTerm{Weight: 100, PodAffinityTerm: term})
 }
 
 // DatabaseSpec is the seed's SampleDB (name, port, storage-size, image,
