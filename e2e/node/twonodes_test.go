@@ -168,6 +168,10 @@ func failsOverWhenThePrimarysNodeLosesPower(t *testing.T) {
 	assert.Equal(t, standby, rec.To)
 	assert.Equal(t, standby, servedBy(ctx, t, f.cs, f.ns, f.name+"-rw"), "-rw selects the new primary")
 	f.waitEvent("FailedOver")
+	// The standby's replies to the dead node went unacknowledged from the
+	// power cut on: the promotion owed the old primary no wait for their
+	// silence once they were detached.
+	assert.Contains(t, f.eventReasons()["StandbysDetached"], "promoted now", "the Event of the detach")
 	lost := lostAcks(log, w.committedIDs())
 	for _, o := range lost {
 		assert.True(t, o.at.After(offAt.Add(-time.Second)), "write %d, acknowledged at %s (power off at %s), is not on the new primary", o.id, o.at, offAt)

@@ -50,3 +50,79 @@ func Tree(proc string, root int) []int {
 	}
 	return tree
 }
+
+// TCPConn is a TCP socket as <proc>/<pid>/net/tcp and tcp6 show it
+// (proc(5)).
+type TCPConn struct {
+	// State is the kernel's TCP state: 1 is established.
+	State uint64
+	// TxQueue is the bytes written and not yet acknowledged by the peer.
+	TxQueue uint64
+	// Retransmits counts the retransmission timeouts since the peer last
+	// acknowledged anything (0 once it does).
+	Retransmits uint64
+	Inode       uint64
+}
+
+// TCPEstablished is TCPConn.State of an established connection.
+const TCPEstablished = 1
+
+// TCPConns are the TCP sockets (IPv4 and IPv6) of pid's network
+// namespace.
+func TCPConns(proc string, pid int) []TCPConn {
+	var out []TCPConn
+	for _, name := range []string{"tcp", "tcp6"} {
+		raw, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "net", name))
+		if err != nil {
+			continue
+		}
+		out = append(out, parseTCP(string(raw))...)
+	}
+	return out
+}
+
+// parseTCP reads the lines of a net/tcp file: sl, local and remote
+// address, st, tx_queue:rx_queue, tr:tm->when, retrnsmt, uid, timeout,
+// inode (the header and lines it cannot read are left out).
+func parseTCP(text string) []TCPConn {
+	var out []TCPConn
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || !strings.HasSuffix(f[0], ":") {
+			continue
+		}
+		tx, _, _ := strings.Cut(f[4], ":")
+		var c TCPConn
+		var errs [4]error
+		c.State, errs[0] = strconv.ParseUint(f[3], 16, 64)
+		c.TxQueue, errs[1] = strconv.ParseUint(tx, 16, 64)
+		c.Retransmits, errs[2] = strconv.ParseUint(f[6], 16, 64)
+		c.Inode, errs[3] = strconv.ParseUint(f[9], 10, 64)
+		if errs != [4]error{} {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// SocketInodes are the inodes of the sockets pid holds open (its
+// descriptors' links read "socket:[inode]"); empty when its descriptors
+// cannot be read (another user's process, or gone).
+func SocketInodes(proc string, pid int) map[uint64]bool {
+	dir := filepath.Join(proc, strconv.Itoa(pid), "fd")
+	entries, _ := os.ReadDir(dir)
+	out := map[uint64]bool{}
+	for _, e := range entries {
+		link, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if n, ok := strings.CutPrefix(link, "socket:["); ok {
+			if inode, err := strconv.ParseUint(strings.TrimSuffix(n, "]"), 10, 64); err == nil {
+				out[inode] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package procfs_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -42,4 +43,44 @@ func TestTreeIsTheProcessAndEveryDescendant(t *testing.T) {
 	assert.Equal(t, os.Getpid(), tree[0])
 	assert.Contains(t, tree, cmd.Process.Pid)
 	assert.Equal(t, []int{42}, procfs.Tree(t.TempDir(), 42), "no /proc: the root alone")
+}
+
+// A connection this process holds is found among its sockets and in its
+// network namespace's TCP table, established.
+func TestTCPConnsFindAnOwnEstablishedConnectionByItsSocket(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+
+	inodes := procfs.SocketInodes("/proc", os.Getpid())
+	var found []procfs.TCPConn
+	for _, conn := range procfs.TCPConns("/proc", os.Getpid()) {
+		if inodes[conn.Inode] && conn.State == procfs.TCPEstablished {
+			found = append(found, conn)
+		}
+	}
+	// The dialled end and, once accepted or not, the listener's end.
+	require.NotEmpty(t, found, "no established connection among this process's sockets")
+	assert.Zero(t, found[0].Retransmits)
+	assert.Empty(t, procfs.SocketInodes("/proc", 1<<30), "no such process")
+}
+
+// The kernel's table as proc(5) shows it: the header left out, the
+// queues, retransmission count and inode read (hex, hex, hex, decimal).
+func TestParseTCPReadsQueuesRetransmitsAndInodes(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(dir+"/7/net", 0o755))
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 41234 1 0000000000000000 100 0 0 10 0
+   1: 0300A8C6:C350 0A0013C6:1538 01 0000003C:00000000 01:000004E2 00000005   999        0 41240 2 0000000000000000 1600 4 1 10 -1
+garbage
+`
+	require.NoError(t, os.WriteFile(dir+"/7/net/tcp", []byte(table), 0o644))
+	assert.Equal(t, []procfs.TCPConn{
+		{State: 0x0A, Inode: 41234},
+		{State: procfs.TCPEstablished, TxQueue: 60, Retransmits: 5, Inode: 41240},
+	}, procfs.TCPConns(dir, 7))
 }

@@ -229,21 +229,25 @@ func (s Steps) observeOthers(ctx context.Context, from string) []Observation {
 // made again on the detached positions (one that flushed further may
 // hold an acknowledged commit the named one lacks), and named anew if it
 // changed. A standby that refused is said in a Warning Event: the
-// isolation check needs only one to stop replying.
-func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRecord) {
+// isolation check needs only one to stop replying. It returns whether the
+// old primary has long been deaf to every one of them (deafTo).
+func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRecord) (deaf bool) {
 	rec.StandbysDetached = ptr.To(metav1.NewTime(s.Now()))
 	var order []string
+	var streaming []Observation
 	toStreams := false
 	for _, o := range s.observeOthers(ctx, rec.From) {
 		switch {
 		// A standby detached already was detached by an operator that
 		// stopped before it recorded so: it is listed, and waited for.
 		case o.Status == nil || !o.Status.Streaming && !o.Status.Detached:
+			continue
 		case o.Pod == rec.To:
 			toStreams = true
 		default:
 			order = append(order, o.Pod)
 		}
+		streaming = append(streaming, o)
 	}
 	if toStreams {
 		order = append(order, rec.To)
@@ -251,6 +255,25 @@ func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRe
 	for _, pod := range order {
 		s.detach(ctx, rec, pod)
 	}
+	return deafTo(streaming)
+}
+
+// deafTo: each standby's WAL receiver (one at least) has sent replies
+// over a connection its primary has not acknowledged for
+// instance.IsolationFenceWithin or more (linkstall.go): the old primary
+// has heard none of them for that long, as when its node lost its power
+// or its network. What detaching them would make it see, it has seen:
+// if it runs and cannot reach the API server, its isolation check has
+// fenced it; if it reaches the API server, it has read the name in the
+// name-first wait. No more waiting is owed to it.
+func deafTo(standbys []Observation) bool {
+	for _, o := range standbys {
+		if o.Status == nil || o.Status.Detached ||
+			o.Status.ReceiverStalledSeconds < instance.IsolationFenceWithin.Seconds() {
+			return false
+		}
+	}
+	return len(standbys) > 0
 }
 
 // detach detaches pod and records it, or says why it could not.
@@ -331,10 +354,16 @@ func (s Steps) awaitName(ctx context.Context, rec *dbv1.FailoverRecord) error {
 		if left := rec.NamedFirst.Add(s.nameFirstWait()).Sub(s.Now()); left > 0 {
 			return fmt.Errorf("%w (%s left to wait)", ErrNamingFirst, left.Round(100*time.Millisecond))
 		}
-		s.detachStreamingStandbys(ctx, rec)
+		deaf := s.detachStreamingStandbys(ctx, rec)
 		s.chooseAgainUnderSync(ctx, rec)
 		if err := s.Save(ctx, rec); err != nil {
 			return fmt.Errorf("recording the standbys detached: %w", err)
+		}
+		if deaf {
+			// Only in this pass: a later one (this promotion failed, the
+			// operator restarted) waits, as it cannot know.
+			s.Event(true, "StandbysDetached", fmt.Sprintf("%s's pod still shows its server running after the name-first wait, but it has acknowledged nothing its standbys sent for %s or more (its node lost, or cut off): it cannot hear them, so its agent, if it runs cut off from the API server, has fenced it; standbys %s detached, %s promoted now", rec.From, instance.IsolationFenceWithin, strings.Join(rec.DetachedStandbys, ", "), rec.To))
+			return nil
 		}
 		if len(rec.DetachedStandbys) > 0 {
 			s.Event(true, "StandbysDetached", fmt.Sprintf("%s's pod still shows its server running after the name-first wait: standbys %s no longer stream from it, so its agent, if cut off from the API server too, fences it; %s is promoted within %s", rec.From, strings.Join(rec.DetachedStandbys, ", "), rec.To, instance.IsolationFenceWithin))

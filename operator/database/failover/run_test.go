@@ -372,6 +372,47 @@ func TestAnOldPrimaryNotFencedButRunningHasTheNewPrimaryNamedBeforeThePromotion(
 	assert.Empty(t, rec.DetachedStandbys, "every standby streams again")
 }
 
+// An old primary whose node lost its power (or its network): its
+// standbys' connections to it have held unacknowledged replies for
+// instance.IsolationFenceWithin or more when the name-first wait ends, so
+// it has heard none of them for that long; they are detached as ever,
+// and the standby is promoted in the same pass, without the wait owed to
+// a primary that might still hear them. One standby whose connection
+// stalled less long, or that reports nothing of it, keeps the wait.
+func TestAnOldPrimaryDeafToEveryStandbyIsPromotedAwayFromWithoutTheDetachWait(t *testing.T) {
+	deaf := func(lsn instance.LSN, stalled time.Duration) instance.Status {
+		st := streamingAt(lsn)
+		st.ReceiverStalledSeconds = stalled.Seconds()
+		return st
+	}
+	long := instance.IsolationFenceWithin + 10*time.Second
+	ch := cutOffPrimary(map[string]instance.Status{"db-1": deaf(0x3000, long), "db-2": deaf(0x2000, long)})
+	s := &saved{}
+	now := time.Now()
+	steps := s.namedFirstSteps(ch, &now, nil)
+	rec := failover.Start("db-0", 0x3000, now)
+	require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst, "the name-first wait is kept")
+	now = now.Add(failover.DefaultNameFirstWait)
+	require.NoError(t, steps.Run(context.Background(), rec, true))
+	assert.Equal(t, []string{"fence db-0", "detach db-2", "detach db-1", "promote db-1", "attach db-2"}, ch.calls)
+	assert.Equal(t, dbv1.FailoverCompleted, rec.Phase)
+	assert.Contains(t, s.events, "StandbysDetached")
+
+	for name, db2 := range map[string]instance.Status{
+		"stalled less long": deaf(0x2000, instance.IsolationFenceWithin-time.Second),
+		"not reported":      streamingAt(0x2000),
+	} {
+		ch := cutOffPrimary(map[string]instance.Status{"db-1": deaf(0x3000, long), "db-2": db2})
+		steps := (&saved{}).namedFirstSteps(ch, &now, nil)
+		rec := failover.Start("db-0", 0x3000, now)
+		require.ErrorIs(t, steps.Run(context.Background(), rec, false), failover.ErrNamingFirst, name)
+		now = now.Add(failover.DefaultNameFirstWait)
+		err := steps.Run(context.Background(), rec, true)
+		require.ErrorIs(t, err, failover.ErrNamingFirst, name)
+		assert.Contains(t, err.Error(), "standbys detached", name)
+	}
+}
+
 // A hung old primary (its server frozen: the pod shows its container
 // running) that the fence SIGKILLed is fenced: every process of it dies
 // before it answers a client again, so there is nothing to name first or

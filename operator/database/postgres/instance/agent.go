@@ -116,6 +116,9 @@ type Agent struct {
 	// flush: the primary's WAL flush position across status reads
 	// (walflush.go).
 	flush flushWatch
+	// stall: the WAL receiver's connection across status reads
+	// (linkstall.go).
+	stall stallWatch
 }
 
 // New is an agent for cfg; it does not connect until asked.
@@ -236,6 +239,7 @@ func (a *Agent) statusIn(ctx context.Context, bound time.Duration) Status {
 	defer cancel()
 	st, wal := a.statusWithin(ctx)
 	st.WALFlushStalledSince = a.flush.observe(wal, st.Role == RolePrimary, st.Time)
+	st.ReceiverStalledSeconds = a.stall.observe(st.receiverPID, receiverStalled("/proc", st.receiverPID), st.Time).Seconds()
 	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
 	st.AwaitingRole = a.roleQuestion() != ""

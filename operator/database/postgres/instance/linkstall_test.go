@@ -1,0 +1,60 @@
+package instance
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A WAL receiver's connection counts as stalled when the kernel holds
+// bytes of it the peer has not acknowledged through a retransmission
+// timeout; a connection of another process, one whose peer acknowledges,
+// or a receiver whose descriptors cannot be read does not.
+func TestAReceiverStallsWhenItsConnectionRetransmitsUnacknowledgedReplies(t *testing.T) {
+	proc := t.TempDir()
+	receiver := func(pid string, table string, sockets ...string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "fd"), 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "net"), 0o755))
+		for i, s := range sockets {
+			require.NoError(t, os.Symlink(s, filepath.Join(proc, pid, "fd", string(rune('3'+i)))))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(proc, pid, "net", "tcp"), []byte(
+			"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"+table), 0o644))
+	}
+	// inode 500: established, 60 bytes unacknowledged, 4 timeouts; 501
+	// established, acknowledged; 502 a listener.
+	table := "   0: 0300A8C6:C350 0A0013C6:1538 01 0000003C:00000000 01:000004E2 00000004   999        0 500 2 0 1600 4 1 10 -1\n" +
+		"   1: 0300A8C6:C351 0A0013C6:1538 01 00000000:00000000 00:00000000 00000000   999        0 501 2 0 20 4 1 10 -1\n" +
+		"   2: 0100007F:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 502 1 0 100 0 0 10 0\n"
+	receiver("10", table, "socket:[500]", "/dev/null")
+	receiver("11", table, "socket:[501]", "socket:[502]", "pipe:[9]")
+	receiver("12", table)
+
+	assert.True(t, receiverStalled(proc, 10), "its connection retransmits")
+	assert.False(t, receiverStalled(proc, 11), "acknowledged, and a listener")
+	assert.False(t, receiverStalled(proc, 12), "no descriptors read")
+	assert.False(t, receiverStalled(proc, 0), "no receiver")
+	assert.False(t, receiverStalled(proc, 13), "gone")
+}
+
+// The stall watch says for how long reads one after another found the
+// receiver's connection stalled; a read that finds it flowing, or another
+// receiver, starts it over.
+func TestTheStallWatchSaysHowLongTheReceiversConnectionHasStalled(t *testing.T) {
+	var w stallWatch
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+	assert.Zero(t, w.observe(10, false, at(0)))
+	assert.Zero(t, w.observe(10, true, at(1)), "first seen")
+	assert.Equal(t, 5*time.Second, w.observe(10, true, at(6)))
+	assert.Zero(t, w.observe(10, false, at(7)), "acknowledged again")
+	assert.Zero(t, w.observe(10, true, at(8)))
+	assert.Equal(t, 2*time.Second, w.observe(10, true, at(10)))
+	assert.Zero(t, w.observe(11, true, at(11)), "a new receiver")
+	assert.Equal(t, time.Second, w.observe(11, true, at(12)))
+}
