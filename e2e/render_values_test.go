@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
 	"github.com/deckhand-dev/deckhand/operator/manager"
 )
@@ -150,7 +152,7 @@ func TestListItemsAreTypedWithKubernetesFields(t *testing.T) {
 		"resources.limits.cpu=1",
 	))
 	d, c := operatorContainer(t, r)
-	require.Len(t, d.Spec.Template.Spec.Tolerations, 1)
+	require.Len(t, d.Spec.Template.Spec.Tolerations, 3, "the user's, then the chart's two of a lost node")
 	assert.Equal(t, "dedicated", d.Spec.Template.Spec.Tolerations[0].Key)
 	assert.Equal(t, "registry", d.Spec.Template.Spec.ImagePullSecrets[0].Name)
 	assert.Equal(t, "limits.memory", c.Env[len(c.Env)-1].ValueFrom.ResourceFieldRef.Resource)
@@ -268,4 +270,29 @@ func TestDatabaseMonitoringDefaultIsTurnedOffOnlyByAnExplicitFalse(t *testing.T)
 		got := configFile(t, MustRender(t, ns, Values(t, nil, "controllers.database.enabled=true", tc.set)))
 		assert.Equal(t, tc.want, got["database-monitoring-default"], tc.set)
 	}
+}
+
+// The operator's pods leave a node that stops answering 5 s after it is
+// marked so (nodeLossTolerationSeconds), not Kubernetes' 300 s; a
+// toleration of the user's for one of those taints replaces the chart's
+// for it, a key-less Exists replaces both, and null leaves Kubernetes'.
+func TestTheOperatorLeavesALostNodeWithinNodeLossTolerationSeconds(t *testing.T) {
+	tolerations := func(sets ...string) []corev1.Toleration {
+		d, _ := operatorContainer(t, MustRender(t, ns, Values(t, nil, sets...)))
+		return d.Spec.Template.Spec.Tolerations
+	}
+	lost := func(key string, seconds int64) corev1.Toleration {
+		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(seconds)}
+	}
+	assert.Equal(t, []corev1.Toleration{lost(corev1.TaintNodeUnreachable, 5), lost(corev1.TaintNodeNotReady, 5)}, tolerations())
+	assert.Equal(t, []corev1.Toleration{lost(corev1.TaintNodeUnreachable, 30), lost(corev1.TaintNodeNotReady, 30)},
+		tolerations("nodeLossTolerationSeconds=30"))
+	assert.Equal(t, []corev1.Toleration{lost(corev1.TaintNodeUnreachable, 600), lost(corev1.TaintNodeNotReady, 5)},
+		tolerations("tolerations[0].key=node.kubernetes.io/unreachable", "tolerations[0].operator=Exists",
+			"tolerations[0].effect=NoExecute", "tolerations[0].tolerationSeconds=600"))
+	assert.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, tolerations("tolerations[0].operator=Exists"))
+	assert.Empty(t, tolerations("nodeLossTolerationSeconds=null"))
+	err := renderErr(t, "nodeLossTolerationSeconds=-1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nodeLossTolerationSeconds")
 }

@@ -269,8 +269,8 @@ func operatorLeader(ctx context.Context, cs *kubernetes.Clientset) *corev1.Pod {
 	return pod
 }
 
-// operatorLease is the operator's leader Lease (the manager's
-// --leader-election-id, which the chart leaves at its default), or nil.
+// operatorLease is the operator's leader Lease (the chart names it
+// <fullname>.deckhand.dev: the release deckhand's is deckhand), or nil.
 func operatorLease(ctx context.Context, cs *kubernetes.Clientset) *coordinationv1.Lease {
 	lease, err := cs.CoordinationV1().Leases(operatorNamespace).Get(ctx, "deckhand.deckhand.dev", metav1.GetOptions{})
 	if err != nil {

@@ -328,3 +328,25 @@ lookup is empty in `helm template`, which therefore never fails here. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The operator pod's tolerations: the user's, then, for each of the
+node controller's node-loss taints no toleration of the user's names (a
+key-less Exists names them all), one NoExecute toleration of
+nodeLossTolerationSeconds (null: none, so Kubernetes adds its 300 s). A
+YAML list, for fromYamlArray. */}}
+{{- define "deckhand.tolerations" -}}
+{{- $tolerations := .Values.tolerations | default list }}
+{{- $seconds := .Values.nodeLossTolerationSeconds }}
+{{- if not (kindIs "invalid" $seconds) }}
+{{- range $key := list "node.kubernetes.io/unreachable" "node.kubernetes.io/not-ready" }}
+{{- $named := false }}
+{{- range $tolerations }}
+{{- if or (eq (.key | default "") $key) (and (not .key) (eq (.operator | default "") "Exists")) }}{{ $named = true }}{{ end }}
+{{- end }}
+{{- if not $named }}
+{{- $tolerations = append $tolerations (dict "key" $key "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" $seconds) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $tolerations }}
+{{- end }}
