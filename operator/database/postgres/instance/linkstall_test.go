@@ -42,8 +42,8 @@ func TestAReceiverStallsWhenItsConnectionRetransmitsUnacknowledgedReplies(t *tes
 }
 
 // The stall watch says for how long reads one after another found the
-// receiver's connection stalled; a read that finds it flowing, or another
-// receiver, starts it over.
+// receiver's connection stalled; a read that finds it flowing, another
+// receiver, or a read long after the last starts it over.
 func TestTheStallWatchSaysHowLongTheReceiversConnectionHasStalled(t *testing.T) {
 	var w stallWatch
 	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
@@ -51,10 +51,37 @@ func TestTheStallWatchSaysHowLongTheReceiversConnectionHasStalled(t *testing.T) 
 
 	assert.Zero(t, w.observe(10, false, at(0)))
 	assert.Zero(t, w.observe(10, true, at(1)), "first seen")
-	assert.Equal(t, 5*time.Second, w.observe(10, true, at(6)))
+	for s := 2; s < 6; s++ {
+		w.observe(10, true, at(s))
+	}
+	assert.Equal(t, 5*time.Second, w.observe(10, true, at(6)), "read every second")
 	assert.Zero(t, w.observe(10, false, at(7)), "acknowledged again")
 	assert.Zero(t, w.observe(10, true, at(8)))
 	assert.Equal(t, 2*time.Second, w.observe(10, true, at(10)))
 	assert.Zero(t, w.observe(11, true, at(11)), "a new receiver")
 	assert.Equal(t, time.Second, w.observe(11, true, at(12)))
+	assert.Zero(t, w.observe(11, true, at(20)), "unread for 8 s: it may have flowed meanwhile")
+	assert.Equal(t, 2*time.Second, w.observe(11, true, at(22)))
+}
+
+// The WAL receiver is found among the postmaster's children by its
+// process title.
+func TestTheReceiverIsThePostmastersChildTitledWalreceiver(t *testing.T) {
+	proc := t.TempDir()
+	process := func(pid, title, children string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "task", pid), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(proc, pid, "cmdline"), []byte(title), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(proc, pid, "task", pid, "children"), []byte(children), 0o644))
+	}
+	process("100", "postgres\x00-D\x00/data", "101 102 103 ")
+	process("101", "postgres: checkpointer ", "")
+	process("102", "postgres: startup recovering 000000010000000000000003", "")
+	process("103", "postgres: walreceiver streaming 0/3000148", "")
+	process("200", "postgres\x00-D\x00/other", "201 ")
+	process("201", "postgres: walwriter ", "")
+
+	assert.Equal(t, 103, receiverProcess(proc, 100))
+	assert.Zero(t, receiverProcess(proc, 200), "a primary: no receiver")
+	assert.Zero(t, receiverProcess(proc, 300), "no such postmaster")
+	assert.Zero(t, receiverProcess(proc, 0))
 }

@@ -46,8 +46,8 @@ const DefaultGuardInterval = time.Second
 // selfFenceReason begins the marker of a fence the agent made itself.
 const selfFenceReason = "fenced by its own agent"
 
-// GuardRole runs the guard, and the isolation check (isolation.go), until
-// ctx ends. Without the scripts mounted (Config.ScriptsDir "") there is no
+// GuardRole runs the guard, the isolation check (isolation.go) and the
+// watch of the WAL receiver's connection (linkstall.go), until ctx ends. Without the scripts mounted (Config.ScriptsDir "") there is no
 // name to obey: it does nothing.
 func (a *Agent) GuardRole(ctx context.Context) {
 	if a.cfg.ScriptsDir == "" {
@@ -63,6 +63,7 @@ func (a *Agent) GuardRole(ctx context.Context) {
 			a.KeepFencedServerStopped(ctx)
 			a.CheckRole(ctx)
 			a.CheckIsolation(ctx)
+			a.watchReceiverLink()
 		}
 	}
 }
