@@ -107,7 +107,7 @@ const OperatorReplicasEnv = "DECKHAND_OPERATOR_REPLICAS"
 // upgraded for it to DECKHAND_OPERATOR_REPLICAS operator replicas
 // (default 2) that tolerate the second node's taint and prefer it, spread
 // one per node when there are two (the chart's topologySpreadConstraints),
-// and put back to one replica on the first node at the end. Before each
+// and rolled back to its values before at the end. Before each
 // run the operator pod on the second node is made the leader (the
 // leader's pod on the first node deleted). It prints, per run and as
 // median and worst: the write outage through <name>-rw, when the
@@ -125,12 +125,18 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 	defer cancel()
 	_, cs := clientFor(b)
 	operatorDeployment(ctx, b, cs)
+	before := releaseRevision(ctx, b)
 	spreadOperatorOverBothNodes(ctx, b, replicas)
+	// Back to the release's values before (an upgrade with
+	// --reuse-values cannot take values away).
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		helmUpgrade(ctx, b, "--set", "replicaCount=1", "--set", "tolerations=null",
-			"--set", "affinity=null", "--set", "topologySpreadConstraints=null")
+		releaseMu.Lock()
+		defer releaseMu.Unlock()
+		out, err := exec.CommandContext(ctx, helmBinary(b), "--kubeconfig", kubeconfigPath(), "-n", operatorNamespace,
+			"rollback", "deckhand", strconv.Itoa(before), "--wait", "--timeout", "5m").CombinedOutput()
+		require.NoError(b, err, "helm rollback deckhand %d:\n%s", before, out)
 	})
 	f := startTwoNodeCluster(ctx, b, func(db *dbv1.Database) {
 		db.Spec.Failover.SwitchoverTo = db.Name + "-0"
@@ -204,10 +210,26 @@ func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int
 		}},
 	}})
 	require.NoError(b, err)
-	// An empty labelSelector: the chart fills in the operator's own.
-	spread := `[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule"}]`
+	// An empty labelSelector: the chart fills in the operator's own; the
+	// pod-template-hash key counts this ReplicaSet's pods only, or the
+	// rollout's new pods, counting the old one on the first node, would
+	// both go to the second.
+	spread := `[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule","matchLabelKeys":["pod-template-hash"]}]`
 	helmUpgrade(ctx, b, "--set", fmt.Sprintf("replicaCount=%d", replicas), "--set-json", "tolerations="+string(tolerations),
 		"--set-json", "affinity="+string(affinity), "--set-json", "topologySpreadConstraints="+spread)
+}
+
+// releaseRevision is the cluster release's current revision.
+func releaseRevision(ctx context.Context, b *testing.B) int {
+	b.Helper()
+	out, err := exec.CommandContext(ctx, helmBinary(b), "--kubeconfig", kubeconfigPath(), "-n", operatorNamespace,
+		"status", "deckhand", "-o", "json").Output()
+	require.NoError(b, err, "helm status deckhand")
+	var status struct {
+		Version int `json:"version"`
+	}
+	require.NoError(b, json.Unmarshal(out, &status))
+	return status.Version
 }
 
 // leadFromSecondNode makes the operator pod on the second node the

@@ -72,16 +72,24 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
 		r.normal(db, "FenceLifted", "Failover", "%s", fmt.Sprintf("lifted the fence of the old primary %s: its pod names %s the primary, so it starts as its standby (rewound by pg_rewind)", old, rec.To))
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s's fence is lifted: it is rejoining as a standby", rec.To, old))
+	case st.ServerUp && st.Role == instance.RoleStandby && st.Streaming:
+		// Seen first as a standby already (never fenced: its node came
+		// back and its server started as a standby before this pass), it
+		// is recorded back now: the same pass may switch over to it
+		// (spec.failover.switchoverTo), after which this record is no
+		// longer the last.
+		if rec.FenceLifted == nil {
+			rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
+		}
+		rec.Rejoined = ptr.To(metav1.NewTime(r.now()))
+		r.normal(db, "Rejoined", "Failover", "%s", fmt.Sprintf("the old primary %s streams as a standby of %s", old, rec.To))
+		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
 	case rec.FenceLifted == nil:
 		// Not fenced (never reached by the fence, or lifted by a person):
 		// nothing to lift; its entrypoint reads the new name at its start,
 		// and its agent fences a server still running as a primary.
 		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s is not fenced: it rejoins as a standby at its next start", rec.To, old))
-	case st.ServerUp && st.Role == instance.RoleStandby && st.Streaming:
-		rec.Rejoined = ptr.To(metav1.NewTime(r.now()))
-		r.normal(db, "Rejoined", "Failover", "%s", fmt.Sprintf("the old primary %s streams as a standby of %s", old, rec.To))
-		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
 	}
 	return nil
 }
