@@ -239,7 +239,7 @@ func (a *Agent) statusIn(ctx context.Context, bound time.Duration) Status {
 	defer cancel()
 	st, wal := a.statusWithin(ctx)
 	st.WALFlushStalledSince = a.flush.observe(wal, st.Role == RolePrimary, st.Time)
-	st.ReceiverStalledSeconds = a.stall.observe(st.receiverPID, receiverStalled("/proc", st.receiverPID), st.Time).Seconds()
+	st.ReceiverStalledSeconds = a.watchReceiverLink().Seconds()
 	st.Fenced, st.SelfFenced = a.fenceState()
 	st.NamedPrimary = a.namedPrimary()
 	st.AwaitingRole = a.roleQuestion() != ""

@@ -27,13 +27,13 @@ import (
 // replies flow either way.
 
 // watchReceiverLink is one look at the WAL receiver's connection, at
-// each tick of the guard (GuardRole), so the stall is followed every
-// second whoever asks the status and whenever: the standby named first
-// in a failover, for one, is asked nothing between the choice and the
-// detach.
-func (a *Agent) watchReceiverLink() {
+// each status read and each tick of the guard (GuardRole), so the stall
+// is followed every second whoever asks the status and whenever: the
+// standby named first in a failover, for one, is asked nothing between
+// the choice and the detach. It returns how long it has stalled.
+func (a *Agent) watchReceiverLink() time.Duration {
 	pid := receiverProcess("/proc", a.postmasterPID())
-	a.stall.observe(pid, receiverStalled("/proc", pid), a.cfg.Now())
+	return a.stall.observe(pid, receiverStalled("/proc", pid), a.cfg.Now())
 }
 
 // receiverProcess is the WAL receiver among the postmaster's children

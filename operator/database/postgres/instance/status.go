@@ -46,8 +46,6 @@ type Status struct {
 	// primary did not acknowledge, the kernel retransmitting them
 	// (linkstall.go); 0 when it has not, or no receiver runs.
 	ReceiverStalledSeconds float64 `json:"receiverStalledSeconds,omitempty"`
-	// receiverPID is the WAL receiver's process (0: none).
-	receiverPID int
 	// PrimaryHost is the host of primary_conninfo (the setting's other
 	// keys, the password among them, are never read out).
 	PrimaryHost string `json:"primaryHost,omitempty"`
@@ -131,8 +129,7 @@ SELECT r.rec,
   EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE wait_event IN ('WALWrite', 'WALSync', 'WALInitWrite', 'WALInitSync')),
   CASE WHEN NOT r.rec AND pg_catalog.current_setting('archive_mode') <> 'off'
     THEN (SELECT count(*) FROM pg_catalog.pg_ls_archive_statusdir() WHERE name ~ '^[0-9A-F]{24}[.]ready$') END,
-  (SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'wal_segment_size'),
-  coalesce((SELECT pid FROM pg_catalog.pg_stat_wal_receiver), 0)
+  (SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'wal_segment_size')
 FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) r, pg_catalog.pg_stat_archiver a`
 
 // readStatus asks the server through db; on any error the status says the
@@ -152,10 +149,9 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 		waiting                   bool
 		pending                   sql.NullInt64
 		segmentSize               int64
-		receiverPID               int
 	)
 	err := db.QueryRowContext(ctx, statusQuery).Scan(&rec, &current, &receive, &replay, &timeline, &receiver, &primaryConninfo, &syncNames, &streamingTo,
-		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush, &waiting, &pending, &segmentSize, &receiverPID)
+		&archiveMode, &arch.ArchivedCount, &arch.FailedCount, &arch.LastArchivedWAL, &archivedAt, &arch.LastFailedWAL, &failedAt, &insert, &flush, &waiting, &pending, &segmentSize)
 	if err != nil {
 		st.Error = describe(ctx, err)
 		return st, walPositions{}
@@ -168,7 +164,6 @@ func readStatus(ctx context.Context, db *sql.DB, pod string, now time.Time) (Sta
 	st.CurrentLSN, st.ReceiveLSN, st.ReplayLSN = lsnOf(current), lsnOf(receive), lsnOf(replay)
 	st.Timeline = timeline.Int64
 	st.WALReceiver, st.Streaming = receiver, receiver == "streaming"
-	st.receiverPID = receiverPID
 	st.PrimaryHost = ConninfoHost(primaryConninfo)
 	st.SynchronousStandbyNames = syncNames
 	if streamingTo != "" {
