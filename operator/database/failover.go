@@ -61,7 +61,8 @@ const maxFailoverRecords = 10
 // it began watching it, when it last saw it healthy, and its last write
 // position then. Nothing of it is needed to resume a failover (that is in
 // the status); an operator that restarts waits a whole bound again before
-// it declares the primary gone.
+// it declares the primary gone, unless the standbys say the primary's node
+// stopped hearing them earlier (failover.UnheardSince).
 type primaryWatch struct {
 	mu sync.Mutex
 	by map[types.UID]*watched
@@ -201,6 +202,9 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 			return failoverRecheck, err
 		}
 		others := r.standbyObservations(ctx, db, ch, primary)
+		if err := r.rejoinSeenIn(ctx, db, others); err != nil {
+			return failoverRecheck, err
+		}
 		r.fenceStrayPrimaries(ctx, db, ch, primary, others)
 		if err := r.attachDetachedStandbys(ctx, db, ch, others); err != nil {
 			return failoverRecheck, err
@@ -213,6 +217,16 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 		}
 		r.setCondition(db, ConditionFailover, true, "PrimaryHealthy", fmt.Sprintf("watching primary %s (healthy; failed over when unhealthy for more than %s)", primary, primaryGoneAfter(db)))
 		return failoverRecheck, nil
+	}
+	if w.lastHealthy.IsZero() && statusErr != nil {
+		// Never seen healthy (this operator has just started or become
+		// the leader, its predecessor perhaps lost with the primary's
+		// node) and not reached: the wait counts from when the standbys
+		// last heard the primary, if that is earlier than when this
+		// operator began watching, so it is not waited a second time.
+		if at := failover.UnheardSince(r.standbyObservations(ctx, db, ch, primary), now); !at.IsZero() && at.Before(w.since) {
+			w.since = at
+		}
 	}
 	if !failover.PrimaryGone(o, w.lastHealthy, w.since, now, primaryGoneAfter(db)) {
 		bound := failover.GoneAfter(o, primaryGoneAfter(db))

@@ -72,6 +72,36 @@ func PrimaryGone(primary Observation, lastHealthy, since, now time.Time, after t
 	return now.Sub(from) > after
 }
 
+// UnheardSince is when the primary's node stopped hearing its standbys,
+// by their own account, or zero when they cannot say: every standby whose
+// WAL receiver streams has sent replies the primary has not acknowledged
+// for ReceiverStalledSeconds, the kernel retransmitting them
+// (instance's linkstall.go), so the primary's node has acknowledged none
+// of them since now minus the shortest of those stalls. A standby whose
+// link is acknowledged, or none streaming, says nothing of the kind. An
+// operator that starts watching a primary it cannot reach (a new leader,
+// the old one lost with the primary's node) counts its bound from then,
+// not from its own start: the standbys have timed that silence already.
+func UnheardSince(standbys []Observation, now time.Time) time.Time {
+	var shortest time.Duration
+	for _, o := range standbys {
+		if o.Status == nil || !o.Status.Streaming {
+			continue
+		}
+		stalled := time.Duration(o.Status.ReceiverStalledSeconds * float64(time.Second))
+		if stalled <= 0 {
+			return time.Time{}
+		}
+		if shortest == 0 || stalled < shortest {
+			shortest = stalled
+		}
+	}
+	if shortest == 0 {
+		return time.Time{}
+	}
+	return now.Add(-shortest)
+}
+
 // GoneAfter is how long primary may stay unhealthy before it is failed
 // over, given the bound after (DefaultPrimaryGoneAfter when 0): longer for
 // a server that is up as the primary and only its pod not ready.

@@ -267,3 +267,24 @@ func TestSynchronousCandidatesGoByWhatWasFlushedNotReplayed(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "db-1", got[0].Pod)
 }
+
+// A new leader that cannot reach the primary counts its wait from when
+// the standbys last heard it: the shortest of their receivers' stalls,
+// and only when every streaming one has stalled.
+func TestUnheardSinceIsTheShortestStallOfEveryStreamingStandby(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	stalled := func(pod string, seconds float64) failover.Observation {
+		return with(standby(pod, 100*mb, true), func(s *instance.Status) { s.ReceiverStalledSeconds = seconds })
+	}
+	notStreaming := standby("db-3", 90*mb, false)
+	unreached := failover.Observation{Pod: "db-4"}
+
+	assert.Equal(t, now.Add(-9*time.Second), failover.UnheardSince([]failover.Observation{stalled("db-1", 12), stalled("db-2", 9)}, now),
+		"the shortest stall: the primary's node heard neither since then")
+	assert.Equal(t, now.Add(-12*time.Second), failover.UnheardSince([]failover.Observation{stalled("db-1", 12), notStreaming, unreached}, now),
+		"a standby not streaming, or not reached, says nothing either way")
+	assert.True(t, failover.UnheardSince([]failover.Observation{stalled("db-1", 12), stalled("db-2", 0)}, now).IsZero(),
+		"a standby whose replies are acknowledged: the primary's node hears it")
+	assert.True(t, failover.UnheardSince([]failover.Observation{notStreaming, unreached}, now).IsZero(), "no streaming standby: nothing known")
+	assert.True(t, failover.UnheardSince(nil, now).IsZero())
+}
