@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
+	"github.com/deckhand-dev/deckhand/operator/database/failover"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
 
@@ -72,24 +73,54 @@ func (r *Reconciler) rejoinOldPrimary(ctx context.Context, db *Cluster, ch *inst
 		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
 		r.normal(db, "FenceLifted", "Failover", "%s", fmt.Sprintf("lifted the fence of the old primary %s: its pod names %s the primary, so it starts as its standby (rewound by pg_rewind)", old, rec.To))
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s's fence is lifted: it is rejoining as a standby", rec.To, old))
-	case st.ServerUp && st.Role == instance.RoleStandby && st.Streaming:
+	case streamsAsStandby(st):
 		// Seen first as a standby already (never fenced: its node came
 		// back and its server started as a standby before this pass), it
 		// is recorded back now: the same pass may switch over to it
 		// (spec.failover.switchoverTo), after which this record is no
 		// longer the last.
-		if rec.FenceLifted == nil {
-			rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
-		}
-		rec.Rejoined = ptr.To(metav1.NewTime(r.now()))
-		r.normal(db, "Rejoined", "Failover", "%s", fmt.Sprintf("the old primary %s streams as a standby of %s", old, rec.To))
-		return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, old))
+		return r.recordRejoined(ctx, db, rec)
 	case rec.FenceLifted == nil:
 		// Not fenced (never reached by the fence, or lifted by a person):
 		// nothing to lift; its entrypoint reads the new name at its start,
 		// and its agent fences a server still running as a primary.
 		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
 		return r.saveRejoin(ctx, db, rec, "FenceLifted", fmt.Sprintf("%s is the primary; the old primary %s is not fenced: it rejoins as a standby at its next start", rec.To, old))
+	}
+	return nil
+}
+
+// streamsAsStandby: st is a server up as a standby, streaming.
+func streamsAsStandby(st instance.Status) bool {
+	return st.ServerUp && st.Role == instance.RoleStandby && st.Streaming
+}
+
+// recordRejoined records the last failover's old primary back as a
+// standby now (and its fence lifted, if that was never seen).
+func (r *Reconciler) recordRejoined(ctx context.Context, db *Cluster, rec *dbv1.FailoverRecord) error {
+	if rec.FenceLifted == nil {
+		rec.FenceLifted = ptr.To(metav1.NewTime(r.now()))
+	}
+	rec.Rejoined = ptr.To(metav1.NewTime(r.now()))
+	r.normal(db, "Rejoined", "Failover", "%s", fmt.Sprintf("the old primary %s streams as a standby of %s", rec.From, rec.To))
+	return r.saveRejoin(ctx, db, rec, "Rejoined", fmt.Sprintf("%s is the primary; the old primary %s rejoined as its standby", rec.To, rec.From))
+}
+
+// rejoinSeenIn records the last failover's old primary back when others,
+// the standbys' statuses read later in the pass than rejoinOldPrimary's
+// look, show it streaming. rejoinOldPrimary may have caught it still
+// starting (a clone just finished), and a switchover to it in the same
+// pass (spec.failover.switchoverTo) would then leave the record without
+// its return for good.
+func (r *Reconciler) rejoinSeenIn(ctx context.Context, db *Cluster, others []failover.Observation) error {
+	rec := lastRejoinPending(db)
+	if rec == nil {
+		return nil
+	}
+	for _, o := range others {
+		if o.Pod == rec.From && o.Status != nil && streamsAsStandby(*o.Status) {
+			return r.recordRejoined(ctx, db, rec)
+		}
 	}
 	return nil
 }
