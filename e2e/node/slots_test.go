@@ -68,14 +68,6 @@ func parallel(t *testing.T, expected time.Duration) {
 			slots.open = true
 			slots.grant()
 		})
-		// The limit rises when the other groups end: look every 2 s.
-		go func() {
-			for range time.Tick(2 * time.Second) {
-				slots.mu.Lock()
-				slots.grant()
-				slots.mu.Unlock()
-			}
-		}()
 	})
 	arrived := time.Now()
 	slots.mu.Lock()
