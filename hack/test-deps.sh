@@ -29,12 +29,15 @@ for p in gawk mawk; do command -v "$p" >/dev/null || need+=("$p"); done
 command -v javac >/dev/null && command -v jar >/dev/null || need+=(openjdk-17-jdk-headless)
 # The multi-host JDBC strings are proven with Debian's pgjdbc on that JDK.
 [[ -e /usr/share/java/postgresql.jar ]] || need+=(libpostgresql-jdbc-java)
+# A standby whose primary stops acknowledging its replies: iptables drops
+# them on the loopback interface (pgtest.DropPackets).
+dpkg-query -W -f '${Status}' iptables 2>/dev/null | grep -q 'ok installed' || need+=(iptables)
 # The real node (e2e/node, hack/node.sh): runc, the CNI plugins, busybox
-# for its test image, iptables for kube-proxy. DECKHAND_NODE=0 (the fast
-# part of make test alone) needs none of it.
+# for its test image (iptables, above, for kube-proxy too). DECKHAND_NODE=0
+# (the fast part of make test alone) needs none of it.
 node=${DECKHAND_NODE:-1}
 if [[ $node != 0 ]]; then
-  for p in runc containernetworking-plugins busybox-static iptables; do
+  for p in runc containernetworking-plugins busybox-static; do
     dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
   done
 fi

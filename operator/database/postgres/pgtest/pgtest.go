@@ -393,6 +393,20 @@ func (u *User) MountFilesystem(t testing.TB, dir string, size int64) {
 	require.NoError(t, os.Chown(dir, u.UID, u.GID))
 }
 
+// DropPackets drops, on the loopback interface, every TCP packet from
+// port from to port to (an iptables rule: root only), as a link whose far
+// end stopped answering drops them: nothing is refused, the sender's
+// kernel only retransmits. It returns a function that removes the rule,
+// once; the test's cleanup removes it too.
+func DropPackets(t testing.TB, from, to string) (restore func()) {
+	t.Helper()
+	// -w: kube-proxy on the real node may hold the rules' lock a moment.
+	rule := []string{"INPUT", "-i", "lo", "-p", "tcp", "--sport", from, "--dport", to, "-j", "DROP"}
+	out, err := exec.Command("iptables", append([]string{"-w", "10", "-I"}, rule...)...).CombinedOutput()
+	require.NoError(t, err, "iptables -I %v (root only): %s", rule, out)
+	return undoOnce(t, "iptables", append([]string{"-w", "10", "-D"}, rule...)...)
+}
+
 // FreezeFilesystem freezes the file system mounted at dir (fsfreeze: a
 // disk that takes no writes; reads of what is cached still work) and
 // returns a function that thaws it, once; the test's cleanup thaws it
@@ -401,19 +415,25 @@ func FreezeFilesystem(t testing.TB, dir string) (thaw func()) {
 	t.Helper()
 	out, err := exec.Command("fsfreeze", "--freeze", dir).CombinedOutput()
 	require.NoError(t, err, "fsfreeze --freeze %s: %s", dir, out)
+	return undoOnce(t, "fsfreeze", "--unfreeze", dir)
+}
+
+// undoOnce returns a function that runs the command that undoes a fault,
+// the first time it is called, and fails the test if it fails; the test's
+// cleanup runs it too when the test did not.
+func undoOnce(t testing.TB, name string, args ...string) func() {
 	done := false
-	thaw = func() {
+	t.Cleanup(func() {
+		if !done {
+			_ = exec.Command(name, args...).Run()
+		}
+	})
+	return func() {
 		if done {
 			return
 		}
 		done = true
-		out, err := exec.Command("fsfreeze", "--unfreeze", dir).CombinedOutput()
-		require.NoError(t, err, "fsfreeze --unfreeze %s: %s", dir, out)
+		out, err := exec.Command(name, args...).CombinedOutput()
+		require.NoError(t, err, "%s %v: %s", name, args, out)
 	}
-	t.Cleanup(func() {
-		if !done {
-			_ = exec.Command("fsfreeze", "--unfreeze", dir).Run()
-		}
-	})
-	return thaw
 }
