@@ -255,7 +255,7 @@ func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRe
 	for _, pod := range order {
 		s.detach(ctx, rec, pod)
 	}
-	return deafTo(streaming)
+	return deafTo(streaming, s.Now())
 }
 
 // deafTo: each standby's WAL receiver (one at least) has sent replies
@@ -265,15 +265,17 @@ func (s Steps) detachStreamingStandbys(ctx context.Context, rec *dbv1.FailoverRe
 // or its network. What detaching them would make it see, it has seen:
 // if it runs and cannot reach the API server, its isolation check has
 // fenced it; if it reaches the API server, it has read the name in the
-// name-first wait. No more waiting is owed to it.
-func deafTo(standbys []Observation) bool {
+// name-first wait. No more waiting is owed to it. A standby already
+// detached (by an operator that stopped before it recorded so) says
+// nothing of its link now.
+func deafTo(standbys []Observation, now time.Time) bool {
 	for _, o := range standbys {
-		if o.Status == nil || o.Status.Detached ||
-			o.Status.ReceiverStalledSeconds < instance.IsolationFenceWithin.Seconds() {
+		if o.Status == nil || o.Status.Detached {
 			return false
 		}
 	}
-	return len(standbys) > 0
+	at := UnheardSince(standbys, now)
+	return !at.IsZero() && now.Sub(at) >= instance.IsolationFenceWithin
 }
 
 // detach detaches pod and records it, or says why it could not.
