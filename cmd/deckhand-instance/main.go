@@ -10,12 +10,14 @@
 // through an emptyDir and the database image stays the official one.
 // serve answers the operator over mutual TLS; its flags default to the
 // database container's environment (POD_NAME, PGDATA, PGPORT); with
-// --metrics-listen it also serves PostgreSQL's metrics in plain HTTP.
+// --metrics-listen it also serves PostgreSQL's metrics in plain HTTP, and
+// with --probe-listen the kubelet's readiness probe (instance/probe.go).
 // metrics serves the metrics alone (a Database without failover).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/instance"
 )
@@ -102,6 +105,9 @@ func serve(args []string) error {
 	roleDir := fs.String("role-dir", "", "where the server's entrypoint asks for its role (its DECKHAND_ROLE_DIR); empty: the socket directory")
 	tlsDir := fs.String("tls-dir", "/etc/deckhand/instance-tls", "the pods' TLS Secret, mounted")
 	listen := fs.String("listen", ":"+strconv.Itoa(instance.DefaultPort), "address to serve HTTPS on")
+	probeListen := fs.String("probe-listen", "", "address to serve the kubelet's readiness probe on (plain HTTP, GET "+instance.ReadyPath+"); empty: not served")
+	readinessCommand := fs.String("readiness-command", "", "the server container's readiness command, as a JSON array, run here for each probe")
+	readinessTimeout := fs.Duration("readiness-timeout", 9*time.Second, "how long one readiness check may take")
 	mf := metricsFlags(fs)
 	apiServer := fs.String("api-server", apiServerAddress(), "the API server's address (host:port) the isolation check tries before it fences; empty: no isolation check (default: the kubelet's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)")
 	if err := fs.Parse(args); err != nil {
@@ -144,6 +150,21 @@ func serve(args []string) error {
 			}
 		}()
 	}
+	if *probeListen != "" {
+		readiness, err := readinessProbe(*readinessCommand, *readinessTimeout, *socketDir, *user, log)
+		if err != nil {
+			return err
+		}
+		pl, err := net.Listen("tcp", *probeListen)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := instance.ServeProbes(ctx, pl, readiness, log); err != nil {
+				log.Error("the probe server ended", "error", err.Error())
+			}
+		}()
+	}
 	log.Info("serving the instance channel", "pod", *pod, "listen", l.Addr().String())
 	return agent.Serve(ctx, l, tlsConfig)
 }
@@ -151,6 +172,20 @@ func serve(args []string) error {
 // metricsFlagSet are the collector's flags, of serve and metrics.
 type metricsFlagSet struct {
 	listen, appUser, appDatabase, queries *string
+}
+
+// readinessProbe is the readiness check the agent runs for the kubelet:
+// the server container's command, which connects over the Unix socket as
+// the local superuser (the agent's container holds no password).
+func readinessProbe(command string, timeout time.Duration, socketDir, user string, log *slog.Logger) (*instance.Readiness, error) {
+	var argv []string
+	if err := json.Unmarshal([]byte(command), &argv); err != nil || len(argv) == 0 {
+		return nil, fmt.Errorf("--readiness-command must be a JSON array of at least one word, not %q", command)
+	}
+	return &instance.Readiness{
+		Command: argv, Timeout: timeout, Log: log,
+		Env: []string{"PGHOST=" + socketDir, "PGUSER=" + user},
+	}, nil
 }
 
 func metricsFlags(fs *flag.FlagSet) metricsFlagSet {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -130,10 +131,20 @@ func (c *channel) startAgent(t testing.TB, h *host, ordinal int, dataVolume stri
 // the server on port, with the flags extra.
 func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port string, extra ...string) string {
 	t.Helper()
+	host, _ := c.startAgentWith(t, h, ordinal, map[string]string{"PGDATA": pgdata, "PGPORT": port}, extra...)
+	return host
+}
+
+// startAgentWith runs ordinal's agent with the environment env (PATH and
+// POD_NAME added) and the flags extra; it returns the pod's host name for
+// the client and the agent's log.
+func (c *channel) startAgentWith(t testing.TB, h *host, ordinal int, env map[string]string, extra ...string) (string, *syncbuf.Buffer) {
+	t.Helper()
 	pod := h.cluster.Name + "-" + strconv.Itoa(ordinal)
 	listen := "127.0.0.1:" + pgtest.FreePort(t)
-	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "POD_NAME": pod, "PGDATA": pgdata, "PGPORT": port},
-		append([]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen}, extra...))
+	env = maps.Clone(env)
+	env["PATH"], env["POD_NAME"] = h.bin+":/usr/bin:/bin", pod
+	cmd := h.u.Command(env, append([]string{c.binary, "serve", "--tls-dir", c.tlsDir, "--listen", listen}, extra...))
 	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
@@ -150,7 +161,7 @@ func (c *channel) startAgentFor(t testing.TB, h *host, ordinal int, pgdata, port
 		_, err := c.client.Status(context.Background(), host)
 		assert.NoError(ct, err, "agent log:\n%s", log.String())
 	}, 60*time.Second, 100*time.Millisecond, "the agent of %s never answered", pod)
-	return host
+	return host, log
 }
 
 // lsn is a pg_lsn the server on port reports for expr.

@@ -1,9 +1,12 @@
 package instance
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -87,8 +90,92 @@ func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 		SecurityContext: server.SecurityContext.DeepCopy(),
 		Resources:       smallResources(),
 	})
-	spec.Containers = append(spec.Containers, agentContainer(server, opts.ScriptsVolume))
+	agent := agentContainer(server, opts.ScriptsVolume)
+	if err := askReadinessThroughAgent(server, &agent); err != nil {
+		return err
+	}
+	spec.Containers = append(spec.Containers, agent)
 	return nil
+}
+
+// askReadinessThroughAgent makes the kubelet ask the agent for the
+// server's readiness (probe.go) instead of running the server's exec
+// probe in its container: the agent runs the same command, with the
+// server's environment less its Secrets (the command connects over the
+// socket) and the server's mounts that environment names (its TLS
+// files), so the check sees what the server's container sees.
+func askReadinessThroughAgent(server, agent *corev1.Container) error {
+	ready := server.ReadinessProbe
+	if ready == nil || ready.Exec == nil {
+		return nil
+	}
+	command, err := json.Marshal(ready.Exec.Command)
+	if err != nil {
+		return err
+	}
+	timeout := ready.TimeoutSeconds
+	if timeout < 2 {
+		timeout = 2
+	}
+	agent.Command = append(agent.Command,
+		"--probe-listen", ":"+strconv.Itoa(DefaultProbePort),
+		"--readiness-command", string(command),
+		"--readiness-timeout", (time.Duration(timeout)*time.Second - time.Second).String())
+	agent.Ports = append(agent.Ports, corev1.ContainerPort{Name: "probe", ContainerPort: DefaultProbePort, Protocol: corev1.ProtocolTCP})
+	// The agent's own readiness checks the plain port, which it opens
+	// after its TLS port: a TCP check of the TLS port left a handshake
+	// error in its log every period.
+	agent.ReadinessProbe.TCPSocket.Port = intstr.FromInt32(DefaultProbePort)
+	for _, e := range server.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil || hasEnv(agent, e.Name) {
+			continue
+		}
+		agent.Env = append(agent.Env, e)
+	}
+	// The command's own files (the scripts) and those the environment
+	// names.
+	paths := append(plainValues(server), ready.Exec.Command...)
+	for _, m := range server.VolumeMounts {
+		if mountHolds(m, paths...) && !hasMount(agent, m.Name) {
+			agent.VolumeMounts = append(agent.VolumeMounts, m)
+		}
+	}
+	probe := ready.DeepCopy()
+	probe.Exec = nil
+	probe.HTTPGet = &corev1.HTTPGetAction{Path: ReadyPath, Port: intstr.FromInt32(DefaultProbePort), Scheme: corev1.URISchemeHTTP}
+	server.ReadinessProbe = probe
+	return nil
+}
+
+func hasEnv(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+}
+
+func hasMount(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == name })
+}
+
+// plainValues are the values of the server's environment that come from
+// no Secret or field (paths among them: PGDATA, TLS_DIR, TLS_RUN_DIR,
+// TLS_CA_FILE).
+func plainValues(server *corev1.Container) []string {
+	var out []string
+	for _, e := range server.Env {
+		if e.ValueFrom == nil {
+			out = append(out, e.Value)
+		}
+	}
+	return out
+}
+
+// mountHolds: one of paths is m's mount path or under it.
+func mountHolds(m corev1.VolumeMount, paths ...string) bool {
+	for _, p := range paths {
+		if p == m.MountPath || strings.HasPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // agentContainer is the sidecar: the server's image, user and data
@@ -152,7 +239,7 @@ func setsParameter(args []string, name string) bool {
 // isDataMount: m holds the server's PGDATA.
 func isDataMount(server *corev1.Container, m corev1.VolumeMount) bool {
 	for _, e := range server.Env {
-		if e.Name == "PGDATA" && (e.Value == m.MountPath || strings.HasPrefix(e.Value, m.MountPath+"/")) {
+		if e.Name == "PGDATA" && mountHolds(m, e.Value) {
 			return true
 		}
 	}

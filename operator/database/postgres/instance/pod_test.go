@@ -50,14 +50,33 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"deckhand-instance-bin": "/opt/deckhand-instance", "deckhand-instance-tls": instance.TLSMountPath,
 		engine.DataVolume: mountsOf(server)[engine.DataVolume], "deckhand-socket": instance.SocketDir,
-	}, mountsOf(agent), "no scripts, no password")
+		engine.ScriptsVolume: "/deckhand/scripts",
+	}, mountsOf(agent), "the scripts, for the readiness probe; no /dev/shm, no password")
 	var env []string
 	for _, e := range agent.Env {
 		env = append(env, e.Name)
 		assert.True(t, e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil, e.Name)
 	}
-	assert.ElementsMatch(t, []string{"POD_NAME", "PGDATA", "PGPORT"}, env, "no Secret in the agent's environment")
+	assert.ElementsMatch(t, []string{"POD_NAME", "PGDATA", "PGPORT", "PRIMARY_HOST", "PRIMARY_PORT", "LISTEN_ADDRESSES",
+		"REPLICATION_USER", instance.RoleDirEnv}, env, "the server's environment but no Secret in the agent's")
 	assert.Equal(t, int32(instance.DefaultPort), agent.Ports[0].ContainerPort)
+
+	// The kubelet asks the agent for the server's readiness; the agent
+	// runs the server's own readiness command; liveness and startup stay
+	// the server's exec probes.
+	require.NotNil(t, server.ReadinessProbe.HTTPGet)
+	assert.Nil(t, server.ReadinessProbe.Exec)
+	assert.Equal(t, instance.ReadyPath, server.ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, int32(instance.DefaultProbePort), server.ReadinessProbe.HTTPGet.Port.IntVal)
+	assert.Equal(t, before.ReadinessProbe.PeriodSeconds, server.ReadinessProbe.PeriodSeconds)
+	assert.Equal(t, before.ReadinessProbe.FailureThreshold, server.ReadinessProbe.FailureThreshold)
+	assert.Equal(t, before.LivenessProbe, server.LivenessProbe)
+	assert.Equal(t, before.StartupProbe, server.StartupProbe)
+	assert.Equal(t, []string{"--probe-listen", ":8011", "--readiness-command", `["sh","/deckhand/scripts/probe.sh","ready"]`,
+		"--readiness-timeout", "9s"}, agent.Command[len(agent.Command)-6:])
+	assert.Equal(t, int32(instance.DefaultProbePort), agent.Ports[1].ContainerPort)
+	assert.Equal(t, int32(instance.DefaultProbePort), agent.ReadinessProbe.TCPSocket.Port.IntVal,
+		"the agent's own readiness: its plain port, where a TCP check leaves no TLS handshake error in its log")
 	assert.Equal(t, false, *agent.SecurityContext.AllowPrivilegeEscalation)
 
 	for _, v := range spec.Volumes {
@@ -67,6 +86,22 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 		}
 	}
 	assert.Error(t, instance.AddAgent(&corev1.PodSpec{}, instance.PodOptions{Server: "postgres"}), "no server container")
+
+	// With TLS the readiness check installs a renewed certificate: the
+	// agent mounts the server's certificate and its copy in memory, as
+	// the server does, and still no Secret comes into its environment.
+	pod = postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432, TLSSecret: "db-tls"})
+	spec = corev1.PodSpec{Containers: []corev1.Container{pod.Container}, Volumes: pod.Volumes}
+	require.NoError(t, instance.AddAgent(&spec, instance.PodOptions{OperatorImage: "deckhand:1.2.3", TLSSecret: "db-instance-tls", Server: "postgres"}))
+	for name, path := range mountsOf(spec.Containers[0]) {
+		if name != "shm" {
+			assert.Equal(t, path, mountsOf(spec.Containers[1])[name], "the agent mounts %s where the server does", name)
+		}
+	}
+	assert.NotContains(t, mountsOf(spec.Containers[1]), "shm")
+	for _, e := range spec.Containers[1].Env {
+		assert.True(t, e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil, e.Name)
+	}
 
 	// The Database's own setting stands.
 	pod = postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432,

@@ -51,10 +51,18 @@
 # Environment: PGPORT, PGUSER and PGPASSWORD (the superuser), PGDATA,
 # POD_NAME, PRIMARY_HOST, PRIMARY_PORT, REPLICATION_USER and
 # REPLICATION_PASSWORD; TLS_DIR, TLS_RUN_DIR and TLS_CA_FILE with TLS.
+# PGHOST: where the server is asked (default 127.0.0.1).
+#
+# In a pod with the instance agent, the kubelet asks the agent for the
+# readiness probe and the agent runs probe.sh ready in its own container
+# (the server's image and the mounts this script reads), with PGHOST the
+# server's socket directory and PGUSER the local superuser
+# (instance/probe.go): no password there, and no exec in the server's
+# container every 5 s. The startup and liveness probes stay exec probes.
 set -u
 . "$(dirname "$0")/lib.sh"
 
-export PGHOST=127.0.0.1 PGDATABASE=postgres PGCONNECT_TIMEOUT=4
+export PGHOST="${PGHOST:-127.0.0.1}" PGDATABASE=postgres PGCONNECT_TIMEOUT=4
 
 mode=${1:-ready}
 staging=$PGDATA.deckhand-new
