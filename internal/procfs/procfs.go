@@ -4,6 +4,8 @@ package procfs
 
 import (
 	"bytes"
+	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,6 +64,10 @@ type TCPConn struct {
 	// acknowledged anything (0 once it does).
 	Retransmits uint64
 	Inode       uint64
+	// Local and Remote are its addresses; IPv6 says it is an IPv6
+	// socket (net/tcp6), whose IPv4 peers show as mapped addresses.
+	Local, Remote netip.AddrPort
+	IPv6          bool
 }
 
 // TCPEstablished is TCPConn.State of an established connection.
@@ -76,7 +82,11 @@ func TCPConns(proc string, pid int) []TCPConn {
 		if err != nil {
 			continue
 		}
-		out = append(out, parseTCP(string(raw))...)
+		conns := parseTCP(string(raw))
+		for i := range conns {
+			conns[i].IPv6 = name == "tcp6"
+		}
+		out = append(out, conns...)
 	}
 	return out
 }
@@ -101,9 +111,32 @@ func parseTCP(text string) []TCPConn {
 		if errs != [4]error{} {
 			continue
 		}
+		c.Local, _ = parseAddrPort(f[1])
+		c.Remote, _ = parseAddrPort(f[2])
 		out = append(out, c)
 	}
 	return out
+}
+
+// parseAddrPort reads an address of net/tcp or net/tcp6: the address's
+// 32-bit words, each printed in hex as the host's byte order holds it,
+// a colon, the port in hex.
+func parseAddrPort(s string) (netip.AddrPort, bool) {
+	hexAddr, hexPort, ok := strings.Cut(s, ":")
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if !ok || err != nil || (len(hexAddr) != 8 && len(hexAddr) != 32) {
+		return netip.AddrPort{}, false
+	}
+	b := make([]byte, len(hexAddr)/2)
+	for i := 0; i < len(hexAddr); i += 8 {
+		w, err := strconv.ParseUint(hexAddr[i:i+8], 16, 32)
+		if err != nil {
+			return netip.AddrPort{}, false
+		}
+		binary.NativeEndian.PutUint32(b[i/2:], uint32(w))
+	}
+	addr, _ := netip.AddrFromSlice(b)
+	return netip.AddrPortFrom(addr, uint16(port)), true
 }
 
 // SocketInodes are the inodes of the sockets pid holds open (its

@@ -2,6 +2,7 @@ package procfs_test
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -65,6 +66,11 @@ func TestTCPConnsFindAnOwnEstablishedConnectionByItsSocket(t *testing.T) {
 	// The dialled end and, once accepted or not, the listener's end.
 	require.NotEmpty(t, found, "no established connection among this process's sockets")
 	assert.Zero(t, found[0].Retransmits)
+	var locals []netip.AddrPort
+	for _, conn := range found {
+		locals = append(locals, conn.Local)
+	}
+	assert.Contains(t, locals, c.LocalAddr().(*net.TCPAddr).AddrPort(), "the dialled end, by its address")
 	assert.Empty(t, procfs.SocketInodes("/proc", 1<<30), "no such process")
 }
 
@@ -79,8 +85,13 @@ func TestParseTCPReadsQueuesRetransmitsAndInodes(t *testing.T) {
 garbage
 `
 	require.NoError(t, os.WriteFile(dir+"/7/net/tcp", []byte(table), 0o644))
+	require.NoError(t, os.WriteFile(dir+"/7/net/tcp6", []byte(`  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0000000000000000FFFF00000100007F:1538 0000000000000000FFFF00000300A8C6:C350 01 00000000:00000000 00:00000000 00000000   999        0 41250 1 0000000000000000 20 4 30 10 -1
+`), 0o644))
+	addr := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 	assert.Equal(t, []procfs.TCPConn{
-		{State: 0x0A, Inode: 41234},
-		{State: procfs.TCPEstablished, TxQueue: 60, Retransmits: 5, Inode: 41240},
+		{State: 0x0A, Inode: 41234, Local: addr("127.0.0.1:5432"), Remote: addr("0.0.0.0:0")},
+		{State: procfs.TCPEstablished, TxQueue: 60, Retransmits: 5, Inode: 41240, Local: addr("198.168.0.3:50000"), Remote: addr("198.19.0.10:5432")},
+		{State: procfs.TCPEstablished, Inode: 41250, Local: addr("[::ffff:127.0.0.1]:5432"), Remote: addr("[::ffff:198.168.0.3]:50000"), IPv6: true},
 	}, procfs.TCPConns(dir, 7))
 }

@@ -116,9 +116,10 @@ type Agent struct {
 	// flush: the primary's WAL flush position across status reads
 	// (walflush.go).
 	flush flushWatch
-	// stall: the WAL receiver's connection across status reads
-	// (linkstall.go).
+	// stall: the WAL receiver's connection across status reads, and
+	// link that connection, found once (linkstall.go).
 	stall stallWatch
+	link  receiverLink
 }
 
 // New is an agent for cfg; it does not connect until asked.

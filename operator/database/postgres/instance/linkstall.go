@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deckhand-dev/deckhand/internal/procfs"
+	"github.com/deckhand-dev/deckhand/internal/sockdiag"
 )
 
 // A standby's WAL receiver sends its primary a reply every second
@@ -33,7 +34,7 @@ import (
 // the choice and the detach. It returns how long it has stalled.
 func (a *Agent) watchReceiverLink() time.Duration {
 	pid := receiverProcess("/proc", a.postmasterPID())
-	return a.stall.observe(pid, receiverStalled("/proc", pid), a.cfg.Now())
+	return a.stall.observe(pid, a.link.stalled("/proc", pid), a.cfg.Now())
 }
 
 // receiverProcess is the WAL receiver among the postmaster's children
@@ -58,24 +59,59 @@ func receiverProcess(proc string, postmaster int) int {
 	return 0
 }
 
-// receiverStalled: some connection the WAL receiver process pid holds is
+// receiverLink is the WAL receiver's connection, found once in
+// <proc>/<pid>/net/tcp and then asked of the kernel by its addresses
+// (sockdiag): reading net/tcp walks the kernel's whole table of
+// established sockets, of every network namespace, and at two looks a
+// second it was most of a standby's agent's CPU.
+type receiverLink struct {
+	mu sync.Mutex
+	// pid and inode: the receiver and its socket, as last found (pid 0:
+	// none); conn its addresses.
+	pid   int
+	inode uint64
+	conn  procfs.TCPConn
+}
+
+// stalled: the connection the WAL receiver process pid holds is
 // established with bytes its peer has not acknowledged through at least
 // one retransmission timeout. False when it cannot be read (no receiver,
 // another user's process).
-func receiverStalled(proc string, pid int) bool {
+func (l *receiverLink) stalled(proc string, pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	sockets := procfs.SocketInodes(proc, pid)
-	if len(sockets) == 0 {
-		return false
-	}
-	for _, c := range procfs.TCPConns(proc, pid) {
-		if sockets[c.Inode] && c.State == procfs.TCPEstablished && c.TxQueue > 0 && c.Retransmits > 0 {
-			return true
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pid == pid {
+		st, err := sockdiag.LookupTCP(l.conn.IPv6, l.conn.Local, l.conn.Remote)
+		if err == nil && uint64(st.Inode) == l.inode {
+			return st.State == sockdiag.TCPEstablished && st.SendQueue > 0 && st.Retransmits > 0
 		}
 	}
-	return false
+	// First look, another receiver, or its connection replaced or gone.
+	l.pid = 0
+	c, ok := receiverConn(proc, pid)
+	if !ok {
+		return false
+	}
+	l.pid, l.inode, l.conn = pid, c.Inode, c
+	return c.TxQueue > 0 && c.Retransmits > 0
+}
+
+// receiverConn is the established TCP connection the process pid holds
+// (a WAL receiver holds one, to its primary), as <proc> shows it.
+func receiverConn(proc string, pid int) (procfs.TCPConn, bool) {
+	sockets := procfs.SocketInodes(proc, pid)
+	if len(sockets) == 0 {
+		return procfs.TCPConn{}, false
+	}
+	for _, c := range procfs.TCPConns(proc, pid) {
+		if sockets[c.Inode] && c.State == procfs.TCPEstablished {
+			return c, true
+		}
+	}
+	return procfs.TCPConn{}, false
 }
 
 // stallWatch follows the receiver's connection from one status read to

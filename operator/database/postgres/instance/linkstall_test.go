@@ -1,6 +1,10 @@
 package instance
 
 import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/internal/procfs"
 )
 
 // A WAL receiver's connection counts as stalled when the kernel holds
@@ -34,11 +40,63 @@ func TestAReceiverStallsWhenItsConnectionRetransmitsUnacknowledgedReplies(t *tes
 	receiver("11", table, "socket:[501]", "socket:[502]", "pipe:[9]")
 	receiver("12", table)
 
-	assert.True(t, receiverStalled(proc, 10), "its connection retransmits")
-	assert.False(t, receiverStalled(proc, 11), "acknowledged, and a listener")
-	assert.False(t, receiverStalled(proc, 12), "no descriptors read")
-	assert.False(t, receiverStalled(proc, 0), "no receiver")
-	assert.False(t, receiverStalled(proc, 13), "gone")
+	stalled := func(pid int) bool { return (&receiverLink{}).stalled(proc, pid) }
+	assert.True(t, stalled(10), "its connection retransmits")
+	assert.False(t, stalled(11), "acknowledged, and a listener")
+	assert.False(t, stalled(12), "no descriptors read")
+	assert.False(t, stalled(0), "no receiver")
+	assert.False(t, stalled(13), "gone")
+}
+
+// Found once in net/tcp, the receiver's connection is then asked of the
+// kernel by its addresses, and net/tcp is not read again while the
+// kernel knows it; once it is gone, the next look searches net/tcp anew.
+func TestTheReceiversConnectionIsFoundOnceAndThenAskedByItsAddresses(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	c, err := net.Dial("tcp4", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := l.Accept()
+	require.NoError(t, err)
+	defer s.Close()
+	local, remote := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
+	var inode uint64
+	for _, conn := range procfs.TCPConns("/proc", os.Getpid()) {
+		if conn.Local == local && conn.Remote == remote {
+			inode = conn.Inode
+		}
+	}
+	require.NotZero(t, inode, "the dialled end in /proc/self/net/tcp")
+
+	// A /proc whose process 42 holds that socket, net/tcp as the kernel
+	// shows it.
+	proc := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "42", "fd"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "42", "net"), 0o755))
+	require.NoError(t, os.Symlink(fmt.Sprintf("socket:[%d]", inode), filepath.Join(proc, "42", "fd", "3")))
+	netTCP := filepath.Join(proc, "42", "net", "tcp")
+	require.NoError(t, os.WriteFile(netTCP, []byte("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"+
+		fmt.Sprintf("   0: %s %s 01 00000000:00000000 00:00000000 00000000     0        0 %d 2 0 20 4 1 10 -1\n", procAddr(local), procAddr(remote), inode)), 0o644))
+
+	var link receiverLink
+	assert.False(t, link.stalled(proc, 42), "acknowledged")
+	assert.Equal(t, 42, link.pid, "found")
+	require.NoError(t, os.Remove(netTCP))
+	assert.False(t, link.stalled(proc, 42))
+	assert.Equal(t, 42, link.pid, "asked of the kernel: net/tcp, gone, was not read")
+
+	require.NoError(t, c.(*net.TCPConn).SetLinger(0))
+	require.NoError(t, c.Close())
+	assert.False(t, link.stalled(proc, 42))
+	assert.Zero(t, link.pid, "the connection gone, searched for again, and not found")
+}
+
+// procAddr is an IPv4 address and port as net/tcp prints them.
+func procAddr(a netip.AddrPort) string {
+	b := a.Addr().As4()
+	return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(b[:]), a.Port())
 }
 
 // The stall watch says for how long reads one after another found the
