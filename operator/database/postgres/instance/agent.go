@@ -10,7 +10,8 @@
 // the primary's synchronous_standby_names (POST /synchronous). On its own
 // it fences a server that runs as a primary its pod no longer names
 // (selffence.go) or that is cut off from the operator, the API server and
-// its standbys (isolation.go). It also holds the Go client the operator
+// its standbys (isolation.go). For the kubelet it runs the server's
+// readiness check (probe.go). It also holds the Go client the operator
 // asks it with, and the pod spec that adds it (pod.go).
 // docs/design/database-failover.md says why it exists and how it is wired.
 package instance
