@@ -217,12 +217,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config
 		ErrorLog:     slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelWarn),
 	}
 	go a.GuardRole(ctx)
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
+	go shutdownWhenDone(ctx, srv)
 	err := srv.ServeTLS(l, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

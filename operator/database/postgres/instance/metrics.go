@@ -195,12 +195,7 @@ func (c *Collector) ServeMetrics(ctx context.Context, l net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(c.cfg.Log.Handler(), slog.LevelWarn),
 	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
+	go shutdownWhenDone(ctx, srv)
 	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

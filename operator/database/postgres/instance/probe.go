@@ -130,14 +130,18 @@ func ServeProbes(ctx context.Context, l net.Listener, p *Readiness, log *slog.Lo
 		WriteTimeout:      p.Timeout + 5*time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
+	go shutdownWhenDone(ctx, srv)
 	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// shutdownWhenDone shuts srv down once ctx ends, giving its requests 5 s
+// to finish.
+func shutdownWhenDone(ctx context.Context, srv *http.Server) {
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
 }
