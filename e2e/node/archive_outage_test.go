@@ -86,6 +86,8 @@ func TestRealNodeKeepsWritingWhileTheStoreIsDownAndTheArchiveCatchesUp(t *testin
 	}
 	selectStore("nothing")
 	down := time.Now()
+	// The outage is minutes of waiting under a write every 2 s.
+	takeBack := lendSlot(t)
 	var failedAfter time.Duration
 	var failing *metav1.Condition
 	written := 0
@@ -104,6 +106,7 @@ func TestRealNodeKeepsWritingWhileTheStoreIsDownAndTheArchiveCatchesUp(t *testin
 	assert.Contains(t, failing.Message, "wait there now", "the message says what waits in pg_wal: %s", failing.Message)
 	assert.Contains(t, eventReasonsOf(ctx, t, cs, ns, "journal"), "ArchiveFailing", "a Warning Event when archiving starts failing")
 
+	takeBack()
 	selectStore("store")
 	up := time.Now()
 	waitArchiving(metav1.ConditionTrue, 5*time.Minute)

@@ -19,6 +19,10 @@ import (
 // its Service with the chart's message; after helm upgrade changes the
 // message, the new one is served, by new containers, after one rollout.
 func TestRealNodeServesSeed000Demo(t *testing.T) {
+	// Its upgrades add the demo's own objects and change no value the
+	// operator's Deployment reads, so the operator serves the other tests
+	// throughout (helmUpgrade takes turns with their upgrades).
+	parallel(t, 90*time.Second)
 	cfg, cs := clientFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

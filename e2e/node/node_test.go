@@ -6,17 +6,17 @@
 // kubeconfig (hack/node.sh kubeconfig); make test starts the node and runs
 // them (hack/gotest.sh's node group).
 //
-// Tests that change what others share run alone, before the rest: chart
-// testing (it scales the cluster's operator to 0 while ct runs), seed 000's
-// demo (a helm upgrade of the cluster's release), the operator's own checks,
-// the node's basics, and the faults of the cluster's own parts during a
-// failover (faults_test.go: the operator, the API server, the kubelet). The
-// tests of one workload each (PostgreSQL, MariaDB, the JVMs, ConfigMonitor,
-// TDSet, the instance agent, the failovers of failover_test.go) call
-// parallel (t.Parallel, then one of the node's slots, longest first:
-// slots_test.go) first thing: each has a namespace of its own and mostly
-// waits on containers, a server or the real clock, so together they take
-// about as long as the longest of them.
+// Tests that change what others share run alone, before the rest: the
+// operator's own checks, the node's basics, and the faults of the
+// cluster's own parts during a failover (faults_test.go: the operator, the
+// API server, the kubelet). The others (PostgreSQL, MariaDB, the JVMs,
+// ConfigMonitor, TDSet, the instance agent, the failovers of
+// failover_test.go, chart testing in a namespace the cluster's operator
+// leaves alone, seed 000's demo, the second node's faults) call parallel
+// (t.Parallel, then one of the node's slots, longest first: slots_test.go)
+// first thing: each has a namespace of its own and mostly waits on
+// containers, a server or the real clock, so together they take about as
+// long as the longest of them.
 package node
 
 import (

@@ -37,12 +37,15 @@ func nodeParallel() int {
 	return 2
 }
 
-// limit is how many parallel tests may run now.
-func (s *nodeSlots) limit() int { return nodeParallel() }
+// limit is how many parallel tests may run now: the slots, and one more
+// for each slot on loan (lendSlot).
+func (s *nodeSlots) limit() int { return nodeParallel() + s.lent }
 
 type nodeSlots struct {
 	mu      sync.Mutex
 	running int
+	// lent: slots whose tests wait on the real clock for now (lendSlot).
+	lent int
 	// open: the first test arrived a second ago, time enough for every
 	// paused test released with it to arrive too; until then none starts,
 	// so the first to arrive is not the first to start.
@@ -90,6 +93,33 @@ func parallel(t *testing.T, expected time.Duration) {
 		slots.running--
 		slots.grant()
 	})
+}
+
+// lendSlot lets one more parallel test start while the calling test
+// waits on the real clock for minutes and uses little CPU meanwhile (a
+// fixed propagation delay, an outage it holds open), so the node's slots
+// are not held by a test that only waits. The returned func ends the loan
+// (and runs at the test's end if not called before); it never waits: the
+// lender keeps its place, and the node runs one test more than its slots
+// until the next one ends.
+func lendSlot(t *testing.T) (takeBack func()) {
+	t.Helper()
+	var once sync.Once
+	slots.mu.Lock()
+	slots.lent++
+	slots.grant()
+	slots.mu.Unlock()
+	lentAt := time.Now()
+	takeBack = func() {
+		once.Do(func() {
+			t.Logf("node slot: lent for %.0fs", time.Since(lentAt).Seconds())
+			slots.mu.Lock()
+			defer slots.mu.Unlock()
+			slots.lent--
+		})
+	}
+	t.Cleanup(takeBack)
+	return takeBack
 }
 
 // grant starts the longest waiting tests while slots are free. Called

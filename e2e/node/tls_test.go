@@ -60,6 +60,9 @@ func TestRealNodeSwitchesToTheUsersCertificateUnderAVerifyingWriter(t *testing.T
 
 	start := time.Now()
 	f.updateDatabase(func(db *dbv1.Database) { db.Spec.TLS = &dbv1.TLSSpec{ServerCertSecret: "pay-cert"} })
+	// The CA's propagation (servertls.UserCAPropagation) is minutes of
+	// waiting under a writer of two writes a second.
+	takeBack := lendSlot(t)
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var cur dbv1.Database
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &cur); err != nil {
@@ -85,6 +88,7 @@ func TestRealNodeSwitchesToTheUsersCertificateUnderAVerifyingWriter(t *testing.T
 		require.NoError(t, err, "%s does not present the user's certificate: %v", pod, lastErr)
 	}
 	served := time.Since(start)
+	takeBack()
 	w.waitAcks(3)
 	log := w.stop()
 
