@@ -21,11 +21,10 @@
 #
 # The real-node group (e2e/node, docs/development/realnode.md) starts the
 # node cluster (hack/node.sh up) first, the raced group once the node is
-# up; the node's tests run once the raced group has ended: its serial
-# fault tests alone, then its parallel tests beside the e2e group (the
-# other e2e packages and hack/image) and then the fuzz targets, which
-# start when the e2e group ends; the fault campaign (e2e/faults) runs
-# last. The node cluster is removed (hack/node.sh
+# up; the node's tests run once the raced group has ended, beside the e2e
+# group (the other e2e packages and hack/image) and then the fuzz targets,
+# which start when the raced group and the e2e group end; the fault
+# campaign (e2e/faults) runs last. The node cluster is removed (hack/node.sh
 # down) when gotest.sh exits, failed or not.
 # Measured: the node's tests beside the raced group (a 1-minute load of 30
 # to 38 on 2 cores) missed deadlines of seconds in every run, serial fault
@@ -233,7 +232,7 @@ node_group() {
   # holds them to two at once itself, longest first
   # (e2e/node/slots_test.go), which it can do only when go test lets every
   # one of them reach its own wait.
-  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) DECKHAND_NODE_SERIAL_ENDED_FILE=$log/node.serial-ended \
+  DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) \
     go test "${common[@]}" "${node_out[@]}" -timeout 45m -parallel 32 "./e2e/node/"
 }
 
@@ -278,22 +277,12 @@ faults_group() {
 # the chart's tests change the cluster's CRDs (an upgrade to a chart with
 # an extra field), and a raced package's first InstallCRDs puts the
 # repository's back (testenv), so the two cannot share the cluster's
-# CRDs at once. With the node group it also waits for the node's serial
-# tests to end (e2e/node creates node.serial-ended; or the group ends):
-# those are the faults of the cluster's own parts during a failover,
-# timed in seconds, and beside the e2e group and the fuzz targets they
-# took 408 s instead of about 320, while the node's parallel tests leave
-# a third of the cores idle. fuzz_group (FUZZ=1, make test) runs the fuzz targets with
+# CRDs at once. fuzz_group (FUZZ=1, make test) runs the fuzz targets with
 # one worker once the e2e group has ended: beside it and the node's tests
 # they made the suite's peak (load 45 to 50 on 2 cores). Their output
 # goes to $log/e2e and $log/fuzz, shown at the end.
 e2e_group() {
   wait_ended raced
-  if [[ $node != 0 ]]; then
-    while [[ ! -f $log/node.serial-ended && ! -f $log/node.ended ]]; do
-      sleep 2
-    done
-  fi
   go test "${common[@]}" "${e2e_out[@]}" "${e2e_pkgs[@]}"
 }
 fuzz_group() {

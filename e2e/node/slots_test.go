@@ -67,7 +67,6 @@ func parallel(t *testing.T, expected time.Duration) {
 	t.Parallel()
 	w := slotWaiter{expected: expected, start: make(chan struct{})}
 	slots.opening.Do(func() {
-		markSerialPartEnded(t)
 		time.AfterFunc(time.Second, func() {
 			slots.mu.Lock()
 			defer slots.mu.Unlock()
@@ -94,24 +93,6 @@ func parallel(t *testing.T, expected time.Duration) {
 		slots.running--
 		slots.grant()
 	})
-}
-
-// SerialEndedFileEnv names a file the package creates when its serial
-// tests have ended and its parallel ones begin: make test
-// (hack/gotest.sh) starts its e2e group and fuzz targets then, so the
-// serial fault tests, whose deadlines are seconds, have the machine to
-// themselves.
-const SerialEndedFileEnv = "DECKHAND_NODE_SERIAL_ENDED_FILE"
-
-// markSerialPartEnded creates the file SerialEndedFileEnv names, if any.
-// go test starts the paused parallel tests only once every serial one has
-// ended, so the first to reach parallel() marks it.
-func markSerialPartEnded(t *testing.T) {
-	if f := os.Getenv(SerialEndedFileEnv); f != "" {
-		if err := os.WriteFile(f, nil, 0o644); err != nil {
-			t.Errorf("%s: %v", SerialEndedFileEnv, err)
-		}
-	}
 }
 
 // lendSlot lets one more parallel test start while the calling test
