@@ -27,8 +27,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/deckhand-dev/deckhand/internal/freeport"
 )
 
 // HostRunner runs the pods of one namespace that select it on this
@@ -573,14 +571,6 @@ func (r *HostRunner) env(pod *corev1.Pod, container corev1.Container, mounts map
 		if _, ok := env[prefix+"_PORT"]; ok {
 			env[prefix+"_PORT"] = port
 		}
-	}
-	// A Job's PGPORT is the port of a server the Job starts itself (a
-	// verification's or an upgrade's scratch server): in a pod it has the
-	// pod's network to itself; on the host the pod spec's port would put
-	// the scratch servers of every test that runs at once on the same
-	// 127.0.0.1:5432.
-	if _, ok := env["PGPORT"]; ok {
-		env["PGPORT"] = freeport.String(r.t)
 	}
 	return env, nil
 }

@@ -68,9 +68,18 @@ func newEndToEnd(t *testing.T, opts ...database.Options) *endToEnd {
 	version := strings.Fields(strings.TrimPrefix(string(out), "postgres (PostgreSQL) "))[0]
 	e.image = "postgres:" + version
 	e.runner = testenv.NewHostRunner(t, c, ns, root, testenv.HostOptions{
-		Command: u.Command,
-		Dir:     func(parts ...string) string { return u.Dir(t, parts...) },
-		Path:    bin + ":/usr/bin:/bin",
+		Command: func(env map[string]string, argv []string) *exec.Cmd {
+			// A Job's PGPORT is its own scratch server's (a verification's,
+			// an upgrade's): in a pod it has the pod's network to itself; on
+			// the host the pod spec's port would put the scratch servers of
+			// every test that runs at once on the same 127.0.0.1:5432.
+			if _, ok := env["PGPORT"]; ok {
+				env["PGPORT"] = pgtest.FreePort(t)
+			}
+			return u.Command(env, argv)
+		},
+		Dir:  func(parts ...string) string { return u.Dir(t, parts...) },
+		Path: bin + ":/usr/bin:/bin",
 	})
 	if len(opts) > 0 {
 		e.opts = opts[0]
