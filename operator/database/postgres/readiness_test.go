@@ -45,7 +45,11 @@ func TestTheAgentAnswersTheReadinessProbeWithTheServersOwnCheck(t *testing.T) {
 
 	// The agent's container on the host: its environment (paths under
 	// the data volume moved to the test's), its readiness command (the
-	// scripts moved to the test's directory).
+	// scripts moved to the test's directory). The agent is not given the
+	// scripts directory, so its role guard (selffence.go, tested apart)
+	// stays off: renamed below, the primary would otherwise be fenced
+	// within a guard tick, and the probe could meet a server shutting
+	// down instead of the name it checks.
 	env := h.env(engine.Pod{Container: agent}, pod, primary.Port, map[string]string{engine.DataVolume: h.volume("data-0")})
 	assert.NotContains(t, env, "PGPASSWORD", "no password in the agent's container")
 	var command []string
@@ -53,7 +57,7 @@ func TestTheAgentAnswersTheReadinessProbeWithTheServersOwnCheck(t *testing.T) {
 	hostCommand, err := json.Marshal(pgtest.HostCommand(t, corev1.Container{Command: command, VolumeMounts: agent.VolumeMounts}, h.scripts))
 	require.NoError(t, err)
 	probeAddr := "127.0.0.1:" + pgtest.FreePort(t)
-	_, log := ch.startAgentWith(t, h, 0, env, "--scripts-dir", h.scripts, "--probe-listen", probeAddr,
+	_, log := ch.startAgentWith(t, h, 0, env, "--probe-listen", probeAddr,
 		"--readiness-command", string(hostCommand), "--readiness-timeout", flagValue(t, agent.Command, "--readiness-timeout"))
 
 	ready := func() (int, string) {
