@@ -24,7 +24,8 @@
 #   hack/node.sh ctr ARGS    run containerd's ctr on the node's socket, namespace k8s.io (tests kill containers with it)
 #   hack/node.sh operator-tag  print the tag of the operator image that `operator` imports
 #   hack/node.sh apiserver stop|start  kill the node cluster's kube-apiserver (SIGKILL) / start it again (fault tests)
-#   hack/node.sh kubelet stop|start    stop the node's kubelet (its containers keep running) / start it again (fault tests)
+#   hack/node.sh kubelet stop|start [NODE]  stop a node's kubelet, the first's by default (its containers keep
+#                                      running) / start it again (fault tests)
 #   hack/node.sh power off|on [NODE]   power the second node off (its network, kubelet, containerd and every
 #                                      container killed at once) / on again (as after a reboot)
 #   hack/node.sh network cut|restore [NODE]  cut the second node's network (its processes run on) / restore it
@@ -1228,11 +1229,11 @@ case ${1:-} in
       *) echo "usage: $0 apiserver stop|start" >&2; exit 2 ;;
     esac ;;
   kubelet)
-    require_root kubelet; use_tools
+    require_root kubelet; use_tools; use_node "${3:-$first_node}"
     case ${2:-} in
       stop) kubelet_stop ;;
       start) kubelet_start ;;
-      *) echo "usage: $0 kubelet stop|start" >&2; exit 2 ;;
+      *) echo "usage: $0 kubelet stop|start [NODE]" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: $0 up | down | forget-images | deps | kubeconfig | status | leftovers | operator | ctr ARGS | ctr-on NODE ARGS | operator-tag | apiserver stop|start | kubelet stop|start | power off|on [NODE] | network cut|restore [NODE]" >&2; exit 2 ;;
+  *) echo "usage: $0 up | down | forget-images | deps | kubeconfig | status | leftovers | operator | ctr ARGS | ctr-on NODE ARGS | operator-tag | apiserver stop|start | kubelet stop|start [NODE] | power off|on [NODE] | network cut|restore [NODE]" >&2; exit 2 ;;
 esac

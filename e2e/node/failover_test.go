@@ -1082,8 +1082,9 @@ func (w *writer) waitFailing(at time.Time) {
 func (f *failoverCluster) agentTask(pod *corev1.Pod) string {
 	f.t.Helper()
 	id, _ := f.containerID(pod.Name, instance.AgentContainer)
-	out := f.ctr("tasks", "ls")
-	for _, l := range strings.Split(out, "\n") {
+	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr-on", pod.Spec.NodeName, "tasks", "ls").CombinedOutput()
+	require.NoError(f.t, err, "hack/node.sh ctr-on %s tasks ls:\n%s", pod.Spec.NodeName, out)
+	for _, l := range strings.Split(string(out), "\n") {
 		if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == id {
 			return fs[1]
 		}

@@ -38,10 +38,11 @@ func onSecondNode(pod *corev1.Pod) *corev1.Pod {
 
 // TestRealNodeSecondNode runs the tests of the second node one after the
 // other, in one of the node's parallel slots: each powers the node off, cuts
-// it off or needs it running, and no other test places a pod there (its
-// taint), so the rest of the package runs beside them on the first node.
+// it off, stops its kubelet or needs it running, and no other test places a
+// pod there (its taint), so the rest of the package runs beside them on the
+// first node.
 func TestRealNodeSecondNode(t *testing.T) {
-	parallel(t, 8*time.Minute) // alone: 4 + 79 + 86 + 153 + 69 s
+	parallel(t, 11*time.Minute) // alone: 4 + 79 + 86 + 153 + 69 + 80 + 72 s
 	_, cs := clientFor(t)
 	_, err := cs.CoreV1().Nodes().Get(context.Background(), secondNode, metav1.GetOptions{})
 	require.NoError(t, err, "no node %s: hack/node.sh up starts it (unless DECKHAND_NODES=1)", secondNode)
@@ -54,6 +55,8 @@ func TestRealNodeSecondNode(t *testing.T) {
 		{"FencesAPrimaryWhoseNodeIsCutOff", fencesAPrimaryWhoseNodeIsCutOff},
 		{"ReplacesAnInstanceWhoseNodeDoesNotComeBack", replacesAnInstanceWhoseNodeDoesNotComeBack},
 		{"SwitchesOverBeforeADrainEvictsThePrimary", switchesOverBeforeADrainEvictsThePrimary},
+		{"KeepsThePrimaryWhileItsKubeletIsStopped", keepsThePrimaryWhileItsKubeletIsStopped},
+		{"FencesAPrimaryCutOffFromTheOperatorAndTheAPIServer", fencesAPrimaryCutOffFromTheOperatorAndTheAPIServer},
 	} {
 		t.Run(c.name, c.run)
 	}
