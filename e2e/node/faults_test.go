@@ -481,22 +481,22 @@ func keepsThePrimaryWhileItsKubeletIsStopped(t *testing.T) {
 		startedAt.Sub(stoppedAt).Seconds(), len(failoversSince(after.Failovers, stoppedAt.Add(-time.Second))), acksWhileStopped, len(failed), countAcks(log), lost, len(unhealthy), asked, samples, len(two), cond)
 }
 
-// A network partition around the primary's pod that leaves the
-// database's own traffic alone, with synchronous replication (one
-// standby), the primary on the second node and its standby on the first
+// A network partition around the primary's pod that leaves the database's
+// own traffic alone, with synchronous replication (one standby), the
+// primary on the second node and its standby on the first
 // (startTwoNodeCluster): its node's kubelet stopped (the node cut off from
 // the API server: no new name reaches the pod, and the Pod keeps showing
 // its server running), and inside the pod's network namespace its agent's
-// port and the API server's address dropped. Its standby still streams from it, and a
-// client writes at the pod's own address. The operator's fence does not
-// reach it, so it names the standby first; past the 5 s wait the Pod
-// still shows the old server running, so it detaches the standby and
-// promotes it after instance.IsolationFenceWithin more. The old primary's
-// agent, cut off from the operator past its bound (half
+// port and the API server's address dropped. Its standby still streams
+// from it, and a client writes at the pod's own address. The operator's
+// fence does not reach it, so it names the standby first; past the 5 s
+// wait the Pod still shows the old server running, so it detaches the
+// standby and promotes it after instance.IsolationFenceWithin more. The
+// old primary's agent, cut off from the operator past its bound (half
 // primaryGoneAfter) and from the API server, sees its standby stop
-// replying and fences its own server before the promotion: its marker
-// says so and is older than the promotion, and no write the direct client
-// had acknowledged is missing from the new primary. Healed, it rejoins.
+// replying and fences its own server before the promotion: its marker says
+// so and is older than the promotion, and no write the direct client had
+// acknowledged is missing from the new primary. Healed, it rejoins.
 // (The same partition cutting the standby off as well is the host test
 // TestAPrimaryCutOffFromTheOperatorTheAPIServerAndItsStandbyFencesItselfFirst;
 // on this node it fenced 5.4-6.1 s after the cut, docs/performance.md.)
