@@ -226,12 +226,21 @@ func (f *failoverCluster) containerID(pod, container string) (string, int32) {
 	return "", 0
 }
 
-// ctr runs containerd's ctr on the node (hack/node.sh ctr) and returns
-// its output.
+// ctr runs containerd's ctr on the first node (hack/node.sh ctr) and
+// returns its output.
 func (f *failoverCluster) ctr(args ...string) string {
 	f.t.Helper()
 	out, err := runCtr(f.ctx, args...)
 	require.NoError(f.t, err, "hack/node.sh ctr %v:\n%s", args, out)
+	return string(out)
+}
+
+// ctrOn runs containerd's ctr on node (hack/node.sh ctr-on) and returns
+// its output.
+func (f *failoverCluster) ctrOn(node string, args ...string) string {
+	f.t.Helper()
+	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", append([]string{"ctr-on", node}, args...)...).CombinedOutput()
+	require.NoError(f.t, err, "hack/node.sh ctr-on %s %v:\n%s", node, args, out)
 	return string(out)
 }
 
@@ -1082,9 +1091,8 @@ func (w *writer) waitFailing(at time.Time) {
 func (f *failoverCluster) agentTask(pod *corev1.Pod) string {
 	f.t.Helper()
 	id, _ := f.containerID(pod.Name, instance.AgentContainer)
-	out, err := exec.CommandContext(f.ctx, "../../hack/node.sh", "ctr-on", pod.Spec.NodeName, "tasks", "ls").CombinedOutput()
-	require.NoError(f.t, err, "hack/node.sh ctr-on %s tasks ls:\n%s", pod.Spec.NodeName, out)
-	for _, l := range strings.Split(string(out), "\n") {
+	out := f.ctrOn(pod.Spec.NodeName, "tasks", "ls")
+	for _, l := range strings.Split(out, "\n") {
 		if fs := strings.Fields(l); len(fs) >= 2 && fs[0] == id {
 			return fs[1]
 		}

@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhand-dev/deckhand/operator/database/postgres"
-	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/s3test"
 )
 
@@ -131,18 +129,9 @@ func (a *archiving) bareRecovery(t testing.TB, name string) time.Duration {
 		`chmod 700 "$PGDATA" && mkdir -p "$PGDATA/pg_wal" && `+
 		`printf '%s\n' "restore_command = 'sh $SCRIPTS/`+postgres.WALRestoreScript+` %f %p'" "recovery_target = 'immediate'" "recovery_target_action = 'promote'" >>"$PGDATA/postgresql.auto.conf" && `+
 		`touch "$PGDATA/recovery.signal"`)
-	serverEnv := a.storeEnv(a.server)
-	port := pgtest.FreePort(t)
-	serverEnv["PGPORT"] = port
-	server := h.u.StartServer(t, h.bin, serverEnv, []string{filepath.Join(h.bin, "postgres"), "-D", pgdata,
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir})
-	defer server.Stop(t)
-	promoted := assert.Eventually(t, func() bool {
-		out, err := pgtest.PSQL(h.bin, port, postgres.Superuser, h.superPassword(), "postgres", "SELECT pg_is_in_recovery()")
-		return err == nil && out == "f"
-	}, 10*time.Minute, 200*time.Millisecond)
+	_, server := a.startUntilPromoted(t, dir, pgdata, a.storeEnv(a.server), 10*time.Minute)
 	elapsed := time.Since(start)
-	require.True(t, promoted, "the server recovered by the bare tools was not promoted:\n%s", server.Log.String())
+	server.Stop(t)
 	return elapsed
 }
 

@@ -306,22 +306,33 @@ func (a *archiving) recover(t testing.TB, target map[string]string) (recovery, e
 	if err != nil {
 		return recovery{out: out}, err
 	}
-	r := recovery{out: out, port: pgtest.FreePort(t)}
 	// What restore_command needs: the store's settings, and a resident
 	// Barman Cloud process to fetch through, as in a recovering pod's
 	// sidecar.
 	serverEnv := a.storeEnv(a.server)
-	serverEnv["PGPORT"] = r.port
 	serverEnv["WAL_RESTORE_RESIDENT"] = a.resident("restore", a.server)
-	r.server = h.u.StartServer(t, h.bin, serverEnv, []string{filepath.Join(h.bin, "postgres"), "-D", pgdata,
+	r := recovery{out: out}
+	r.port, r.server = a.startUntilPromoted(t, dir, pgdata, serverEnv, 5*time.Minute)
+	return r, nil
+}
+
+// startUntilPromoted starts a server on the recovered data directory
+// pgdata (its socket in dir) with env, on a free port, and waits within
+// for its recovery to end in a promotion.
+func (a *archiving) startUntilPromoted(t testing.TB, dir, pgdata string, env map[string]string, within time.Duration) (string, *pgtest.Server) {
+	t.Helper()
+	h := a.h
+	port := pgtest.FreePort(t)
+	env["PGPORT"] = port
+	server := h.u.StartServer(t, h.bin, env, []string{filepath.Join(h.bin, "postgres"), "-D", pgdata,
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir})
 	promoted := assert.Eventually(t, func() bool {
-		out, err := pgtest.PSQL(h.bin, r.port, postgres.Superuser, h.superPassword(), "postgres", "SELECT pg_is_in_recovery()")
+		out, err := pgtest.PSQL(h.bin, port, postgres.Superuser, h.superPassword(), "postgres", "SELECT pg_is_in_recovery()")
 		return err == nil && out == "f"
-	}, 5*time.Minute, 200*time.Millisecond)
+	}, within, 200*time.Millisecond)
 	// The log as it is at the deadline, not as it was when the wait began.
-	require.True(t, promoted, "the recovered server was not promoted:\n%s", r.server.Log.String())
-	return r, nil
+	require.True(t, promoted, "the recovered server was not promoted:\n%s", server.Log.String())
+	return port, server
 }
 
 // requireRowsUpTo requires the recovered server to hold every row the
