@@ -11,7 +11,7 @@ import (
 func TestArchiveScriptsAreTheFilesInTheRepository(t *testing.T) {
 	scripts := ArchiveScripts()
 	require.ElementsMatch(t, []string{WALArchiveScript, WALRestoreScript, BaseBackupScript, RecoverScript, RecoverPrimaryScript, ExpireScript, storeLib, HandoffScript, ArchiverScript,
-		VerifyBaseRestoreScript, HoldsScript, ResidentScript}, keys(scripts))
+		VerifyBaseRestoreScript, HoldsScript, ResidentScript, DeleteBaseScript}, keys(scripts))
 	for name, body := range scripts {
 		b, err := os.ReadFile("archive/" + name)
 		require.NoError(t, err)

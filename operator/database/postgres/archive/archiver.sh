@@ -15,19 +15,31 @@
 # checked empty, and restored files are written there); ARCHIVE_QUEUE,
 # the queue directory.
 #
-# Base backups: with BASE_BACKUP_EVERY (seconds) and the server's
-# superuser (PGPORT, PGUSER, SUPERUSER_PASSWORD_FILE: a file holding its
-# password), a loop beside the queue's takes a base backup (base-backup.sh,
-# named base-<UTC time>) whenever this server is the primary and the
-# archive holds no base backup of that kind newer than BASE_BACKUP_EVERY:
-# at once when archiving starts into an archive without one, then at that
-# interval, and after a failover by the new primary's sidecar. It looks
-# every BASE_BACKUP_CHECK seconds (default 300); a failed backup is tried
+# Base backups: with the server's superuser (PGPORT, PGUSER,
+# SUPERUSER_PASSWORD_FILE: a file holding its password), a loop beside the
+# queue's looks at the archive every BASE_BACKUP_CHECK seconds (default
+# 300) while this server is the primary, and writes what it holds into
+# deckhand-base-backups.json beside PGDATA (summarize), which the instance
+# agent reports. With BASE_BACKUP_EVERY (seconds) it also takes a base
+# backup (base-backup.sh, named base-<UTC time>) whenever the archive
+# holds no base backup of that kind newer than that: at once when
+# archiving starts into an archive without one, then at that interval,
+# and after a failover by the new primary's sidecar; a failed one is tried
 # again at the next look. It runs apart from the queue: a base backup ends
 # only once the server's last segment is archived, through the queue.
 # After each base backup, with RETENTION_POLICY (Barman's), expire.sh
 # deletes the backups and WAL the policy no longer needs, bar those the
 # operator holds (holds.sh, applied at each look too).
+#
+# Base backups on demand: the instance agent (POST /base-backups) writes
+# one empty file per request into deckhand-base-backup-requests/ beside
+# PGDATA, named as the backup (a Kubernetes object's name). Every 5 s, on
+# the primary, the loop takes each, oldest first: base-backup.sh with that
+# name (a name already in the archive makes no second backup), then the
+# retention policy, then a summary. A failure is kept as <name>.failed
+# (the end of the output) and reported in the summary for an hour. A
+# request still there after an hour (left on a server that stopped being
+# the primary) is dropped unanswered.
 #
 # Several segments at once: with ARCHIVE_MAX_PARALLEL (n > 1), a request
 # for a segment also ships up to n-1 finished segments after it (their
@@ -93,17 +105,30 @@ superuser_env() {
   export PGHOST=127.0.0.1 PGPASSFILE="$pgpass_dir/pgpass" PGCONNECT_TIMEOUT=10
 }
 
-# base_backup_due: this server is the primary, and the archive's newest
-# base-* backup is older than BASE_BACKUP_EVERY (or there is none). Names
-# carry their UTC time, so they compare as strings. Exit 2: the server
-# does not answer (yet). On the primary it also writes what the archive
-# holds into deckhand-base-backups.json beside PGDATA (summarize), which
-# the instance agent reports to the operator.
-base_backup_due() {
+# requests: the base backups asked for on demand, one empty file each,
+# named as the backup (the instance agent writes them; BaseBackupRequests
+# in its package).
+requests=$(dirname "$PGDATA")/deckhand-base-backup-requests
+
+# is_primary: the server answers, out of recovery. Exit 2: it does not
+# answer (yet).
+is_primary() {
   role=$(psql -X -A -t -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null) || return 2
-  [ "$role" = f ] || return 1
+  [ "$role" = f ]
+}
+
+# base_backup_due: this server is the primary, it takes scheduled base
+# backups (BASE_BACKUP_EVERY), and the archive's newest scheduled one is
+# older than BASE_BACKUP_EVERY (or there is none). Their names carry their
+# UTC time, so they compare as strings. Exit 2: the server does not answer
+# (yet). On the primary it also writes what the archive holds into
+# deckhand-base-backups.json beside PGDATA (summarize), which the instance
+# agent reports to the operator.
+base_backup_due() {
+  is_primary || return
   apply_holds
   newest=$(summarize) || return 1
+  [ -n "${BASE_BACKUP_EVERY:-}" ] || return 1
   [ "$newest" \< "base-$(date -u -d "@$(($(date +%s) - BASE_BACKUP_EVERY))" +%Y%m%dT%H%M%SZ)" ]
 }
 
@@ -115,21 +140,38 @@ apply_holds() {
   [ -z "$out" ] || printf '%s\n' "$out" >&2
 }
 
-# summarize writes the archive's finished base backups, the oldest and
-# the newest with their times and LSNs (read through Barman's own
-# catalogue, with zones), those the operator holds (holds.sh), and the
-# last failure (BASE_BACKUP_ERROR, from
-# $summary_error when set) into deckhand-base-backups.json beside PGDATA,
-# in one rename; it prints the newest base-* backup's name.
+# apply_retention runs expire.sh after a base backup, with
+# RETENTION_POLICY.
+apply_retention() {
+  if [ -z "${RETENTION_POLICY:-}" ]; then
+    :
+  elif out=$(sh "$here/expire.sh" 2>&1); then
+    printf '%s\n' "$out" >&2
+  else
+    printf 'deckhand: the retention policy could not be applied (tried again after the next base backup):\n%s\n' "$out" >&2
+  fi
+}
+
+# summarize writes into deckhand-base-backups.json beside PGDATA, in one
+# rename: the archive's settings (so that a listing of another archive is
+# told from this one's), its finished base backups (each with its times,
+# LSNs, the bytes its objects take in the store and Barman's keep target
+# when it has a keep; the oldest and the newest again on their own), those
+# the operator holds (holds.sh), the last failure of a scheduled one
+# (BASE_BACKUP_ERROR, from $summary_error when set) and the requests that
+# failed within the hour (their .failed files; older ones are removed).
+# Read through Barman's own catalogue, with zones; Barman records no
+# size, so the store's listing is summed. It prints the newest scheduled
+# backup's name.
 summarize() {
   (
     . "$here/store.sh"
     trap store_cleanup EXIT
     store_setup
     # shellcheck disable=SC2086
-    SUMMARY_FILE=$(dirname "$PGDATA")/deckhand-base-backups.json BASE_BACKUP_ERROR=${summary_error:-} \
+    SUMMARY_FILE=$(dirname "$PGDATA")/deckhand-base-backups.json REQUESTS_DIR=$requests BASE_BACKUP_ERROR=${summary_error:-} \
       python3 - $store_endpoint "$store_url" "$STORE_SERVER" <<'PY'
-import datetime, json, os, sys
+import datetime, json, os, re, sys, time
 
 from barman import xlog
 from barman.clients.cloud_cli import UrlArgumentType, create_argument_parser
@@ -139,10 +181,25 @@ from barman.infofile import BackupInfo
 
 parser, _, _ = create_argument_parser(description="deckhand", source_or_destination=UrlArgumentType.source)
 config = parser.parse_args(sys.argv[1:])
-catalog = CloudBackupCatalog(get_cloud_interface(config), config.server_name)
+cloud = get_cloud_interface(config)
+catalog = CloudBackupCatalog(cloud, config.server_name)
 done = sorted((b for b in catalog.get_backup_list().values() if b.status == BackupInfo.DONE),
               key=lambda b: xlog.parse_lsn(b.end_xlog))
 utc = datetime.timezone.utc
+
+# The bytes of each backup's objects (<prefix>/<server>/base/<id>/...),
+# from one listing of the catalogue's prefix, page by page. The same
+# listing fills Barman's cache of which annotations exist (its own walk
+# reads only the first page, a thousand objects).
+sizes, notes = {}, {}
+base = catalog.prefix + "/"
+for page in cloud.s3.meta.client.get_paginator("list_objects_v2").paginate(Bucket=cloud.bucket_name, Prefix=base):
+    for o in page.get("Contents", []):
+        parts = o["Key"][len(base):].split("/")
+        sizes[parts[0]] = sizes.get(parts[0], 0) + o["Size"]
+        if len(parts) == 3 and parts[1] == "annotations":
+            notes[(parts[0], parts[2])] = True
+catalog.annotation_manager.annotation_cache = notes
 
 def when(t):
     return t.astimezone(utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -151,63 +208,166 @@ def backup(b):
     return {"name": b.backup_name or "", "id": b.backup_id, "beginTime": when(b.begin_time), "endTime": when(b.end_time),
             "beginLSN": b.begin_xlog, "endLSN": b.end_xlog, "timeline": b.timeline}
 
-summary = {"checkedAt": when(datetime.datetime.now(utc)), "count": len(done)}
+summary = {"checkedAt": when(datetime.datetime.now(utc)), "count": len(done),
+           "archive": {k.lower(): os.environ.get("STORE_" + k, "") for k in ("ENDPOINT", "BUCKET", "PREFIX", "SERVER")}}
 if done:
     summary["oldest"], summary["newest"] = backup(done[0]), backup(done[-1])
-held = []
+backups, held = [], []
 for b in done:
+    entry = backup(b)
+    entry["size"] = sizes.get(b.backup_id, 0)
+    kept = catalog.get_keep_target(b.backup_id)
+    if kept is not None:
+        entry["kept"] = kept.strip()
+    backups.append(entry)
     why = catalog.annotation_manager.get_annotation(b.backup_id, "deckhand-hold")
     if why is not None:
         held.append({"id": b.backup_id, "name": b.backup_name or "", "reason": why.strip()})
+summary["backups"] = backups
 if held:
     summary["held"] = held
 if os.environ.get("BASE_BACKUP_ERROR"):
     summary["error"] = os.environ["BASE_BACKUP_ERROR"][-1000:]
+failed = {}
+try:
+    entries = os.listdir(os.environ["REQUESTS_DIR"])
+except FileNotFoundError:
+    entries = []
+for f in sorted(entries):
+    if not f.endswith(".failed") or f.startswith("."):
+        continue
+    path = os.path.join(os.environ["REQUESTS_DIR"], f)
+    try:
+        if os.stat(path).st_mtime < time.time() - 3600:
+            os.remove(path)
+            continue
+        with open(path, errors="replace") as why:
+            failed[f[:-len(".failed")]] = why.read().strip()[-1000:]
+    except FileNotFoundError:
+        pass
+if failed:
+    summary["failed"] = failed
 path = os.environ["SUMMARY_FILE"]
 with open(path + ".tmp", "w") as f:
     json.dump(summary, f)
 os.rename(path + ".tmp", path)
-print(max([b.backup_name for b in done if (b.backup_name or "").startswith("base-")], default=""))
+# Only the scheduled ones' names (base-<UTC time>) say when the next is
+# due: a requested backup may be named anything, base-... among them.
+print(max([b.backup_name for b in done if re.fullmatch(r"base-[0-9]{8}T[0-9]{6}Z", b.backup_name or "")], default=""))
 PY
   )
 }
 
-base_backups() {
-  superuser_env || { echo "deckhand: base backups cannot run: cannot read $SUPERUSER_PASSWORD_FILE" >&2; return; }
-  while :; do
-    due=0
-    base_backup_due || due=$?
-    if [ "$due" -eq 2 ]; then
-      sleep 5
-      continue
-    fi
-    if [ "$due" -eq 0 ]; then
-      name=base-$(date -u +%Y%m%dT%H%M%SZ)
-      echo "deckhand: taking base backup $name" >&2
-      if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
-        summary_error=
-        printf 'deckhand: base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
-        if [ -z "${RETENTION_POLICY:-}" ]; then
-          :
-        elif out=$(sh "$here/expire.sh" 2>&1); then
-          printf '%s\n' "$out" >&2
-        else
-          printf 'deckhand: the retention policy could not be applied (tried again after the next base backup):\n%s\n' "$out" >&2
+# scheduled_backup takes the scheduled base backup that is due, then
+# applies the retention policy and summarizes.
+scheduled_backup() {
+  name=base-$(date -u +%Y%m%dT%H%M%SZ)
+  echo "deckhand: taking base backup $name" >&2
+  if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
+    summary_error=
+    printf 'deckhand: base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
+    apply_retention
+  else
+    summary_error="base backup $name failed at $(date -u +%Y-%m-%dT%H:%M:%SZ): $(printf '%s\n' "$out" | tail -n 3 | tr '\n' ' ')"
+    printf 'deckhand: base backup %s failed (tried again in %ss):\n%s\n' "$name" "${BASE_BACKUP_CHECK:-300}" "$out" >&2
+  fi
+  # What the archive holds now, and the failure if there was one. A
+  # failed look is said: the status keeps the previous one until the
+  # next look.
+  summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+}
+
+# pending_requests prints the names of the requests waiting, oldest
+# first. A file whose name is not a backup's is removed: the names go on
+# command lines and into the summary.
+pending_requests() {
+  [ -d "$requests" ] || return 0
+  find "$requests" -maxdepth 1 -type f ! -name '.*' ! -name '*.failed' -printf '%T@ %f\n' 2>/dev/null | sort -n | while read -r _ name; do
+    case $name in
+      *[!a-z0-9.-]* | [!a-z0-9]* | *[!a-z0-9]) ;;
+      *)
+        if [ ${#name} -le 253 ]; then
+          echo "$name"
+          continue
         fi
-      else
-        summary_error="base backup $name failed at $(date -u +%Y-%m-%dT%H:%M:%SZ): $(printf '%s\n' "$out" | tail -n 3 | tr '\n' ' ')"
-        printf 'deckhand: base backup %s failed (tried again in %ss):\n%s\n' "$name" "${BASE_BACKUP_CHECK:-300}" "$out" >&2
-      fi
-      # What the archive holds now, and the failure if there was one. A
-      # failed look is said: the status keeps the previous one until the
-      # next look.
-      summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
-    fi
-    sleep "${BASE_BACKUP_CHECK:-300}"
+        ;;
+    esac
+    echo "deckhand: removed the base backup request $name: not a backup's name" >&2
+    rm -f "$requests/$name"
   done
 }
 
-if [ -n "${BASE_BACKUP_EVERY:-}" ] && [ -n "${STORE_BUCKET:-}" ]; then
+# drop_stale_requests removes requests and failures older than an hour,
+# on any server: a request left on a server that stopped being the
+# primary is not taken later, when nobody waits for it any more.
+drop_stale_requests() {
+  [ -d "$requests" ] || return 0
+  find "$requests" -maxdepth 1 -type f ! -name '.*' -mmin +60 2>/dev/null | while read -r f; do
+    rm -f "$f"
+    case $f in
+      *.failed) ;;
+      *) echo "deckhand: dropped the base backup request ${f##*/}, unanswered for an hour" >&2 ;;
+    esac
+  done
+}
+
+# take_requests takes the base backups asked for, oldest first, when this
+# server is the primary: each runs base-backup.sh with its name, then the
+# retention policy, and is removed; a failure leaves <name>.failed. Each
+# is summarized at once, so the operator sees it soon. A scheduled look's
+# error (summary_error) is left alone: it is the schedule's.
+take_requests() {
+  pending=$(pending_requests)
+  [ -n "$pending" ] || return 0
+  is_primary || return 0
+  for name in $pending; do
+    [ -e "$requests/$name" ] || continue
+    echo "deckhand: taking requested base backup $name" >&2
+    if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
+      rm -f "$requests/$name.failed"
+      printf 'deckhand: requested base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
+      apply_retention
+    else
+      { printf '%s\n' "$out" | tail -n 20 >"$requests/.failed.tmp" && mv "$requests/.failed.tmp" "$requests/$name.failed"; } ||
+        echo "deckhand: could not record the failure of the requested base backup $name" >&2
+      printf 'deckhand: requested base backup %s failed (not tried again):\n%s\n' "$name" "$out" >&2
+    fi
+    rm -f "$requests/$name"
+    summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+  done
+}
+
+# base_backups looks at the archive every BASE_BACKUP_CHECK seconds (every
+# 5 s until the server answers), and for requests every 5 s. A request
+# file .look asks for a look now (the operator, once it deleted a base
+# backup: the summary must stop listing it).
+base_backups() {
+  superuser_env || { echo "deckhand: base backups cannot run: cannot read $SUPERUSER_PASSWORD_FILE" >&2; return; }
+  next_look=0
+  while :; do
+    drop_stale_requests
+    if [ -e "$requests/.look" ]; then
+      rm -f "$requests/.look"
+      next_look=0
+    fi
+    if [ "$(date +%s)" -ge "$next_look" ]; then
+      due=0
+      base_backup_due || due=$?
+      if [ "$due" -ne 2 ]; then
+        if [ "$due" -eq 0 ]; then
+          scheduled_backup
+        fi
+        next_look=$(($(date +%s) + ${BASE_BACKUP_CHECK:-300}))
+      fi
+    fi
+    take_requests
+    sleep 5
+  done
+}
+
+# The loop runs wherever the superuser is given, with or without a
+# schedule: requested backups and the summary need no schedule.
+if [ -n "${STORE_BUCKET:-}" ] && { [ -n "${BASE_BACKUP_EVERY:-}" ] || [ -n "${SUPERUSER_PASSWORD_FILE:-}" ]; }; then
   base_backups &
   backups_pid=$!
 fi

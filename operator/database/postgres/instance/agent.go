@@ -6,13 +6,15 @@
 // (POST /promote, its replication slots first), fencing a server
 // (POST /fence: stopped cleanly and kept stopped; DELETE /fence lifts it),
 // the operator's answer to an entrypoint that asks whether to start as the
-// primary (POST /role), detaching and attaching a standby (/detach) and
-// the primary's synchronous_standby_names (POST /synchronous). On its own
-// it fences a server that runs as a primary its pod no longer names
-// (selffence.go) or that is cut off from the operator, the API server and
-// its standbys (isolation.go). For the kubelet it runs the server's
-// readiness check (probe.go). It also holds the Go client the operator
-// asks it with, and the pod spec that adds it (pod.go).
+// primary (POST /role), detaching and attaching a standby (/detach), the
+// primary's synchronous_standby_names (POST /synchronous) and a base
+// backup now, a request it leaves for the archiver sidecar (POST
+// /base-backups; basebackups.go). On its own it fences a server that runs
+// as a primary its pod no longer names (selffence.go) or that is cut off
+// from the operator, the API server and its standbys (isolation.go). For
+// the kubelet it runs the server's readiness check (probe.go). It also
+// holds the Go client the operator asks it with, and the pod spec that
+// adds it (pod.go).
 // docs/design/database-failover.md says why it exists and how it is wired.
 package instance
 
@@ -200,6 +202,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /role", a.serveRole)
 	mux.HandleFunc("POST /detach", a.serveDetach)
 	mux.HandleFunc("DELETE /detach", a.serveAttach)
+	mux.HandleFunc("POST /base-backups", a.serveBaseBackup)
 	return mux
 }
 

@@ -154,6 +154,23 @@ func (c *Client) AnswerRole(ctx context.Context, host, primary string) error {
 	return err
 }
 
+// RequestBaseBackup asks the primary at host for a base backup named name
+// (a DatabaseBackup's name), which its archiver sidecar takes within
+// about 5 s (basebackups.go); asked again, it is the same request. The
+// instance's status then lists the backup, or its failure. With name
+// empty it asks the sidecar to look at the archive now instead. An error
+// says what the agent answered (409: host is not the primary).
+func (c *Client) RequestBaseBackup(ctx context.Context, host, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, BaseBackupTimeout)
+	defer cancel()
+	var res ActionResult
+	code, err := c.do(ctx, http.MethodPost, host, "/base-backups", BaseBackupRequest{Name: name}, &res)
+	if err == nil && code != http.StatusAccepted {
+		err = fmt.Errorf("instance %s: POST /base-backups answered %d: %s", host, code, res.Error)
+	}
+	return err
+}
+
 // action sends a request without a body, within timeout.
 func (c *Client) action(ctx context.Context, timeout time.Duration, method, host, path string) (ActionResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)

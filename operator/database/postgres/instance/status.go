@@ -222,6 +222,25 @@ type BaseBackups struct {
 	// Held are the base backups the operator's holds keep (archive's
 	// holds.sh).
 	Held []HeldBaseBackup `json:"held,omitempty"`
+	// Archive is the archive these were read from, as the sidecar's
+	// settings name it: a listing of another archive (the settings
+	// changed since) is told from this one's.
+	Archive *ArchiveIdentity `json:"archive,omitempty"`
+	// Backups are every finished base backup, oldest first (by end LSN).
+	Backups []BaseBackup `json:"backups,omitempty"`
+	// Failed are the base backups requested (POST /base-backups) that
+	// failed within the last hour, by name: why (the end of the output).
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// ArchiveIdentity is an archive's settings as the sidecar has them
+// (STORE_ENDPOINT, _BUCKET, _PREFIX, _SERVER), unnormalized; Endpoint ""
+// is AWS S3.
+type ArchiveIdentity struct {
+	Endpoint string `json:"endpoint"`
+	Bucket   string `json:"bucket"`
+	Prefix   string `json:"prefix"`
+	Server   string `json:"server"`
 }
 
 // HeldBaseBackup is a base backup kept by the operator's hold, and why.
@@ -240,6 +259,11 @@ type BaseBackup struct {
 	BeginLSN  string    `json:"beginLSN"`
 	EndLSN    string    `json:"endLSN"`
 	Timeline  int64     `json:"timeline"`
+	// Size is the bytes its objects take in the store (in Backups only).
+	Size int64 `json:"size,omitempty"`
+	// Kept is Barman's keep target ("full", "standalone") when the
+	// backup has a keep (in Backups only).
+	Kept string `json:"kept,omitempty"`
 }
 
 // Failing: the last attempt failed (a failure after the last success).
