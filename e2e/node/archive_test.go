@@ -10,12 +10,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -213,6 +215,74 @@ func TestRealNodeRecoversADatabaseToATimeFromItsArchive(t *testing.T) {
 	assert.Equal(t, src.Status.BaseBackups.Newest.ID, v.BackupID)
 	assert.Len(t, v.Checks, 6, "archive, restore, recovery, marker, amcheck, writable")
 	t.Logf("base backup %s verified by restoring it: Job of %s", v.BackupName, v.Duration.Duration)
+
+	baseBackupsAreDatabaseBackups(ctx, t, c, source, v)
+}
+
+// baseBackupsAreDatabaseBackups: the archive's first base backup (verified
+// as v says) is a DatabaseBackup the operator made, with its place in
+// the archive and its verification; one asked for by creating a
+// DatabaseBackup is taken by the primary's archiver and completes; and
+// deleting it deletes it from the archive, after which the object goes
+// and the archive lists only the first. Verification is turned off
+// first: the new base backup's would hold it (deleted under its
+// verification, it is not; verified, it is the newest verified, held).
+func baseBackupsAreDatabaseBackups(ctx context.Context, t *testing.T, c crclient.Client, db *dbv1.Database, v *dbv1.BaseBackupVerification) {
+	t.Helper()
+	first := waitBackup(ctx, t, c, db.Namespace, db.Name+"-"+strings.ToLower(v.BackupName), "the first base backup's object, verified", func(b *dbv1.DatabaseBackup) bool {
+		return b.Status.Phase == dbv1.BackupCompleted && b.Status.Verification != nil && b.Status.Verification.Outcome != ""
+	})
+	assert.Equal(t, dbv1.BackupMethodBaseBackup, first.Spec.Method)
+	assert.Equal(t, v.BackupID, first.Status.BaseBackup.ID)
+	assert.Positive(t, first.Status.Size, "its size in the store")
+	assert.Equal(t, db.Name, first.Status.Archive.ServerName)
+	assert.Equal(t, dbv1.VerificationVerified, first.Status.Verification.Outcome)
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur dbv1.Database
+		if err := c.Get(ctx, crclient.ObjectKeyFromObject(db), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Backup.Verify = &dbv1.BackupVerify{Mode: dbv1.VerifyOff}
+		return c.Update(ctx, &cur)
+	}))
+	asked := &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "before-migration", Namespace: db.Namespace},
+		Spec: dbv1.DatabaseBackupSpec{Database: db.Name, Method: dbv1.BackupMethodBaseBackup}}
+	start := time.Now()
+	require.NoError(t, c.Create(ctx, asked))
+	asked = waitBackup(ctx, t, c, db.Namespace, asked.Name, "the base backup asked for, completed", func(b *dbv1.DatabaseBackup) bool {
+		return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed
+	})
+	require.Equal(t, dbv1.BackupCompleted, asked.Status.Phase, "%+v", asked.Status.Conditions)
+	t.Logf("base backup asked for: completed %.1f s after its DatabaseBackup was created (%d bytes, WAL %s to %s)",
+		time.Since(start).Seconds(), asked.Status.Size, asked.Status.BaseBackup.BeginLSN, asked.Status.BaseBackup.EndLSN)
+	assert.Equal(t, "before-migration", asked.Status.BaseBackup.Name, "named after its object")
+
+	start = time.Now()
+	require.NoError(t, c.Delete(ctx, asked))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, crclient.ObjectKeyFromObject(asked), &dbv1.DatabaseBackup{})
+		return apierrors.IsNotFound(err), nil
+	}), "the deleted base backup's object never went")
+	t.Logf("base backup deleted from the archive and its object gone %.1f s after the delete", time.Since(start).Seconds())
+	var after dbv1.Database
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, crclient.ObjectKeyFromObject(db), &after)
+		return err == nil && after.Status.BaseBackups != nil && after.Status.BaseBackups.Newest != nil && after.Status.BaseBackups.Newest.ID == v.BackupID, nil
+	}), "the archive still lists another base backup than the first: %+v", after.Status.BaseBackups)
+	assert.Equal(t, int32(1), after.Status.BaseBackups.Count, "only the first is left in the archive")
+	require.NoError(t, c.Get(ctx, crclient.ObjectKeyFromObject(first), &dbv1.DatabaseBackup{}), "the first one's object stays")
+}
+
+// waitBackup waits until the DatabaseBackup name exists and done says so.
+func waitBackup(ctx context.Context, t testing.TB, c crclient.Client, ns, name, what string, done func(*dbv1.DatabaseBackup) bool) *dbv1.DatabaseBackup {
+	t.Helper()
+	var b dbv1.DatabaseBackup
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, crclient.ObjectKey{Namespace: ns, Name: name}, &b) == nil && done(&b), nil
+	})
+	require.NoError(t, err, "%s: DatabaseBackup %s/%s: %+v", what, ns, name, b.Status)
+	return &b
 }
 
 // archiverSQL is a command for the archiver sidecar: psql as the

@@ -95,9 +95,13 @@ func archiveScripts(db *Cluster) map[string]string {
 func archiveScriptsHash() string { return hashScripts(postgres.ArchiveScripts()) }
 
 // archiverImage is the sidecar's image.
-func (r *Reconciler) archiverImage() string {
-	if r.ArchiverImage != "" {
-		return r.ArchiverImage
+func (r *Reconciler) archiverImage() string { return archiverImageOr(r.ArchiverImage) }
+
+// archiverImageOr is image, or the default when the operator was given
+// none.
+func archiverImageOr(image string) string {
+	if image != "" {
+		return image
 	}
 	return DefaultArchiverImage
 }

@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,6 +82,9 @@ type BackupReconciler struct {
 	Kind     *Kind
 	// Now is the clock (tests may set one).
 	Now func() time.Time
+	// ArchiverImage runs the Jobs that delete base backups (Barman
+	// Cloud); empty: DefaultArchiverImage.
+	ArchiverImage string
 }
 
 // backupJobName is the one backup Job a cluster may have at a time: the
@@ -114,6 +116,9 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		b := r.Kind.Backups.View(obj)
+		if methodOf(b) == dbv1.BackupMethodBaseBackup {
+			return r.deleteFile(ctx, b)
+		}
 		// A verification reading the file ends first.
 		if err := r.stopVerification(ctx, b); err != nil {
 			return reconcile.Result{}, err
@@ -127,7 +132,13 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	b := r.Kind.Backups.View(obj)
 	before := *b.Status.DeepCopy()
-	result, err := r.run(ctx, b)
+	var result reconcile.Result
+	var err error
+	if methodOf(b) == dbv1.BackupMethodBaseBackup {
+		result, err = r.runBaseBackup(ctx, b)
+	} else {
+		result, err = r.run(ctx, b)
+	}
 	return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 }
 
@@ -135,13 +146,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 // from: a reconcile that read a stale backup from the cache must not
 // overwrite a result an earlier one recorded.
 func (r *BackupReconciler) patchStatus(ctx context.Context, before dbv1.DatabaseBackupStatus, b *Backup) error {
-	if equality.Semantic.DeepEqual(before, b.Status) {
-		return nil
-	}
-	original := b.Object.DeepCopyObject().(client.Object)
-	r.Kind.Backups.SetStatus(b.Object, b)
-	err := r.Client.Status().Patch(ctx, b.Object, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
-	return client.IgnoreNotFound(err)
+	return patchBackupStatus(ctx, r.Client, r.Kind, before, b)
 }
 
 // stale reports whether the API server has a newer version of b than the
@@ -665,14 +670,19 @@ func (r *BackupReconciler) pending(b *Backup, reason, msg string) {
 }
 
 // deleteFile runs the finalizer: a small Job deletes the backup's file
-// before the DatabaseBackup goes, once nothing holds it (holds.go: an
-// upgrade, a restore, the newest verified backup).
+// (or base backup: basebackups.go) before the DatabaseBackup goes, once
+// nothing holds it (holds.go: an upgrade, a restore, the newest verified
+// backup).
 func (r *BackupReconciler) deleteFile(ctx context.Context, b *Backup) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(b.Object, r.Kind.Keys.FinalizerBackupFile) {
 		return reconcile.Result{}, nil
 	}
 	before := *b.Status.DeepCopy()
-	result, done, err := r.deleteFileSteps(ctx, b)
+	steps := r.deleteFileSteps
+	if methodOf(b) == dbv1.BackupMethodBaseBackup {
+		steps = r.deleteBaseBackupSteps
+	}
+	result, done, err := steps(ctx, b)
 	if err != nil || !done {
 		return status.Outcome(ctx, result, err, r.patchStatus(ctx, before, b))
 	}

@@ -23,12 +23,32 @@ import (
 //   - keep: the newest verified base backup (status.baseBackups.lastVerified),
 //     until a newer one is verified, as the newest verified dump is held;
 //   - pause: while another Database recovers from this archive, retention
-//     deletes nothing, so the base backup and WAL its recovery reads stay.
+//     deletes nothing, so the base backup and WAL its recovery reads stay;
+//   - keep: each base backup whose DatabaseBackup has spec.keep.
+
+// baseBackupHoldsOf is the holds key's value for db: none without an
+// archive.
+func (r *Reconciler) baseBackupHoldsOf(ctx context.Context, db *Cluster) (string, error) {
+	if objectStoreOf(db) == nil {
+		return "", nil
+	}
+	recoveries, err := recoveriesFrom(ctx, r.Kind, r.Client, db)
+	if err != nil {
+		return "", err
+	}
+	objs, err := r.Kind.baseBackupsOf(ctx, r.Client, db)
+	if err != nil {
+		return "", err
+	}
+	return baseBackupHolds(db, recoveries, keptBaseBackups(objs)), nil
+}
 
 // baseBackupHolds is the holds key's value for db; recoveries are the
-// Databases recovering from its archive ("namespace/name").
-func baseBackupHolds(db *Cluster, recoveries []string) string {
+// Databases recovering from its archive ("namespace/name"), kept the
+// lines of its base backup objects with spec.keep (keptBaseBackups).
+func baseBackupHolds(db *Cluster, recoveries []string, kept string) string {
 	var b strings.Builder
+	b.WriteString(kept)
 	if bb := db.Status.BaseBackups; bb != nil && bb.LastVerified != nil {
 		b.WriteString(postgres.KeepHold(bb.LastVerified.ID, fmt.Sprintf("the newest verified base backup (%s) of Database %s/%s", bb.LastVerified.Name, db.Namespace, db.Name)))
 	}
@@ -41,12 +61,12 @@ func baseBackupHolds(db *Cluster, recoveries []string) string {
 // recoveriesFrom are the Databases (in any namespace the operator
 // watches) recovering from db's archive and not recovered yet nor being
 // deleted, as "namespace/name", sorted.
-func (r *Reconciler) recoveriesFrom(ctx context.Context, db *Cluster) ([]string, error) {
+func recoveriesFrom(ctx context.Context, kind *Kind, c client.Reader, db *Cluster) ([]string, error) {
 	store := objectStoreOf(db)
 	if store == nil {
 		return nil, nil
 	}
-	all, err := r.Kind.Clusters.List(ctx, r.Client, "")
+	all, err := kind.Clusters.List(ctx, c, "")
 	if err != nil {
 		return nil, fmt.Errorf("listing the Databases that may recover from %s's archive: %w", db.Name, err)
 	}

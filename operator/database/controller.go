@@ -267,7 +267,7 @@ func SetupKind(mgr ctrl.Manager, kind *Kind, o Options) (*Reconciler, error) {
 		return nil, err
 	}
 	// The backups' clock is the schedules' (verification schedules).
-	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Kind: kind, Now: o.Now}
+	br := &BackupReconciler{Client: r.Client, Owned: r.Owned, API: r.API, Recorder: r.Recorder, Kind: kind, Now: o.Now, ArchiverImage: o.ArchiverImage}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named(kind.Name + "-backup").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).

@@ -42,11 +42,11 @@ func (r *Reconciler) converge(ctx context.Context, db *Cluster, eng engine.Engin
 			return err
 		}
 	}
-	recoveries, err := r.recoveriesFrom(ctx, db)
+	holds, err := r.baseBackupHoldsOf(ctx, db)
 	if err != nil {
 		return err
 	}
-	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng, tlsRequired(db, l), baseBackupHolds(db, recoveries)), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
+	if err := r.applyOne(ctx, db, scriptsConfigMap(db, eng, tlsRequired(db, l), holds), &l.scripts, l.has("ConfigMap", n.Scripts)); err != nil {
 		return err
 	}
 	for i, svc := range services(db, eng) {

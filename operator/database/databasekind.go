@@ -85,6 +85,8 @@ func (databaseBackups) View(obj client.Object) *Backup {
 		ObjectMeta: *b.ObjectMeta.DeepCopy(),
 		Object:     b,
 		Cluster:    b.Spec.Database,
+		Method:     b.Spec.Method,
+		Keep:       b.Spec.Keep,
 		Status:     *b.Status.DeepCopy(),
 	}
 }

@@ -154,6 +154,11 @@ func (r *Reconciler) watchPrimary(ctx context.Context, db *Cluster, eng engine.E
 	st, statusErr := ch.PrimaryStatus(ctx, r.instanceHost(db, primary), isolationAfter(db))
 	if statusErr == nil {
 		r.observeArchiving(db, st)
+		ask := func(name string) error { return ch.RequestBaseBackup(ctx, r.instanceHost(db, primary), name) }
+		if err := r.syncBaseBackups(ctx, db, st, ask); err != nil {
+			// The watch goes on: the objects follow at the next look.
+			logf.FromContext(ctx).Error(err, "keeping the base backup objects in line with the archive")
+		}
 		if lifted, err := r.liftFenceOfTheCurrentPrimary(ctx, db, ch, primary, st); lifted || err != nil {
 			// Its restart gets a whole bound before it counts as gone.
 			r.failovers.forget(db.UID)

@@ -63,7 +63,12 @@ type Backup struct {
 	Cluster string
 	// Schedule is the schedule object that made it, for APIs with one.
 	Schedule string
-	Status   dbv1.DatabaseBackupStatus
+	// Method: a dump, or a base backup in the WAL archive (Databases
+	// only).
+	Method dbv1.BackupMethod
+	// Keep: retention never deletes it.
+	Keep   bool
+	Status dbv1.DatabaseBackupStatus
 }
 
 // ClusterAPI reads and writes one API's cluster objects.
@@ -266,19 +271,39 @@ func (k *Kind) getBackup(ctx context.Context, r client.Reader, key client.Object
 	return k.Backups.View(obj), nil
 }
 
-// backupsOf are the backups of one cluster.
+// backupsOf are the dumps of one cluster: what its schedule, retention,
+// verification and restores work with.
 func (k *Kind) backupsOf(ctx context.Context, r client.Reader, c *Cluster) ([]*Backup, error) {
+	return k.backupsOfMethod(ctx, r, c, dbv1.BackupMethodDump)
+}
+
+// baseBackupsOf are the base backup objects of one cluster
+// (basebackups.go).
+func (k *Kind) baseBackupsOf(ctx context.Context, r client.Reader, c *Cluster) ([]*Backup, error) {
+	return k.backupsOfMethod(ctx, r, c, dbv1.BackupMethodBaseBackup)
+}
+
+func (k *Kind) backupsOfMethod(ctx context.Context, r client.Reader, c *Cluster, m dbv1.BackupMethod) ([]*Backup, error) {
 	all, err := k.Backups.List(ctx, r, c.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	var out []*Backup
 	for _, b := range all {
-		if b.Cluster == c.Name {
+		if b.Cluster == c.Name && methodOf(b) == m {
 			out = append(out, b)
 		}
 	}
 	return out, nil
+}
+
+// methodOf is b's method; an object written before methods existed is a
+// dump.
+func methodOf(b *Backup) dbv1.BackupMethod {
+	if b.Method == "" {
+		return dbv1.BackupMethodDump
+	}
+	return b.Method
 }
 
 // createBackup creates a backup of c for a reason (scheduled, final,

@@ -545,7 +545,7 @@ func (r *Reconciler) Prune(ctx context.Context, db *Cluster, backups []*Backup, 
 		if b.Status.CompletionTime != nil {
 			rec.Time = b.Status.CompletionTime.Time
 		}
-		if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 {
+		if holders, err := heldBy(ctx, r.Kind, r.Client, b); err != nil || len(holders) > 0 || b.Keep {
 			rec.InUse = true
 		}
 		// Its hold may have been written in this very pass, after the list

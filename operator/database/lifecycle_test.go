@@ -207,8 +207,8 @@ func TestAnOnDemandBackupReadsAStandbyAndRecordsItsFile(t *testing.T) {
 
 	out, err := testenv.Kubectl(t, "-n", ns, "get", "dbbackup")
 	require.NoError(t, err, out)
-	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+VERIFIED\s+AGE$`, out)
-	assert.Regexp(t, `(?m)^first\s+shop\s+Completed\s+123456\s+17\.6\s`, out)
+	assert.Regexp(t, `(?m)^NAME\s+DATABASE\s+METHOD\s+PHASE\s+SIZE\s+VERSION\s+COMPLETED\s+VERIFIED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^first\s+shop\s+Dump\s+Completed\s+123456\s+17\.6\s`, out)
 
 	// kwok cannot run a verification (its pods end with no report): the
 	// kwok tests' Databases verify nothing (newDatabase), so no

@@ -35,6 +35,14 @@ func (r *Reconciler) ensureRestore(ctx context.Context, db *Cluster, eng engine.
 		r.notRestored(db, "BackupNotFound", fmt.Sprintf("DatabaseBackup %s (spec.fromBackup) does not exist in namespace %s: nothing is initialised until it does", name, db.Namespace))
 		return false, nil
 	}
+	if methodOf(b) == dbv1.BackupMethodBaseBackup {
+		msg := fmt.Sprintf("DatabaseBackup %s (spec.fromBackup) is a base backup, which fromBackup cannot restore: make a new Database with spec.recovery instead, its source the archive the backup's status.archive names (a recovery picks the base backup itself)", name)
+		if a := b.Status.Archive; a != nil {
+			msg += fmt.Sprintf(": serverName %s in bucket %s", a.ServerName, a.ObjectStore.Bucket)
+		}
+		r.notRestored(db, "BackupIsABaseBackup", msg)
+		return false, nil
+	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
 	case dbv1.BackupFailed:

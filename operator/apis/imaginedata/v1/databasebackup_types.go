@@ -4,7 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DatabaseBackupSpec names the Database to back up.
+// DatabaseBackupSpec names the Database to back up, and how.
 type DatabaseBackupSpec struct {
 	// Database is the name of a Database in the same namespace.
 	// +kubebuilder:validation:MinLength=1
@@ -13,7 +13,39 @@ type DatabaseBackupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database is immutable: make a new DatabaseBackup for another Database"
 	// +required
 	Database string `json:"database"`
+
+	// Method is what the backup is: Dump (the default), a logical dump
+	// on the Database's backup volume; or BaseBackup, a physical base
+	// backup in the Database's WAL archive
+	// (spec.backup.storage.objectStore), which a recovery
+	// (spec.recovery) starts from. The operator makes a BaseBackup
+	// object for each base backup the archive holds; creating one asks
+	// the primary for a base backup now.
+	// +kubebuilder:default=Dump
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="method is immutable: make a new DatabaseBackup for the other method"
+	// +optional
+	Method BackupMethod `json:"method,omitempty"`
+
+	// Keep: retention never deletes this backup. For a base backup it is
+	// Barman's keep in the archive, so the WAL a recovery from it needs
+	// stays too. Deleting the object still deletes the backup.
+	// +optional
+	Keep bool `json:"keep,omitempty"`
 }
+
+// BackupMethod is how a backup is taken.
+// +kubebuilder:validation:Enum=Dump;BaseBackup
+type BackupMethod string
+
+// Backup methods.
+const (
+	// BackupMethodDump: pg_dump (or mysqldump) to a file on the backup
+	// volume.
+	BackupMethodDump BackupMethod = "Dump"
+	// BackupMethodBaseBackup: a physical base backup into the WAL
+	// archive, by the primary's archiver (Barman Cloud).
+	BackupMethodBaseBackup BackupMethod = "BaseBackup"
+)
 
 // BackupPhase is where a backup is.
 // +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
@@ -27,9 +59,10 @@ const (
 	// BackupRunning: its Job runs.
 	BackupRunning BackupPhase = "Running"
 	// BackupCompleted: the file is complete; file, size and sha256 say
-	// which.
+	// which. For a base backup: the archive lists it as done.
 	BackupCompleted BackupPhase = "Completed"
-	// BackupFailed: no file was made; the Failed condition says why.
+	// BackupFailed: no file (or base backup) was made; the Completed
+	// condition says why.
 	BackupFailed BackupPhase = "Failed"
 )
 
@@ -49,7 +82,8 @@ type DatabaseBackupStatus struct {
 	// File is the dump's path on that volume.
 	// +optional
 	File string `json:"file,omitempty"`
-	// Size of the file in bytes.
+	// Size of the file in bytes; for a base backup, of its objects in
+	// the store.
 	// +optional
 	Size int64 `json:"size,omitempty"`
 	// SHA256 of the file, hex.
@@ -93,6 +127,16 @@ type DatabaseBackupStatus struct {
 	Tables int32 `json:"tables,omitempty"`
 	// +optional
 	Rows int64 `json:"rows,omitempty"`
+	// BaseBackup is the base backup in the archive (method BaseBackup):
+	// Barman's name and ID, its WAL positions and times. A recovery from
+	// it reaches any moment after its end.
+	// +optional
+	BaseBackup *BaseBackupRecord `json:"baseBackup,omitempty"`
+	// Archive is the archive a base backup is in: the store and server
+	// name a recovery from it reads (spec.recovery.source), and where
+	// deleting the object deletes it, even once the Database is gone.
+	// +optional
+	Archive *RecoverySource `json:"archive,omitempty"`
 	// Verification is the newest verification of the backup (restored
 	// into a scratch server and checked).
 	// +optional
@@ -107,15 +151,18 @@ type DatabaseBackupStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// DatabaseBackup is one dump of a Database, on the Database's backup
-// volume. Creating one takes a backup; deleting one deletes its file. It
-// is not owned by its Database and outlives it. The annotation
-// stable.imaginedata.co/verify=now asks for one verification now.
+// DatabaseBackup is one backup of a Database: a dump on the Database's
+// backup volume, or a base backup in its WAL archive (spec.method).
+// Creating one takes a backup; deleting one deletes its file or base
+// backup. It is not owned by its Database and outlives it. The
+// annotation stable.imaginedata.co/verify=now asks a dump for one
+// verification now.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=dbbackup,singular=databasebackup,categories=deckhand
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.database`
+// +kubebuilder:printcolumn:name="Method",type=string,JSONPath=`.spec.method`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
@@ -124,6 +171,8 @@ type DatabaseBackupStatus struct {
 // +kubebuilder:printcolumn:name="File",type=string,JSONPath=`.status.file`,priority=1
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`,priority=1
 // +kubebuilder:printcolumn:name="SHA256",type=string,JSONPath=`.status.sha256`,priority=1
+// +kubebuilder:printcolumn:name="End LSN",type=string,JSONPath=`.status.baseBackup.endLSN`,priority=1
+// +kubebuilder:printcolumn:name="Keep",type=boolean,JSONPath=`.spec.keep`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DatabaseBackup struct {
 	metav1.TypeMeta   `json:",inline"`

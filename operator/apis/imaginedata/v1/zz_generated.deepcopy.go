@@ -463,6 +463,16 @@ func (in *DatabaseBackupStatus) DeepCopyInto(out *DatabaseBackupStatus) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.BaseBackup != nil {
+		in, out := &in.BaseBackup, &out.BaseBackup
+		*out = new(BaseBackupRecord)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Archive != nil {
+		in, out := &in.Archive, &out.Archive
+		*out = new(RecoverySource)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Verification != nil {
 		in, out := &in.Verification, &out.Verification
 		*out = new(BackupVerification)
