@@ -790,7 +790,9 @@ kube_proxy_ready() { in_netns curl -fsS http://127.0.0.1:10256/healthz >/dev/nul
 # deckhand-local/deckhand:<appVersion>-standin-agent (not the published
 # ghcr.io name, and a tag saying what it carries, so it cannot be mistaken
 # for a release) and installs the chart with it, as users do; arguments go
-# to helm (make run adds the demo).
+# to helm (make run adds the demo). The image's digest goes into a pod
+# annotation: a rebuilt image keeps its tag, and only the changed
+# annotation rolls the operator's pods onto it.
 operator_up() {
   local version tag layout archive helm jar n
   version=$(app_version)
@@ -819,6 +821,7 @@ operator_up() {
     --set image.repository=deckhand-local/deckhand --set image.tag="$tag" --set image.pullPolicy=Never \
     --set controllers.database.archiverImage="$("$root/hack/node/images.sh" ref archiver)" \
     --set controllers.database.poolerImage="$("$root/hack/node/images.sh" ref pgbouncer)" \
+    --set-string "podAnnotations.hack\.deckhand\.dev/image-digest=$(tr -d ' \n' <"$layout/index.json" | grep -o '"digest":"sha256:[0-9a-f]*"' | head -1 | cut -d'"' -f4)" \
     --wait --timeout 5m "$@" >&2
 }
 

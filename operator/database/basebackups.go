@@ -78,23 +78,34 @@ func (r *Reconciler) syncBaseBackups(ctx context.Context, db *Cluster, st instan
 		}
 		byName[b.Name] = b
 	}
-	listed := map[string]bool{}
+	listed, recorded := map[string]bool{}, map[string]bool{}
 	for _, f := range found.Backups {
 		listed[f.ID] = true
 		b := byID[f.ID]
-		if req := byName[f.Name]; b == nil && req != nil && req.Status.BaseBackup == nil {
-			b = req // asked for by name, in the archive now
-		}
-		if b == nil {
-			if b, err = r.makeBaseBackupObject(ctx, db, f); err != nil || b == nil {
-				return err
+		// One asked for by name, in the archive now; or the one made for
+		// it before, whose record was not written (a conflict).
+		for _, name := range []string{f.Name, baseBackupObjectName(db.Name, f)} {
+			if c := byName[name]; b == nil && c != nil && c.Status.BaseBackup == nil {
+				b = c
 			}
 		}
+		if b == nil {
+			if b, err = r.makeBaseBackupObject(ctx, db, f); err != nil {
+				return err
+			}
+			if b == nil {
+				continue // its name is another backup's
+			}
+		}
+		recorded[b.Name] = true
 		if err := r.recordBaseBackup(ctx, db, b, f); err != nil {
 			return err
 		}
 	}
 	for _, b := range objs {
+		if recorded[b.Name] && b.DeletionTimestamp.IsZero() {
+			continue
+		}
 		if err := r.followBaseBackup(ctx, db, b, st.Pod, found, listed, ask); err != nil {
 			return err
 		}
