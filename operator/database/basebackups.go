@@ -144,6 +144,10 @@ func (r *Reconciler) followBaseBackup(ctx context.Context, db *Cluster, b *Backu
 	case b.Status.Phase == dbv1.BackupFailed || b.Status.Phase == "":
 		// Failed, or not looked at by the backup reconciler yet.
 		return nil
+	case b.Labels[r.Kind.Keys.BackupReason] == reasonArchive:
+		// Made for a base backup that left the archive before its record
+		// was written: it stands for nothing, and is never asked for.
+		return client.IgnoreNotFound(r.Client.Delete(ctx, b.Object))
 	case found.Failed[b.Name] != "":
 		failBaseBackup(r.Recorder, b, db, "BaseBackupFailed", fmt.Sprintf("the primary's archiver could not take base backup %s: %s", b.Name, truncate(found.Failed[b.Name], 600)), r.now())
 	case b.Status.Phase == dbv1.BackupRunning && r.now().Sub(b.Status.StartTime.Time) > baseBackupTakeBound:
@@ -323,9 +327,7 @@ func (r *BackupReconciler) runBaseBackup(ctx context.Context, b *Backup) (reconc
 		return reconcile.Result{}, err
 	}
 	if why := cannotTakeBaseBackup(db, b.Cluster); why != "" {
-		if db == nil || !apierrors.IsNotFound(err) {
-			failBaseBackup(r.Recorder, b, db, "CannotTakeBaseBackup", why, r.now())
-		}
+		failBaseBackup(r.Recorder, b, db, "CannotTakeBaseBackup", why, r.now())
 		return reconcile.Result{}, nil
 	}
 	if b.Status.Phase == "" {

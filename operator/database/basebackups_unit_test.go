@@ -91,8 +91,12 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	deleted := baseBackupObject("shop-deleted", dbv1.BackupCompleted, &dbv1.BaseBackupRecord{Name: "deleted", ID: "20261128T000000", EndTime: metav1.NewTime(t0.Add(-72 * time.Hour))})
 	deleted.DeletionTimestamp = ptr.To(metav1.Now())
 	deleted.Status.Conditions = []metav1.Condition{{Type: ConditionBaseBackupDeleted, Status: metav1.ConditionTrue, Reason: "WaitingForListing", LastTransitionTime: metav1.Now()}}
+	// Made for a base backup that left the archive before its record was
+	// written.
+	orphan := baseBackupObject("shop-base-20261125t000000z", dbv1.BackupPending, nil)
+	orphan.Labels = map[string]string{LabelBackupReason: reasonArchive}
 	db := archivingDatabase()
-	c := fakeClient(t, db,
+	c := fakeClient(t, db, orphan,
 		baseBackupObject("before-migration", dbv1.BackupRunning, nil),
 		baseBackupObject("bad-one", dbv1.BackupRunning, nil),
 		baseBackupObject("later", dbv1.BackupPending, nil),
@@ -127,7 +131,7 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	require.NoError(t, r.syncBaseBackups(ctx, DatabaseKind.Clusters.View(db), report("shop-0", other), ask))
 	var list dbv1.DatabaseBackupList
 	require.NoError(t, c.List(ctx, &list))
-	assert.Len(t, list.Items, 7, "a report of another archive changes nothing")
+	assert.Len(t, list.Items, 8, "a report of another archive changes nothing")
 	assert.Empty(t, asked)
 
 	require.NoError(t, r.syncBaseBackups(ctx, DatabaseKind.Clusters.View(db), report("shop-0", this), ask))
@@ -164,6 +168,8 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "shop-base-20261130t030000z"}, &dbv1.DatabaseBackup{})
 	assert.True(t, apierrors.IsNotFound(err), "the object of a base backup the archive no longer holds is deleted: %v", err)
 	assert.Equal(t, dbv1.BackupCompleted, backupNamed(t, c, "shop-kept").Status.Phase)
+	assert.False(t, backupNamed(t, c, orphan.Name).DeletionTimestamp.IsZero(),
+		"an object made for a base backup that is gone, never recorded, is deleted (its finalizer has nothing to delete), not asked for")
 
 	// The same report again: nothing asked again; a failover asks the new
 	// primary.
