@@ -200,6 +200,9 @@ func catalogue() []row {
 		{name: "database with SQL", kind: "DatabaseBackup", spec: with("DatabaseBackup", "database", sqlName), refused: []string{"database", "name of a Database"}},
 		{name: "Database that does not exist", kind: "DatabaseBackup", spec: with("DatabaseBackup", "database", "nope"), reports: []string{"nope"}},
 		{name: "database changed", kind: "DatabaseBackup", spec: base("DatabaseBackup"), update: with("DatabaseBackup", "database", "other"), refused: []string{"database is immutable"}},
+		{name: "method unknown", kind: "DatabaseBackup", spec: with("DatabaseBackup", "method", "Snapshot"), refused: []string{"spec.method", "supported values", "Dump", "BaseBackup"}},
+		{name: "method changed", kind: "DatabaseBackup", spec: base("DatabaseBackup"), update: with("DatabaseBackup", "method", "BaseBackup"), refused: []string{"method is immutable: make a new DatabaseBackup for the other method"}},
+		{name: "base backup of a Database that does not exist", kind: "DatabaseBackup", spec: with("DatabaseBackup", "database", "nope", "method", "BaseBackup"), reports: []string{"Database nope does not exist"}},
 
 		// PrometheusJmxExporter
 		{name: "port 0", kind: "PrometheusJmxExporter", spec: with("PrometheusJmxExporter", "port", int64(0)), refused: []string{"spec.port", "greater than or equal to 1"}},
