@@ -148,7 +148,10 @@ func (r *Reconciler) followBaseBackup(ctx context.Context, db *Cluster, b *Backu
 		// Made for a base backup that left the archive before its record
 		// was written: it stands for nothing, and is never asked for.
 		return client.IgnoreNotFound(r.Client.Delete(ctx, b.Object))
-	case found.Failed[b.Name] != "":
+	case found.Failed[b.Name] != "" && b.Status.StartTime != nil && found.CheckedAt.After(b.Status.StartTime.Time):
+		// A failure listed since it was asked for: one listed before is
+		// an earlier object's of the same name (the agent drops its
+		// record with the new request).
 		failBaseBackup(r.Recorder, b, db, "BaseBackupFailed", fmt.Sprintf("the primary's archiver could not take base backup %s: %s", b.Name, truncate(found.Failed[b.Name], 600)), r.now())
 	case b.Status.Phase == dbv1.BackupRunning && r.now().Sub(b.Status.StartTime.Time) > baseBackupTakeBound:
 		failBaseBackup(r.Recorder, b, db, "NotTaken", fmt.Sprintf("no base backup named %s reached the archive within %s of the request", b.Name, baseBackupTakeBound), r.now())

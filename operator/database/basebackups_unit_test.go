@@ -95,10 +95,15 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	// written.
 	orphan := baseBackupObject("shop-base-20261125t000000z", dbv1.BackupPending, nil)
 	orphan.Labels = map[string]string{LabelBackupReason: reasonArchive}
+	bad := baseBackupObject("bad-one", dbv1.BackupRunning, nil)
+	bad.Status.StartTime = ptr.To(metav1.NewTime(t0))
+	// Asked for after the report was made: the failure it lists is an
+	// earlier object's of the same name.
+	again := baseBackupObject("again", dbv1.BackupRunning, nil)
+	again.Status.StartTime = ptr.To(metav1.NewTime(t0.Add(3 * time.Hour)))
 	db := archivingDatabase()
-	c := fakeClient(t, db, orphan,
+	c := fakeClient(t, db, orphan, bad, again,
 		baseBackupObject("before-migration", dbv1.BackupRunning, nil),
-		baseBackupObject("bad-one", dbv1.BackupRunning, nil),
 		baseBackupObject("later", dbv1.BackupPending, nil),
 		baseBackupObject("shop-base-20261130t030000z", dbv1.BackupCompleted, gone),
 		// Made for a base backup by an earlier pass, whose record was not
@@ -121,7 +126,7 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 		return instance.Status{Pod: primary, ServerUp: true, Role: instance.RolePrimary, BaseBackups: &instance.BaseBackups{
 			CheckedAt: t0.Add(2 * time.Hour), Count: 3, Archive: &archive,
 			Backups: []instance.BaseBackup{{Name: "deleted", ID: "20261128T000000", EndTime: t0.Add(-72 * time.Hour)}, keptBackup, scheduled, requested, unrecorded},
-			Failed:  map[string]string{"bad-one": "barman-cloud-backup: ERROR: could not connect"},
+			Failed:  map[string]string{"bad-one": "barman-cloud-backup: ERROR: could not connect", "again": "an earlier failure"},
 		}}
 	}
 	this := instance.ArchiveIdentity{Endpoint: "https://store.example:7070", Bucket: "wal", Prefix: "prod/", Server: "shop"}
@@ -131,7 +136,7 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	require.NoError(t, r.syncBaseBackups(ctx, DatabaseKind.Clusters.View(db), report("shop-0", other), ask))
 	var list dbv1.DatabaseBackupList
 	require.NoError(t, c.List(ctx, &list))
-	assert.Len(t, list.Items, 8, "a report of another archive changes nothing")
+	assert.Len(t, list.Items, 9, "a report of another archive changes nothing")
 	assert.Empty(t, asked)
 
 	require.NoError(t, r.syncBaseBackups(ctx, DatabaseKind.Clusters.View(db), report("shop-0", this), ask))
@@ -153,10 +158,11 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	assert.Equal(t, dbv1.BackupCompleted, req.Status.Phase, "the requested one is completed once the archive lists its name")
 	assert.Equal(t, "20261201T040001", req.Status.BaseBackup.ID)
 
-	bad := backupNamed(t, c, "bad-one")
+	bad = backupNamed(t, c, "bad-one")
 	assert.Equal(t, dbv1.BackupFailed, bad.Status.Phase)
 	assert.Equal(t, "BaseBackupFailed", findCondition(bad.Status.Conditions, ConditionBackupCompleted).Reason)
 	assert.Contains(t, findCondition(bad.Status.Conditions, ConditionBackupCompleted).Message, "could not connect")
+	assert.Equal(t, dbv1.BackupRunning, backupNamed(t, c, "again").Status.Phase, "a failure listed before it was asked for is not its own")
 
 	assert.Equal(t, "20261201T050001", backupNamed(t, c, "shop-base-20261201t050000z").Status.BaseBackup.ID, "the object made before gets its record")
 	assert.ElementsMatch(t, []string{"later", ""}, asked, "the pending one is asked for, and a look at the archive for the deleted one")
@@ -177,7 +183,7 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 	assert.Equal(t, []string{""}, asked, "the pending one is not asked for again")
 	asked = nil
 	require.NoError(t, r.syncBaseBackups(ctx, DatabaseKind.Clusters.View(db), report("shop-1", this), ask))
-	assert.ElementsMatch(t, []string{"later", ""}, asked, "after a failover the new primary is asked")
+	assert.ElementsMatch(t, []string{"later", "again", ""}, asked, "after a failover the new primary is asked for each running one")
 	assert.Equal(t, "shop-1", backupNamed(t, c, "later").Status.Source)
 
 	holds, err := r.baseBackupHoldsOf(ctx, DatabaseKind.Clusters.View(db))

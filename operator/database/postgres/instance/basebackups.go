@@ -114,10 +114,14 @@ func (a *Agent) serveBaseBackup(w http.ResponseWriter, r *http.Request) {
 
 // requestBaseBackup leaves the request file for name (the directory
 // 0700, the file 0600: the sidecar runs as the same user). One there
-// already is the same request.
+// already is the same request. The record of an earlier failure of the
+// name goes: it must not pass for this request's.
 func (a *Agent) requestBaseBackup(name string) error {
 	dir := filepath.Join(filepath.Dir(filepath.Clean(a.cfg.DataDir)), BaseBackupRequests)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, name+failedSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o600)

@@ -65,8 +65,11 @@ func TestTheBaseBackupRequestIsCheckedAndLeftForTheArchiver(t *testing.T) {
 		require.NoError(t, checkBaseBackupName(name), name)
 	}
 	require.NoError(t, a.requestBaseBackup("nightly-1"))
-	require.NoError(t, a.requestBaseBackup("nightly-1"), "asked again")
 	dir := filepath.Join(filepath.Dir(pgdata), BaseBackupRequests)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nightly-1.failed"), []byte("an earlier attempt failed"), 0o600))
+	require.NoError(t, a.requestBaseBackup("nightly-1"), "asked again")
+	_, err = os.Stat(filepath.Join(dir, "nightly-1.failed"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "an earlier failure's record goes with a new request")
 	st, err := os.Stat(dir)
 	require.NoError(t, err)
 	assert.Equal(t, os.ModeDir|0o700, st.Mode())
