@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,8 +33,15 @@ func TestABackupsMethodIsADumpByDefaultAndABaseBackupNeedsAnArchive(t *testing.T
 	dump := &dbv1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "a-dump", Namespace: ns}, Spec: dbv1.DatabaseBackupSpec{Database: "plain"}}
 	require.NoError(t, c.Create(ctx, dump))
 	assert.Equal(t, dbv1.BackupMethodDump, dump.Spec.Method, "the default method")
-	dump.Spec.Method = dbv1.BackupMethodBaseBackup
-	err := c.Update(ctx, dump)
+	// Read again before each try: the operator adds its finalizer meanwhile.
+	var err error
+	for range 10 {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dump), dump))
+		dump.Spec.Method = dbv1.BackupMethodBaseBackup
+		if err = c.Update(ctx, dump); !apierrors.IsConflict(err) {
+			break
+		}
+	}
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "method is immutable: make a new DatabaseBackup for the other method")
 
