@@ -250,10 +250,7 @@ func baseBackupsAreDatabaseBackups(ctx context.Context, t *testing.T, c crclient
 		Spec: dbv1.DatabaseBackupSpec{Database: db.Name, Method: dbv1.BackupMethodBaseBackup}}
 	start := time.Now()
 	require.NoError(t, c.Create(ctx, asked))
-	asked = waitBackup(ctx, t, c, db.Namespace, asked.Name, "the base backup asked for, completed", func(b *dbv1.DatabaseBackup) bool {
-		return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed
-	})
-	require.Equal(t, dbv1.BackupCompleted, asked.Status.Phase, "%+v", asked.Status.Conditions)
+	*asked = waitBackupCompleted(ctx, t, c, db.Namespace, asked.Name)
 	t.Logf("base backup asked for: completed %.1f s after its DatabaseBackup was created (%d bytes, WAL %s to %s)",
 		time.Since(start).Seconds(), asked.Status.Size, asked.Status.BaseBackup.BeginLSN, asked.Status.BaseBackup.EndLSN)
 	assert.Equal(t, "before-migration", asked.Status.BaseBackup.Name, "named after its object")
@@ -272,17 +269,6 @@ func baseBackupsAreDatabaseBackups(ctx context.Context, t *testing.T, c crclient
 	}), "the archive still lists another base backup than the first: %+v", after.Status.BaseBackups)
 	assert.Equal(t, int32(1), after.Status.BaseBackups.Count, "only the first is left in the archive")
 	require.NoError(t, c.Get(ctx, crclient.ObjectKeyFromObject(first), &dbv1.DatabaseBackup{}), "the first one's object stays")
-}
-
-// waitBackup waits until the DatabaseBackup name exists and done says so.
-func waitBackup(ctx context.Context, t testing.TB, c crclient.Client, ns, name, what string, done func(*dbv1.DatabaseBackup) bool) *dbv1.DatabaseBackup {
-	t.Helper()
-	var b dbv1.DatabaseBackup
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return c.Get(ctx, crclient.ObjectKey{Namespace: ns, Name: name}, &b) == nil && done(&b), nil
-	})
-	require.NoError(t, err, "%s: DatabaseBackup %s/%s: %+v", what, ns, name, b.Status)
-	return &b
 }
 
 // archiverSQL is a command for the archiver sidecar: psql as the

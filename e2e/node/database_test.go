@@ -258,16 +258,22 @@ func waitDatabaseReadyWithin(ctx context.Context, t testing.TB, c client.Client,
 
 func waitBackupCompleted(ctx context.Context, t testing.TB, c client.Client, ns, name string) dbv1.DatabaseBackup {
 	t.Helper()
-	var b dbv1.DatabaseBackup
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b); err != nil {
-			return false, nil
-		}
-		return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed, nil
+	b := waitBackup(ctx, t, c, ns, name, "did not end", func(b *dbv1.DatabaseBackup) bool {
+		return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed
 	})
-	require.NoError(t, err, "DatabaseBackup %s did not end: %+v", name, b.Status)
 	require.Equal(t, dbv1.BackupCompleted, b.Status.Phase, "DatabaseBackup %s: %+v", name, b.Status)
-	return b
+	return *b
+}
+
+// waitBackup waits until the DatabaseBackup name exists and done says so.
+func waitBackup(ctx context.Context, t testing.TB, c client.Client, ns, name, what string, done func(*dbv1.DatabaseBackup) bool) *dbv1.DatabaseBackup {
+	t.Helper()
+	var b dbv1.DatabaseBackup
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &b) == nil && done(&b), nil
+	})
+	require.NoError(t, err, "%s: DatabaseBackup %s/%s: %+v", what, ns, name, b.Status)
+	return &b
 }
 
 // waitVerified waits for a backup's verification to end, and requires

@@ -116,8 +116,9 @@ func (r *Reconciler) syncBaseBackups(ctx context.Context, db *Cluster, st instan
 // listsArchiveOf: the archiver listed the archive db writes (store, under
 // server).
 func listsArchiveOf(a *instance.ArchiveIdentity, store *dbv1.ObjectStore, server string) bool {
-	return a != nil && a.Bucket == store.Bucket && a.Endpoint == store.Endpoint && a.Server == server &&
-		strings.Trim(a.Prefix, "/") == strings.Trim(store.Path, "/")
+	return a != nil && readsArchiveOf(dbv1.RecoverySource{
+		ObjectStore: dbv1.ObjectStore{Endpoint: a.Endpoint, Bucket: a.Bucket, Path: a.Prefix}, ServerName: a.Server,
+	}, server, store)
 }
 
 // followBaseBackup moves one object on: asks for the base backup of a
@@ -226,15 +227,11 @@ func baseBackupObjectName(db string, f instance.BaseBackup) string {
 	if n == "" {
 		n = f.ID
 	}
-	n = strings.Trim(notInObjectNames.ReplaceAllString(strings.ToLower(n), "-"), "-.")
-	return truncateName(db+"-"+n, 253)
-}
-
-func truncateName(s string, n int) string {
-	if len(s) <= n {
-		return s
+	name := db + "-" + strings.Trim(notInObjectNames.ReplaceAllString(strings.ToLower(n), "-"), "-.")
+	if len(name) > 253 {
+		name = strings.TrimRight(name[:253], "-.")
 	}
-	return strings.TrimRight(s[:n], "-.")
+	return name
 }
 
 // recordBaseBackup writes what the archive says of b's base backup f

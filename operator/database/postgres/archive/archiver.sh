@@ -159,7 +159,8 @@ apply_retention() {
 # when it has a keep; the oldest and the newest again on their own), those
 # the operator holds (holds.sh), the last failure of a scheduled one
 # (BASE_BACKUP_ERROR, from $summary_error when set) and the requests that
-# failed within the hour (their .failed files; older ones are removed).
+# failed within the hour (their .failed files: drop_stale_requests removes
+# older ones).
 # Read through Barman's own catalogue, with zones; Barman records no
 # size, so the store's listing is summed. It prints the newest scheduled
 # backup's name.
@@ -171,7 +172,7 @@ summarize() {
     # shellcheck disable=SC2086
     SUMMARY_FILE=$(dirname "$PGDATA")/deckhand-base-backups.json REQUESTS_DIR=$requests BASE_BACKUP_ERROR=${summary_error:-} \
       python3 - $store_endpoint "$store_url" "$STORE_SERVER" <<'PY'
-import datetime, json, os, re, sys, time
+import datetime, json, os, re, sys
 
 from barman import xlog
 from barman.clients.cloud_cli import UrlArgumentType, create_argument_parser
@@ -238,9 +239,6 @@ for f in sorted(entries):
         continue
     path = os.path.join(os.environ["REQUESTS_DIR"], f)
     try:
-        if os.stat(path).st_mtime < time.time() - 3600:
-            os.remove(path)
-            continue
         with open(path, errors="replace") as why:
             failed[f[:-len(".failed")]] = why.read().strip()[-1000:]
     except FileNotFoundError:
@@ -258,23 +256,34 @@ PY
   )
 }
 
+# take_base_backup KIND NAME runs base-backup.sh under NAME (KIND, "" or
+# "requested ", starts its log lines) and, once it is done, the retention
+# policy. Its output is left in $out for a failure's record.
+take_base_backup() {
+  echo "deckhand: taking ${1}base backup $2" >&2
+  out=$(BACKUP_NAME=$2 sh "$here/base-backup.sh" 2>&1) || return
+  printf 'deckhand: %sbase backup %s done: %s\n' "$1" "$2" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
+  apply_retention
+}
+
+# summarize_now writes the summary after a base backup, and says so when
+# it could not: the status keeps the previous one until the next look.
+summarize_now() {
+  summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+}
+
 # scheduled_backup takes the scheduled base backup that is due, then
-# applies the retention policy and summarizes.
+# summarizes: what the archive holds now, and the failure if there was
+# one.
 scheduled_backup() {
   name=base-$(date -u +%Y%m%dT%H%M%SZ)
-  echo "deckhand: taking base backup $name" >&2
-  if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
+  if take_base_backup "" "$name"; then
     summary_error=
-    printf 'deckhand: base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
-    apply_retention
   else
     summary_error="base backup $name failed at $(date -u +%Y-%m-%dT%H:%M:%SZ): $(printf '%s\n' "$out" | tail -n 3 | tr '\n' ' ')"
     printf 'deckhand: base backup %s failed (tried again in %ss):\n%s\n' "$name" "${BASE_BACKUP_CHECK:-300}" "$out" >&2
   fi
-  # What the archive holds now, and the failure if there was one. A
-  # failed look is said: the status keeps the previous one until the
-  # next look.
-  summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+  summarize_now
 }
 
 # pending_requests prints the names of the requests waiting, oldest
@@ -322,18 +331,15 @@ take_requests() {
   is_primary || return 0
   for name in $pending; do
     [ -e "$requests/$name" ] || continue
-    echo "deckhand: taking requested base backup $name" >&2
-    if out=$(BACKUP_NAME=$name sh "$here/base-backup.sh" 2>&1); then
+    if take_base_backup "requested " "$name"; then
       rm -f "$requests/$name.failed"
-      printf 'deckhand: requested base backup %s done: %s\n' "$name" "$(printf '%s\n' "$out" | grep -E '^[a-z_]+=' | tr '\n' ' ')" >&2
-      apply_retention
     else
       { printf '%s\n' "$out" | tail -n 20 >"$requests/.failed.tmp" && mv "$requests/.failed.tmp" "$requests/$name.failed"; } ||
         echo "deckhand: could not record the failure of the requested base backup $name" >&2
       printf 'deckhand: requested base backup %s failed (not tried again):\n%s\n' "$name" "$out" >&2
     fi
     rm -f "$requests/$name"
-    summarize >/dev/null || echo "deckhand: could not read the archive's base backups (looked at again in ${BASE_BACKUP_CHECK:-300}s)" >&2
+    summarize_now
   done
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,10 +82,7 @@ func baseBackupRefusal(st Status) (int, string) {
 // 409 on a standby, 503 when the server is down.
 func (a *Agent) serveBaseBackup(w http.ResponseWriter, r *http.Request) {
 	var req BaseBackupRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&req)
 	if err == nil && req.Name != "" {
 		err = checkBaseBackupName(req.Name)
 	}

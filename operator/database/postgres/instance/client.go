@@ -163,11 +163,7 @@ func (c *Client) AnswerRole(ctx context.Context, host, primary string) error {
 func (c *Client) RequestBaseBackup(ctx context.Context, host, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, BaseBackupTimeout)
 	defer cancel()
-	var res ActionResult
-	code, err := c.do(ctx, http.MethodPost, host, "/base-backups", BaseBackupRequest{Name: name}, &res)
-	if err == nil && code != http.StatusAccepted {
-		err = fmt.Errorf("instance %s: POST /base-backups answered %d: %s", host, code, res.Error)
-	}
+	_, err := c.actionWith(ctx, http.MethodPost, host, "/base-backups", BaseBackupRequest{Name: name})
 	return err
 }
 
@@ -178,14 +174,15 @@ func (c *Client) action(ctx context.Context, timeout time.Duration, method, host
 	return c.actionWith(ctx, method, host, path, nil)
 }
 
-// actionWith sends body (nil: none) as JSON.
+// actionWith sends body (nil: none) as JSON. 200, and 202 (a request
+// left for the pod's sidecar), are success.
 func (c *Client) actionWith(ctx context.Context, method, host, path string, body any) (ActionResult, error) {
 	var res ActionResult
 	code, err := c.do(ctx, method, host, path, body, &res)
 	switch {
 	case err != nil:
 		return res, err
-	case code == http.StatusOK:
+	case code == http.StatusOK || code == http.StatusAccepted:
 		return res, nil
 	case code == http.StatusConflict && res.Status.Fenced:
 		return res, fmt.Errorf("instance %s: %w", host, ErrFenced)
