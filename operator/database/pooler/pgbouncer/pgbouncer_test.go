@@ -277,15 +277,24 @@ func TestPgBouncerWithTLS(t *testing.T) {
 	distrusting := pg.startPgBouncer(t, pgbouncer.Config{ServerHost: "127.0.0.1", ServerPort: pg.port,
 		AuthUser: "deckhand_pooler_test", ServerTLS: true}, authPassword, other)
 	// The login waits for a server connection PgBouncer keeps failing to
-	// make (until client_login_timeout): the client gives up first.
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	defer cancelShort()
-	_, err = connect(short, distrusting.port, "app", "app-pw", "app")
-	assert.Error(t, err, "a server whose certificate the pooler cannot verify")
-	// PgBouncer keeps trying the server; a loaded machine may not have
-	// let it try within the client's 2 s.
+	// make (server_login_retry, until client_login_timeout). The client
+	// stays until PgBouncer has logged why: a client that gave up first
+	// leaves PgBouncer nothing to try for, which on a loaded machine
+	// happened before PgBouncer had read its startup packet.
+	attempt, stopAttempt := context.WithCancel(ctx)
+	defer stopAttempt()
+	login := make(chan error, 1)
+	go func() {
+		conn, err := connect(attempt, distrusting.port, "app", "app-pw", "app")
+		if err == nil {
+			conn.Close(ctx)
+		}
+		login <- err
+	}()
 	assert.Eventually(t, func() bool { return strings.Contains(distrusting.log.String(), "certificate verify failed") },
 		time.Minute, 100*time.Millisecond, "PgBouncer's log:\n%s", distrusting.log.String())
+	stopAttempt()
+	assert.Error(t, <-login, "a server whose certificate the pooler cannot verify")
 }
 
 // clientsThroughThePool opens n client connections through the pooler,
