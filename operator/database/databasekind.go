@@ -25,7 +25,7 @@ var DatabaseKind = NewKind(Kind{
 		RemoveOldData: AnnotationRemoveOldData,
 		ClusterUID:    AnnotationDatabaseUID, KeptFrom: AnnotationKeptFrom,
 		UpgradeAttempt: LabelUpgradeAttempt, ImageChange: AnnotationImageChange,
-		HeldBy: AnnotationPrefixHeldBy, Verify: AnnotationVerify,
+		HeldBy: AnnotationPrefixHeldBy, Verify: AnnotationVerify, VerifyRequest: AnnotationVerifyRequest,
 		TLSDefault: AnnotationTLSDefault,
 	},
 	Clusters: databases{},

@@ -137,8 +137,10 @@ type Keys struct {
 	ImageChange    string
 	// HeldBy prefixes the annotations of holds on a backup (holds.go).
 	HeldBy string
-	// Verify on a backup asks for one verification now (verify.go).
-	Verify string
+	// Verify on a backup asks for one verification now; VerifyRequest on
+	// a verification Job names the request it runs (verify.go).
+	Verify        string
+	VerifyRequest string
 	// TLSDefault on a cluster records whether TLS is on when its spec
 	// leaves it unset (tls.go).
 	TLSDefault string
@@ -165,6 +167,7 @@ func KeysFor(prefix, cluster string) Keys {
 		ImageChange:             prefix + "/image-change",
 		HeldBy:                  "held-by." + prefix + "/",
 		Verify:                  prefix + "/verify",
+		VerifyRequest:           prefix + "/verify-request",
 		TLSDefault:              prefix + "/tls-default",
 	}
 }

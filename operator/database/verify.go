@@ -33,6 +33,9 @@ const (
 	// (value "now"); the operator removes it once the request is recorded
 	// in status.verification (requestTime, no outcome yet).
 	AnnotationVerify = "stable.imaginedata.co/verify"
+	// AnnotationVerifyRequest on a verification Job is the request time
+	// of the verification it runs (status.verification.requestTime).
+	AnnotationVerifyRequest = "stable.imaginedata.co/verify-request"
 	// ConditionVerified is a backup's condition: True when its newest
 	// verification passed.
 	ConditionVerified = "Verified"
@@ -183,6 +186,18 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 		}
 	}
 	switch {
+	case ours && v != nil && v.Outcome != "" && newerVerification(&job, v, r.Kind.Keys.VerifyRequest) != nil:
+		// The Job of a verification started after the one recorded, whose
+		// status write was lost (a conflict with another write of the
+		// backup): it is that verification's, recorded now and observed,
+		// not deleted as the finished one's.
+		if r.stale(ctx, b) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
+		requested := newerVerification(&job, v, r.Kind.Keys.VerifyRequest)
+		b.Status.Verification = &dbv1.BackupVerification{RequestTime: requested, StartTime: requested}
+		verifyPending(&b.Status.Conditions, b.Generation, ConditionVerified, "Running", fmt.Sprintf("Job %s restores %s into a scratch server and checks it", job.Name, b.Status.File))
+		return r.observeVerifyJob(ctx, b, db, &job, settings)
 	case ours && v != nil && v.Outcome != "":
 		// Recorded and read back: the Job goes. Unless this read of the
 		// backup is stale: the Job may then be a newer verification's
@@ -244,6 +259,7 @@ func (r *BackupReconciler) startVerification(ctx context.Context, b *Backup, db 
 		return reconcile.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	desired := verifyJob(db, verifier, b, settings)
+	metav1.SetMetaDataAnnotation(&desired.ObjectMeta, r.Kind.Keys.VerifyRequest, v.RequestTime.UTC().Format(time.RFC3339))
 	if created, err := r.createSlotJob(ctx, desired, "verification"); err != nil || !created {
 		return reconcile.Result{RequeueAfter: pendingRecheck}, err
 	}
@@ -253,6 +269,17 @@ func (r *BackupReconciler) startVerification(ctx context.Context, b *Backup, db 
 	verifyPending(&b.Status.Conditions, b.Generation, ConditionVerified, "Running", msg)
 	r.Recorder.Eventf(b.Object, nil, corev1.EventTypeNormal, "VerificationStarted", "Verify", "%s", msg)
 	return reconcile.Result{RequeueAfter: settings.StartTimeout}, nil
+}
+
+// newerVerification is the request time job's annotation gives, when it
+// is not that of v, the verification recorded (status times are whole
+// seconds); nil for the recorded verification's Job, or one without it.
+func newerVerification(job *batchv1.Job, v *dbv1.BackupVerification, key string) *metav1.Time {
+	at, err := time.Parse(time.RFC3339, job.Annotations[key])
+	if err != nil || (v.RequestTime != nil && v.RequestTime.UTC().Format(time.RFC3339) == job.Annotations[key]) {
+		return nil
+	}
+	return &metav1.Time{Time: at}
 }
 
 // verificationRunning: a Job was created for the newest verification and

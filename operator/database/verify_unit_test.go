@@ -169,6 +169,37 @@ func TestAVerificationThatCannotStartIsReportedNotQueuedForever(t *testing.T) {
 		got, _ := run(t, corev1.PodRunning)
 		assert.Empty(t, got.Status.Verification.Outcome, "a verification that runs is not cut short")
 	})
+
+	// The status records a finished verification, and the Job is a newer
+	// one's whose request never reached the status (its write lost to a
+	// conflict): that verification is recorded and goes on, its Job kept.
+	// The finished one's own Job still goes.
+	finished := func() *dbv1.DatabaseBackup {
+		b := backup.DeepCopy()
+		b.Status.Verification = &dbv1.BackupVerification{RequestTime: &requested, StartTime: &requested,
+			CompletionTime: ptr.To(metav1.NewTime(requested.Add(time.Minute))), Outcome: dbv1.VerificationVerified}
+		return b
+	}
+	t.Run("a newer verification's Job, its request lost", func(t *testing.T) {
+		newer := metav1.NewTime(now.Add(-time.Minute).Truncate(time.Second))
+		j := job.DeepCopy()
+		metav1.SetMetaDataAnnotation(&j.ObjectMeta, AnnotationVerifyRequest, newer.UTC().Format(time.RFC3339))
+		got, c := runWith(t, finished(), j, corev1.PodRunning)
+		v := got.Status.Verification
+		require.NotNil(t, v)
+		assert.Empty(t, v.Outcome, "the newer verification runs")
+		assert.True(t, v.RequestTime.Equal(&newer), "its request time, from the Job: %s", v.RequestTime)
+		assert.Equal(t, "Running", meta.FindStatusCondition(got.Status.Conditions, ConditionVerified).Reason)
+		assert.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(job), &batchv1.Job{}), "its Job is kept")
+	})
+	t.Run("the finished verification's own Job", func(t *testing.T) {
+		j := job.DeepCopy()
+		metav1.SetMetaDataAnnotation(&j.ObjectMeta, AnnotationVerifyRequest, requested.UTC().Format(time.RFC3339))
+		got, c := runWith(t, finished(), j, corev1.PodSucceeded)
+		assert.Equal(t, dbv1.VerificationVerified, got.Status.Verification.Outcome)
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(job), &batchv1.Job{})
+		assert.True(t, apierrors.IsNotFound(err), "deleted: %v", err)
+	})
 }
 
 // The Database's BackupVerified condition: True while its newest verified
