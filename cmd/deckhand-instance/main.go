@@ -4,6 +4,7 @@
 //	deckhand-instance install DEST
 //	deckhand-instance serve [flags]
 //	deckhand-instance metrics [flags]
+//	deckhand-instance supervise [flags] -- COMMAND [ARG...]
 //
 // install copies this binary to DEST (mode 0755): an init container runs
 // it from the operator image, so the agent reaches the database pod
@@ -13,6 +14,10 @@
 // --metrics-listen it also serves PostgreSQL's metrics in plain HTTP, and
 // with --probe-listen the kubelet's readiness probe (instance/probe.go).
 // metrics serves the metrics alone (a Database without failover).
+// supervise is the server container's entrypoint in a pod with the agent:
+// it runs COMMAND (bootstrap.sh) and starts it again when it ends while
+// the server is fenced (instance.Supervise), so a demoted server's
+// container is never restarted by the kubelet.
 package main
 
 import (
@@ -36,7 +41,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST | serve [flags] | metrics [flags]")
+		fmt.Fprintln(os.Stderr, "usage: deckhand-instance install DEST | serve [flags] | metrics [flags] | supervise [flags] -- COMMAND [ARG...]")
 		os.Exit(2)
 	}
 	var err error
@@ -51,8 +56,13 @@ func main() {
 		err = serve(os.Args[2:])
 	case "metrics":
 		err = metricsOnly(os.Args[2:])
+	case "supervise":
+		var code int
+		if code, err = supervise(os.Args[2:]); err == nil {
+			os.Exit(code)
+		}
 	default:
-		fmt.Fprintf(os.Stderr, "deckhand-instance: unknown command %q (install, serve, metrics)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "deckhand-instance: unknown command %q (install, serve, metrics, supervise)\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -91,6 +101,32 @@ func install(dest string) error {
 	}
 	fmt.Printf("deckhand-instance installed at %s\n", dest)
 	return nil
+}
+
+// supervise runs the server's entrypoint under instance.Supervise and
+// returns its exit code.
+func supervise(args []string) (int, error) {
+	fs := flag.NewFlagSet("supervise", flag.ContinueOnError)
+	dataDir := fs.String("pgdata", os.Getenv("PGDATA"), "the server's data directory (the fence marker is beside it)")
+	stateDir := fs.String("state-dir", os.Getenv(instance.RoleDirEnv), "the directory the server's container shares with the agent, where it records a fenced server (default: "+instance.RoleDirEnv+")")
+	pause := fs.Duration("restart-pause", time.Second, "the wait before the entrypoint starts again after a fenced end")
+	if err := fs.Parse(args); err != nil {
+		return 0, err
+	}
+	if *dataDir == "" || fs.NArg() == 0 {
+		return 0, errors.New("usage: deckhand-instance supervise [--pgdata DIR] [--state-dir DIR] -- COMMAND [ARG...] (PGDATA is required)")
+	}
+	// Before anything can send one: a signal that came first would end
+	// this process instead of reaching the entrypoint.
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, instance.SupervisedSignals...)
+	return instance.Supervise(instance.SuperviseConfig{
+		Command:      fs.Args(),
+		FenceMarker:  filepath.Join(filepath.Dir(filepath.Clean(*dataDir)), instance.FenceMarker),
+		StateDir:     *stateDir,
+		RestartPause: *pause,
+		Log:          os.Stderr,
+	}, signals)
 }
 
 func serve(args []string) error {

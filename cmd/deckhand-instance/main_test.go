@@ -2,7 +2,6 @@ package main
 
 import (
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,9 +11,7 @@ import (
 // The agent refuses to serve without knowing its pod and data directory
 // (a sidecar whose environment lacks them would otherwise watch ".").
 func TestServeNeedsItsPodAndDataDirectory(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "deckhand-instance")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := buildAgent(t)
 	for name, env := range map[string][]string{
 		"no POD_NAME": {"PGDATA=/var/lib/postgresql/data/pgdata"},
 		"no PGDATA":   {"POD_NAME=db-0"},
@@ -25,7 +22,7 @@ func TestServeNeedsItsPodAndDataDirectory(t *testing.T) {
 		require.Error(t, err, name)
 		assert.Contains(t, string(out), "--pod and --pgdata (or POD_NAME and PGDATA) are required", name)
 	}
-	out, err = exec.Command(bin, "nonsense").CombinedOutput()
+	out, err := exec.Command(bin, "nonsense").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), `unknown command "nonsense"`)
 }

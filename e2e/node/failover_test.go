@@ -226,6 +226,17 @@ func (f *failoverCluster) containerID(pod, container string) (string, int32) {
 	return "", 0
 }
 
+// assertRejoinedWithoutRestart: the old primary's server container, which
+// the kubelet had restarted restarts times before its fence, was not
+// restarted again: its supervisor started the entrypoint again after the
+// fence (a restart would grow the kubelet's back-off with each demotion).
+func (f *failoverCluster) assertRejoinedWithoutRestart(old string, restarts int32) {
+	f.t.Helper()
+	_, now := f.containerID(old, serverContainer)
+	assert.Equal(f.t, restarts, now, "the kubelet restarted %s's server container", old)
+	assert.Contains(f.t, f.serverLog(old), "supervise: the server's entrypoint ended", "its supervisor started the entrypoint again")
+}
+
 // ctr runs containerd's ctr on the first node (hack/node.sh ctr) and
 // returns its output.
 func (f *failoverCluster) ctr(args ...string) string {
@@ -708,6 +719,7 @@ func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	w := f.startWriter("writer")
 	mw := f.startMultiHostWriter("multihost-writer")
 	watch := f.watchPrimaries()
+	_, restarts := f.containerID(old, serverContainer)
 
 	hungAt := time.Now()
 	thaw := f.freezeServer(old)
@@ -726,6 +738,7 @@ func TestRealNodeFailsOverAHungPrimaryWithoutWaitingForIt(t *testing.T) {
 	waitDatabaseReady(ctx, t, f.c, f.ns, f.name)
 	f.waitFollowing(old, rec.To)
 	assert.Contains(t, f.serverLog(old), "rewound", "the old primary rejoined through pg_rewind")
+	f.assertRejoinedWithoutRestart(old, restarts)
 	w.waitAcks(3)
 	mw.waitAcks(3)
 	log, multiLog := w.stop(), mw.stop()
@@ -968,6 +981,7 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	pod, err := f.cs.CoreV1().Pods(f.ns).Get(ctx, old, metav1.GetOptions{})
 	require.NoError(t, err)
 	direct := f.startDirectWriter("direct", pod.Status.PodIP)
+	_, restarts := f.containerID(old, serverContainer)
 
 	agent := f.agentTask(pod)
 	require.NoError(t, dropAgentPort(ctx, agent, "-I"))
@@ -1000,6 +1014,7 @@ func TestRealNodeFencesAnOldPrimaryCutOffFromTheOperator(t *testing.T) {
 	f.waitEvent("OldPrimaryFencedItself")
 	f.liftFence(old, rec.To)
 	f.waitFollowing(old, rec.To)
+	f.assertRejoinedWithoutRestart(old, restarts)
 	log, directLog := w.stop(), direct.stop()
 	var db dbv1.Database
 	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.name}, &db))

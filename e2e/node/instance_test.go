@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,8 @@ func agentImage(ctx context.Context, t testing.TB) string {
 }
 
 // standInEntrypoint is the server container's command in this test: what
-// bootstrap.sh must do with the fence marker (wait while it is there),
-// then initdb on an empty volume and the server in the foreground. The
-// Database's bootstrap.sh does not check the marker yet.
+// bootstrap.sh does with the fence marker (wait while it is there), then
+// initdb on an empty volume and the server in the foreground.
 const standInEntrypoint = `set -eu
 marker=$(dirname "$PGDATA")/` + instance.FenceMarker + `
 while [ -e "$marker" ]; do echo "fenced: not starting"; sleep 1; done
@@ -52,11 +52,12 @@ exec postgres -D "$PGDATA" -c listen_addresses=''`
 // mutual TLS at the pod's address with the certificate checked against
 // the pod's name under the headless Service. The status reports the
 // primary; the fence stops the server from the sidecar (one process
-// namespace) cleanly, the server's container restarts and, the marker on
-// its volume, does not serve; the agent is not restarted with it; lifting
-// the fence brings the server back; a primary is not promoted; a client
-// without the operator's certificate is refused. The namespace enforces
-// the restricted Pod Security Standard.
+// namespace) cleanly, and the supervisor starts the entrypoint again,
+// which, the marker on its volume, does not serve; neither container is
+// restarted; lifting the fence brings the server back, three times in a
+// row without a restart; a primary is not promoted; a client without the
+// operator's certificate is refused. The namespace enforces the
+// restricted Pod Security Standard.
 func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
 	parallel(t, 30*time.Second) // see the package comment: its own namespace, the shared operator
 	_, cs := clientFor(t)
@@ -134,47 +135,59 @@ func TestRealNodeRunsTheInstanceAgentBesideAServer(t *testing.T) {
 	_, err = client.Promote(ctx, host)
 	require.ErrorIs(t, err, instance.ErrAlreadyPrimary)
 
-	res, err := client.Fence(ctx, host)
-	require.NoError(t, err)
-	assert.True(t, res.WasRunning)
-	assert.True(t, res.CleanShutdown, "pg_ctl stop -m fast from the sidecar")
-	assert.False(t, res.Status.ServerUp)
-	assert.True(t, res.Status.Fenced)
+	fenceAndLift := func(round int) {
+		t.Helper()
+		res, err := client.Fence(ctx, host)
+		require.NoError(t, err)
+		assert.True(t, res.WasRunning)
+		assert.True(t, res.CleanShutdown, "pg_ctl stop -m fast from the sidecar")
+		assert.False(t, res.Status.ServerUp)
+		assert.True(t, res.Status.Fenced)
 
-	// The server's container ends with its server and is restarted; the
-	// marker on the volume keeps it from serving; the agent runs on.
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if !assert.NoError(ct, err) {
-			return
-		}
-		for _, c := range p.Status.ContainerStatuses {
-			switch c.Name {
-			case "postgres":
-				assert.GreaterOrEqual(ct, c.RestartCount, int32(1), "the server's container restarted")
-				assert.NotNil(ct, c.State.Running, "and runs (waiting on the marker)")
-			case instance.AgentContainer:
-				assert.Zero(ct, c.RestartCount, "the agent is not restarted with the server")
+		// The entrypoint ends with its server; its supervisor starts it
+		// again, and the marker on the volume keeps it from serving. The
+		// kubelet restarts neither container: a restart would grow its
+		// back-off with every demotion.
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			logs, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres"}).DoRaw(ctx)
+			assert.NoError(ct, err)
+			text := string(logs)
+			assert.Equal(ct, round, strings.Count(text, "supervise: the server's entrypoint ended"), "the supervisor's line, once per fence")
+			if last := strings.LastIndex(text, "supervise:"); assert.GreaterOrEqual(ct, last, 0) {
+				assert.Contains(ct, text[last:], "fenced: not starting", "the entrypoint waits on the marker")
 			}
-		}
-	}, 3*time.Minute, 500*time.Millisecond)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		logs, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres"}).DoRaw(ctx)
-		assert.NoError(ct, err)
-		assert.Contains(ct, string(logs), "fenced: not starting")
-	}, time.Minute, 500*time.Millisecond)
-	st, err = client.Status(ctx, host)
-	require.NoError(t, err)
-	assert.False(t, st.ServerUp, "a fenced server does not serve after its container's restart")
-	assert.True(t, st.Fenced)
+		}, time.Minute, 500*time.Millisecond)
+		st, err := client.Status(ctx, host)
+		require.NoError(t, err)
+		assert.False(t, st.ServerUp, "a fenced server does not serve after its entrypoint's new start")
+		assert.True(t, st.Fenced)
+		assertNoRestart(ctx, t, cs, ns, pod)
 
-	_, err = client.Unfence(ctx, host)
-	require.NoError(t, err)
-	st = status(func(s instance.Status) bool { return s.ServerUp && !s.Fenced }, "the server is back once the fence is lifted")
-	assert.Equal(t, instance.RolePrimary, st.Role)
+		lifted := time.Now()
+		_, err = client.Unfence(ctx, host)
+		require.NoError(t, err)
+		st = status(func(s instance.Status) bool { return s.ServerUp && !s.Fenced }, "the server is back once the fence is lifted")
+		assert.Equal(t, instance.RolePrimary, st.Role)
+		logf(t, "fence %d lifted: the server answered %.1f s later, its container not restarted", round, time.Since(lifted).Seconds())
+		assertNoRestart(ctx, t, cs, ns, pod)
+	}
+	for round := 1; round <= 3; round++ {
+		fenceAndLift(round)
+	}
 
 	// Without the operator's certificate: refused.
 	bare := instance.NewClient(&tls.Config{RootCAs: tlsConfig.RootCAs, MinVersion: tls.VersionTLS13}, instance.DefaultPort, toPod)
 	_, err = bare.Status(ctx, host)
 	require.Error(t, err)
+}
+
+// assertNoRestart: the kubelet has restarted no container of the pod.
+func assertNoRestart(ctx context.Context, t *testing.T, cs clientset, ns, name string) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, c := range p.Status.ContainerStatuses {
+		assert.Zero(t, c.RestartCount, "container %s restarted", c.Name)
+		assert.NotNil(t, c.State.Running, "container %s runs", c.Name)
+	}
 }

@@ -67,6 +67,8 @@ func TestTheOldPrimaryRejoinsAsAStandbyOnceItsPodNamesTheNewPrimary(t *testing.T
 	assert.Equal(t, "fo-1", got.Status.CurrentPrimary)
 	assert.False(t, rec.Rejoined.Before(rec.FenceLifted))
 	f.waitRows("fo-0", "1,2")
+	assert.FileExists(t, filepath.Join(roleDir(e.root, "fo-0"), "deckhand-restarted"),
+		"the entrypoint recorded the lift, for the liveness probe (no startup probe runs again under the supervisor)")
 	inRecovery, err := f.psql("fo-0", "SELECT pg_is_in_recovery()")
 	require.NoError(t, err, inRecovery)
 	assert.Equal(t, "t", inRecovery, "the old primary is a standby")

@@ -266,3 +266,38 @@ func TestACloneLogsItsProgressForTheOperator(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "the standby never served:\n%s", log)
 	assert.Zero(t, processIn(clone.Process.Pid, "sleep"), "the progress reporter left its sleep behind")
 }
+
+// TestTheLivenessProbeGivesTheStartAfterAFenceTheStartupProbesHour: a
+// server whose fence was lifted starts again without a container restart
+// (the supervisor), so no startup probe covers its rewind and replay;
+// probe.sh live passes for an hour after the lift bootstrap.sh records
+// (deckhand-restarted in DECKHAND_ROLE_DIR) while the server does not
+// answer, fails after that, and forgets the lift once the server answers.
+func TestTheLivenessProbeGivesTheStartAfterAFenceTheStartupProbesHour(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	live := postgres.Engine{}.ServerPod(h.cluster).Container.LivenessProbe
+	roleDir := h.u.TempDir(t)
+	marker := filepath.Join(roleDir, "deckhand-restarted")
+	env := map[string]string{"DECKHAND_ROLE_DIR": roleDir}
+	lifted := func(ago time.Duration) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(marker, []byte(strconv.FormatInt(time.Now().Add(-ago).Unix(), 10)+"\n"), 0o644))
+	}
+	down := pgtest.FreePort(t)
+
+	out, ok := h.probe(live, 1, "data-1", down, env)
+	assert.False(t, ok, "a server that does not answer, no lift recorded: %s", out)
+	lifted(time.Minute)
+	out, ok = h.probe(live, 1, "data-1", down, env)
+	assert.True(t, ok, "a minute after the lift: %s", out)
+	lifted(time.Hour + time.Minute)
+	out, ok = h.probe(live, 1, "data-1", down, env)
+	assert.False(t, ok, "an hour after the lift: %s", out)
+
+	primary := h.primary("data-0")
+	lifted(time.Minute)
+	out, ok = h.probe(live, 0, "data-0", primary.Port, env)
+	assert.True(t, ok, "a server that answers: %s", out)
+	assert.NoFileExists(t, marker, "the start is over once the server answers")
+}

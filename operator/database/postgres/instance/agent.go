@@ -555,6 +555,7 @@ func (a *Agent) serveUnfence(w http.ResponseWriter, r *http.Request) {
 // process acts on it only when it runs again, and then dies before it
 // answers a client, which is all a fence needs.
 func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
+	a.recordFencedServer()
 	if st := a.Status(ctx); st.ServerUp && !st.WALFlushStalled() {
 		secs := strconv.Itoa(max(1, int(a.cfg.StopTimeout/time.Second)))
 		out, err := a.pgCtl(ctx, "stop", "-m", "fast", "-w", "-t", secs)
@@ -576,6 +577,23 @@ func (a *Agent) stop(ctx context.Context) (clean, killed bool, err error) {
 	}
 	a.cfg.Log.Warn("immediate shutdown did not end in time (the server is hung): SIGKILLed every process of it", "pod", a.cfg.Pod, "postmaster", pid, "pg_ctl", out)
 	return false, true, nil
+}
+
+// recordFencedServer tells the server's supervisor (Supervise) that the
+// postmaster about to be stopped is stopped by a fence, in RoleDir, which
+// the server's container shares: the supervisor then starts the
+// entrypoint again instead of ending the container. The marker alone
+// cannot say so: a hung server's processes die only once they run again,
+// and the fence may be lifted by then.
+func (a *Agent) recordFencedServer() {
+	pid := a.postmasterPID()
+	if pid <= 0 {
+		return
+	}
+	path := filepath.Join(a.cfg.RoleDir, FencedServerRecord)
+	if err := os.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		a.cfg.Log.Warn("could not record the fenced server for its supervisor: its container may be restarted instead", "pod", a.cfg.Pod, "path", path, "error", err.Error())
+	}
 }
 
 func (a *Agent) pgCtl(ctx context.Context, args ...string) (string, error) {

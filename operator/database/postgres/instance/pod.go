@@ -57,15 +57,22 @@ type PodOptions struct {
 // it, with the server's data volume, its socket directory (an emptyDir
 // both mount) and the pods' TLS Secret; the pod shares one process
 // namespace so the agent's pg_ctl can signal the postmaster. The server's
-// entrypoint is told where to ask for its role (RoleDirEnv); its
-// container is otherwise unchanged. The agent's
-// environment takes PGDATA and PGPORT from the server's.
+// entrypoint runs under the agent binary's supervisor (Supervise) and is
+// told where to ask for its role (RoleDirEnv); its container is otherwise
+// unchanged. The agent's environment takes PGDATA and PGPORT from the
+// server's.
 func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 	server := container(spec, opts.Server)
 	if server == nil {
 		return fmt.Errorf("the pod has no container %q", opts.Server)
 	}
-	server.VolumeMounts = append(server.VolumeMounts, corev1.VolumeMount{Name: socketVolume, MountPath: SocketDir})
+	server.VolumeMounts = append(server.VolumeMounts,
+		corev1.VolumeMount{Name: socketVolume, MountPath: SocketDir},
+		corev1.VolumeMount{Name: binVolume, MountPath: binDir, ReadOnly: true})
+	// The entrypoint runs under the agent binary's supervisor, which
+	// starts it again after a fence instead of ending the container
+	// (supervise.go).
+	server.Command = append(slices.Clone(supervisor), server.Command...)
 	// Its entrypoint asks the operator, through the agent, before it
 	// starts as the primary (role.go).
 	server.Env = append(server.Env, corev1.EnvVar{Name: RoleDirEnv, Value: SocketDir})
@@ -96,6 +103,19 @@ func AddAgent(spec *corev1.PodSpec, opts PodOptions) error {
 	}
 	spec.Containers = append(spec.Containers, agent)
 	return nil
+}
+
+// supervisor is what AddAgent puts before the server's command.
+var supervisor = []string{binDir + "/deckhand-instance", "supervise", "--"}
+
+// WithoutSupervisor is the server's command as it was before AddAgent put
+// the supervisor before it (for a test that runs the entrypoint on a host,
+// where the pod's binary is not).
+func WithoutSupervisor(command []string) []string {
+	if len(command) >= len(supervisor) && slices.Equal(command[:len(supervisor)], supervisor) {
+		return command[len(supervisor):]
+	}
+	return command
 }
 
 // askReadinessThroughAgent makes the kubelet ask the agent for the

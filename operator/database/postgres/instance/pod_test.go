@@ -20,9 +20,10 @@ func mountsOf(c corev1.Container) map[string]string {
 	return out
 }
 
-// The agent joins the engine's server pod, its entrypoint unchanged but
-// told where to ask for its role: the same image (pg_ctl, the same user), the data volume
-// and the socket shared, the agent copied from the operator image.
+// The agent joins the engine's server pod, its entrypoint run by the
+// agent binary's supervisor and told where to ask for its role: the same
+// image (pg_ctl, the same user), the data volume and the socket shared,
+// the agent copied from the operator image.
 func TestAddAgentToTheServerPod(t *testing.T) {
 	pod := postgres.Engine{}.ServerPod(engine.Cluster{Name: "db", Namespace: "ns", Image: "postgres:17.6", Port: 5432})
 	spec := corev1.PodSpec{Containers: []corev1.Container{pod.Container}, Volumes: pod.Volumes, SecurityContext: pod.SecurityContext}
@@ -31,8 +32,10 @@ func TestAddAgentToTheServerPod(t *testing.T) {
 
 	assert.True(t, *spec.ShareProcessNamespace, "pg_ctl in the sidecar signals the postmaster")
 	server := spec.Containers[0]
-	assert.Equal(t, before.Command, server.Command, "the server's entrypoint is unchanged")
+	assert.Equal(t, append([]string{"/opt/deckhand-instance/deckhand-instance", "supervise", "--"}, before.Command...), server.Command,
+		"the server's entrypoint, under the supervisor that starts it again after a fence")
 	assert.Equal(t, instance.SocketDir, mountsOf(server)["deckhand-socket"])
+	assert.Equal(t, "/opt/deckhand-instance", mountsOf(server)["deckhand-instance-bin"], "the supervisor's binary")
 	assert.Contains(t, server.Env, corev1.EnvVar{Name: instance.RoleDirEnv, Value: instance.SocketDir},
 		"the entrypoint asks for its role where the agent answers")
 	assert.Equal(t, append(before.Args, "-c", "wal_receiver_status_interval=1s"), server.Args,

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,12 +138,14 @@ func ContainerEnv(t testing.TB, container corev1.Container, pod string, secret f
 }
 
 // HostCommand is the container's command and args with the scripts
-// volume's mount path replaced by scripts, the host's copy of it.
+// volume's mount path replaced by scripts, the host's copy of it. A
+// server's entrypoint runs without the agent's supervisor (the pod's
+// binary): a test starts it again itself where the supervisor would.
 func HostCommand(t testing.TB, container corev1.Container, scripts string) []string {
 	t.Helper()
 	mount := MountPath(t, container, engine.ScriptsVolume)
 	var out []string
-	for _, a := range append(append([]string{}, container.Command...), container.Args...) {
+	for _, a := range append(slices.Clone(instance.WithoutSupervisor(container.Command)), container.Args...) {
 		if rest, ok := strings.CutPrefix(a, mount+"/"); ok {
 			a = filepath.Join(scripts, rest)
 		}

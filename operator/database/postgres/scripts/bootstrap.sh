@@ -348,11 +348,22 @@ case $ordinal in '' | *[!0-9]*) fail "POD_NAME \"$POD_NAME\" does not end in -<o
 # server, so a fence outlives the container. The script waits until the
 # agent lifts the fence (removes the marker), and only then reads its
 # role: a failover names the new primary while the old one is fenced.
+# With the agent, the script runs under its supervisor (deckhand-instance
+# supervise), which starts it again when the server ends fenced, so the
+# container is not restarted; it sets DECKHAND_FENCED_RESTART=1 then.
 fence_marker=$(dirname "$PGDATA")/deckhand-fenced
 if [ -e "$fence_marker" ]; then
 	log "fenced ($fence_marker is there): not starting the server until the fence is lifted"
 	while [ -e "$fence_marker" ]; do sleep 1; done
 	log "the fence is lifted: starting"
+	DECKHAND_FENCED_RESTART=1
+fi
+# The start after a fence (waited for here, or lifted before the
+# supervisor started this script again: DECKHAND_FENCED_RESTART) may take
+# as long as a first one, and the container's startup probe ran long ago:
+# the time goes to probe.sh (restarted_recently).
+if [ -n "${DECKHAND_FENCED_RESTART:-}" ] && [ -n "${DECKHAND_ROLE_DIR:-}" ]; then
+	date +%s >"$DECKHAND_ROLE_DIR/deckhand-restarted" || log "could not write $DECKHAND_ROLE_DIR/deckhand-restarted: the liveness probe gives this start only its usual minute"
 fi
 # The role: the operator's word, read once now (a later change of the
 # file takes effect at the next start; the readiness probe fails meanwhile).

@@ -24,7 +24,9 @@
 # server replays an archive before it serves (point-in-time recovery: the
 # server's PID in deckhand-recovering beside PGDATA). It passes too while
 # bootstrap.sh waits for the operator to confirm the pod is the primary
-# (deckhand-role-wait in DECKHAND_ROLE_DIR).
+# (deckhand-role-wait in DECKHAND_ROLE_DIR), and for up to an hour while
+# a server whose fence was lifted (deckhand-restarted there, which
+# bootstrap.sh writes: restarted_recently) does not answer yet.
 #
 # probe.sh ready also fails while the server's role disagrees with the
 # operator's: the file "primary" beside this script (the scripts
@@ -181,6 +183,22 @@ wake_checkpointer() {
 	printf '%s\n' "$started" >"$beside/deckhand-checkpointer-woken" 2>/dev/null || true
 }
 
+# restarted_recently: the server started again after a fence less than
+# an hour ago (bootstrap.sh writes the Unix time of that start, once the
+# fence is lifted, into deckhand-restarted in DECKHAND_ROLE_DIR). Its
+# supervisor started the entrypoint again without restarting the
+# container, so the startup probe does not run again: this gives the
+# start after a demotion (the wait for the new primary, pg_rewind, the
+# replay after it) the hour the startup probe gives a first start
+# (ServerPod: 360 tries 10 s apart).
+restarted_recently() {
+	[ -n "${DECKHAND_ROLE_DIR:-}" ] || return 1
+	since=
+	read -r since 2>/dev/null <"$DECKHAND_ROLE_DIR/deckhand-restarted" || return 1
+	case $since in '' | *[!0-9]*) return 1 ;; esac
+	[ $(($(date +%s) - since)) -lt 3600 ]
+}
+
 case $mode in
 live)
 	# A fenced server is down on purpose (bootstrap.sh waits for the
@@ -198,6 +216,9 @@ live)
 		exit 0
 	fi
 	if pg_isready -q -p "$PGPORT"; then
+		# The start after a fence is over (see restarted_recently); the
+		# test forks nothing at the probes that find no marker.
+		[ ! -e "${DECKHAND_ROLE_DIR:-/nonexistent}/deckhand-restarted" ] || rm -f "$DECKHAND_ROLE_DIR/deckhand-restarted"
 		if slot_lost; then
 			echo "the primary reports this standby's replication slot lost: restarting to clone it again" >&2
 			exit 1
@@ -205,6 +226,7 @@ live)
 		exit 0
 	fi
 	clone_progressing && exit 0
+	restarted_recently && exit 0
 	exit 1
 	;;
 ready)
