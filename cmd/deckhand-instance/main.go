@@ -15,8 +15,8 @@
 // with --probe-listen the kubelet's readiness probe (instance/probe.go).
 // metrics serves the metrics alone (a Database without failover).
 // supervise is the server container's entrypoint in a pod with the agent:
-// it runs COMMAND (bootstrap.sh) and starts it again when it ends while
-// the server is fenced (instance.Supervise), so a demoted server's
+// it runs COMMAND (bootstrap.sh) and starts it again when it ends after
+// the agent fenced its server (instance.Supervise), so a demoted server's
 // container is never restarted by the kubelet.
 package main
 

@@ -47,12 +47,12 @@ var SupervisedSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIG
 // signals it receives, and returns the child's exit code once the child
 // ends on its own or after a stopping signal.
 //
-// A child that ends while the fence marker is in place, or whose server
-// the agent recorded as fenced (FencedServerRecord: a hung server's fence
-// may be lifted before its SIGKILLed processes run again and die), is
-// started again (the agent fenced its server: a switchover, a failover,
-// its own guard), and the entrypoint waits on the marker if it is still
-// there. So a demoted server's container
+// A child whose server the agent fenced (a switchover, a failover, its
+// own guard) is started again when it ends, and the entrypoint waits on
+// the marker while it is there. Fenced means the marker is in place, or
+// the agent recorded the child as the server it stopped
+// (FencedServerRecord: a hung server's fence may be lifted before its
+// SIGKILLed processes run again and die). So a demoted server's container
 // never ends, and the kubelet's restart back-off, which grows with every
 // end of a container up to five minutes, never delays a rejoin. A crash
 // without a fence still ends the container, as before.
