@@ -63,6 +63,13 @@ func (r *Reconciler) maybeSwitchover(ctx context.Context, db *Cluster, eng engin
 	if st, err := ch.Status(ctx, r.instanceHost(db, target)); err == nil {
 		o.Status = &st
 	}
+	// This look at the target is the pass's latest: the last failover's
+	// old primary may stream only since the standbys were read. Recorded
+	// back now, before the switchover to it leaves that record behind for
+	// good.
+	if err := r.rejoinSeenIn(ctx, db, []failover.Observation{o}); err != nil {
+		return true, err
+	}
 	if aborted := abortedSwitchoverTo(db, target); aborted != nil && !retrySwitchoverAsked(db) {
 		r.setCondition(db, ConditionFailover, false, "SwitchoverAborted", fmt.Sprintf("the switchover from %s to %s was aborted at %s: %s; %s is the primary. To try again annotate the Database %s=now; to give it up clear spec.failover.switchoverTo", aborted.From, aborted.To, aborted.Finished.UTC().Format(time.RFC3339), aborted.AbortReason, currentPrimary(db), failover.AnnotationRetrySwitchover))
 		return true, nil
