@@ -272,11 +272,11 @@ func (r *BackupReconciler) startVerification(ctx context.Context, b *Backup, db 
 }
 
 // newerVerification is the request time job's annotation gives, when it
-// is not that of v, the verification recorded (status times are whole
+// is later than that of v, the verification recorded (both are whole
 // seconds); nil for the recorded verification's Job, or one without it.
 func newerVerification(job *batchv1.Job, v *dbv1.BackupVerification, key string) *metav1.Time {
 	at, err := time.Parse(time.RFC3339, job.Annotations[key])
-	if err != nil || (v.RequestTime != nil && v.RequestTime.UTC().Format(time.RFC3339) == job.Annotations[key]) {
+	if err != nil || v.RequestTime != nil && !at.After(v.RequestTime.Truncate(time.Second)) {
 		return nil
 	}
 	return &metav1.Time{Time: at}
