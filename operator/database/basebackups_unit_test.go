@@ -112,7 +112,10 @@ func TestTheArchivesBaseBackupsAreDatabaseBackups(t *testing.T) {
 		baseBackupObject("shop-base-20261201t050000z", dbv1.BackupPending, nil),
 		deleted,
 		kept)
-	r := &Reconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind}
+	// The clock an hour after "again" was asked for: well within the
+	// bound for a base backup to reach the archive.
+	now := t0.Add(4 * time.Hour)
+	r := &Reconciler{Client: c, Owned: c, API: c, Recorder: events.NewFakeRecorder(100), Kind: DatabaseKind, Now: func() time.Time { return now }}
 	ctx := context.Background()
 	var asked []string
 	ask := func(name string) error { asked = append(asked, name); return nil }
