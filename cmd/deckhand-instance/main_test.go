@@ -6,12 +6,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
 // The agent refuses to serve without knowing its pod and data directory
 // (a sidecar whose environment lacks them would otherwise watch ".").
 func TestServeNeedsItsPodAndDataDirectory(t *testing.T) {
-	bin := buildAgent(t)
+	bin := pgtest.AgentBinary(t)
 	for name, env := range map[string][]string{
 		"no POD_NAME": {"PGDATA=/var/lib/postgresql/data/pgdata"},
 		"no PGDATA":   {"POD_NAME=db-0"},

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,25 +19,10 @@ import (
 	"github.com/deckhand-dev/deckhand/operator/database/postgres/pgtest"
 )
 
-// agentBinary is this command built once for the package's tests.
-var agentBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "deckhand-instance-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "deckhand-instance")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return "", errors.New(string(out))
-	}
-	// Other users run it too (pgtest.Unprivileged).
-	return bin, os.Chmod(dir, 0o755)
-})
-
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	bin, err := agentBinary()
-	require.NoError(t, err, "go build")
-	return bin
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.RemoveAgentBinary()
+	os.Exit(code)
 }
 
 // supervised is the server container's entrypoint as AddAgent makes it,
@@ -50,7 +34,7 @@ func supervised(t *testing.T, u *pgtest.User, dir, script string, env map[string
 	for k, v := range env {
 		all[k] = v
 	}
-	return u.Command(all, []string{buildAgent(t), "supervise", "--restart-pause", "50ms", "--", "sh", "-c", script})
+	return u.Command(all, []string{pgtest.AgentBinary(t), "supervise", "--restart-pause", "50ms", "--", "sh", "-c", script})
 }
 
 func runs(t *testing.T, dir string) int {

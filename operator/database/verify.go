@@ -185,8 +185,12 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 			return reconcile.Result{}, err
 		}
 	}
+	var newer *metav1.Time
+	if ours && v != nil && v.Outcome != "" {
+		newer = newerVerification(&job, v, r.Kind.Keys.VerifyRequest)
+	}
 	switch {
-	case ours && v != nil && v.Outcome != "" && newerVerification(&job, v, r.Kind.Keys.VerifyRequest) != nil:
+	case newer != nil:
 		// The Job of a verification started after the one recorded, whose
 		// status write was lost (a conflict with another write of the
 		// backup): it is that verification's, recorded now and observed,
@@ -194,8 +198,7 @@ func (r *BackupReconciler) verification(ctx context.Context, b *Backup) (reconci
 		if r.stale(ctx, b) {
 			return reconcile.Result{RequeueAfter: staleRecheck}, nil
 		}
-		requested := newerVerification(&job, v, r.Kind.Keys.VerifyRequest)
-		b.Status.Verification = &dbv1.BackupVerification{RequestTime: requested, StartTime: requested}
+		b.Status.Verification = &dbv1.BackupVerification{RequestTime: newer, StartTime: newer}
 		verifyPending(&b.Status.Conditions, b.Generation, ConditionVerified, "Running", fmt.Sprintf("Job %s restores %s into a scratch server and checks it", job.Name, b.Status.File))
 		return r.observeVerifyJob(ctx, b, db, &job, settings)
 	case ours && v != nil && v.Outcome != "":

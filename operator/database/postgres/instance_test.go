@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,42 +28,12 @@ import (
 // client asks it over mutual TLS by the pod's name under the headless
 // Service, dialled at 127.0.0.1.
 
-// agentBinary is cmd/deckhand-instance, built once per test binary (the
-// failover tests side by side each linked it again: about 2 s of CPU
-// each) into a directory the servers' user can read; TestMain removes it.
-func agentBinary(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deckhand-instance-")
-		if err == nil {
-			agentDir = dir
-			err = os.Chmod(dir, 0o755)
-		}
-		if err == nil {
-			out := filepath.Join(dir, "deckhand-instance")
-			b, berr := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
-			if berr != nil {
-				err = fmt.Errorf("go build: %w\n%s", berr, b)
-			}
-			agentPath = out
-		}
-		agentErr = err
-	})
-	require.NoError(t, agentErr)
-	return agentPath
-}
-
-var (
-	agentOnce           sync.Once
-	agentDir, agentPath string
-	agentErr            error
-)
+// agentBinary is cmd/deckhand-instance, built once (pgtest.AgentBinary).
+func agentBinary(t testing.TB) string { return pgtest.AgentBinary(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if agentDir != "" {
-		os.RemoveAll(agentDir)
-	}
+	pgtest.RemoveAgentBinary()
 	os.Exit(code)
 }
 

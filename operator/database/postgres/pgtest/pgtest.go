@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -439,4 +440,43 @@ func undoOnce(t testing.TB, name string, args ...string) func() {
 		out, err := exec.Command(name, args...).CombinedOutput()
 		require.NoError(t, err, "%s %v: %s", name, args, out)
 	}
+}
+
+// AgentBinary is cmd/deckhand-instance, built once per test binary (tests
+// side by side each linking it again cost about 2 s of CPU each) into a
+// directory every user can read: the servers' user runs it. The test
+// binary's TestMain calls RemoveAgentBinary.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	agent.once.Do(func() {
+		dir, err := os.MkdirTemp("", "deckhand-instance-")
+		if err == nil {
+			agent.dir = dir
+			err = os.Chmod(dir, 0o755)
+		}
+		if err == nil {
+			out := filepath.Join(dir, "deckhand-instance")
+			b, berr := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/deckhand-dev/deckhand/cmd/deckhand-instance").CombinedOutput()
+			if berr != nil {
+				err = fmt.Errorf("go build: %w\n%s", berr, b)
+			}
+			agent.path = out
+		}
+		agent.err = err
+	})
+	require.NoError(t, agent.err)
+	return agent.path
+}
+
+// RemoveAgentBinary removes what AgentBinary built.
+func RemoveAgentBinary() {
+	if agent.dir != "" {
+		os.RemoveAll(agent.dir)
+	}
+}
+
+var agent struct {
+	once      sync.Once
+	dir, path string
+	err       error
 }
