@@ -4,13 +4,15 @@
 # kubelet, kube-proxy and containerd built from source (hack/tools.sh
 # kubenode, containerd), runc and the CNI plugins from Debian, pods on
 # bridges of 198.18.0.0/15 addresses that route nowhere off the machine.
-# The first node, dh-node, runs in the machine's network namespace; the
-# second, dh-node2, in a network namespace of its own (joined to the first
-# by a veth pair), with its own containerd, kubelet, kube-proxy, state
-# directories and cgroup parent, so a test can power it off or cut its
-# network while the first node and the control plane run on. The second
-# node is tainted (second_node_taint): only pods that tolerate it run
-# there. DECKHAND_NODES=1 starts the first node only.
+# Each node, dh-node and dh-node2, runs in a network namespace of its own
+# (joined to the machine's by a veth pair) with its own containerd,
+# kubelet, kube-proxy and state directories, and the control plane listens
+# on an address of the machine's own (bridge dh-cp), so a test can power
+# either node off or cut its network while the other node and the control
+# plane run on. The machine runs a kube-proxy too, for clients on the
+# machine (the tests) to reach Services. The second node is tainted
+# (second_node_taint): only pods that tolerate it run there.
+# DECKHAND_NODES=1 starts the first node only.
 #
 #   hack/node.sh up          create (or restart) the cluster and its nodes; last line: export KUBECONFIG=...
 #   hack/node.sh down        remove all of it: processes, mounts, network, iptables rules, cgroups, state
@@ -26,16 +28,17 @@
 #   hack/node.sh apiserver stop|start  kill the node cluster's kube-apiserver (SIGKILL) / start it again (fault tests)
 #   hack/node.sh kubelet stop|start [NODE]  stop a node's kubelet, the first's by default (its containers keep
 #                                      running) / start it again (fault tests)
-#   hack/node.sh power off|on [NODE]   power the second node off (its network, kubelet, containerd and every
-#                                      container killed at once) / on again (as after a reboot)
-#   hack/node.sh network cut|restore [NODE]  cut the second node's network (its processes run on) / restore it
+#   hack/node.sh power off|on [NODE]   power a node (the second by default) off (its network, kubelet, containerd
+#                                      and every container killed at once) / on again (as after a reboot)
+#   hack/node.sh network cut|restore [NODE]  cut a node's network (its processes run on) / restore it
 #   hack/node.sh ctr-on NODE ARGS      ctr on NODE's containerd
 #
-# Addresses (docs/development/realnode.md): dh-node 198.18.0.1/23 on bridge dh-node0, its pods
-# 198.18.1.0/24; dh-node2 198.18.2.1/23 on bridge dh-node2 in network namespace dh-node2, its pods
-# 198.18.3.0/24, reached through veth dh-node2-h (198.18.255.1/30, the namespace's end
-# 198.18.255.2/30); Services 198.19.0.0/16. Nothing here uses the kwok cluster
-# `deckhand` that the rest of the suite runs on.
+# Addresses (docs/development/realnode.md): the API server 198.18.254.1 on bridge dh-cp;
+# dh-node 198.18.0.1/23 on bridge dh-node0 in network namespace dh-node, its pods 198.18.1.0/24,
+# reached through veth dh-node-h (198.18.255.5/30, the namespace's end 198.18.255.6/30); dh-node2
+# 198.18.2.1/23 on bridge dh-node2 in network namespace dh-node2, its pods 198.18.3.0/24, through
+# veth dh-node2-h (198.18.255.1/30, 198.18.255.2/30); Services 198.19.0.0/16. Nothing here uses
+# the kwok cluster `deckhand` that the rest of the suite runs on.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,9 +49,15 @@ first_node=dh-node
 second_node=dh-node2
 node_count=${DECKHAND_NODES:-2}
 apiserver_port=${DECKHAND_NODE_APISERVER_PORT:-16443}
-# The API server's address on the first node's bridge: the second node's
-# kubelet, kube-proxy and pods reach it there.
-apiserver_ip=198.18.0.1
+# The control plane's address, on a bridge of the machine's with no port
+# (dh-cp): neither node holds it, so either can be lost while the API
+# server answers the other. The nodes' kubelets, kube-proxies and pods
+# reach it there.
+apiserver_ip=198.18.254.1
+control_plane_bridge=dh-cp
+# The machine's own daemons (use_node): its kube-proxy, through which
+# clients on the machine reach Services, and the volume provisioner.
+machine=dh-machine
 # Pods that tolerate this taint may run on the second node; the rest of
 # the node tests run on the first, as they did with one node.
 second_node_taint=deckhand.dev/second-node
@@ -67,37 +76,42 @@ export KWOK_WORKDIR=$cache/kwok
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
 pki=$KWOK_WORKDIR/clusters/$name/pki
 # Persistent state (images, kubelet's pods) and runtime state (sockets,
-# mounts of running containers) of the cluster, removed by `down`; the
-# second node's are directories inside them.
+# mounts of running containers) of the cluster, removed by `down`; each
+# node's, and the machine's daemons', are directories inside them.
 cluster_state=$cache/node/$name
 cluster_run=/run/deckhand-node/$name
 guard_chain=DECKHAND-NODE-APISERVER
-veth=$second_node-h
-veth_host_ip=198.18.255.1
-veth_node_ip=198.18.255.2
 
 # use_node NAME selects the node the functions below act on: its name,
-# network namespace ("" for the machine's), bridge and addresses (one
-# subnet on the bridge, a /23: the bridge plugin accepts only one IPv4
-# address on its bridge, so the node's address is also the pods' gateway,
-# and host-local hands out the upper half), directories, containerd
-# socket and cgroup parent.
+# network namespace, bridge and addresses (one subnet on the bridge, a
+# /23: the bridge plugin accepts only one IPv4 address on its bridge, so
+# the node's address is also the pods' gateway, and host-local hands out
+# the upper half), the veth pair joining its namespace to the machine's
+# (a /30), directories, containerd socket and cgroup parent. NAME
+# $machine selects the machine's own daemons (its kube-proxy, the volume
+# provisioner): no namespace of their own, the control plane's address.
 use_node() {
   case $1 in
   "$first_node")
-    node=$first_node netns= bridge=dh-node0 node_ip=198.18.0.1 node_cidr=198.18.0.1/23
-    pod_subnet=198.18.0.0/23 pod_cidr=198.18.1.0/24 state=$cluster_state run=$cluster_run cgroup_parent=
+    node=$first_node netns=$first_node bridge=dh-node0 node_ip=198.18.0.1 node_cidr=198.18.0.1/23
+    pod_subnet=198.18.0.0/23 pod_cidr=198.18.1.0/24 cgroup_parent=
+    veth=$first_node-h veth_host_ip=198.18.255.5 veth_node_ip=198.18.255.6
     ;;
   "$second_node")
     node=$second_node netns=$second_node bridge=dh-node2 node_ip=198.18.2.1 node_cidr=198.18.2.1/23
-    pod_subnet=198.18.2.0/23 pod_cidr=198.18.3.0/24 state=$cluster_state/$second_node
-    run=$cluster_run/$second_node cgroup_parent=$second_node
+    pod_subnet=198.18.2.0/23 pod_cidr=198.18.3.0/24 cgroup_parent=$second_node
+    veth=$second_node-h veth_host_ip=198.18.255.1 veth_node_ip=198.18.255.2
+    ;;
+  "$machine")
+    node=$machine netns='' bridge=$control_plane_bridge node_ip=$apiserver_ip node_cidr=$apiserver_ip/32
+    pod_subnet='' pod_cidr='' cgroup_parent='' veth='' veth_host_ip='' veth_node_ip=''
     ;;
   *)
     echo "no node $1 (nodes: $first_node, $second_node)" >&2
     return 1
     ;;
   esac
+  state=$cluster_state/$node run=$cluster_run/$node
   sock=$run/containerd/containerd.sock
 }
 use_node "$first_node"
@@ -154,6 +168,9 @@ require_root() {
 
 # --- network -----------------------------------------------------------------
 
+# network_up makes the selected node's network (netns_up, then its
+# bridge), or for the machine the control plane's bridge, the API
+# server's guard and the blackhole.
 network_up() {
   if [[ -n $netns ]]; then
     netns_up
@@ -165,27 +182,30 @@ network_up() {
   in_netns ip link set "$bridge" up
   [[ -n $netns ]] && return 0
   apiserver_guard_up
-  # The nodes' addresses end here: with the second node powered off or
-  # cut, its addresses must not follow the machine's default route off
-  # the machine. A blackhole drops them silently, as a dead node's
-  # packets vanish in a routed network (the senders time out). Not the
-  # Services' range: the machine's route lookup for a ClusterIP comes
-  # before kube-proxy rewrites it (OUTPUT), or rejects one with no
-  # endpoints (FORWARD), and a blackhole there failed both.
+  # The nodes' addresses end here: with a node powered off or cut, its
+  # addresses must not follow the machine's default route off the
+  # machine. A blackhole drops them silently, as a dead node's packets
+  # vanish in a routed network (the senders time out). Not the Services'
+  # range: the machine's route lookup for a ClusterIP comes before
+  # kube-proxy rewrites it (OUTPUT), or rejects one with no endpoints
+  # (FORWARD), and a blackhole there failed both. The control plane's
+  # address is local, which the kernel looks up before the blackhole.
   ip route replace blackhole "$node_range"
 }
 
-# netns_up makes the second node's network namespace, the veth pair that
-# joins it to the machine's, and the routes between the two: the machine
-# reaches the node's /23 through the pair, the node the project's range
-# (the first node, its pods, the API server, Services) through the
-# machine. Nothing else: no default route. Forwarding and bridge netfilter
-# (kube-proxy's rules see bridged traffic) are per namespace.
+# netns_up makes the node's network namespace, the veth pair that joins it
+# to the machine's, and the routes between the two: the machine reaches
+# the node's /23 through the pair, the node the project's range (the
+# control plane, the other node, its pods, Services) through the machine,
+# which forwards between the nodes. Nothing else: no default route.
+# Forwarding and bridge netfilter (kube-proxy's rules see bridged traffic)
+# are per namespace.
 netns_up() {
   [[ -e /run/netns/$netns ]] || ip netns add "$netns"
   if ! ip link show "$veth" >/dev/null 2>&1; then
     ip link add "$veth" type veth peer name eth0 netns "$netns"
   fi
+  sysctl -qw net.ipv4.ip_forward=1
   in_netns sysctl -qw net.ipv4.ip_forward=1
   modprobe br_netfilter 2>/dev/null || true
   in_netns sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
@@ -205,17 +225,19 @@ link_up() {
 }
 
 # The API server listens on every address of both families (kube-apiserver
-# takes one bind address, kwokctl's clients use 127.0.0.1 and pods need the
-# bridge's; 0.0.0.0 gives a dual-stack socket), so this chain, in iptables
-# and ip6tables, lets only loopback, the first node's bridge and the second
-# node's veth reach its port.
+# takes one bind address, kwokctl's clients use 127.0.0.1 and the nodes
+# need the control plane's; 0.0.0.0 gives a dual-stack socket), so this
+# chain, in iptables and ip6tables, lets only loopback (the machine's own
+# clients, the control plane's address included) and the nodes' veth
+# pairs reach its port.
 apiserver_guard_up() {
-  local cmd
+  local cmd n
   for cmd in iptables ip6tables; do
     "$cmd" -w -N "$guard_chain" 2>/dev/null || "$cmd" -w -F "$guard_chain"
     "$cmd" -w -A "$guard_chain" -i lo -j RETURN
-    "$cmd" -w -A "$guard_chain" -i "$bridge" -j RETURN
-    "$cmd" -w -A "$guard_chain" -i "$veth" -j RETURN
+    for n in "$first_node" "$second_node"; do
+      "$cmd" -w -A "$guard_chain" -i "$n-h" -j RETURN
+    done
     "$cmd" -w -A "$guard_chain" -j DROP
     "$cmd" -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
       "$cmd" -w -I INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain"
@@ -249,8 +271,8 @@ options:
   kubeAdmission: true
   securePort: true
   kubeApiserverPort: $apiserver_port
-  # pods reach the API server at the node's address and through the
-  # kubernetes Service's first address
+  # the nodes and their pods reach the API server at the control plane's
+  # address and through the kubernetes Service's first address
   kubeApiserverCertSANs:
   - $apiserver_ip
   - ${service_cidr%.0/16}.1
@@ -350,8 +372,8 @@ client_kubeconfig() { # file, user, group
     chmod 600 "$key"
   fi
   server=$("$kubectl" --kubeconfig "$kubeconfig" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  # The second node's loopback is its own: it reaches the API server on
-  # the first node's bridge.
+  # A node's loopback is its own: it reaches the API server at the
+  # control plane's address.
   if [[ -n $netns ]]; then server=https://$apiserver_ip:$apiserver_port; fi
   KUBECONFIG=$out "$kubectl" config set-cluster "$name" --server "$server" \
     --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
@@ -467,7 +489,11 @@ start_containerd() {
 # (all of them took 31 s; none, under a second). Keyed by containerd's
 # version, whose store format is its own; down empties it of containers
 # and sandboxes (forget_containers).
-image_store() { echo "$cache/node-containerd/$name${netns:+-$node}-$(basename "$containerd_dir")"; }
+image_store() {
+  local suffix=
+  [[ $node == "$first_node" ]] || suffix=-$node
+  echo "$cache/node-containerd/$name$suffix-$(basename "$containerd_dir")"
+}
 
 containers_in_store() { { "$ctr" -a "$sock" -n k8s.io containers ls -q; sandbox_ids; } 2>/dev/null; }
 
@@ -623,7 +649,7 @@ EOF
 # /var/log/pods, each deleted the other's logs), and the node registers
 # tainted.
 second_node_settings() {
-  [[ -n $netns ]] || return 0
+  [[ $node == "$second_node" ]] || return 0
   cat <<EOF
 cgroupRoot: /$cgroup_parent
 podLogsDir: $state/pod-logs
@@ -697,9 +723,10 @@ pid_alive() {
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
 }
 
-# kube_chains_down removes the iptables chains the kubelet (and later
-# kube-proxy) create, KUBE-*, and the rules jumping to them, from every
-# table of both families. Only this node runs a kubelet on this machine.
+# kube_chains_down removes the iptables chains kube-proxy (the machine's)
+# creates, KUBE-*, and the rules jumping to them, from every table of both
+# families in the machine's namespace; the nodes' went with their
+# namespaces.
 kube_chains_down() {
   local cmd table rule chain
   for cmd in iptables ip6tables; do
@@ -731,7 +758,9 @@ dns_up() {
 # --- volumes -------------------------------------------------------------------
 
 # storage_up runs hack/provisioner (the kwok cluster's volume provisioner)
-# for this cluster, with its volumes under the node's state directory.
+# for this cluster on the machine (as a CSI controller runs beside the
+# control plane), with its volumes under the cluster's state directory;
+# each volume is pinned to a node and served from this machine's disk.
 storage_up() {
   "$kubectl" --kubeconfig "$kubeconfig" apply -f "$root/hack/node/storage.yaml" >&2
   pid_alive provisioner && return 0
@@ -739,21 +768,26 @@ storage_up() {
   (cd "$root" && go build -o "$cluster_state/bin/deckhand-provisioner" ./hack/provisioner)
   start_daemon provisioner "$cluster_state/bin/deckhand-provisioner" --kubeconfig "$kubeconfig" --root "$cluster_state/volumes"
   sleep 0.5
-  pid_alive provisioner || { tail -5 "$cluster_state/provisioner.log" >&2; return 1; }
+  pid_alive provisioner || { tail -5 "$state/provisioner.log" >&2; return 1; }
 }
 
 # --- kube-proxy --------------------------------------------------------------
 
-# kube-proxy in iptables mode: Services' ClusterIPs (198.19.0.0/16) to pods.
-# Node ports only on the bridge's address; conntrack sysctls and the OOM
-# score left as they are (root here may not lower an OOM score).
+# kube-proxy in iptables mode: Services' ClusterIPs (198.19.0.0/16) to pods,
+# one in each node's namespace and one in the machine's for the machine's
+# own clients. That one goes by the first node's name (kube-proxy waits
+# 30 s at start for its Node to exist, and reports itself unhealthy
+# without one), which matters only to Services that keep traffic on a
+# node, and none here does. Node ports only on the node's address (the
+# machine's: the control plane's); conntrack sysctls and the OOM score
+# left as they are (root here may not lower an OOM score).
 kube_proxy_config() {
   cat <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: $state/kube-proxy.kubeconfig
-hostnameOverride: $node
+hostnameOverride: $(if [[ $node == "$machine" ]]; then echo "$first_node"; else echo "$node"; fi)
 bindAddress: $node_ip
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
@@ -906,12 +940,12 @@ kubelet_start() {
 
 kubelet_healthy() { in_netns curl -fsS http://127.0.0.1:10248/healthz >/dev/null 2>&1; }
 
-# power_off ends the second node as a power cut would: its network first
+# power_off ends a node as a power cut would: its network first
 # (the veth pair down: nothing it sends gets out), then its kubelet,
 # kube-proxy, containerd, shims and every container process SIGKILLed at
 # once. Nothing shuts down cleanly; the volumes keep what reached them.
 power_off() {
-  second_node_only power
+  node_only power
   ip link set "$veth" down 2>/dev/null || true
   local what pid pids=()
   for what in kubelet kube-proxy containerd; do
@@ -923,13 +957,13 @@ power_off() {
   log "node $node powered off"
 }
 
-# power_on starts the second node again as after a reboot: what lived in
+# power_on starts a node again as after a reboot: what lived in
 # memory and under /run is gone (its containers' mounts and runtime state),
 # its disk is kept (the image store, the kubelet's directory, the
 # volumes); its network comes back, then containerd, the kubelet (which
 # starts the pods the API server still binds to the node) and kube-proxy.
 power_on() {
-  second_node_only power
+  node_only power
   pid_alive kubelet && { echo "node $node is on" >&2; return 1; }
   remove_shim_sockets
   unmount_all
@@ -941,24 +975,24 @@ power_on() {
   log "node $node powered on"
 }
 
-# network_cut takes the second node's veth pair down: the node and its
-# pods lose the control plane, the first node and each other's Services
+# network_cut takes a node's veth pair down: the node and its pods lose
+# the control plane, the other node and each other's Services
 # (kube-proxy's endpoints age), while every process runs on.
 network_cut() {
-  second_node_only network
+  node_only network
   ip link set "$veth" down
   log "node $node cut off"
 }
 
 network_restore() {
-  second_node_only network
+  node_only network
   link_up
   log "node $node reachable again"
 }
 
-second_node_only() {
+node_only() {
   if [[ -z $netns ]]; then
-    echo "hack/node.sh $1: only the second node ($second_node) can be powered off or cut; the first holds the API server's address" >&2
+    echo "hack/node.sh $1: $node is not a node (nodes: $first_node, $second_node)" >&2
     exit 2
   fi
   [[ -e /run/netns/$netns ]] || { echo "node $node is not up" >&2; exit 1; }
@@ -1045,8 +1079,8 @@ remove_cgroups() {
 }
 
 # node_down stops the selected node's daemons and containers and removes
-# what they mounted; the second node's cgroup parent and network
-# namespace (its bridge, veth pair and iptables rules with it) go too.
+# what they mounted, its network namespace (its bridge, veth pair and
+# iptables rules with it) and the second node's cgroup parent.
 node_down() {
   stop_daemon kube-proxy
   stop_daemon kubelet
@@ -1055,26 +1089,29 @@ node_down() {
   stop_daemon containerd
   remove_shim_sockets
   unmount_all
-  [[ -n $netns ]] || return 0
   local d
-  for d in /sys/fs/cgroup/*/"$cgroup_parent"; do
-    [[ -d $d ]] || continue
-    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
-  done
+  if [[ -n $cgroup_parent ]]; then
+    for d in /sys/fs/cgroup/*/"$cgroup_parent"; do
+      [[ -d $d ]] || continue
+      find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+  fi
   ip netns del "$netns" 2>/dev/null || true
   ip link del "$veth" 2>/dev/null || true
 }
 
 down() {
   use_tools
+  use_node "$machine"
   stop_daemon provisioner
+  stop_daemon kube-proxy
   use_node "$second_node"
   node_down
   use_node "$first_node"
   node_down
   [[ -n $(other_kubelet) ]] || remove_cgroups
   restore_kernel_tunables
-  ip link del "$bridge" 2>/dev/null || true
+  ip link del "$control_plane_bridge" 2>/dev/null || true
   ip route del blackhole "$node_range" 2>/dev/null || true
   apiserver_guard_down
   if [[ -n $(other_kubelet) ]]; then
@@ -1085,17 +1122,22 @@ down() {
   if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
     "$kwokctl" delete cluster --name "$name" >&2 || true
   fi
-  rm -rf "$state" "$run"
+  rm -rf "$cluster_state" "$cluster_run"
   rmdir /run/deckhand-node 2>/dev/null || true
   log "node cluster $name removed"
 }
 
 # node_present says whether anything this script creates exists here:
-# its directories, bridge, API-server guard chain or kwok cluster.
+# its directories, network namespaces, interfaces, API-server guard chain
+# or kwok cluster.
 node_present() {
-  [[ -e $run || -e $state || -d $KWOK_WORKDIR/clusters/$name || -e /run/netns/$second_node ]] && return 0
-  ip link show "$bridge" >/dev/null 2>&1 && return 0
-  ip link show "$veth" >/dev/null 2>&1 && return 0
+  local n
+  [[ -e $cluster_run || -e $cluster_state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
+  for n in "$first_node" "$second_node"; do
+    [[ -e /run/netns/$n ]] && return 0
+    ip link show "$n-h" >/dev/null 2>&1 && return 0
+  done
+  ip link show "$control_plane_bridge" >/dev/null 2>&1 && return 0
   ip route show type blackhole | grep -qF "$node_range" && return 0
   command -v iptables >/dev/null && { iptables -w -S "$guard_chain" || ip6tables -w -S "$guard_chain"; } >/dev/null 2>&1
 }
@@ -1125,18 +1167,20 @@ leftovers() {
 
 list_leftovers() {
   local d cmd table n
-  for n in "$second_node" "$first_node"; do
+  for n in "$second_node" "$first_node" "$machine"; do
     use_node "$n"
     for d in containerd kubelet kube-proxy provisioner; do
       if pid_alive "$d"; then echo "process: $n's $d (pid $(cat "$run/$d.pid"))"; fi
     done
-    shim_pids | sed "s/^/shim of $n: pid /"
+    [[ $n == "$machine" ]] || shim_pids | sed "s/^/shim of $n: pid /"
   done
-  if [[ -e /run/netns/$second_node ]]; then echo "network namespace: $second_node"; fi
-  if ip link show "$veth" >/dev/null 2>&1; then echo "interface: $veth"; fi
+  for n in "$second_node" "$first_node"; do
+    if [[ -e /run/netns/$n ]]; then echo "network namespace: $n"; fi
+    if ip link show "$n-h" >/dev/null 2>&1; then echo "interface: $n-h"; fi
+  done
+  if ip link show "$control_plane_bridge" >/dev/null 2>&1; then echo "interface: $control_plane_bridge"; fi
   if ip route show type blackhole | grep -qF "$node_range"; then echo "route: blackhole $node_range"; fi
-  awk -v r="$run" -v s="$state" 'index($5, r) == 1 || index($5, s) == 1 { print "mount: " $5 }' /proc/self/mountinfo
-  if ip link show "$bridge" >/dev/null 2>&1; then echo "interface: $bridge"; fi
+  awk -v r="$cluster_run" -v s="$cluster_state" 'index($5, r) == 1 || index($5, s) == 1 { print "mount: " $5 }' /proc/self/mountinfo
   for cmd in iptables ip6tables; do
     command -v "$cmd" >/dev/null || continue
     for table in filter nat mangle raw; do
@@ -1144,7 +1188,7 @@ list_leftovers() {
         '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 == g) { print "iptables: " c " " $2 }'
     done
   done
-  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/"$second_node" "$run" "$state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/"$second_node" "$cluster_run" "$cluster_state" "$KWOK_WORKDIR/clusters/$name" /run/containerd; do
     if [[ -e $d ]]; then echo "directory: $d"; fi
   done
 }
@@ -1158,8 +1202,10 @@ status() {
       if pid_alive "$d"; then echo "$n $d: running (pid $(cat "$run/$d.pid"))"; else echo "$n $d: not running"; fi
     done
   done
-  use_node "$first_node"
-  if pid_alive provisioner; then echo "provisioner: running (pid $(cat "$run/provisioner.pid"))"; else echo "provisioner: not running"; fi
+  use_node "$machine"
+  for d in kube-proxy provisioner; do
+    if pid_alive "$d"; then echo "the machine's $d: running (pid $(cat "$run/$d.pid"))"; else echo "the machine's $d: not running"; fi
+  done
   if api_ready; then "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide; else echo "API server: not ready"; fi
 }
 
@@ -1169,6 +1215,7 @@ up() {
   "$tools" build etcd kube kwok kubenode containerd coredns
   use_tools
   local start=$SECONDS n
+  use_node "$machine"
   network_up
   timed "control plane" control_plane_up
   for n in $(nodes); do
@@ -1179,7 +1226,8 @@ up() {
     timed "$n: kubelet" kubelet_up
     timed "$n: kube-proxy" kube_proxy_up
   done
-  use_node "$first_node"
+  use_node "$machine"
+  timed "the machine's kube-proxy" kube_proxy_up
   timed "cluster DNS" dns_up
   timed volumes storage_up
   log "nodes $(nodes | paste -sd' ') Ready; cluster $name up in $((SECONDS - start)) s"

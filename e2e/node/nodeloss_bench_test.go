@@ -7,15 +7,18 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/deckhand-dev/deckhand/operator/apis/imaginedata/v1"
 )
@@ -101,32 +104,49 @@ func BenchmarkNodeLoss(b *testing.B) {
 // BenchmarkOperatorNodeLoss runs (default 2).
 const OperatorReplicasEnv = "DECKHAND_OPERATOR_REPLICAS"
 
+// LostNodeEnv names the node BenchmarkOperatorNodeLoss powers off:
+// dh-node2 (the default) or dh-node, the first, which runs every other
+// test's pods.
+const LostNodeEnv = "DECKHAND_LOST_NODE"
+
+// CoreDNSEnv places CoreDNS for BenchmarkOperatorNodeLoss: "survivor" (the
+// default: its one replica on the node that is not lost) or "spread" (two
+// replicas, one on each node, as clusters usually run it: the lost node
+// takes one with it).
+const CoreDNSEnv = "DECKHAND_COREDNS"
+
 // BenchmarkOperatorNodeLoss measures the write outage when the node that
-// loses its power runs both the primary and the leading operator, as
-// BenchmarkNodeLoss does for the primary alone. The chart's release is
-// upgraded for it to DECKHAND_OPERATOR_REPLICAS operator replicas
-// (default 2) that tolerate the second node's taint and prefer it, spread
-// one per node when there are two (the chart's topologySpreadConstraints),
-// and rolled back to its values before at the end. Before each
-// run the operator pod on the second node is made the leader (the
-// leader's pod on the first node deleted). It prints, per run and as
-// median and worst: the write outage through <name>-rw, when the
-// operator that survived took the leader Lease (with two replicas: the
-// Lease running out; with one: the pod evicted from the lost node after
-// Kubernetes' default 300 s toleration, made again and started), and
-// when the failover finished. With one replica each run takes more than
-// 6 minutes: set DECKHAND_FAILOVER_RUNS to at most 6 (the bench's limit
-// is 55 minutes). Skipped without the node; not part of make test:
+// loses its power (DECKHAND_LOST_NODE, the second by default) runs both
+// the primary and the leading operator, as BenchmarkNodeLoss does for the
+// primary alone. The chart's release is upgraded for it to
+// DECKHAND_OPERATOR_REPLICAS operator replicas (default 2) that tolerate
+// the second node's taint and prefer the node to be lost, spread one per
+// node when there are two (the chart's topologySpreadConstraints), and
+// rolled back to its values before at the end. CoreDNS runs as
+// DECKHAND_COREDNS says, and as before at the end. The Database's
+// switchoverTo names its instance on that node, and before each run the
+// operator pod there is made the leader (the leader's pod on the other
+// node deleted). The writer runs on the node that survives. It prints,
+// per run and as median and worst: the write outage through <name>-rw,
+// when the operator that survived took the leader Lease (with two
+// replicas: the Lease running out; with one: the pod evicted from the
+// lost node after Kubernetes' default 300 s toleration, made again and
+// started), and when the failover finished. With one replica each run
+// takes more than 6 minutes: set DECKHAND_FAILOVER_RUNS to at most 6 (the
+// bench's limit is 55 minutes). Skipped without the node; not part of
+// make test:
 //
 //	DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=OperatorNodeLoss
+//	DECKHAND_LOST_NODE=dh-node DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=OperatorNodeLoss
 func BenchmarkOperatorNodeLoss(b *testing.B) {
-	runs, replicas := benchRuns(b), operatorReplicas(b)
+	runs, replicas, lostNode := benchRuns(b), operatorReplicas(b), nodeToLose(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	_, cs := clientFor(b)
 	operatorDeployment(ctx, b, cs)
 	before := releaseRevision(ctx, b)
-	spreadOperatorOverBothNodes(ctx, b, replicas)
+	spreadOperatorOverBothNodes(ctx, b, replicas, lostNode)
+	dns := placeCoreDNS(ctx, b, cs, lostNode)
 	// Back to the release's values before (an upgrade with
 	// --reuse-values cannot take values away).
 	b.Cleanup(func() {
@@ -138,36 +158,41 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 			"rollback", "deckhand", strconv.Itoa(before), "--wait", "--timeout", "5m").CombinedOutput()
 		require.NoError(b, err, "helm rollback deckhand %d:\n%s", before, out)
 	})
-	f := startTwoNodeCluster(ctx, b, func(db *dbv1.Database) {
-		db.Spec.Failover.SwitchoverTo = db.Name + "-0"
-	})
+	f := startTwoNodeCluster(ctx, b)
 	home := f.primary()
-	w := f.startWriter("writer")
+	// The writer on the node that survives.
+	place := onFirstNode
+	if lostNode == firstNode {
+		home, place = f.standbyOf(home), onSecondNode
+	}
+	f.updateDatabase(func(db *dbv1.Database) { db.Spec.Failover.SwitchoverTo = home })
+	w := f.startWriterScript("writer", writerScript, place)
 	w.waitAcks(20)
 	floor := medianAckInterval(w.log())
-	b.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "power", "on", secondNode).Run() })
+	b.Cleanup(func() { _ = exec.Command("../../hack/node.sh", "power", "on", lostNode).Run() })
 	var outages, leads, failovers []time.Duration
 	var at []time.Time
 	for i := 0; i < runs; i++ {
 		f.waitPrimary(home)
 		f.waitSteady()
 		w.waitAcks(3)
-		lost := leadFromSecondNode(ctx, b, cs)
-		nodeScript(ctx, b, "power", "off", secondNode)
+		lost := leadFrom(ctx, b, cs, lostNode)
+		nodeScript(ctx, b, "power", "off", lostNode)
 		off := time.Now()
 		leader, led := waitNewLeader(ctx, b, cs, lost, 9*time.Minute)
 		rec := f.waitFailedOver(off.Add(-time.Second))
-		down, _ := w.waitOutageOver(off)
-		nodeScript(ctx, b, "power", "on", secondNode)
-		readyNode(ctx, b, cs, secondNode)
+		down, first := w.waitOutageOver(off)
+		late := failuresBetween(w.log(), rec.Finished.Time, first.at.Add(down))
+		nodeScript(ctx, b, "power", "on", lostNode)
+		readyNode(ctx, b, cs, lostNode)
 		f.waitRejoined(rec)
 		outages = append(outages, down)
 		leads = append(leads, led.Sub(off))
 		failovers = append(failovers, rec.Finished.Sub(off))
 		at = append(at, off)
-		logf(b, "operator node loss bench run %d: write outage %s through -rw; the operator %s (on %s) led %.1fs after the power off (the lost leader: %s); failover %s -> %s finished %.1fs after it",
+		logf(b, "operator node loss bench run %d: write outage %s through -rw; the operator %s (on %s) led %.1fs after the power off (the lost leader: %s); failover %s -> %s finished %.1fs after it; the writes that failed after that: %s",
 			i+1, down.Round(100*time.Millisecond), leader.Name, leader.Spec.NodeName, led.Sub(off).Seconds(), lost,
-			rec.From, rec.To, rec.Finished.Sub(off).Seconds())
+			rec.From, rec.To, rec.Finished.Sub(off).Seconds(), late)
 	}
 	waitDatabaseReady(ctx, b, f.c, f.ns, f.name)
 	w.waitAcks(3)
@@ -176,8 +201,8 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 	leadMedian, leadWorst := reportMedianWorst(b, "operator-led", leads)
 	failoverMedian, failoverWorst := reportMedianWorst(b, "failover", failovers)
 	b.ReportMetric(float64(lost), "acked-rows-lost")
-	logf(b, "operator node loss bench: %d operator replicas, the primary and the leading operator on the node powered off, %d runs: write outage through -rw median %s worst %s (floor: one write %s); a surviving operator led after median %s worst %s; failover finished after median %s worst %s; %d acknowledged writes lost; /proc/loadavg %s",
-		replicas, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond),
+	logf(b, "operator node loss bench: %d operator replicas, the primary and the leading operator on %s, powered off, CoreDNS %s, %d runs: write outage through -rw median %s worst %s (floor: one write %s); a surviving operator led after median %s worst %s; failover finished after median %s worst %s; %d acknowledged writes lost; /proc/loadavg %s",
+		replicas, lostNode, dns, runs, median.Round(100*time.Millisecond), worst.Round(100*time.Millisecond), floor.Round(time.Millisecond),
 		leadMedian.Round(100*time.Millisecond), leadWorst.Round(100*time.Millisecond),
 		failoverMedian.Round(100*time.Millisecond), failoverWorst.Round(100*time.Millisecond), lost, loadAverage())
 	w.stop()
@@ -194,10 +219,119 @@ func operatorReplicas(b *testing.B) int {
 	return 2
 }
 
+// failuresBetween says how many of log's writes failed from `from` to
+// `to`, and why (the distinct errors, with their counts).
+func failuresBetween(log []writeOutcome, from, to time.Time) string {
+	count := map[string]int{}
+	var order []string
+	for _, o := range log {
+		if o.ok || o.at.Before(from) || o.at.After(to) {
+			continue
+		}
+		if count[o.fail] == 0 {
+			order = append(order, o.fail)
+		}
+		count[o.fail]++
+	}
+	if len(order) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, f := range order {
+		parts = append(parts, fmt.Sprintf("%d × %q", count[f], f))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// placeCoreDNS runs CoreDNS as DECKHAND_COREDNS says for the loss of
+// node lost, puts its Deployment back as it was at the end, and says
+// where it runs.
+func placeCoreDNS(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, lost string) string {
+	b.Helper()
+	deployments := cs.AppsV1().Deployments(metav1.NamespaceSystem)
+	before, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+	require.NoError(b, err)
+	survivor := firstNode
+	if lost == firstNode {
+		survivor = secondNode
+	}
+	var where string
+	change := func(spec *appsv1.DeploymentSpec) {}
+	switch mode := os.Getenv(CoreDNSEnv); mode {
+	case "", "survivor":
+		where = "on " + survivor
+		change = func(spec *appsv1.DeploymentSpec) {
+			spec.Replicas = ptr.To[int32](1)
+			spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: survivor}
+		}
+	case "spread":
+		where = "on both nodes"
+		change = func(spec *appsv1.DeploymentSpec) {
+			spec.Replicas = ptr.To[int32](2)
+			spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					TopologyKey:   corev1.LabelHostname,
+					LabelSelector: before.Spec.Selector,
+				}},
+			}}
+		}
+	default:
+		b.Fatalf("%s: survivor or spread, not %q", CoreDNSEnv, mode)
+	}
+	rollCoreDNS(ctx, b, cs, func(spec *appsv1.DeploymentSpec) {
+		spec.Template.Spec.Tolerations = append(spec.Template.Spec.Tolerations, toleratesSecondNode())
+		change(spec)
+	})
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		rollCoreDNS(ctx, b, cs, func(spec *appsv1.DeploymentSpec) {
+			spec.Replicas = before.Spec.Replicas
+			spec.Template.Spec = before.Spec.Template.Spec
+		})
+	})
+	return where
+}
+
+// rollCoreDNS changes CoreDNS's Deployment and waits until every replica
+// runs the change and is ready.
+func rollCoreDNS(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, change func(*appsv1.DeploymentSpec)) {
+	b.Helper()
+	deployments := cs.AppsV1().Deployments(metav1.NamespaceSystem)
+	d, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+	require.NoError(b, err)
+	change(&d.Spec)
+	d, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+	require.NoError(b, err)
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		s := got.Status
+		return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == *d.Spec.Replicas &&
+			s.Replicas == *d.Spec.Replicas && s.AvailableReplicas == *d.Spec.Replicas, nil
+	})
+	require.NoError(b, err, "CoreDNS's rollout")
+}
+
+// nodeToLose is DECKHAND_LOST_NODE, or the second node.
+func nodeToLose(b *testing.B) string {
+	switch s := os.Getenv(LostNodeEnv); s {
+	case "":
+		return secondNode
+	case firstNode, secondNode:
+		return s
+	default:
+		b.Fatalf("%s: %s or %s, not %q", LostNodeEnv, firstNode, secondNode, s)
+		return ""
+	}
+}
+
 // spreadOperatorOverBothNodes upgrades the release to replicas operator
-// pods that tolerate the second node's taint and prefer that node, at
-// most one per node.
-func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int) {
+// pods that tolerate the second node's taint and prefer the node
+// preferred, at most one per node.
+func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int, preferred string) {
 	b.Helper()
 	tolerations, err := json.Marshal([]corev1.Toleration{toleratesSecondNode()})
 	require.NoError(b, err)
@@ -205,7 +339,7 @@ func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 			Weight: 100,
 			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{secondNode},
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{preferred},
 			}}},
 		}},
 	}})
@@ -213,7 +347,7 @@ func spreadOperatorOverBothNodes(ctx context.Context, b *testing.B, replicas int
 	// An empty labelSelector: the chart fills in the operator's own; the
 	// pod-template-hash key counts this ReplicaSet's pods only, or the
 	// rollout's new pods, counting the old one on the first node, would
-	// both go to the second.
+	// both go to the other.
 	spread := `[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"DoNotSchedule","matchLabelKeys":["pod-template-hash"]}]`
 	helmUpgrade(ctx, b, "--set", fmt.Sprintf("replicaCount=%d", replicas), "--set-json", "tolerations="+string(tolerations),
 		"--set-json", "affinity="+string(affinity), "--set-json", "topologySpreadConstraints="+spread)
@@ -232,12 +366,11 @@ func releaseRevision(ctx context.Context, b *testing.B) int {
 	return status.Version
 }
 
-// leadFromSecondNode makes the operator pod on the second node the
-// leader: while the leader runs on the first node, that pod is deleted
-// (with one replica, its replacement goes to the second node, which it
-// prefers; with two, the other replica takes the Lease once it runs
-// out). It returns the leader's pod name.
-func leadFromSecondNode(ctx context.Context, b *testing.B, cs *kubernetes.Clientset) string {
+// leadFrom makes the operator pod on node the leader: while the leader
+// runs on the other node, that pod is deleted (with one replica, its
+// replacement goes to node, which it prefers; with two, the other replica
+// takes the Lease once it runs out). It returns the leader's pod name.
+func leadFrom(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, node string) string {
 	b.Helper()
 	var pod *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -245,13 +378,13 @@ func leadFromSecondNode(ctx context.Context, b *testing.B, cs *kubernetes.Client
 		if pod == nil || pod.DeletionTimestamp != nil {
 			return false, nil
 		}
-		if pod.Spec.NodeName == secondNode {
+		if pod.Spec.NodeName == node {
 			return true, nil
 		}
 		_ = cs.CoreV1().Pods(operatorNamespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
 		return false, nil
 	})
-	require.NoError(b, err, "no operator on %s took the leader Lease (last leader: %v)", secondNode, pod)
+	require.NoError(b, err, "no operator on %s took the leader Lease (last leader: %v)", node, pod)
 	return pod.Name
 }
 

@@ -29,6 +29,12 @@ func toleratesSecondNode() corev1.Toleration {
 	return corev1.Toleration{Key: secondNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 }
 
+// onFirstNode places a pod on the first node.
+func onFirstNode(pod *corev1.Pod) *corev1.Pod {
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: firstNode}
+	return pod
+}
+
 // onSecondNode places a pod on the second node.
 func onSecondNode(pod *corev1.Pod) *corev1.Pod {
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: secondNode}
@@ -64,7 +70,8 @@ func TestRealNodeSecondNode(t *testing.T) {
 
 // Each node's pods reach the other's by address and through Services
 // (each node's kube-proxy), the second node's pods resolve names through
-// the cluster's DNS (on the first node) and reach the API server through
+// the cluster's DNS (on the first node) and reach the API server, at an
+// address neither node holds, through
 // the kubernetes Service, and only pods that tolerate the second node's
 // taint are placed there.
 func secondNodeRunsPodsThatReachTheFirst(t *testing.T) {
@@ -126,11 +133,22 @@ func secondNodeRunsPodsThatReachTheFirst(t *testing.T) {
 	assert.Contains(t, got, "Address: 198.19.", "the second node's pod resolving %s", name)
 	// busybox's wget speaks no TLS: a TCP connection to the kubernetes
 	// Service's address (kube-proxy's rule to the API server's port on
-	// the first node's bridge) shows the way is open.
+	// the control plane's address) shows the way is open.
 	kubernetes, err := cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
 	require.NoError(t, err)
 	got = eventually(ctx, t, cfg, cs, pods["second"], "nc -w 3 "+kubernetes.Spec.ClusterIP+" 443 </dev/null && echo connected", "connected")
 	assert.Contains(t, got, "connected", "the API server through the kubernetes Service from the second node")
+	slice, err := cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, e := range slice.Endpoints {
+		for _, addr := range e.Addresses {
+			for _, n := range []corev1.Node{readyNode(ctx, t, cs, firstNode), second} {
+				for _, a := range n.Status.Addresses {
+					assert.NotEqual(t, a.Address, addr, "the API server's address is node %s's", n.Name)
+				}
+			}
+		}
+	}
 
 	untolerated, err := cs.CoreV1().Pods(ns).Get(ctx, "untolerated", metav1.GetOptions{})
 	require.NoError(t, err)
