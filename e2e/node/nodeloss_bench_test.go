@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -145,10 +146,9 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 	_, cs := clientFor(b)
 	operatorDeployment(ctx, b, cs)
 	before := releaseRevision(ctx, b)
-	spreadOperatorOverBothNodes(ctx, b, replicas, lostNode)
-	dns := placeCoreDNS(ctx, b, cs, lostNode)
 	// Back to the release's values before (an upgrade with
-	// --reuse-values cannot take values away).
+	// --reuse-values cannot take values away), registered first so that
+	// an upgrade that fails half-way is undone too.
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -158,6 +158,8 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 			"rollback", "deckhand", strconv.Itoa(before), "--wait", "--timeout", "5m").CombinedOutput()
 		require.NoError(b, err, "helm rollback deckhand %d:\n%s", before, out)
 	})
+	spreadOperatorOverBothNodes(ctx, b, replicas, lostNode)
+	dns := placeCoreDNS(ctx, b, cs, lostNode)
 	f := startTwoNodeCluster(ctx, b)
 	home := f.primary()
 	// The writer on the node that survives.
@@ -278,17 +280,25 @@ func placeCoreDNS(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, l
 	default:
 		b.Fatalf("%s: survivor or spread, not %q", CoreDNSEnv, mode)
 	}
-	rollCoreDNS(ctx, b, cs, func(spec *appsv1.DeploymentSpec) {
-		spec.Template.Spec.Tolerations = append(spec.Template.Spec.Tolerations, toleratesSecondNode())
-		change(spec)
-	})
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		rollCoreDNS(ctx, b, cs, func(spec *appsv1.DeploymentSpec) {
 			spec.Replicas = before.Spec.Replicas
 			spec.Template.Spec = before.Spec.Template.Spec
+			spec.Strategy = before.Spec.Strategy
 		})
+	})
+	rollCoreDNS(ctx, b, cs, func(spec *appsv1.DeploymentSpec) {
+		spec.Template.Spec.Tolerations = append(spec.Template.Spec.Tolerations, toleratesSecondNode())
+		// One pod at a time, the old one first: a new pod that may not
+		// share a node with another of CoreDNS's would wait forever for
+		// the old one's node while the default surge keeps it.
+		spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)), MaxSurge: ptr.To(intstr.FromInt32(0)),
+			}}
+		change(spec)
 	})
 	return where
 }
