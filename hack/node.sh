@@ -82,8 +82,11 @@ cluster_state=$cache/node/$name
 cluster_run=/run/deckhand-node/$name
 guard_chain=DECKHAND-NODE-APISERVER
 
-# use_node NAME selects the node the functions below act on: its name,
-# network namespace, bridge and addresses (one subnet on the bridge, a
+# veth_of NODE is the machine's end of NODE's veth pair.
+veth_of() { echo "$1-h"; }
+
+# use_node NAME selects the node the functions below act on: its name
+# (and the name its kube-proxy goes by), network namespace, bridge and addresses (one subnet on the bridge, a
 # /23: the bridge plugin accepts only one IPv4 address on its bridge, so
 # the node's address is also the pods' gateway, and host-local hands out
 # the upper half), the veth pair joining its namespace to the machine's
@@ -93,17 +96,19 @@ guard_chain=DECKHAND-NODE-APISERVER
 use_node() {
   case $1 in
   "$first_node")
-    node=$first_node netns=$first_node bridge=dh-node0 node_ip=198.18.0.1 node_cidr=198.18.0.1/23
+    node=$first_node proxy_name=$first_node netns=$first_node bridge=dh-node0 node_ip=198.18.0.1 node_cidr=198.18.0.1/23
     pod_subnet=198.18.0.0/23 pod_cidr=198.18.1.0/24 cgroup_parent=
-    veth=$first_node-h veth_host_ip=198.18.255.5 veth_node_ip=198.18.255.6
+    veth=$(veth_of "$first_node") veth_host_ip=198.18.255.5 veth_node_ip=198.18.255.6
     ;;
   "$second_node")
-    node=$second_node netns=$second_node bridge=dh-node2 node_ip=198.18.2.1 node_cidr=198.18.2.1/23
+    node=$second_node proxy_name=$second_node netns=$second_node bridge=dh-node2 node_ip=198.18.2.1 node_cidr=198.18.2.1/23
     pod_subnet=198.18.2.0/23 pod_cidr=198.18.3.0/24 cgroup_parent=$second_node
-    veth=$second_node-h veth_host_ip=198.18.255.1 veth_node_ip=198.18.255.2
+    veth=$(veth_of "$second_node") veth_host_ip=198.18.255.1 veth_node_ip=198.18.255.2
     ;;
   "$machine")
     node=$machine netns='' bridge=$control_plane_bridge node_ip=$apiserver_ip node_cidr=$apiserver_ip/32
+    # its kube-proxy goes by the first node's name (kube_proxy_config)
+    proxy_name=$first_node
     pod_subnet='' pod_cidr='' cgroup_parent='' veth='' veth_host_ip='' veth_node_ip=''
     ;;
   *)
@@ -236,7 +241,7 @@ apiserver_guard_up() {
     "$cmd" -w -N "$guard_chain" 2>/dev/null || "$cmd" -w -F "$guard_chain"
     "$cmd" -w -A "$guard_chain" -i lo -j RETURN
     for n in "$first_node" "$second_node"; do
-      "$cmd" -w -A "$guard_chain" -i "$n-h" -j RETURN
+      "$cmd" -w -A "$guard_chain" -i "$(veth_of "$n")" -j RETURN
     done
     "$cmd" -w -A "$guard_chain" -j DROP
     "$cmd" -w -C INPUT -p tcp --dport "$apiserver_port" -j "$guard_chain" 2>/dev/null ||
@@ -787,7 +792,7 @@ apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: $state/kube-proxy.kubeconfig
-hostnameOverride: $(if [[ $node == "$machine" ]]; then echo "$first_node"; else echo "$node"; fi)
+hostnameOverride: $proxy_name
 bindAddress: $node_ip
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
@@ -1135,7 +1140,7 @@ node_present() {
   [[ -e $cluster_run || -e $cluster_state || -d $KWOK_WORKDIR/clusters/$name ]] && return 0
   for n in "$first_node" "$second_node"; do
     [[ -e /run/netns/$n ]] && return 0
-    ip link show "$n-h" >/dev/null 2>&1 && return 0
+    ip link show "$(veth_of "$n")" >/dev/null 2>&1 && return 0
   done
   ip link show "$control_plane_bridge" >/dev/null 2>&1 && return 0
   ip route show type blackhole | grep -qF "$node_range" && return 0
@@ -1176,7 +1181,7 @@ list_leftovers() {
   done
   for n in "$second_node" "$first_node"; do
     if [[ -e /run/netns/$n ]]; then echo "network namespace: $n"; fi
-    if ip link show "$n-h" >/dev/null 2>&1; then echo "interface: $n-h"; fi
+    if ip link show "$(veth_of "$n")" >/dev/null 2>&1; then echo "interface: $(veth_of "$n")"; fi
   done
   if ip link show "$control_plane_bridge" >/dev/null 2>&1; then echo "interface: $control_plane_bridge"; fi
   if ip route show type blackhole | grep -qF "$node_range"; then echo "route: blackhole $node_range"; fi

@@ -141,6 +141,10 @@ const CoreDNSEnv = "DECKHAND_COREDNS"
 //	DECKHAND_LOST_NODE=dh-node DECKHAND_NODE_KUBECONFIG=$(hack/node.sh kubeconfig) make bench BENCH=OperatorNodeLoss
 func BenchmarkOperatorNodeLoss(b *testing.B) {
 	runs, replicas, lostNode := benchRuns(b), operatorReplicas(b), nodeToLose(b)
+	survivor := firstNode
+	if lostNode == firstNode {
+		survivor = secondNode
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	_, cs := clientFor(b)
@@ -159,12 +163,12 @@ func BenchmarkOperatorNodeLoss(b *testing.B) {
 		require.NoError(b, err, "helm rollback deckhand %d:\n%s", before, out)
 	})
 	spreadOperatorOverBothNodes(ctx, b, replicas, lostNode)
-	dns := placeCoreDNS(ctx, b, cs, lostNode)
+	dns := placeCoreDNS(ctx, b, cs, survivor)
 	f := startTwoNodeCluster(ctx, b)
 	home := f.primary()
 	// The writer on the node that survives.
 	place := onFirstNode
-	if lostNode == firstNode {
+	if survivor == secondNode {
 		home, place = f.standbyOf(home), onSecondNode
 	}
 	f.updateDatabase(func(db *dbv1.Database) { db.Spec.Failover.SwitchoverTo = home })
@@ -245,20 +249,15 @@ func failuresBetween(log []writeOutcome, from, to time.Time) string {
 	return strings.Join(parts, ", ")
 }
 
-// placeCoreDNS runs CoreDNS as DECKHAND_COREDNS says for the loss of
-// node lost, puts its Deployment back as it was at the end, and says
-// where it runs.
-func placeCoreDNS(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, lost string) string {
+// placeCoreDNS runs CoreDNS as DECKHAND_COREDNS says, survivor being the
+// node that is not lost, puts its Deployment back as it was at the end,
+// and says where it runs.
+func placeCoreDNS(ctx context.Context, b *testing.B, cs *kubernetes.Clientset, survivor string) string {
 	b.Helper()
-	deployments := cs.AppsV1().Deployments(metav1.NamespaceSystem)
-	before, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+	before, err := cs.AppsV1().Deployments(metav1.NamespaceSystem).Get(ctx, "coredns", metav1.GetOptions{})
 	require.NoError(b, err)
-	survivor := firstNode
-	if lost == firstNode {
-		survivor = secondNode
-	}
 	var where string
-	change := func(spec *appsv1.DeploymentSpec) {}
+	var change func(spec *appsv1.DeploymentSpec)
 	switch mode := os.Getenv(CoreDNSEnv); mode {
 	case "", "survivor":
 		where = "on " + survivor

@@ -140,9 +140,10 @@ func secondNodeRunsPodsThatReachTheFirst(t *testing.T) {
 	assert.Contains(t, got, "connected", "the API server through the kubernetes Service from the second node")
 	slice, err := cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
 	require.NoError(t, err)
+	nodes := []corev1.Node{readyNode(ctx, t, cs, firstNode), second}
 	for _, e := range slice.Endpoints {
 		for _, addr := range e.Addresses {
-			for _, n := range []corev1.Node{readyNode(ctx, t, cs, firstNode), second} {
+			for _, n := range nodes {
 				for _, a := range n.Status.Addresses {
 					assert.NotEqual(t, a.Address, addr, "the API server's address is node %s's", n.Name)
 				}

@@ -162,7 +162,7 @@ func newFailoverSetupWith(t *testing.T, replicas int32, change func(*dbv1.Databa
 func newFailoverSetupWithAgentArgs(t *testing.T, replicas int32, change func(*dbv1.Database), agentArgs ...string) *failoverSetup {
 	agents := &testenv.LocalDialer{}
 	e := newEndToEnd(t, database.Options{OperatorImage: "example.org/deckhand:test", InstanceDial: agents.DialContext})
-	binary := agentBinary(t)
+	binary := pgtest.AgentBinary(t)
 
 	selector := map[string]dbv1.LabelValue{}
 	for k, v := range e.runner.NodeSelector() {

@@ -28,9 +28,6 @@ import (
 // client asks it over mutual TLS by the pod's name under the headless
 // Service, dialled at 127.0.0.1.
 
-// agentBinary is cmd/deckhand-instance, built once (pgtest.AgentBinary).
-func agentBinary(t testing.TB) string { return pgtest.AgentBinary(t) }
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.RemoveAgentBinary()
@@ -67,7 +64,7 @@ func newChannel(t testing.TB, h *host, pods ...string) *channel {
 	op := creds.OperatorSecretData()
 	tlsConfig, err := instance.ClientTLSConfig(op[instance.CACertKey], op[instance.ClientCertKey], op[instance.ClientKeyKey])
 	require.NoError(t, err)
-	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: agentBinary(t)}
+	c := &channel{creds: creds, addrs: map[string]string{}, tlsDir: dir, binary: pgtest.AgentBinary(t)}
 	c.client = instance.NewClient(tlsConfig, instance.DefaultPort, instance.WithDialContext(c.dial))
 	return c
 }

@@ -77,7 +77,7 @@ func startCollector(t *testing.T, h *host, ch *channel, ordinal int, dataVolume,
 		return "http://" + listen + "/metrics"
 	}
 	cmd := h.u.Command(map[string]string{"PATH": h.bin + ":/usr/bin:/bin", "PGPORT": env["PGPORT"]},
-		append([]string{agentBinary(t), "metrics"}, flags...))
+		append([]string{pgtest.AgentBinary(t), "metrics"}, flags...))
 	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
